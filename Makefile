@@ -1,0 +1,103 @@
+# rfsdp: build, test, bench, demo. `make help` lists the targets.
+CC ?= cc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+PREFIX ?= /usr/local
+BUILD ?= build
+PKGS := mpi openblas libcjson libxxhash
+OPT ?= -O2 -g
+SAN ?=
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) -march=native -fopenmp -fno-strict-aliasing \
+  -Wall -Wextra -Werror -Wno-unknown-pragmas -Iinclude -Isrc \
+  $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -fopenmp $(SAN) $(LDFLAGS)
+
+LIB_SRC := $(sort $(wildcard src/*/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+HEADERS := $(wildcard include/*.h src/*/*.h tests/*.h)
+
+.PHONY: all setup test test-asan bench demo install clean format lint help
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
+
+help:
+	@echo "make            build librfsdp.a, the rfsdp command, tests and benchmarks"
+	@echo "make test       set up what is missing, build, run every test"
+	@echo "make test-asan  the tests under address + undefined sanitizers"
+	@echo "make demo       set up, prepare the KJV data, train the default model on 2 ranks"
+	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
+	@echo "make install PREFIX=/usr/local"
+	@echo "make format | lint"
+
+setup:
+	@scripts/setup
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/librfsdp.a: $(LIB_OBJ)
+	@rm -f $@
+	@echo "  AR      $@"
+	@ar rcs $@ $^
+
+$(BUILD)/rfsdp: $(TOOL_OBJ) $(BUILD)/librfsdp.a
+	@echo "  LD      $@"
+	@$(CC) $(TOOL_OBJ) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $@"
+	@$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/librfsdp.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $@"
+	@$(CC) $(CFLAGS_ALL) $< $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+test: setup
+	@$(MAKE) --no-print-directory all
+	@scripts/run-tests $(BUILD) $(TESTS)
+
+test-asan: setup
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  scripts/run-tests build-asan --unit $(TESTS)
+
+bench: setup
+	@$(MAKE) --no-print-directory all
+	@scripts/run-bench $(BUILD)
+
+demo: setup
+	@$(MAKE) --no-print-directory all
+	@scripts/demo $(BUILD)
+
+install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/rfsdp.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc
+
+format:
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(TEST_SUPPORT) $(BENCH_SRC) $(HEADERS)
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem -Iinclude -Isrc src tools tests bench
+	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
+	  $(shell pkg-config --cflags $(PKGS))
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,147 @@
+/* src/core: errors and checks, logging, arena, dtype conversion, counters.
+ *
+ * Error model. Functions that can fail because of their input (a file, a config,
+ * a user argument) return int: 0 on success, -1 on failure, after recording a
+ * message with RF_FAIL (file, line and reason). The caller either propagates with
+ * RF_TRY or reports rf_error_msg(). Failures that no caller can handle (out of
+ * memory, an MPI error, a broken invariant) stop the process with a message via
+ * rf_die(), which calls MPI_Abort when MPI is running so no rank hangs. */
+#ifndef RF_CORE_H
+#define RF_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Records "file:line: message" as the thread's last error. Returns -1. */
+int rf_error_set(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The last error recorded on this thread ("" if none). Borrowed. */
+const char *rf_error_msg(void);
+void rf_error_clear(void);
+
+#define RF_FAIL(...) return rf_error_set(__FILE__, __LINE__, __VA_ARGS__)
+#define RF_TRY(expr)            \
+  do {                          \
+    if ((expr) != 0) return -1; \
+  } while (0)
+/* Fails with the message when cond is false. */
+#define RF_REQUIRE(cond, ...)          \
+  do {                                 \
+    if (!(cond)) RF_FAIL(__VA_ARGS__); \
+  } while (0)
+
+/* Prints "[rank r] file:line: message" to stderr and stops every rank. */
+_Noreturn void rf_die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define RF_DIE(...) rf_die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* An assert that stays on in release builds. */
+#define RF_ASSERT(cond)                                                     \
+  do {                                                                      \
+    if (!(cond)) rf_die(__FILE__, __LINE__, "assertion failed: %s", #cond); \
+  } while (0)
+
+/* Checked allocation: dies with file and line on failure, counts allocations.
+ * Memory from rf_xmalloc/rf_xcalloc/rf_xaligned is released with free(). */
+void *rf_xmalloc_at(size_t bytes, const char *file, int line);
+void *rf_xcalloc_at(size_t n, size_t size, const char *file, int line);
+void *rf_xaligned_at(size_t align, size_t bytes, const char *file, int line);
+#define rf_xmalloc(bytes) rf_xmalloc_at((bytes), __FILE__, __LINE__)
+#define rf_xcalloc(n, size) rf_xcalloc_at((n), (size), __FILE__, __LINE__)
+#define rf_xaligned(align, bytes) rf_xaligned_at((align), (bytes), __FILE__, __LINE__)
+
+/* ---- logging ------------------------------------------------------------ */
+
+enum rf_log_level { RF_LOG_LEVEL_ERROR = 0, RF_LOG_LEVEL_WARN, RF_LOG_LEVEL_INFO, RF_LOG_LEVEL_DEBUG };
+
+/* The rank printed in front of every line (-1: none). Set by rf_comm_init. */
+void rf_log_set_rank(int rank);
+int rf_log_get_rank(void);
+/* Level from the environment variable RF_LOG (error|warn|info|debug), default info. */
+void rf_log_set_level(enum rf_log_level level);
+void rf_log(enum rf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define rf_log_error(...) rf_log(RF_LOG_LEVEL_ERROR, __VA_ARGS__)
+#define rf_log_warn(...) rf_log(RF_LOG_LEVEL_WARN, __VA_ARGS__)
+#define rf_log_info(...) rf_log(RF_LOG_LEVEL_INFO, __VA_ARGS__)
+#define rf_log_debug(...) rf_log(RF_LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+/* ---- arena -------------------------------------------------------------- */
+
+/* A bump allocator over one slab reserved at init. Owns the slab; views returned
+ * by rf_arena_alloc are borrowed and valid until rf_arena_reset/rf_arena_free.
+ * Allocation beyond the capacity is a programming error (dies). */
+struct rf_arena {
+  uint8_t *base;   /* owned, 64-byte aligned */
+  size_t capacity; /* bytes */
+  size_t used;     /* bytes */
+  size_t peak;     /* largest `used` seen */
+  size_t allocs;   /* rf_arena_alloc calls since init */
+};
+
+void rf_arena_init(struct rf_arena *arena, size_t capacity);
+void rf_arena_free(struct rf_arena *arena);
+/* Returns `bytes` bytes aligned to `align` (a power of two), zero-filled. */
+void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align);
+/* Mark and release: everything allocated after `mark` is given back. */
+size_t rf_arena_mark(const struct rf_arena *arena);
+void rf_arena_release(struct rf_arena *arena, size_t mark);
+void rf_arena_reset(struct rf_arena *arena);
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+enum rf_dtype { RF_DTYPE_F32 = 0, RF_DTYPE_BF16, RF_DTYPE_FP8E4M3, RF_DTYPE_U8, RF_DTYPE_I32 };
+
+size_t rf_dtype_size(enum rf_dtype dtype);
+const char *rf_dtype_name(enum rf_dtype dtype);
+/* Parses "f32", "bf16", "fp8e4m3", "u8", "i32". Returns -1 on an unknown name. */
+int rf_dtype_parse(const char *name, enum rf_dtype *out);
+
+/* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). */
+uint16_t rf_bf16_from_f32(float x);
+float rf_f32_from_bf16(uint16_t b);
+/* fp8 e4m3 (OCP: bias 7, no infinities, 0x7f/0xff are NaN, max 448): round to
+ * nearest even, saturating to +-448, NaN stays NaN, inf saturates. */
+uint8_t rf_fp8e4m3_from_f32(float x);
+float rf_f32_from_fp8e4m3(uint8_t b);
+
+void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
+void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
+
+/* ---- counters ----------------------------------------------------------- */
+
+/* Process-wide counters, cumulative since start (or rf_counters_reset). The
+ * runtime and the optimizers add to them; tools print them. */
+struct rf_counters {
+  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
+  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
+  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
+  uint64_t bytes_copied;   /* bytes copied outside collectives (staging, copy-in/out) */
+  uint64_t bytes_cast;     /* bytes written converting a master shard into its slot */
+  uint64_t bytes_padding;  /* padding bytes moved by collectives */
+  uint64_t collectives;    /* number of collective calls */
+  uint64_t allocations;    /* heap allocations via rf_xmalloc & co, plus arena allocs */
+  uint64_t comm_wait_ns;   /* time blocked waiting on communication */
+};
+
+extern struct rf_counters rf_counters_global;
+void rf_counters_reset(void);
+/* Fields of `now - before`, for per-step numbers. */
+struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
+
+/* ---- time --------------------------------------------------------------- */
+
+/* Monotonic time in nanoseconds. */
+uint64_t rf_time_ns(void);
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static inline int64_t rf_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t rf_round_up(int64_t a, int64_t m) { return rf_ceil_div(a, m) * m; }
+static inline int64_t rf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t rf_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+int64_t rf_gcd_i64(int64_t a, int64_t b);
+/* lcm, or -1 when it would exceed `cap`. */
+int64_t rf_lcm_i64_capped(int64_t a, int64_t b, int64_t cap);
+
+#endif

@@ -1,0 +1,89 @@
+/* Element types and conversions: f32 <-> bf16 and f32 <-> fp8 e4m3 (OCP). */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} rf_dtype_table[] = {
+    [RF_DTYPE_F32] = {"f32", 4}, [RF_DTYPE_BF16] = {"bf16", 2}, [RF_DTYPE_FP8E4M3] = {"fp8e4m3", 1},
+    [RF_DTYPE_U8] = {"u8", 1},   [RF_DTYPE_I32] = {"i32", 4},
+};
+
+size_t rf_dtype_size(enum rf_dtype dtype) { return rf_dtype_table[dtype].size; }
+
+const char *rf_dtype_name(enum rf_dtype dtype) { return rf_dtype_table[dtype].name; }
+
+int rf_dtype_parse(const char *name, enum rf_dtype *out) {
+  for (size_t i = 0; i < sizeof rf_dtype_table / sizeof rf_dtype_table[0]; i++) {
+    if (strcmp(name, rf_dtype_table[i].name) == 0) {
+      *out = (enum rf_dtype)i;
+      return 0;
+    }
+  }
+  RF_FAIL("unknown dtype '%s' (expected f32, bf16, fp8e4m3, u8 or i32)", name);
+}
+
+static inline uint32_t rf_f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static inline float rf_f32_from_bits(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+uint16_t rf_bf16_from_f32(float x) {
+  uint32_t u = rf_f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+  uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)((u + bias) >> 16);
+}
+
+float rf_f32_from_bf16(uint16_t b) { return rf_f32_from_bits((uint32_t)b << 16); }
+
+void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
+}
+
+void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rf_f32_from_bf16(src[i]);
+}
+
+/* e4m3: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits. Exponent 0 is
+ * subnormal (m * 2^-9); S.1111.111 is NaN; the largest finite value is 448. */
+uint8_t rf_fp8e4m3_from_f32(float x) {
+  uint32_t u = rf_f32_bits(x);
+  uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+  uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return (uint8_t)(sign | 0x7f);
+  if (mag >= 0x7f800000u) return (uint8_t)(sign | 0x7e); /* inf saturates */
+  float a = rf_f32_from_bits(mag);
+  if (a < 0x1p-6f) {
+    /* subnormal range: the code is the value in units of 2^-9, rounded to even;
+     * a result of 8 is the smallest normal, whose code is also 8. */
+    float q = nearbyintf(a * 0x1p9f);
+    return (uint8_t)(sign | (uint8_t)q);
+  }
+  int32_t e8 = (int32_t)(mag >> 23) - 127 + 7;
+  if (e8 > 15) return (uint8_t)(sign | 0x7e);
+  uint32_t mant = mag & 0x7fffffu;
+  uint32_t v = ((uint32_t)e8 << 3) | (mant >> 20);
+  uint32_t rem = mant & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (v & 1u))) v++;
+  if (v > 0x7eu) v = 0x7eu;
+  return (uint8_t)(sign | v);
+}
+
+float rf_f32_from_fp8e4m3(uint8_t b) {
+  float s = (b & 0x80) ? -1.0f : 1.0f;
+  uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
+  if (e == 15 && m == 7) return s * NAN;
+  if (e == 0) return s * ldexpf((float)m, -9);
+  return s * ldexpf(1.0f + (float)m / 8.0f, (int)e - 7);
+}

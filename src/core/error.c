@@ -1,0 +1,67 @@
+/* Error recording, fatal errors and checked allocation. */
+#include <errno.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+static _Thread_local char rf_error_text[1024];
+
+int rf_error_set(const char *file, int line, const char *fmt, ...) {
+  int n = snprintf(rf_error_text, sizeof rf_error_text, "%s:%d: ", file, line);
+  if (n < 0 || (size_t)n >= sizeof rf_error_text) n = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rf_error_text + n, sizeof rf_error_text - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *rf_error_msg(void) { return rf_error_text; }
+
+void rf_error_clear(void) { rf_error_text[0] = '\0'; }
+
+void rf_die(const char *file, int line, const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  int rank = rf_log_get_rank();
+  if (rank >= 0)
+    fprintf(stderr, "[rank %d] %s:%d: fatal: %s\n", rank, file, line, text);
+  else
+    fprintf(stderr, "%s:%d: fatal: %s\n", file, line, text);
+  fflush(stderr);
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+void *rf_xmalloc_at(size_t bytes, const char *file, int line) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) rf_die(file, line, "out of memory allocating %zu bytes", bytes);
+  rf_counters_global.allocations++;
+  return p;
+}
+
+void *rf_xcalloc_at(size_t n, size_t size, const char *file, int line) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) rf_die(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+  rf_counters_global.allocations++;
+  return p;
+}
+
+void *rf_xaligned_at(size_t align, size_t bytes, const char *file, int line) {
+  void *p = NULL;
+  size_t rounded = (bytes + align - 1) / align * align;
+  int rc = posix_memalign(&p, align, rounded ? rounded : align);
+  if (rc != 0)
+    rf_die(file, line, "out of memory allocating %zu bytes (align %zu): %s", bytes, align, strerror(rc));
+  rf_counters_global.allocations++;
+  return p;
+}

@@ -1,0 +1,75 @@
+/* The test harness behind rf_test.h. */
+#include "rf_test.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+
+int rf_test_failures;
+long rf_test_checks;
+
+void rf_test_fail_at(const char *file, int line, const char *fmt, ...) {
+  rf_test_failures++;
+  if (rf_test_failures > 20) return;
+  int inited = 0, rank = -1;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank >= 0) fprintf(stderr, "[rank %d] ", rank);
+  fprintf(stderr, "%s:%d: check failed: ", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+double rf_test_max_rel_diff(const float *a, const float *b, size_t n, double floor) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    double s = fabs((double)b[i]);
+    double r = d / (s > floor ? s : floor);
+    if (!(r <= worst)) worst = r; /* NaN propagates as "worst" */
+  }
+  return worst;
+}
+
+int rf_test_mpi_init(int *argc, char ***argv, int *world) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, world);
+  return rank;
+}
+
+int rf_test_finish(const char *name) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  long failures = rf_test_failures, checks = rf_test_checks;
+  int rank = 0;
+  if (inited && !finalized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+  }
+  if (rank == 0) printf("%s: %ld checks, %ld failed\n", name, checks, failures);
+  if (checks == 0) {
+    if (rank == 0) printf("%s: no checks ran\n", name);
+    return 1;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+uint64_t rf_test_rand_u64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+float rf_test_rand_f32(uint64_t *state) {
+  return (float)((double)(rf_test_rand_u64(state) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}

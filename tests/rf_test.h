@@ -1,0 +1,47 @@
+/* A small test harness. Each test binary counts failed checks and exits non-zero
+ * if any failed; the runner (scripts/run-tests) gives each binary a time limit.
+ * Multi-rank tests call rf_test_mpi_init() and every rank checks its own part. */
+#ifndef RF_TEST_H
+#define RF_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern int rf_test_failures;
+extern long rf_test_checks;
+
+/* Records a failure with file and line; prints at most the first 20. */
+void rf_test_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define RF_CHECK(cond, ...)                                        \
+  do {                                                             \
+    rf_test_checks++;                                              \
+    if (!(cond)) rf_test_fail_at(__FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+/* |a - b| <= atol + rtol * |b|, with NaN never close. */
+#define RF_CHECK_CLOSE(a, b, rtol, atol, ...)                                                             \
+  do {                                                                                                    \
+    double rf_a_ = (double)(a), rf_b_ = (double)(b);                                                      \
+    rf_test_checks++;                                                                                     \
+    if (!(fabs(rf_a_ - rf_b_) <= (atol) + (rtol)*fabs(rf_b_)))                                            \
+      rf_test_fail_at(__FILE__, __LINE__, "%s = %.9g, expected %.9g: " __VA_ARGS__ "", #a, rf_a_, rf_b_); \
+  } while (0)
+
+/* The largest relative difference max|a-b| / max(|b|, floor) over n floats. */
+double rf_test_max_rel_diff(const float *a, const float *b, size_t n, double floor);
+
+/* MPI: init with the runtime's threading level, set MPI_ERRORS_RETURN; returns rank. */
+int rf_test_mpi_init(int *argc, char ***argv, int *world);
+
+/* Prints a summary line and returns the exit code: 0 when nothing failed. In a
+ * multi-rank test, the failures of all ranks are summed and MPI is finalized. */
+int rf_test_finish(const char *name);
+
+/* Deterministic pseudo-random numbers for test data (splitmix64). */
+uint64_t rf_test_rand_u64(uint64_t *state);
+/* Uniform in [-1, 1). */
+float rf_test_rand_f32(uint64_t *state);
+
+#endif
