@@ -90,11 +90,19 @@ void rf_arena_reset(struct rf_arena *arena);
 
 /* ---- dtypes ------------------------------------------------------------- */
 
-enum rf_dtype { RF_DTYPE_F32 = 0, RF_DTYPE_BF16, RF_DTYPE_FP8E4M3, RF_DTYPE_U8, RF_DTYPE_I32 };
+enum rf_dtype {
+  RF_DTYPE_F32 = 0,
+  RF_DTYPE_BF16,
+  RF_DTYPE_FP8E4M3,
+  RF_DTYPE_U8,
+  RF_DTYPE_I32,
+  RF_DTYPE_I64,
+  RF_DTYPE_F64
+};
 
 size_t rf_dtype_size(enum rf_dtype dtype);
 const char *rf_dtype_name(enum rf_dtype dtype);
-/* Parses "f32", "bf16", "fp8e4m3", "u8", "i32". Returns -1 on an unknown name. */
+/* Parses "f32", "bf16", "fp8e4m3", "u8", "i32", "i64", "f64". Returns -1 on an unknown name. */
 int rf_dtype_parse(const char *name, enum rf_dtype *out);
 
 /* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). */

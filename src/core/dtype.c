@@ -9,7 +9,8 @@ static const struct {
   size_t size;
 } rf_dtype_table[] = {
     [RF_DTYPE_F32] = {"f32", 4}, [RF_DTYPE_BF16] = {"bf16", 2}, [RF_DTYPE_FP8E4M3] = {"fp8e4m3", 1},
-    [RF_DTYPE_U8] = {"u8", 1},   [RF_DTYPE_I32] = {"i32", 4},
+    [RF_DTYPE_U8] = {"u8", 1},   [RF_DTYPE_I32] = {"i32", 4},       [RF_DTYPE_I64] = {"i64", 8},
+    [RF_DTYPE_F64] = {"f64", 8},
 };
 
 size_t rf_dtype_size(enum rf_dtype dtype) { return rf_dtype_table[dtype].size; }
@@ -23,7 +24,7 @@ int rf_dtype_parse(const char *name, enum rf_dtype *out) {
       return 0;
     }
   }
-  RF_FAIL("unknown dtype '%s' (expected f32, bf16, fp8e4m3, u8 or i32)", name);
+  RF_FAIL("unknown dtype '%s' (expected f32, bf16, fp8e4m3, u8, i32, i64 or f64)", name);
 }
 
 static inline uint32_t rf_f32_bits(float x) {

@@ -1,0 +1,84 @@
+/* src/plan: the structure-aware planner and the peers' layouts.
+ *
+ * For one unit (a group of tensors gathered and reduced together) the planner
+ * chooses one or more flat buffers, the offset of every tensor in its buffer and
+ * the element range each rank owns, so that no block of any tensor is cut by a
+ * rank boundary. Two shard modes:
+ *   equal  - every rank owns S elements (S a multiple of the alignment); padding
+ *            between tensors; what NCCL's all-gather and reduce-scatter need.
+ *   ragged - rank ranges end on the block boundary nearest the fair share; no
+ *            padding; MPI_Allgatherv / MPI_Reduce_scatter move exactly the bytes.
+ * See docs/planner.md. */
+#ifndef RF_PLAN_H
+#define RF_PLAN_H
+
+#include <stdint.h>
+
+#define RF_PLAN_MAX_DIMS 8
+
+enum rf_shard_mode { RF_SHARD_MODE_EQUAL = 0, RF_SHARD_MODE_RAGGED };
+
+/* One tensor of a unit as the model declares it. Borrowed strings. */
+struct rf_plan_tensor_in {
+  const char *name;
+  int ndim;
+  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t numel;       /* product of shape */
+  int64_t block_elems; /* elements of one block (whole rows times row length); the last block may be shorter */
+  int64_t sub_count;   /* > 1: a fused tensor of sub_count equal sub-tensors along dim 0 (MoE experts) */
+};
+
+struct rf_plan_unit_in {
+  const char *name;
+  int n_tensors;
+  const struct rf_plan_tensor_in *tensors; /* borrowed */
+};
+
+struct rf_plan_options {
+  int world;
+  enum rf_shard_mode mode;
+  int64_t align_elems;      /* every rank's range starts on a multiple of this (equal: S is a multiple) */
+  int max_buffers;          /* split a unit into at most this many buffers (>= 1) */
+  double buffer_cost_elems; /* a buffer beyond the first must save at least this much padding */
+  int allow_sub_padding;    /* fused tensors may take padding between sub-tensors */
+};
+
+/* A tensor's place in a buffer. */
+struct rf_plan_place {
+  int tensor;         /* index into the unit's tensors */
+  int64_t offset;     /* first element in the buffer */
+  int64_t sub_stride; /* elements between consecutive sub-tensors (numel/sub_count when contiguous) */
+};
+
+/* One flat buffer of a unit: one collective. Owns its arrays. */
+struct rf_plan_buffer {
+  int64_t *starts; /* world+1 element offsets: rank r owns [starts[r], starts[r+1]); equal mode: r*S */
+  int64_t shard_elems; /* equal mode: S; ragged mode: the largest range */
+  int64_t total_elems; /* starts[world] */
+  int n_places;
+  struct rf_plan_place *places; /* in increasing offset */
+};
+
+/* The plan of one unit. Owns its buffers. */
+struct rf_plan_unit {
+  int world;
+  enum rf_shard_mode mode;
+  int n_buffers;
+  struct rf_plan_buffer *buffers;
+  int64_t elems;        /* sum of the tensors' numel */
+  int64_t padded_elems; /* sum of the buffers' total_elems */
+  int used_sub_padding; /* 1 if a fused tensor got padding between sub-tensors */
+};
+
+/* Plans one unit. Returns 0, or -1 with rf_error_msg() set (bad input). */
+int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_options *opt,
+                      struct rf_plan_unit *out);
+void rf_plan_unit_free(struct rf_plan_unit *plan);
+
+/* The independent validity checker (separate code from the planner): tensors
+ * inside their buffer, no overlap, no block cut by a rank boundary, ranges in
+ * order covering the buffer, equal shards in equal mode, alignment. Returns 0,
+ * or -1 with rf_error_msg() naming the violated constraint. */
+int rf_plan_unit_check(const struct rf_plan_unit_in *in, const struct rf_plan_unit *plan, int64_t align_elems);
+
+#endif
