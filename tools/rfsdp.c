@@ -1,17 +1,27 @@
-/* The rfsdp command: dispatches to its subcommands. */
+/* The rfsdp command: dispatches to its subcommands (tools/cmd_*.c). */
 #include <stdio.h>
 #include <string.h>
 
+#include "commands.h"
 #include "rfsdp.h"
 
+static int rf_cmd_version(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  printf("rfsdp %s\n", RFSDP_VERSION);
+  return 0;
+}
+
+/* One line per subcommand; each lives in tools/cmd_<name>.c. */
+static const struct rf_command rf_commands[] = {
+    {"version", "print the version", rf_cmd_version},
+};
+static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0]);
+
 static void rf_usage(FILE *out) {
-  fprintf(out,
-          "usage: rfsdp COMMAND [OPTIONS]\n"
-          "\n"
-          "commands:\n"
-          "  version   print the version\n"
-          "\n"
-          "Run 'rfsdp COMMAND --help' for a command's options.\n");
+  fprintf(out, "usage: rfsdp COMMAND [OPTIONS]\n\ncommands:\n");
+  for (int i = 0; i < rf_n_commands; i++) fprintf(out, "  %-10s %s\n", rf_commands[i].name, rf_commands[i].summary);
+  fprintf(out, "\nRun 'rfsdp COMMAND --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -20,14 +30,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
-  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-    printf("rfsdp %s\n", RFSDP_VERSION);
-    return 0;
-  }
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
     rf_usage(stdout);
     return 0;
   }
+  if (strcmp(cmd, "--version") == 0) return rf_cmd_version(argc - 1, argv + 1);
+  for (int i = 0; i < rf_n_commands; i++)
+    if (strcmp(cmd, rf_commands[i].name) == 0) return rf_commands[i].run(argc - 1, argv + 1);
   fprintf(stderr, "rfsdp: unknown command '%s'\n", cmd);
   rf_usage(stderr);
   return 2;
