@@ -97,7 +97,7 @@ lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Iinclude -Isrc src tools tests bench
 	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
-	  $(shell pkg-config --cflags $(PKGS))
+	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
 	rm -rf build build-asan
