@@ -20,7 +20,8 @@ static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0
 
 static void rf_usage(FILE *out) {
   fprintf(out, "usage: rfsdp COMMAND [OPTIONS]\n\ncommands:\n");
-  for (int i = 0; i < rf_n_commands; i++) fprintf(out, "  %-10s %s\n", rf_commands[i].name, rf_commands[i].summary);
+  for (int i = 0; i < rf_n_commands; i++)
+    fprintf(out, "  %-10s %s\n", rf_commands[i].name, rf_commands[i].summary);
   fprintf(out, "\nRun 'rfsdp COMMAND --help' for a command's options.\n");
 }
 

@@ -65,7 +65,7 @@ struct rf_comm_req {
   int *counts; /* owned, world entries, or NULL */
   int *displs; /* owned, world entries, or NULL */
   int capacity;
-  uint64_t bytes;    /* counted into rf_counters_global when started */
+  uint64_t bytes; /* counted into rf_counters_global when started */
 };
 
 void rf_comm_req_init(struct rf_comm_req *req, int world); /* allocates the count arrays once */

@@ -9,7 +9,7 @@ static const struct {
   size_t size;
 } rf_dtype_table[] = {
     [RF_DTYPE_F32] = {"f32", 4}, [RF_DTYPE_BF16] = {"bf16", 2}, [RF_DTYPE_FP8E4M3] = {"fp8e4m3", 1},
-    [RF_DTYPE_U8] = {"u8", 1},   [RF_DTYPE_I32] = {"i32", 4},       [RF_DTYPE_I64] = {"i64", 8},
+    [RF_DTYPE_U8] = {"u8", 1},   [RF_DTYPE_I32] = {"i32", 4},   [RF_DTYPE_I64] = {"i64", 8},
     [RF_DTYPE_F64] = {"f64", 8},
 };
 

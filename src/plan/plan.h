@@ -23,9 +23,10 @@ struct rf_plan_tensor_in {
   const char *name;
   int ndim;
   int64_t shape[RF_PLAN_MAX_DIMS];
-  int64_t numel;       /* product of shape */
-  int64_t block_elems; /* elements of one block (whole rows times row length); the last block may be shorter */
-  int64_t sub_count;   /* > 1: a fused tensor of sub_count equal sub-tensors along dim 0 (MoE experts) */
+  int64_t numel; /* product of shape */
+  int64_t
+      block_elems;   /* elements of one block (whole rows times row length); the last block may be shorter */
+  int64_t sub_count; /* > 1: a fused tensor of sub_count equal sub-tensors along dim 0 (MoE experts) */
 };
 
 struct rf_plan_unit_in {
@@ -52,7 +53,7 @@ struct rf_plan_place {
 
 /* One flat buffer of a unit: one collective. Owns its arrays. */
 struct rf_plan_buffer {
-  int64_t *starts; /* world+1 element offsets: rank r owns [starts[r], starts[r+1]); equal mode: r*S */
+  int64_t *starts;     /* world+1 element offsets: rank r owns [starts[r], starts[r+1]); equal mode: r*S */
   int64_t shard_elems; /* equal mode: S; ragged mode: the largest range */
   int64_t total_elems; /* starts[world] */
   int n_places;
@@ -79,6 +80,7 @@ void rf_plan_unit_free(struct rf_plan_unit *plan);
  * inside their buffer, no overlap, no block cut by a rank boundary, ranges in
  * order covering the buffer, equal shards in equal mode, alignment. Returns 0,
  * or -1 with rf_error_msg() naming the violated constraint. */
-int rf_plan_unit_check(const struct rf_plan_unit_in *in, const struct rf_plan_unit *plan, int64_t align_elems);
+int rf_plan_unit_check(const struct rf_plan_unit_in *in, const struct rf_plan_unit *plan,
+                       int64_t align_elems);
 
 #endif
