@@ -1,0 +1,176 @@
+/* Progress line, JSONL log, loss curve, sgemm peak and memory for `rfsdp train`. */
+#include "train_report.h"
+
+#include <cJSON.h>
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+int rf_train_log_open(struct rf_train_log *log, const char *path, int append) {
+  log->path = path;
+  log->file = fopen(path, append ? "a" : "w");
+  RF_REQUIRE(log->file, "%s: cannot open the log for writing: %s", path, strerror(errno));
+  return 0;
+}
+
+static void rf_train_json_number(FILE *f, const char *key, double v) {
+  if (isfinite(v))
+    fprintf(f, ",\"%s\":%.6g", key, v);
+  else
+    fprintf(f, ",\"%s\":null", key);
+}
+
+void rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec) {
+  FILE *f = log->file;
+  fprintf(f, "{\"step\":%d", rec->step);
+  rf_train_json_number(f, "loss", rec->loss);
+  rf_train_json_number(f, "lr", rec->lr);
+  rf_train_json_number(f, "grad_norm", rec->grad_norm);
+  rf_train_json_number(f, "ms", rec->ms);
+  rf_train_json_number(f, "tok_s", rec->tok_s);
+  rf_train_json_number(f, "mfu", rec->mfu);
+  rf_train_json_number(f, "rss_mb", rec->rss_mb);
+  fprintf(f,
+          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
+          "\"padding_bytes\":%llu,\"allocs\":%llu,\"skipped\":%d",
+          (unsigned long long)rec->gather_bytes, (unsigned long long)rec->reduce_bytes,
+          (unsigned long long)rec->copy_bytes, (unsigned long long)rec->cast_bytes,
+          (unsigned long long)rec->padding_bytes, (unsigned long long)rec->allocs, rec->skipped);
+  if (!isnan(rec->val_loss)) rf_train_json_number(f, "val_loss", rec->val_loss);
+  fputs("}\n", f);
+  fflush(f);
+}
+
+void rf_train_log_close(struct rf_train_log *log) {
+  if (log->file) fclose(log->file);
+  log->file = NULL;
+}
+
+void rf_train_print(const struct rf_train_record *rec, int total_steps) {
+  char val[32] = "";
+  if (!isnan(rec->val_loss)) snprintf(val, sizeof val, " val %.4f", rec->val_loss);
+  printf(
+      "step %5d/%d | loss %.4f%s | norm %7.4f | lr %.2e | %7.1f ms | %8.0f tok/s | mfu %5.1f%% | %6.0f "
+      "MiB%s\n",
+      rec->step, total_steps, rec->loss, val, rec->grad_norm, rec->lr, rec->ms, rec->tok_s, 100.0 * rec->mfu,
+      rec->rss_mb, rec->skipped ? " | skipped (non-finite gradients)" : "");
+  fflush(stdout);
+}
+
+int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title) {
+  /* gnuplot reads a two- or three-column table made from the log. */
+  char table[4096];
+  snprintf(table, sizeof table, "%s.dat", png_path);
+  FILE *in = fopen(jsonl_path, "r");
+  RF_REQUIRE(in, "%s: cannot read the log: %s", jsonl_path, strerror(errno));
+  FILE *out = fopen(table, "w");
+  if (!out) {
+    fclose(in);
+    RF_FAIL("%s: cannot write: %s", table, strerror(errno));
+  }
+  char line[4096];
+  int rows = 0;
+  while (fgets(line, sizeof line, in)) {
+    cJSON *obj = cJSON_Parse(line);
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(obj, "step");
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(obj, "loss");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(obj, "val_loss");
+    if (cJSON_IsNumber(step) && cJSON_IsNumber(loss)) {
+      fprintf(out, "%d %.6g ", step->valueint, loss->valuedouble);
+      if (cJSON_IsNumber(val))
+        fprintf(out, "%.6g\n", val->valuedouble);
+      else
+        fputs("NaN\n", out);
+      rows++;
+    }
+    cJSON_Delete(obj);
+  }
+  fclose(in);
+  fclose(out);
+  RF_REQUIRE(rows > 0, "%s: no steps to plot", jsonl_path);
+  char cmd[12288];
+  snprintf(cmd, sizeof cmd,
+           "gnuplot -e \"set terminal png size 900,540; set output '%s'; set title '%s'; set xlabel 'step';"
+           " set ylabel 'loss (nats per token)'; set grid; set key top right;"
+           " plot '%s' using 1:2 with lines lw 2 title 'train', '' using 1:3 with linespoints pt 7 title "
+           "'validation'\""
+           " 2>/dev/null",
+           png_path, title, table);
+  int rc = system(cmd);
+  unlink(table);
+  RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
+  return 0;
+}
+
+static double rf_train_measure_sgemm(int threads) {
+  const int n = 1536;
+  float *a = rf_xaligned(64, sizeof(float) * n * n), *b = rf_xaligned(64, sizeof(float) * n * n);
+  float *c = rf_xaligned(64, sizeof(float) * n * n);
+  for (int i = 0; i < n * n; i++) {
+    a[i] = (float)((i % 97) - 48) / 64.0f;
+    b[i] = (float)((i % 89) - 44) / 64.0f;
+  }
+  openblas_set_num_threads(threads);
+  double best = 0.0;
+  for (int rep = 0; rep < 6; rep++) {
+    uint64_t t0 = rf_time_ns();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double s = (double)(rf_time_ns() - t0) * 1e-9;
+    double gflops = 2.0 * n * n * (double)n / s * 1e-9;
+    if (rep > 0 && gflops > best) best = gflops; /* first run warms up */
+  }
+  free(a);
+  free(b);
+  free(c);
+  return best;
+}
+
+double rf_train_sgemm_peak(int threads) {
+  char dir[2048], path[2200];
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg)
+    snprintf(dir, sizeof dir, "%s/rfsdp", xdg);
+  else
+    snprintf(dir, sizeof dir, "%s/.cache/rfsdp", home ? home : "/tmp");
+  snprintf(path, sizeof path, "%s/sgemm-peak-%d", dir, threads);
+  FILE *f = fopen(path, "r");
+  double peak = 0.0;
+  if (f) {
+    if (fscanf(f, "%lf", &peak) != 1) peak = 0.0;
+    fclose(f);
+    if (peak > 0.0) return peak;
+  }
+  peak = rf_train_measure_sgemm(threads);
+  char parent[2100];
+  snprintf(parent, sizeof parent, "%s/.cache", home ? home : "/tmp");
+  mkdir(parent, 0755);
+  mkdir(dir, 0755);
+  f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%.1f\n", peak);
+    fclose(f);
+  }
+  return peak;
+}
+
+static double rf_train_status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return NAN;
+  char line[256];
+  double kb = NAN;
+  size_t n = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0) kb = atof(line + n);
+  fclose(f);
+  return kb;
+}
+
+double rf_train_rss_mb(void) { return rf_train_status_kb("VmRSS:") / 1024.0; }
+
+double rf_train_peak_rss_mb(void) { return rf_train_status_kb("VmHWM:") / 1024.0; }

@@ -1,0 +1,45 @@
+/* What `rfsdp train` reports: the progress line on rank 0, the JSONL log (one
+ * object per step), the loss curve drawn by gnuplot, the machine's sgemm peak
+ * for MFU (measured once and cached) and the process's memory. */
+#ifndef RF_TOOLS_TRAIN_REPORT_H
+#define RF_TOOLS_TRAIN_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* One training step as reported. val_loss is NAN when not evaluated. */
+struct rf_train_record {
+  int step;
+  double loss, val_loss, lr, grad_norm, ms, tok_s, mfu, rss_mb;
+  uint64_t gather_bytes, reduce_bytes, copy_bytes, cast_bytes, padding_bytes, allocs;
+  int skipped; /* 1 when the step was skipped (non-finite gradients on some rank) */
+};
+
+/* Owns the FILE. */
+struct rf_train_log {
+  FILE *file;
+  const char *path; /* borrowed */
+};
+
+/* Opens (truncates, or appends when `append`) the JSONL log. -1 with a message on failure. */
+int rf_train_log_open(struct rf_train_log *log, const char *path, int append);
+void rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
+void rf_train_log_close(struct rf_train_log *log);
+
+/* The progress line (stdout). */
+void rf_train_print(const struct rf_train_record *rec, int total_steps);
+
+/* Draws loss (and val_loss) against step from a JSONL log into a PNG with
+ * gnuplot. -1 with a message when gnuplot fails. */
+int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title);
+
+/* sgemm GFLOP/s of this machine with `threads` BLAS threads: read from the cache
+ * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/sgemm-peak-<threads>, else measured
+ * (a few seconds) and cached. */
+double rf_train_sgemm_peak(int threads);
+
+/* Resident set size of this process now and its peak, in MiB (from /proc). */
+double rf_train_rss_mb(void);
+double rf_train_peak_rss_mb(void);
+
+#endif
