@@ -49,6 +49,8 @@ struct rf_plan_place {
   int tensor;         /* index into the unit's tensors */
   int64_t offset;     /* first element in the buffer */
   int64_t sub_stride; /* elements between consecutive sub-tensors (numel/sub_count when contiguous) */
+  int64_t sub_first;  /* first sub-tensor held here: 0 unless sub-padding split the tensor */
+  int64_t sub_n;      /* sub-tensors held here: sub_count (1 when not fused) unless split */
 };
 
 /* One flat buffer of a unit: one collective. Owns its arrays. */
@@ -66,9 +68,12 @@ struct rf_plan_unit {
   enum rf_shard_mode mode;
   int n_buffers;
   struct rf_plan_buffer *buffers;
-  int64_t elems;        /* sum of the tensors' numel */
-  int64_t padded_elems; /* sum of the buffers' total_elems */
-  int used_sub_padding; /* 1 if a fused tensor got padding between sub-tensors */
+  int64_t elems;              /* sum of the tensors' numel */
+  int64_t padded_elems;       /* sum of the buffers' total_elems */
+  int used_sub_padding;       /* 1 if a fused tensor got padding between sub-tensors */
+  int64_t bound_padded_elems; /* equal mode: world * the one-buffer lower bound on S; ragged: elems */
+  int64_t max_shard_elems;    /* sum over buffers of the largest rank range (a rank's memory) */
+  double imbalance;           /* ragged: largest range over the mean; equal: 1 */
 };
 
 /* Plans one unit. Returns 0, or -1 with rf_error_msg() set (bad input). */
@@ -82,5 +87,47 @@ void rf_plan_unit_free(struct rf_plan_unit *plan);
  * or -1 with rf_error_msg() naming the violated constraint. */
 int rf_plan_unit_check(const struct rf_plan_unit_in *in, const struct rf_plan_unit *plan,
                        int64_t align_elems);
+
+/* ---- the one-buffer core (used by rf_plan_unit_make, exposed for tests) ---- */
+
+/* One thing the one-buffer planner places: a tensor, or a run of sub-tensors of a
+ * fused tensor when sub-padding splits it. block_elems is at most numel. */
+struct rf_plan_item {
+  int64_t numel;
+  int64_t block_elems;
+  int tensor;    /* index into the unit's tensors */
+  int64_t sub;   /* first sub-tensor */
+  int64_t sub_n; /* sub-tensors in this item */
+};
+
+/* Earliest legal placement of items in this order in a buffer of world*S
+ * elements: returns 1 and fills offsets[n] (may be NULL) if it fits, else 0.
+ * For a fixed order and S it is optimal: if any placement fits, this one does. */
+int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_t shard, int64_t *offsets);
+
+/* The smallest S >= from (a multiple of align) that passes the necessary
+ * conditions: S >= every block, and S a multiple of the block of every item
+ * longer than 2S (such an item holds two boundaries, so S must be a whole number
+ * of its blocks). From ceil(N/W) this is the one-buffer lower bound. */
+int64_t rf_plan_next_candidate(const struct rf_plan_item *items, int n, int64_t align, int64_t from);
+int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, int64_t align);
+
+/* The smallest S (a multiple of align) for which the items fit in this order
+ * (exact: every S from the lower bound up is tried, skipping only candidates
+ * that fail the necessary conditions). Fills offsets[n] if not NULL. */
+int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                int64_t *offsets);
+
+/* The orders the planner tries (model order, by block size, by size
+ * descending, by size ascending; duplicates removed). Writes n_orders*n indices
+ * into perm (capacity RF_PLAN_MAX_ORDERS*n); returns n_orders. */
+#define RF_PLAN_MAX_ORDERS 4
+int rf_plan_orders(const struct rf_plan_item *items, int n, int *perm);
+
+/* Ragged split of contiguous items (offsets given, sum = total): rank ranges cut
+ * only at block boundaries that are multiples of align (or at the end),
+ * minimising the largest range. Fills starts[world+1]; returns the largest range. */
+int64_t rf_plan_ragged_split(const struct rf_plan_item *items, const int64_t *offsets, int n, int world,
+                             int64_t align, int64_t *starts);
 
 #endif
