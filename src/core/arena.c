@@ -17,7 +17,9 @@ void rf_arena_free(struct rf_arena *arena) {
 
 void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align) {
   RF_ASSERT(align > 0 && (align & (align - 1)) == 0);
-  size_t start = (arena->used + align - 1) & ~(align - 1);
+  /* align the address, not the offset: the slab itself is only 64-byte aligned */
+  uintptr_t base = (uintptr_t)arena->base;
+  size_t start = (size_t)(((base + arena->used + align - 1) & ~(uintptr_t)(align - 1)) - base);
   if (start + bytes > arena->capacity)
     RF_DIE("arena of %zu bytes exhausted: %zu used, %zu requested", arena->capacity, arena->used, bytes);
   arena->used = start + bytes;

@@ -1,0 +1,215 @@
+/* rf-test: timeout=30
+ * src/core: the arena (alignment, zero-fill, mark/release, peak, counts; running
+ * out is fatal, checked in a forked child), error recording and propagation,
+ * gcd/lcm against brute force, dtype names, counters. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "rf_test.h"
+
+/* ---- fatal paths run in a child ------------------------------------------ */
+
+/* Runs fn in a forked child with stderr captured; returns the exit status
+ * (-1 if it did not exit normally) and the child's stderr in `err`. */
+static int run_in_child(void (*fn)(void), char *err, size_t cap) {
+  int fds[2];
+  RF_ASSERT(pipe(fds) == 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  RF_ASSERT(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    fn();
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t got;
+  while (n + 1 < cap && (got = read(fds[0], err + n, cap - 1 - n)) > 0) n += (size_t)got;
+  err[n] = '\0';
+  close(fds[0]);
+  int status = 0;
+  RF_ASSERT(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void exhaust_arena(void) {
+  struct rf_arena a;
+  rf_arena_init(&a, 1024);
+  rf_arena_alloc(&a, 1000, 8);
+  rf_arena_alloc(&a, 100, 8); /* dies */
+}
+
+static void failing_assert(void) {
+  int x = 1;
+  RF_ASSERT(x == 2);
+}
+
+static void check_fatal(void) {
+  char err[4096];
+  int rc = run_in_child(exhaust_arena, err, sizeof err);
+  RF_CHECK(rc == 1, "arena exhaustion exits with 1, got %d", rc);
+  RF_CHECK(strstr(err, "arena.c:") && strstr(err, "exhausted"), "arena exhaustion message: %s", err);
+  rc = run_in_child(failing_assert, err, sizeof err);
+  RF_CHECK(rc == 1, "RF_ASSERT exits with 1, got %d", rc);
+  RF_CHECK(strstr(err, "test_core.c:") && strstr(err, "x == 2"),
+           "assert message names file and condition: %s", err);
+}
+
+/* ---- arena ------------------------------------------------------------- */
+
+static void check_arena(void) {
+  struct rf_arena a;
+  uint64_t allocs0 = rf_counters_global.allocations;
+  rf_arena_init(&a, 4096);
+  RF_CHECK(((uintptr_t)a.base & 63) == 0, "slab is 64-byte aligned");
+  size_t aligns[] = {1, 2, 8, 16, 64, 256};
+  for (int i = 0; i < 6; i++) {
+    uint8_t *p = rf_arena_alloc(&a, 3 + (size_t)i, aligns[i]);
+    RF_CHECK(((uintptr_t)p % aligns[i]) == 0, "alignment %zu", aligns[i]);
+    RF_CHECK(p >= a.base && p + 3 + i <= a.base + a.used, "inside the used part");
+  }
+  RF_CHECK(a.allocs == 6, "allocs %zu", a.allocs);
+  size_t mark = rf_arena_mark(&a);
+  uint8_t *p = rf_arena_alloc(&a, 1000, 16);
+  memset(p, 0xff, 1000);
+  size_t peak = a.peak;
+  RF_CHECK(peak == a.used && peak >= mark + 1000, "peak follows used");
+  rf_arena_release(&a, mark);
+  RF_CHECK(a.used == mark && a.peak == peak, "release gives back, peak stays");
+  uint8_t *q = rf_arena_alloc(&a, 1000, 16);
+  int nonzero = 0;
+  for (int i = 0; i < 1000; i++) nonzero += q[i] != 0;
+  RF_CHECK(q == p && nonzero == 0, "reused memory is zero-filled (%d non-zero bytes)", nonzero);
+  rf_arena_alloc(&a, 4096 - a.used, 1); /* exactly full is fine */
+  RF_CHECK(a.used == 4096 && a.peak == 4096, "filled to capacity");
+  rf_arena_reset(&a);
+  RF_CHECK(a.used == 0 && a.allocs == 9, "reset");
+  RF_CHECK(rf_counters_global.allocations - allocs0 == 10, "slab + 9 arena allocations counted, got %llu",
+           (unsigned long long)(rf_counters_global.allocations - allocs0));
+  rf_arena_free(&a);
+}
+
+/* ---- errors --------------------------------------------------------------- */
+
+enum { FAIL_LINE = __LINE__ + 4 }; /* the line of the RF_FAIL below */
+
+static int fails_with(int value) {
+  RF_REQUIRE(value < 10, "value %d is too large", value);
+  if (value < 0) RF_FAIL("value %d is negative", value);
+  return 0;
+}
+
+static int propagates(int value, int *reached) {
+  RF_TRY(fails_with(value));
+  *reached = 1;
+  return 0;
+}
+
+static void check_errors(void) {
+  rf_error_clear();
+  RF_CHECK(strcmp(rf_error_msg(), "") == 0, "cleared");
+  int reached = 0;
+  RF_CHECK(propagates(3, &reached) == 0 && reached == 1, "success passes through RF_TRY");
+  reached = 0;
+  RF_CHECK(propagates(-4, &reached) == -1 && reached == 0, "RF_TRY stops at the failure");
+  char want[64];
+  snprintf(want, sizeof want, "test_core.c:%d: value -4 is negative", (int)FAIL_LINE);
+  RF_CHECK(strstr(rf_error_msg(), want) != NULL, "RF_FAIL message '%s', expected '%s'", rf_error_msg(), want);
+  RF_CHECK(fails_with(12) == -1 && strstr(rf_error_msg(), "value 12 is too large"), "RF_REQUIRE: %s",
+           rf_error_msg());
+}
+
+/* ---- gcd, lcm ------------------------------------------------------------ */
+
+static int64_t brute_gcd(int64_t a, int64_t b) {
+  a = a < 0 ? -a : a;
+  b = b < 0 ? -b : b;
+  if (a == 0) return b;
+  if (b == 0) return a;
+  for (int64_t d = a < b ? a : b; d >= 1; d--)
+    if (a % d == 0 && b % d == 0) return d;
+  return 1;
+}
+
+static void check_gcd_lcm(void) {
+  int bad = 0;
+  for (int64_t a = -30; a <= 60; a++)
+    for (int64_t b = -30; b <= 60; b++) bad += rf_gcd_i64(a, b) != brute_gcd(a, b);
+  RF_CHECK(bad == 0, "gcd: %d mismatches", bad);
+  bad = 0;
+  for (int64_t a = 1; a <= 60; a++)
+    for (int64_t b = 1; b <= 60; b++) {
+      int64_t l = a; /* smallest multiple of a that b divides */
+      while (l % b != 0) l += a;
+      for (int64_t cap = 1; cap <= 4000; cap = cap * 3 + 1) {
+        int64_t want = l <= cap ? l : -1;
+        bad += rf_lcm_i64_capped(a, b, cap) != want;
+      }
+      bad += rf_lcm_i64_capped(a, b, l) != l || rf_lcm_i64_capped(a, b, l - 1) != -1;
+    }
+  RF_CHECK(bad == 0, "lcm: %d mismatches", bad);
+  /* products that overflow int64 are refused, not wrapped */
+  int64_t p = 1099511627791LL; /* a prime near 2^40 */
+  RF_CHECK(rf_lcm_i64_capped(p, p - 2, INT64_MAX) == -1, "overflowing lcm is -1");
+  RF_CHECK(rf_lcm_i64_capped(p, 2 * p, INT64_MAX) == 2 * p, "lcm of a multiple");
+}
+
+/* ---- dtypes, counters ----------------------------------------------------- */
+
+static void check_dtype_parse(void) {
+  const char *names[] = {"f32", "bf16", "fp8e4m3", "u8", "i32", "i64", "f64"};
+  const size_t sizes[] = {4, 2, 1, 1, 4, 8, 8};
+  for (int i = 0; i < 7; i++) {
+    enum rf_dtype d = (enum rf_dtype) - 1;
+    RF_CHECK(rf_dtype_parse(names[i], &d) == 0 && (int)d == i, "parse %s", names[i]);
+    RF_CHECK(strcmp(rf_dtype_name(d), names[i]) == 0, "name of %s", names[i]);
+    RF_CHECK(rf_dtype_size(d) == sizes[i], "size of %s", names[i]);
+  }
+  enum rf_dtype d = RF_DTYPE_F32;
+  RF_CHECK(rf_dtype_parse("f16", &d) == -1 && d == RF_DTYPE_F32, "unknown name rejected");
+  RF_CHECK(rf_dtype_parse("", &d) == -1 && rf_dtype_parse("F32x", &d) == -1, "empty and near names rejected");
+}
+
+static void check_counters(void) {
+  struct rf_counters before = rf_counters_global;
+  rf_counters_global.bytes_gathered += 10;
+  rf_counters_global.bytes_reduced += 20;
+  rf_counters_global.bytes_alltoall += 30;
+  rf_counters_global.bytes_copied += 40;
+  rf_counters_global.bytes_cast += 50;
+  rf_counters_global.bytes_padding += 60;
+  rf_counters_global.collectives += 7;
+  rf_counters_global.comm_wait_ns += 80;
+  free(rf_xmalloc(16));
+  free(rf_xcalloc(2, 8));
+  free(rf_xaligned(64, 100));
+  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  RF_CHECK(d.bytes_gathered == 10 && d.bytes_reduced == 20 && d.bytes_alltoall == 30 &&
+               d.bytes_copied == 40 && d.bytes_cast == 50 && d.bytes_padding == 60 && d.collectives == 7 &&
+               d.comm_wait_ns == 80,
+           "diff of every byte field");
+  RF_CHECK(d.allocations == 3, "three checked allocations counted, got %llu",
+           (unsigned long long)d.allocations);
+  rf_counters_reset();
+  RF_CHECK(rf_counters_global.collectives == 0 && rf_counters_global.allocations == 0, "reset");
+  uint64_t t0 = rf_time_ns();
+  usleep(2000);
+  uint64_t dt = rf_time_ns() - t0;
+  RF_CHECK(dt >= 2000000 && dt < 1000000000, "monotonic clock %llu ns", (unsigned long long)dt);
+}
+
+int main(void) {
+  check_fatal();
+  check_arena();
+  check_errors();
+  check_gcd_lcm();
+  check_dtype_parse();
+  check_counters();
+  return rf_test_finish("test_core");
+}
