@@ -15,6 +15,16 @@
 #include "ckpt/ckpt.h"
 #include "rf_test.h"
 
+/* fopen or stop the test (abort: a broken test environment, not a failed check). */
+static FILE *xfopen(const char *path, const char *mode) {
+  FILE *f = fopen(path, mode);
+  if (!f) {
+    perror(path);
+    abort();
+  }
+  return f;
+}
+
 #define N_TENSORS 6
 #define CHUNK 256
 
@@ -230,8 +240,8 @@ static void fresh_copy(const char *good, const char *bad) {
 }
 
 static void patch(const char *path, long offset, uint8_t xor_with) {
-  FILE *f = fopen(path, "r+b");
-  RF_ASSERT(f && fseek(f, offset, SEEK_SET) == 0);
+  FILE *f = xfopen(path, "r+b");
+  RF_ASSERT(fseek(f, offset, SEEK_SET) == 0);
   int c = fgetc(f);
   RF_ASSERT(c != EOF && fseek(f, offset, SEEK_SET) == 0);
   fputc(c ^ xor_with, f);
@@ -243,10 +253,10 @@ static void replace_in_file(const char *path, const char *from, const char *to) 
   size_t n;
   RF_ASSERT(rf_file_read_all(path, &buf, &n) == 0);
   char *at = strstr(buf, from);
-  RF_ASSERT(at && strlen(from) == strlen(to));
+  if (!at || strlen(from) != strlen(to)) abort();
   memcpy(at, to, strlen(to));
-  FILE *f = fopen(path, "wb");
-  RF_ASSERT(f && fwrite(buf, 1, n, f) == n);
+  FILE *f = xfopen(path, "wb");
+  RF_ASSERT(fwrite(buf, 1, n, f) == n);
   fclose(f);
   free(buf);
 }

@@ -58,7 +58,7 @@ void rf_ckpt_json_add_tensor_head(cJSON *obj, const char *name, enum rf_dtype dt
 
 int rf_ckpt_json_range(const cJSON *obj, const char *file, const struct rf_ckpt_tensor *t,
                        int64_t chunk_bytes, struct rf_ckpt_range *r) {
-  int64_t offset;
+  int64_t offset = 0;
   RF_TRY(rf_ckpt_json_i64(obj, "begin", 0, t->numel, file, &r->begin));
   RF_TRY(rf_ckpt_json_i64(obj, "end", r->begin, t->numel, file, &r->end));
   RF_TRY(rf_ckpt_json_i64(obj, "offset", 0, INT64_C(1) << 53, file, &offset));
@@ -72,9 +72,10 @@ int rf_ckpt_json_range(const cJSON *obj, const char *file, const struct rf_ckpt_
   r->xxh3 = rf_xmalloc((size_t)(r->n_chunks ? r->n_chunks : 1) * sizeof *r->xxh3);
   int64_t c = 0;
   for (const cJSON *v = sums->child; v; v = v->next, c++) {
+    const char *hex = cJSON_IsString(v) ? v->valuestring : "";
     char *endp = NULL;
-    if (cJSON_IsString(v)) r->xxh3[c] = strtoull(v->valuestring, &endp, 16);
-    if (!cJSON_IsString(v) || strlen(v->valuestring) != 16 || *endp != '\0') {
+    r->xxh3[c] = strtoull(hex, &endp, 16);
+    if (strlen(hex) != 16 || endp != hex + 16) {
       free(r->xxh3);
       r->xxh3 = NULL;
       RF_FAIL("%s: tensor '%s': checksum %" PRId64 " is not 16 hex digits", file, t->name, c);

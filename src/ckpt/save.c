@@ -72,8 +72,8 @@ static int rf_ckpt_write_data(const struct rf_ckpt_save_args *a, int64_t chunk, 
   rf_ckpt_rank_path(path, sizeof path, a->dir, a->rank, "bin");
   struct rf_file_writer w;
   RF_TRY(rf_file_writer_open(&w, path));
-  static const uint8_t
-      zeros[RF_CKPT_ALIGN > RF_CKPT_RANK_HEADER_BYTES ? RF_CKPT_ALIGN : RF_CKPT_RANK_HEADER_BYTES];
+  _Static_assert(RF_CKPT_ALIGN <= RF_CKPT_RANK_HEADER_BYTES, "padding is written from the header's zeros");
+  static const uint8_t zeros[RF_CKPT_RANK_HEADER_BYTES];
   int rc = rf_file_writer_write(&w, zeros, RF_CKPT_RANK_HEADER_BYTES);
   for (int i = 0; i < a->n_pieces && rc == 0; i++) {
     const struct rf_ckpt_piece *p = &a->pieces[i];
@@ -94,7 +94,7 @@ static int rf_ckpt_write_data(const struct rf_ckpt_save_args *a, int64_t chunk, 
   }
   if (rc == 0) {
     uint8_t h[RF_CKPT_RANK_HEADER_BYTES] = {0};
-    memcpy(h, RF_CKPT_RANK_MAGIC, 8);
+    for (int k = 0; k < 8; k++) h[k] = (uint8_t)RF_CKPT_RANK_MAGIC[k];
     rf_put_le32(h + 8, RF_CKPT_VERSION);
     rf_put_le32(h + 12, (uint32_t)a->rank);
     rf_put_le32(h + 16, (uint32_t)a->world);
@@ -113,7 +113,7 @@ static int rf_ckpt_write_data(const struct rf_ckpt_save_args *a, int64_t chunk, 
 /* Prints `json` and writes it atomically to `path`; *hash: XXH3 of the bytes. */
 static int rf_ckpt_write_json(const char *path, cJSON *json, uint64_t *hash) {
   char *text = cJSON_Print(json);
-  if (!text) RF_DIE("out of memory printing %s", path);
+  if (!text) RF_FAIL("%s: out of memory printing the JSON", path);
   size_t n = strlen(text);
   if (hash) *hash = XXH3_64bits(text, n);
   int rc = rf_file_write_all(path, text, n);

@@ -125,7 +125,7 @@ int rf_token_writer_open(struct rf_token_writer *w, const char *path, int64_t vo
 
 int rf_token_writer_append(struct rf_token_writer *w, const int32_t *tokens, size_t n) {
   uint8_t buf[8192];
-  size_t per = sizeof buf / (size_t)w->token_bytes;
+  size_t per = w->token_bytes == 2 ? sizeof buf / 2 : sizeof buf / 4;
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per;
     for (size_t j = 0; j < m; j++) {
