@@ -204,21 +204,26 @@ const struct rf_ckpt_tensor *rf_ckpt_find(const struct rf_ckpt *ck, const char *
   return NULL;
 }
 
-/* Reads chunk c of range r into ck->chunk_buf and verifies it; returns its length. */
-static int rf_ckpt_read_chunk(struct rf_ckpt *ck, const struct rf_ckpt_tensor *t,
-                              const struct rf_ckpt_range *r, int64_t c, int64_t *len) {
+/* The length of chunk c of range r. */
+static int64_t rf_ckpt_chunk_len(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t,
+                                 const struct rf_ckpt_range *r, int64_t c) {
   int64_t range_bytes = (r->end - r->begin) * (int64_t)rf_dtype_size(t->dtype);
-  int64_t c0 = c * ck->chunk_bytes;
-  *len = rf_min_i64(ck->chunk_bytes, range_bytes - c0);
+  return rf_min_i64(ck->chunk_bytes, range_bytes - c * ck->chunk_bytes);
+}
+
+/* Reads chunk c of range r into `buf` (its length: rf_ckpt_chunk_len) and verifies it. */
+static int rf_ckpt_read_chunk(struct rf_ckpt *ck, const struct rf_ckpt_tensor *t,
+                              const struct rf_ckpt_range *r, int64_t c, uint8_t *buf) {
+  int64_t len = rf_ckpt_chunk_len(ck, t, r, c);
   char path[RF_FILE_PATH_MAX];
   rf_ckpt_rank_path(path, sizeof path, ck->dir, r->rank, "bin");
-  uint64_t at = r->offset + (uint64_t)c0;
-  RF_TRY(rf_file_pread_all(ck->fds[r->rank], ck->chunk_buf, (size_t)*len, at, path));
-  ck->bytes_read += (uint64_t)*len;
-  if (XXH3_64bits(ck->chunk_buf, (size_t)*len) != r->xxh3[c])
+  uint64_t at = r->offset + (uint64_t)(c * ck->chunk_bytes);
+  RF_TRY(rf_file_pread_all(ck->fds[r->rank], buf, (size_t)len, at, path));
+  ck->bytes_read += (uint64_t)len;
+  if (XXH3_64bits(buf, (size_t)len) != r->xxh3[c])
     RF_FAIL("%s: checksum mismatch in tensor '%s' (file bytes [%" PRIu64 ", %" PRIu64
             ")): the file is corrupted",
-            path, t->name, at, at + (uint64_t)*len);
+            path, t->name, at, at + (uint64_t)len);
   return 0;
 }
 
@@ -255,10 +260,15 @@ int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int 
     if (ob >= oe) continue;
     int64_t rel0 = (ob - r->begin) * es, rel1 = (oe - r->begin) * es; /* bytes within the range */
     for (int64_t c = rel0 / ck->chunk_bytes; c * ck->chunk_bytes < rel1; c++) {
-      int64_t len, c0 = c * ck->chunk_bytes;
-      RF_TRY(rf_ckpt_read_chunk(ck, t, r, c, &len));
+      int64_t c0 = c * ck->chunk_bytes, len = rf_ckpt_chunk_len(ck, t, r, c);
       int64_t from = rf_max_i64(c0, rel0), to = rf_min_i64(c0 + len, rel1);
-      memcpy(dst + (ob - begin) * es + (from - rel0), ck->chunk_buf + (from - c0), (size_t)(to - from));
+      uint8_t *at = dst + (ob - begin) * es + (from - rel0);
+      if (from == c0 && to == c0 + len) { /* a whole chunk: straight into the output */
+        RF_TRY(rf_ckpt_read_chunk(ck, t, r, c, at));
+      } else {
+        RF_TRY(rf_ckpt_read_chunk(ck, t, r, c, ck->chunk_buf));
+        memcpy(at, ck->chunk_buf + (from - c0), (size_t)(to - from));
+      }
     }
   }
   return 0;
@@ -267,9 +277,7 @@ int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int 
 int rf_ckpt_verify(struct rf_ckpt *ck) {
   for (int i = 0; i < ck->n_tensors; i++)
     for (int k = 0; k < ck->tensors[i].n_ranges; k++)
-      for (int64_t c = 0; c < ck->tensors[i].ranges[k].n_chunks; c++) {
-        int64_t len;
-        RF_TRY(rf_ckpt_read_chunk(ck, &ck->tensors[i], &ck->tensors[i].ranges[k], c, &len));
-      }
+      for (int64_t c = 0; c < ck->tensors[i].ranges[k].n_chunks; c++)
+        RF_TRY(rf_ckpt_read_chunk(ck, &ck->tensors[i], &ck->tensors[i].ranges[k], c, ck->chunk_buf));
   return 0;
 }
