@@ -84,7 +84,7 @@ int rf_token_file_open(struct rf_token_file *f, const char *path) {
     RF_FAIL("%s: truncated token file: %zu bytes, shorter than the %d-byte header", path, bytes,
             RF_TOKEN_FILE_HEADER_BYTES);
   }
-  void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   int err = errno;
   close(fd);
   if (map == MAP_FAILED) RF_FAIL("%s: cannot map token file: %s", path, strerror(err));
