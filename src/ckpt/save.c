@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -141,6 +142,12 @@ int rf_ckpt_save_rank(const struct rf_ckpt_save_args *a) {
   for (int i = 0; i < a->n_pieces; i++) RF_TRY(rf_ckpt_check_piece(a, i));
   RF_TRY(rf_ckpt_make_dir(a->dir));
   RF_TRY(rf_ckpt_refuse_complete(a->dir));
+  /* an index left by an earlier attempt must not stand for this one if this rank
+   * dies before writing its new index */
+  char index_path[RF_FILE_PATH_MAX];
+  rf_ckpt_rank_path(index_path, sizeof index_path, a->dir, a->rank, "json");
+  if (unlink(index_path) != 0 && errno != ENOENT)
+    RF_FAIL("%s: cannot remove the index of an earlier attempt: %s", index_path, strerror(errno));
 
   struct rf_ckpt_range *ranges = rf_xcalloc((size_t)(a->n_pieces ? a->n_pieces : 1), sizeof *ranges);
   uint64_t file_bytes = 0;
@@ -158,9 +165,7 @@ int rf_ckpt_save_rank(const struct rf_ckpt_save_args *a) {
       rf_ckpt_json_add_range(o, &ranges[i]);
       cJSON_AddItemToArray(pieces, o);
     }
-    char path[RF_FILE_PATH_MAX];
-    rf_ckpt_rank_path(path, sizeof path, a->dir, a->rank, "json");
-    rc = rf_ckpt_write_json(path, idx, NULL);
+    rc = rf_ckpt_write_json(index_path, idx, NULL);
     cJSON_Delete(idx);
   }
   for (int i = 0; i < a->n_pieces; i++) free(ranges[i].xxh3);
@@ -345,7 +350,11 @@ int rf_ckpt_save_finish(const char *dir, int world, int64_t step, const char *ex
   snprintf(marker_path, sizeof marker_path, "%s/%s", dir, RF_CKPT_MARKER);
   rc = rf_ckpt_write_json(marker_path, marker, NULL);
   cJSON_Delete(marker);
-  return rc;
+  RF_TRY(rc);
+  /* the directory's own entry, for a directory created by this save */
+  char parent[RF_FILE_PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", dir);
+  return rf_file_fsync_dir(dirname(parent));
 }
 
 int rf_ckpt_save(const struct rf_ckpt_save_args *a) {
