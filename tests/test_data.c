@@ -232,7 +232,8 @@ static void test_prepare(void) {
   const double fractions[] = {0.0, 0.25, 0.5};
   for (int k = 0; k < 3; k++) {
     struct rf_data_prepare_stats st;
-    RF_CHECK(rf_data_prepare(input, prefix, fractions[k], 0, &st) == 0, "prepare: %s", rf_error_msg());
+    struct rf_data_prepare_options opt = {.val_fraction = fractions[k]};
+    RF_CHECK(rf_data_prepare(input, prefix, &opt, &st) == 0, "prepare: %s", rf_error_msg());
     struct rf_token_file tr, va;
     RF_ASSERT(rf_token_file_open(&tr, train_path) == 0 && rf_token_file_open(&va, val_path) == 0);
     RF_CHECK(tr.n_tokens + va.n_tokens == BYTES && st.input_bytes == BYTES, "every byte is a token");
@@ -249,17 +250,26 @@ static void test_prepare(void) {
              (long long)wrong);
     RF_CHECK(n_val_chunks == (int64_t)(11 * fractions[k]), "fraction %g: %lld of 11 chunks are validation",
              fractions[k], (long long)n_val_chunks);
+    struct rf_tokenizer tok;
+    char tok_path[160];
+    snprintf(tok_path, sizeof tok_path, "%s.tokenizer.json", prefix);
+    RF_CHECK(rf_tokenizer_load(&tok, tok_path) == 0 && tok.kind == RF_TOKENIZER_KIND_BYTE &&
+                 rf_token_file_check_tokenizer(&tr, &tok, tok_path) == 0 &&
+                 tr.tokenizer_xxh3 == tok.file_xxh3,
+             "the byte tokenizer file matches the token files: %s", rf_error_msg());
+    rf_tokenizer_free(&tok);
     rf_token_file_close(&tr);
     rf_token_file_close(&va);
   }
   struct rf_data_prepare_stats st;
-  RF_CHECK(rf_data_prepare(input, prefix, 1.0, 0, &st) == -1 && strstr(rf_error_msg(), "[0, 1)"),
-           "fraction 1");
+  struct rf_data_prepare_options opt = {.val_fraction = 1.0};
+  RF_CHECK(rf_data_prepare(input, prefix, &opt, &st) == -1 && strstr(rf_error_msg(), "[0, 1)"), "fraction 1");
+  opt.val_fraction = 0.1;
   char missing[128], out2[128], out2_train[160];
   path_in_dir(missing, sizeof missing, "none.txt");
   path_in_dir(out2, sizeof out2, "none");
   snprintf(out2_train, sizeof out2_train, "%s.train.tok", out2);
-  expect_error(rf_data_prepare(missing, out2, 0.1, 0, &st), missing, "cannot open",
+  expect_error(rf_data_prepare(missing, out2, &opt, &st), missing, "cannot open",
                "prepare of a missing input");
   RF_CHECK(access(out2_train, F_OK) != 0, "a failed prepare leaves no output");
   RF_CHECK(count_tmp_files() == 0, "no temporary file is left behind");

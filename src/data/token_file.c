@@ -48,6 +48,7 @@ static int rf_token_file_check_header(const char *path, const uint8_t *h, size_t
   f->token_bytes = (int)width;
   f->vocab_size = (int64_t)vocab;
   f->n_tokens = (int64_t)count;
+  f->tokenizer_xxh3 = rf_le64(h + 40);
   return 0;
 }
 
@@ -157,6 +158,7 @@ int rf_token_writer_commit(struct rf_token_writer *w) {
   rf_put_le64(h + 16, (uint64_t)w->vocab_size);
   rf_put_le64(h + 24, (uint64_t)w->n_tokens);
   rf_put_le64(h + 32, XXH3_64bits_digest(w->hash));
+  rf_put_le64(h + 40, w->tokenizer_xxh3);
   XXH3_freeState(w->hash);
   w->hash = NULL;
   if (rf_file_writer_pwrite(&w->file, h, sizeof h, 0) != 0) {
@@ -180,4 +182,15 @@ int rf_token_file_write(const char *path, const int32_t *tokens, size_t n, int64
     return -1;
   }
   return rf_token_writer_commit(&w);
+}
+
+int rf_token_file_check_tokenizer(const struct rf_token_file *f, const struct rf_tokenizer *tok,
+                                  const char *tokenizer_path) {
+  if (f->vocab_size != tok->vocab_size)
+    RF_FAIL("%s: vocabulary of %lld ids, but the tokenizer %s has %d", f->path, (long long)f->vocab_size,
+            tokenizer_path, tok->vocab_size);
+  if (f->tokenizer_xxh3 != 0 && f->tokenizer_xxh3 != tok->file_xxh3)
+    RF_FAIL("%s: was made with another tokenizer than %s (XXH3 %016llx, the file has %016llx)", f->path,
+            tokenizer_path, (unsigned long long)f->tokenizer_xxh3, (unsigned long long)tok->file_xxh3);
+  return 0;
 }
