@@ -147,6 +147,17 @@ static void rf_bpe_words_grow_slots(struct rf_bpe_words *w) {
   }
 }
 
+static void rf_bpe_words_init(struct rf_bpe_words *w) {
+  memset(w, 0, sizeof *w);
+  w->cap = 1024;
+  w->start = rf_xmalloc(w->cap * sizeof *w->start);
+  w->len = rf_xmalloc(w->cap * sizeof *w->len);
+  w->count = rf_xmalloc(w->cap * sizeof *w->count);
+  w->cap_syms = 4096;
+  w->syms = rf_xmalloc(w->cap_syms * sizeof *w->syms);
+  rf_bpe_words_grow_slots(w);
+}
+
 static void rf_bpe_words_add(struct rf_bpe_words *w, const uint8_t *word, size_t len) {
   if (2 * (w->n + 1) > w->n_slots) rf_bpe_words_grow_slots(w);
   size_t s = (size_t)XXH3_64bits(word, len) & (w->n_slots - 1);
@@ -156,7 +167,7 @@ static void rf_bpe_words_add(struct rf_bpe_words *w, const uint8_t *word, size_t
       return;
     }
   if (w->n == w->cap) {
-    w->cap = w->cap ? 2 * w->cap : 1024;
+    w->cap *= 2;
     w->start = realloc(w->start, w->cap * sizeof *w->start);
     w->len = realloc(w->len, w->cap * sizeof *w->len);
     w->count = realloc(w->count, w->cap * sizeof *w->count);
@@ -204,7 +215,8 @@ static void rf_bpe_words_merge(struct rf_bpe_words *w, int32_t a, int32_t b, int
 int rf_tokenizer_train_bpe(struct rf_tokenizer *tok, const uint8_t *text, size_t n, int vocab_size) {
   if (vocab_size <= RF_DATA_BYTE_VOCAB || vocab_size > 65536)
     RF_FAIL("BPE vocabulary size %d must be in (256, 65536]", vocab_size);
-  struct rf_bpe_words w = {0};
+  struct rf_bpe_words w;
+  rf_bpe_words_init(&w);
   for (size_t i = 0; i < n;) {
     size_t len = rf_bpe_word_len(text, i, n);
     rf_bpe_words_add(&w, text + i, len);
