@@ -2,7 +2,20 @@
  * flat buffers, with element counts as int64 and element types as rf_dtype.
  * Every MPI call is checked (the communicator has MPI_ERRORS_RETURN set); an MPI
  * error stops all ranks with the MPI error string, the file and the line.
- * Every collective adds to rf_counters_global (bytes, collectives, wait time).
+ * Every collective adds to rf_counters_global: collectives (+1 per call, blocking
+ * or started), bytes_gathered (bytes received from other ranks), bytes_reduced
+ * (input bytes destined to other ranks; the whole buffer for an all-reduce when
+ * world > 1), bytes_alltoall (bytes sent to other ranks), comm_wait_ns (time in
+ * blocking collectives and in rf_comm_wait).
+ *
+ * Counts above INT_MAX: gathers, bcast and all-to-all send them in units of a
+ * contiguous datatype when one divides every count and displacement (else they
+ * die with a message); blocking reductions split them into chunks; the
+ * non-blocking reduce-scatters die.
+ *
+ * Progress: MPI advances a non-blocking collective only inside MPI calls (no
+ * progress thread here), so whoever overlaps compute polls rf_comm_test between
+ * kernels.
  *
  * Element types: f32, f64, i32, i64, u8 for every collective; bf16 for
  * all-gather, reduce-scatter and all-reduce (sum through a user-defined op that
@@ -17,18 +30,27 @@
 
 enum rf_reduce_op { RF_REDUCE_OP_SUM = 0, RF_REDUCE_OP_MAX, RF_REDUCE_OP_MIN };
 
-/* Owns `comm` (a duplicate of the parent); borrows nothing. */
+/* Owns `comm` (a duplicate of the parent), the bf16 datatype and ops, and the
+ * scratch count arrays of the blocking collectives; borrows nothing. Collectives
+ * on one rf_comm are issued from one thread at a time (as MPI requires). */
 struct rf_comm {
   MPI_Comm comm;
   int rank;
   int world;
-  int thread_level; /* MPI_Query_thread at init */
+  int thread_level;       /* MPI_Query_thread at init */
+  MPI_Datatype bf16_type; /* owned: 2 contiguous bytes */
+  MPI_Op bf16_ops[3];     /* owned: indexed by enum rf_reduce_op; f32 arithmetic, RNE */
+  int *scratch;           /* owned: 4*world ints for counts/displacements */
 };
 
 /* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (falls back to what the library
  * provides); sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. For programs, not libraries. */
 void rf_comm_mpi_init(int *argc, char ***argv);
 void rf_comm_mpi_finalize(void);
+
+/* Testing hook: the largest count passed to MPI in one argument (default and
+ * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
+void rf_comm_set_count_limit(int64_t limit);
 
 /* Duplicates `parent`, sets MPI_ERRORS_RETURN, sets the log's rank prefix. */
 void rf_comm_init(struct rf_comm *comm, MPI_Comm parent);

@@ -1,0 +1,47 @@
+/* Runs the rfsdp command from a test (see rf_cli.h). */
+#include "rf_cli.h"
+
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *rf_cli_binary(void) {
+  static char path[4096];
+  if (path[0]) return path;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "build/rfsdp";
+  self[n] = '\0';
+  char *dir = dirname(self); /* BUILD/tests */
+  snprintf(path, sizeof path, "%s/../rfsdp", dir);
+  return path;
+}
+
+int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) {
+  char args[8192], cmd[12288];
+  va_list ap;
+  va_start(ap, args_fmt);
+  vsnprintf(args, sizeof args, args_fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "%s %s 2>&1", rf_cli_binary(), args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  int len = 0;
+  if (out_size > 0) out[0] = '\0';
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+    int take = (int)got;
+    if (len + take > out_size - 1) take = out_size - 1 - len;
+    if (take > 0) {
+      memcpy(out + len, buf, (size_t)take);
+      len += take;
+      out[len] = '\0';
+    }
+  }
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
