@@ -1,4 +1,4 @@
-/* src/data: the byte-level tokenizer, token files and the data loader.
+/* src/data: tokenizers (byte-level and BPE), token files and the data loader.
  *
  * Token file (docs/data.md): a 64-byte little-endian header, then the tokens.
  *   0  magic "RFTOKENS"     8 bytes
