@@ -9,4 +9,6 @@ struct rf_command {
   int (*run)(int argc, char **argv);
 };
 
+int rf_cmd_prepare(int argc, char **argv);
+
 #endif

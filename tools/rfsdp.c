@@ -15,6 +15,7 @@ static int rf_cmd_version(int argc, char **argv) {
 /* One line per subcommand; each lives in tools/cmd_<name>.c. */
 static const struct rf_command rf_commands[] = {
     {"version", "print the version", rf_cmd_version},
+    {"prepare", "tokenize a text file into train and validation token files", rf_cmd_prepare},
 };
 static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0]);
 

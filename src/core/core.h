@@ -152,4 +152,35 @@ int64_t rf_gcd_i64(int64_t a, int64_t b);
 /* lcm, or -1 when it would exceed `cap`. */
 int64_t rf_lcm_i64_capped(int64_t a, int64_t b, int64_t cap);
 
+/* ---- files -------------------------------------------------------------- */
+
+#define RF_FILE_PATH_MAX 4096
+
+/* Writes a file atomically: bytes go to "<path>.tmp.<pid>"; commit fsyncs it,
+ * renames it over `path` and fsyncs the directory, so `path` holds either its old
+ * content or the whole new file, never a part. abort removes the temporary file.
+ * Owns the descriptor between open and commit/abort. */
+struct rf_file_writer {
+  int fd;
+  uint64_t bytes; /* written so far by rf_file_writer_write */
+  char path[RF_FILE_PATH_MAX];
+  char tmp[RF_FILE_PATH_MAX + 32];
+};
+
+int rf_file_writer_open(struct rf_file_writer *w, const char *path);
+/* Appends at `bytes`. */
+int rf_file_writer_write(struct rf_file_writer *w, const void *buf, size_t bytes);
+/* Writes at an offset (e.g. a header completed at the end); does not move `bytes`. */
+int rf_file_writer_pwrite(struct rf_file_writer *w, const void *buf, size_t bytes, uint64_t offset);
+/* On failure the temporary file is removed and `path` is unchanged. */
+int rf_file_writer_commit(struct rf_file_writer *w);
+void rf_file_writer_abort(struct rf_file_writer *w);
+/* One buffer, atomically. */
+int rf_file_write_all(const char *path, const void *buf, size_t bytes);
+int rf_file_fsync_dir(const char *dir);
+/* Reads a whole file into a new NUL-terminated buffer (caller frees). */
+int rf_file_read_all(const char *path, char **out, size_t *bytes);
+/* pread of exactly `bytes`; a short file is an error naming `path` ("truncated"). */
+int rf_file_pread_all(int fd, void *buf, size_t bytes, uint64_t offset, const char *path);
+
 #endif

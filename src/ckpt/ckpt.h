@@ -1,0 +1,173 @@
+/* src/ckpt: the file layer of sharded checkpoints (docs/checkpoint.md).
+ *
+ * A checkpoint is a directory:
+ *   rank-RRRRR.bin   one per rank: a 64-byte header, then that rank's flat element
+ *                    range of every saved tensor (64-byte aligned, raw little-endian)
+ *   rank-RRRRR.json  one per rank: the index of its .bin (ranges, offsets, checksums)
+ *   meta.json        written by rank 0 once every rank finished: every tensor (name,
+ *                    dtype, global shape) with, per rank file, the flat range
+ *                    [begin, end) it holds, its byte offset, its rectangular boxes and
+ *                    an XXH3 checksum per chunk of `chunk_bytes`; the format version,
+ *                    the step and an opaque "extra" object (RNG, data position)
+ *   COMPLETE         written last by rank 0: the step, the world and meta.json's XXH3
+ * Every file is written under a temporary name, fsynced, renamed and its directory
+ * fsynced (rf_file_writer). A directory without COMPLETE is not a checkpoint.
+ *
+ * Loading reads any flat range of any tensor from whichever rank files hold it
+ * (resharding: the reader's ranks and ranges need not match the writer's), reading
+ * only the checksum chunks that overlap the range and verifying each one. Nothing
+ * is ever written by the reader. This layer knows nothing of MPI: the caller gives
+ * a callback that acts as a barrier and combines the ranks' statuses. */
+#ifndef RF_CKPT_H
+#define RF_CKPT_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+
+#define RF_CKPT_FORMAT "rfsdp-checkpoint"
+#define RF_CKPT_VERSION 1
+#define RF_CKPT_MAX_DIMS 8
+#define RF_CKPT_DEFAULT_CHUNK_BYTES (1 << 20)
+#define RF_CKPT_RANK_MAGIC "RFCKRANK"
+#define RF_CKPT_RANK_HEADER_BYTES 64
+#define RF_CKPT_ALIGN 64
+#define RF_CKPT_MARKER "COMPLETE"
+#define RF_CKPT_META "meta.json"
+
+/* ---- boxes ---------------------------------------------------------------- */
+
+/* A rectangular box of a tensor: index d runs over [start[d], start[d] + size[d]). */
+struct rf_ckpt_box {
+  int64_t start[RF_CKPT_MAX_DIMS];
+  int64_t size[RF_CKPT_MAX_DIMS];
+};
+
+#define RF_CKPT_MAX_BOXES (2 * RF_CKPT_MAX_DIMS - 1)
+
+/* Splits the flat range [begin, end) of a row-major tensor of `ndim` dims (ndim 0:
+ * a scalar, treated as shape [1]) into at most 2*ndim - 1 disjoint boxes in flat
+ * order. Returns the number of boxes (0 for an empty range). */
+int rf_ckpt_range_boxes(int ndim, const int64_t *shape, int64_t begin, int64_t end,
+                        struct rf_ckpt_box *boxes);
+
+/* ---- save ----------------------------------------------------------------- */
+
+/* This rank's part of one tensor. Borrowed strings and data. */
+struct rf_ckpt_piece {
+  const char *name;
+  enum rf_dtype dtype;
+  int ndim;
+  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t begin, end; /* the flat element range held here; begin == end: nothing */
+  const void *data;   /* (end - begin) elements of dtype */
+};
+
+/* Called by every rank with its status (0 or -1); must act as a barrier and return
+ * 0 only when every rank passed 0 (MPI: an MPI_Allreduce of the status with MPI_MIN). */
+typedef int (*rf_ckpt_agree_fn)(void *ctx, int status);
+
+/* Everything a save needs. Borrowed. */
+struct rf_ckpt_save_args {
+  const char *dir; /* created if missing; must not hold a complete checkpoint */
+  int rank, world;
+  int64_t step;
+  const char *extra_json; /* rank 0's: a JSON object stored verbatim as "extra" (NULL: {}) */
+  int64_t chunk_bytes;    /* checksum granularity; 0: RF_CKPT_DEFAULT_CHUNK_BYTES */
+  int n_pieces;
+  const struct rf_ckpt_piece *pieces;
+  rf_ckpt_agree_fn agree;
+  void *agree_ctx;
+};
+
+/* The whole save, on every rank: save_rank, agree, save_finish on rank 0, agree.
+ * Returns 0 on every rank when the checkpoint is complete, -1 on every rank when it
+ * is not (the directory then holds no COMPLETE marker; a previous checkpoint in
+ * another directory is never touched). */
+int rf_ckpt_save(const struct rf_ckpt_save_args *args);
+/* Step 1, each rank: writes rank-RRRRR.bin then rank-RRRRR.json. */
+int rf_ckpt_save_rank(const struct rf_ckpt_save_args *args);
+/* Step 2, rank 0 once every rank's step 1 succeeded: checks that the ranks' ranges
+ * tile every tensor, writes meta.json, then COMPLETE. */
+int rf_ckpt_save_finish(const char *dir, int world, int64_t step, const char *extra_json);
+
+/* ---- load ----------------------------------------------------------------- */
+
+/* One rank file's range of a tensor. Owns `xxh3`. */
+struct rf_ckpt_range {
+  int rank;
+  int64_t begin, end; /* elements */
+  uint64_t offset;    /* bytes, in rank-RRRRR.bin */
+  int64_t n_chunks;
+  uint64_t *xxh3; /* n_chunks checksums of chunk_bytes each (the last may be shorter) */
+};
+
+/* A tensor of the checkpoint. Owns name and ranges (sorted by begin, tiling [0, numel)). */
+struct rf_ckpt_tensor {
+  char *name;
+  enum rf_dtype dtype;
+  int ndim;
+  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t numel;
+  int n_ranges;
+  struct rf_ckpt_range *ranges;
+};
+
+/* An open checkpoint: the parsed metadata and one read-only descriptor per rank
+ * file. Owns everything; rf_ckpt_close releases it. */
+struct rf_ckpt {
+  char dir[RF_FILE_PATH_MAX];
+  int version;
+  int world;
+  int64_t step;
+  int64_t chunk_bytes;
+  char *extra_json; /* the "extra" object, printed compactly */
+  int n_tensors;
+  struct rf_ckpt_tensor *tensors;
+  int *fds;            /* world descriptors */
+  uint8_t *chunk_buf;  /* chunk_bytes of scratch for verified reads */
+  uint64_t bytes_read; /* data bytes read by rf_ckpt_read/verify since open */
+};
+
+/* Opens a complete checkpoint: the marker, the metadata (its version and checksum),
+ * and every rank file (present, of the size the metadata says, with a header that
+ * matches). Fails naming the file and the problem; nothing is left open. */
+int rf_ckpt_open(struct rf_ckpt *ck, const char *dir);
+void rf_ckpt_close(struct rf_ckpt *ck);
+/* NULL when the checkpoint has no tensor of that name. Borrowed. */
+const struct rf_ckpt_tensor *rf_ckpt_find(const struct rf_ckpt *ck, const char *name);
+/* Reads elements [begin, end) of tensor `name` into `out`, checking that the
+ * checkpoint's tensor has this dtype and shape (else: another model). Reads only
+ * the checksum chunks that overlap the range, and verifies each. */
+int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int ndim, const int64_t *shape,
+                 int64_t begin, int64_t end, void *out);
+/* Verifies every checksum of every range (reads all data once). */
+int rf_ckpt_verify(struct rf_ckpt *ck);
+
+/* ---- shared by save and load ------------------------------------------------ */
+
+struct cJSON;
+
+/* "<dir>/rank-RRRRR.<ext>" */
+void rf_ckpt_rank_path(char *out, size_t cap, const char *dir, int rank, const char *ext);
+/* An integer field in [lo, hi] of a JSON object; `file` names the file in the message. */
+int rf_ckpt_json_i64(const struct cJSON *obj, const char *key, int64_t lo, int64_t hi, const char *file,
+                     int64_t *out);
+/* name, dtype and shape of a tensor object into t (t->name newly allocated). */
+int rf_ckpt_json_tensor_head(const struct cJSON *obj, const char *file, struct rf_ckpt_tensor *t);
+void rf_ckpt_json_add_tensor_head(struct cJSON *obj, const char *name, enum rf_dtype dtype, int ndim,
+                                  const int64_t *shape);
+/* begin, end, offset and the chunk checksums of a range object (r->xxh3 newly
+ * allocated; r->rank is not touched); checks the checksum count against the size. */
+int rf_ckpt_json_range(const struct cJSON *obj, const char *file, const struct rf_ckpt_tensor *t,
+                       int64_t chunk_bytes, struct rf_ckpt_range *r);
+void rf_ckpt_json_add_range(struct cJSON *obj, const struct rf_ckpt_range *r);
+/* Chunks of `chunk_bytes` covering `bytes` bytes. */
+static inline int64_t rf_ckpt_chunks(int64_t bytes, int64_t chunk_bytes) {
+  return rf_ceil_div(bytes, chunk_bytes);
+}
+/* Sorts t's ranges by begin and checks that they tile [0, numel) exactly. */
+int rf_ckpt_tensor_check_ranges(struct rf_ckpt_tensor *t, const char *file);
+void rf_ckpt_tensor_free(struct rf_ckpt_tensor *t);
+
+#endif

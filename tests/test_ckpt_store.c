@@ -1,0 +1,487 @@
+/* rf-test: timeout=30
+ * src/ckpt file layer, W ranks simulated in one process: save at W=4 with one
+ * range split, load at W'=1,2,3,5 with other splits (bit-identical, reading only
+ * the chunks needed); the boxes of a range against brute force; every broken
+ * input refused with a message naming the file and the problem, nothing on disk
+ * changed by a failed load; a save that stops before the marker leaves the
+ * previous checkpoint loadable and the partial one refused. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "rf_test.h"
+
+/* fopen or stop the test (abort: a broken test environment, not a failed check). */
+static FILE *xfopen(const char *path, const char *mode) {
+  FILE *f = fopen(path, mode);
+  if (!f) {
+    perror(path);
+    abort();
+  }
+  return f;
+}
+
+#define N_TENSORS 6
+#define CHUNK 256
+
+static char root[64];
+
+/* The saved tensors: every element random bits, so any misplaced byte shows. */
+struct tensor {
+  const char *name;
+  enum rf_dtype dtype;
+  int ndim;
+  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t numel;
+  uint8_t *data;
+};
+static struct tensor tensors[N_TENSORS] = {
+    {"layers.0.attn.wq", RF_DTYPE_F32, 2, {37, 29}, 0, NULL},
+    {"layers.0.mlp.w1.bf16", RF_DTYPE_BF16, 4, {3, 5, 7, 11}, 0, NULL},
+    {"adam8.m.codes", RF_DTYPE_U8, 1, {5000}, 0, NULL},
+    {"adam8.m.scales", RF_DTYPE_F32, 1, {20}, 0, NULL},
+    {"norm.scalar", RF_DTYPE_F32, 0, {0}, 0, NULL},
+    {"embed", RF_DTYPE_F32, 2, {400, 50}, 0, NULL},
+};
+
+static void make_tensors(void) {
+  uint64_t rng = 42;
+  for (int i = 0; i < N_TENSORS; i++) {
+    struct tensor *t = &tensors[i];
+    t->numel = 1;
+    for (int d = 0; d < t->ndim; d++) t->numel *= t->shape[d];
+    size_t bytes = (size_t)t->numel * rf_dtype_size(t->dtype);
+    t->data = malloc(bytes);
+    for (size_t b = 0; b < bytes; b++) t->data[b] = (uint8_t)rf_test_rand_u64(&rng);
+  }
+}
+
+/* world + 1 cut points of [0, numel): random, sorted, empty ranges allowed. */
+static void split(int64_t numel, int world, uint64_t seed, int64_t *cuts) {
+  cuts[0] = 0;
+  cuts[world] = numel;
+  for (int r = 1; r < world; r++) cuts[r] = (int64_t)(rf_test_rand_u64(&seed) % (uint64_t)(numel + 1));
+  for (int r = 1; r < world; r++)
+    for (int s = r + 1; s < world; s++)
+      if (cuts[s] < cuts[r]) {
+        int64_t x = cuts[r];
+        cuts[r] = cuts[s];
+        cuts[s] = x;
+      }
+}
+
+static const char *extra = "{\"rng\":[1,2,3],\"data_step\":17}";
+
+static int agree_local(void *ctx, int status) { return *(int *)ctx ? -1 : status; }
+
+/* Save as `world` ranks (ranks [0, stop) only when stop < world: a crash). */
+static int save(const char *dir, int world, int stop, int64_t step, uint64_t seed, int finish) {
+  for (int r = 0; r < world && r < stop; r++) {
+    struct rf_ckpt_piece pieces[N_TENSORS];
+    for (int i = 0; i < N_TENSORS; i++) {
+      int64_t cuts[16];
+      split(tensors[i].numel, world, seed + (uint64_t)i, cuts);
+      struct rf_ckpt_piece *p = &pieces[i];
+      memset(p, 0, sizeof *p);
+      p->name = tensors[i].name;
+      p->dtype = tensors[i].dtype;
+      p->ndim = tensors[i].ndim;
+      memcpy(p->shape, tensors[i].shape, sizeof p->shape);
+      p->begin = cuts[r];
+      p->end = cuts[r + 1];
+      p->data = tensors[i].data + (size_t)p->begin * rf_dtype_size(p->dtype);
+    }
+    struct rf_ckpt_save_args a = {.dir = dir,
+                                  .rank = r,
+                                  .world = world,
+                                  .step = step,
+                                  .extra_json = extra,
+                                  .chunk_bytes = CHUNK,
+                                  .n_pieces = N_TENSORS,
+                                  .pieces = pieces};
+    if (rf_ckpt_save_rank(&a) != 0) return -1;
+  }
+  return finish ? rf_ckpt_save_finish(dir, world, step, extra) : 0;
+}
+
+/* Loads every tensor as `world` ranks with a random split; 1 when bit-identical. */
+static int load_and_compare(const char *dir, int world, uint64_t seed) {
+  struct rf_ckpt ck;
+  if (rf_ckpt_open(&ck, dir) != 0) {
+    RF_CHECK(0, "open %s: %s", dir, rf_error_msg());
+    return 0;
+  }
+  int ok = 1;
+  for (int i = 0; i < N_TENSORS; i++) {
+    struct tensor *t = &tensors[i];
+    size_t es = rf_dtype_size(t->dtype);
+    int64_t cuts[16];
+    split(t->numel, world, seed + (uint64_t)i, cuts);
+    for (int r = 0; r < world; r++) {
+      int64_t b = cuts[r], e = cuts[r + 1];
+      uint8_t *buf = malloc((size_t)(e - b) * es + 1);
+      uint64_t before = ck.bytes_read;
+      int rc = rf_ckpt_read(&ck, t->name, t->dtype, t->ndim, t->shape, b, e, buf);
+      RF_CHECK(rc == 0, "read %s [%lld, %lld): %s", t->name, (long long)b, (long long)e, rf_error_msg());
+      int same = rc == 0 && memcmp(buf, t->data + (size_t)b * es, (size_t)(e - b) * es) == 0;
+      RF_CHECK(same, "W'=%d rank %d: %s differs from what was saved", world, r, t->name);
+      ok &= same;
+      /* only the chunks overlapping the range: at most 2 partial chunks per saved range */
+      uint64_t read = ck.bytes_read - before, need = (uint64_t)(e - b) * es;
+      RF_CHECK(read <= need + 2 * CHUNK * 4, "%s: read %llu bytes for %llu", t->name,
+               (unsigned long long)read, (unsigned long long)need);
+      free(buf);
+    }
+  }
+  cJSON *want = cJSON_Parse(extra);
+  char *want_text = cJSON_PrintUnformatted(want);
+  RF_CHECK(strcmp(ck.extra_json, want_text) == 0, "extra fields: %s", ck.extra_json);
+  RF_CHECK(ck.step == 100, "step %lld", (long long)ck.step);
+  free(want_text);
+  cJSON_Delete(want);
+  RF_CHECK(rf_ckpt_verify(&ck) == 0, "verify %s: %s", dir, rf_error_msg());
+  rf_ckpt_close(&ck);
+  return ok;
+}
+
+static void test_boxes(void) {
+  uint64_t rng = 7;
+  static uint8_t seen[4096];
+  for (int iter = 0; iter < 2000; iter++) {
+    int ndim = 1 + (int)(rf_test_rand_u64(&rng) % 4);
+    int64_t shape[4], numel = 1;
+    for (int d = 0; d < ndim; d++) {
+      shape[d] = 1 + (int64_t)(rf_test_rand_u64(&rng) % 7);
+      numel *= shape[d];
+    }
+    int64_t b = (int64_t)(rf_test_rand_u64(&rng) % (uint64_t)(numel + 1));
+    int64_t e = b + (int64_t)(rf_test_rand_u64(&rng) % (uint64_t)(numel - b + 1));
+    struct rf_ckpt_box boxes[RF_CKPT_MAX_BOXES];
+    int n = rf_ckpt_range_boxes(ndim, shape, b, e, boxes);
+    RF_CHECK(n <= 2 * ndim - 1 && (n == 0) == (b == e), "%d boxes for ndim %d", n, ndim);
+    memset(seen, 0, (size_t)numel);
+    int bad = 0;
+    int64_t last = -1;
+    for (int k = 0; k < n; k++) {
+      int64_t idx[4] = {0}, count = 1;
+      for (int d = 0; d < ndim; d++) {
+        bad |=
+            boxes[k].size[d] <= 0 || boxes[k].start[d] < 0 || boxes[k].start[d] + boxes[k].size[d] > shape[d];
+        count *= boxes[k].size[d];
+      }
+      if (bad) break;
+      for (int64_t c = 0; c < count; c++) { /* every element of the box, in row-major order */
+        int64_t rem = c, flat = 0;
+        for (int d = ndim - 1; d >= 0; d--) {
+          idx[d] = boxes[k].start[d] + rem % boxes[k].size[d];
+          rem /= boxes[k].size[d];
+        }
+        for (int d = 0; d < ndim; d++) flat = flat * shape[d] + idx[d];
+        bad |= flat < b || flat >= e || seen[flat];
+        bad |= flat < last; /* boxes in flat order */
+        seen[flat] = 1;
+      }
+      int64_t first = 0;
+      for (int d = 0; d < ndim; d++) first = first * shape[d] + boxes[k].start[d];
+      last = first;
+    }
+    for (int64_t f = b; f < e && !bad; f++) bad |= !seen[f];
+    RF_CHECK(!bad, "boxes of [%lld, %lld) in a %d-d tensor are wrong", (long long)b, (long long)e, ndim);
+  }
+  int64_t s3[3] = {4, 5, 6};
+  struct rf_ckpt_box boxes[RF_CKPT_MAX_BOXES];
+  RF_CHECK(rf_ckpt_range_boxes(3, s3, 7, 113, boxes) == 5, "the worst case of a 3-d range is 5 boxes");
+  RF_CHECK(rf_ckpt_range_boxes(3, s3, 30, 90, boxes) == 1, "whole rows are one box");
+  RF_CHECK(rf_ckpt_range_boxes(0, s3, 0, 1, boxes) == 1 && boxes[0].size[0] == 1, "a scalar is one box");
+}
+
+static void sys(const char *fmt, const char *a, const char *b) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, fmt, a, b);
+  RF_ASSERT(system(cmd) == 0);
+}
+
+static void path_of(char *out, size_t cap, const char *dir, const char *name) {
+  snprintf(out, cap, "%s/%s", dir, name);
+}
+
+/* XXH3 over the names and contents of the files of a directory (sorted). */
+static uint64_t dir_digest(const char *dir) {
+  struct dirent **names;
+  int n = scandir(dir, &names, NULL, alphasort);
+  RF_ASSERT(n >= 0);
+  XXH3_state_t *h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  for (int i = 0; i < n; i++) {
+    char path[512], *buf;
+    size_t len;
+    path_of(path, sizeof path, dir, names[i]->d_name);
+    XXH3_64bits_update(h, names[i]->d_name, strlen(names[i]->d_name));
+    if (names[i]->d_type == DT_REG && rf_file_read_all(path, &buf, &len) == 0) {
+      XXH3_64bits_update(h, buf, len);
+      free(buf);
+    }
+    free(names[i]);
+  }
+  free(names);
+  uint64_t d = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return d;
+}
+
+/* A copy of the good checkpoint to break. */
+static void fresh_copy(const char *good, const char *bad) {
+  sys("rm -rf %s%s", bad, "");
+  sys("cp -r %s %s", good, bad);
+}
+
+static void patch(const char *path, long offset, uint8_t xor_with) {
+  FILE *f = xfopen(path, "r+b");
+  RF_ASSERT(fseek(f, offset, SEEK_SET) == 0);
+  int c = fgetc(f);
+  RF_ASSERT(c != EOF && fseek(f, offset, SEEK_SET) == 0);
+  fputc(c ^ xor_with, f);
+  fclose(f);
+}
+
+static void replace_in_file(const char *path, const char *from, const char *to) {
+  char *buf;
+  size_t n;
+  RF_ASSERT(rf_file_read_all(path, &buf, &n) == 0);
+  char *at = strstr(buf, from);
+  if (!at || strlen(from) != strlen(to)) abort();
+  memcpy(at, to, strlen(to));
+  FILE *f = xfopen(path, "wb");
+  RF_ASSERT(fwrite(buf, 1, n, f) == n);
+  fclose(f);
+  free(buf);
+}
+
+/* Opening `dir` (and, if it opens, reading every tensor) fails with a message
+ * naming `file` and `problem`; the directory is unchanged. */
+static void expect_refused(const char *dir, const char *file, const char *problem, const char *what) {
+  rf_error_clear();
+  uint64_t before = dir_digest(dir);
+  struct rf_ckpt ck;
+  int rc = rf_ckpt_open(&ck, dir);
+  if (rc == 0) {
+    for (int i = 0; i < N_TENSORS && rc == 0; i++) {
+      struct tensor *t = &tensors[i];
+      uint8_t *buf = malloc((size_t)t->numel * rf_dtype_size(t->dtype));
+      rc = rf_ckpt_read(&ck, t->name, t->dtype, t->ndim, t->shape, 0, t->numel, buf);
+      free(buf);
+    }
+    rf_ckpt_close(&ck);
+  }
+  const char *msg = rf_error_msg();
+  RF_CHECK(rc == -1, "%s: accepted", what);
+  RF_CHECK(strstr(msg, file) != NULL, "%s: message does not name %s: %s", what, file, msg);
+  RF_CHECK(strstr(msg, problem) != NULL, "%s: message does not say '%s': %s", what, problem, msg);
+  RF_CHECK(dir_digest(dir) == before, "%s: a failed load changed the directory", what);
+}
+
+/* A byte in the middle of the largest range that rank `rank`'s file holds. */
+static uint64_t byte_of_rank(const char *dir, int rank) {
+  struct rf_ckpt ck;
+  RF_ASSERT(rf_ckpt_open(&ck, dir) == 0);
+  uint64_t best = 0, at = 0;
+  for (int i = 0; i < ck.n_tensors; i++)
+    for (int k = 0; k < ck.tensors[i].n_ranges; k++) {
+      const struct rf_ckpt_range *r = &ck.tensors[i].ranges[k];
+      uint64_t bytes = (uint64_t)(r->end - r->begin) * rf_dtype_size(ck.tensors[i].dtype);
+      if (r->rank == rank && bytes > best) {
+        best = bytes;
+        at = r->offset + bytes / 2;
+      }
+    }
+  rf_ckpt_close(&ck);
+  RF_ASSERT(best > 0);
+  return at;
+}
+
+static void test_bad_inputs(const char *good) {
+  char bad[128], file[256];
+  snprintf(bad, sizeof bad, "%s/bad", root);
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "COMPLETE");
+  RF_ASSERT(unlink(file) == 0);
+  expect_refused(bad, bad, "incomplete checkpoint", "missing marker");
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "rank-00002.bin");
+  RF_ASSERT(truncate(file, 1000) == 0);
+  expect_refused(bad, file, "truncated", "truncated rank file");
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "rank-00003.bin");
+  RF_ASSERT(unlink(file) == 0);
+  expect_refused(bad, file, "missing rank file", "missing rank file");
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "rank-00001.bin");
+  patch(file, (long)byte_of_rank(good, 1), 0x10);
+  expect_refused(bad, file, "checksum mismatch", "corrupted rank file");
+  {
+    /* the corruption is found by the chunk that holds it; other chunks read fine */
+    struct rf_ckpt ck;
+    RF_ASSERT(rf_ckpt_open(&ck, bad) == 0);
+    RF_CHECK(rf_ckpt_verify(&ck) == -1 && strstr(rf_error_msg(), "checksum mismatch"), "verify finds it");
+    rf_ckpt_close(&ck);
+  }
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "rank-00000.bin");
+  patch(file, 0, 0x01);
+  expect_refused(bad, file, "bad magic", "bad rank file magic");
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "meta.json");
+  replace_in_file(file, "\"version\":\t1", "\"version\":\t2");
+  expect_refused(bad, file, "newer", "newer format version");
+
+  fresh_copy(good, bad);
+  path_of(file, sizeof file, bad, "meta.json");
+  replace_in_file(file, "\"step\":\t100", "\"step\":\t900");
+  expect_refused(bad, file, "metadata is corrupted", "edited metadata");
+
+  /* another model: a missing tensor, another shape, another dtype */
+  struct rf_ckpt ck;
+  RF_ASSERT(rf_ckpt_open(&ck, good) == 0);
+  float x[4];
+  int64_t shape[2] = {37, 30};
+  RF_CHECK(rf_ckpt_read(&ck, "layers.9.attn.wq", RF_DTYPE_F32, 2, shape, 0, 1, x) == -1 &&
+               strstr(rf_error_msg(), "'layers.9.attn.wq' is not in the checkpoint") &&
+               strstr(rf_error_msg(), good),
+           "missing tensor: %s", rf_error_msg());
+  RF_CHECK(rf_ckpt_read(&ck, "layers.0.attn.wq", RF_DTYPE_F32, 2, shape, 0, 1, x) == -1 &&
+               strstr(rf_error_msg(), "shape [37, 29] in the checkpoint, [37, 30] was asked for"),
+           "shape mismatch: %s", rf_error_msg());
+  RF_CHECK(rf_ckpt_read(&ck, "layers.0.attn.wq", RF_DTYPE_BF16, 2, tensors[0].shape, 0, 1, x) == -1 &&
+               strstr(rf_error_msg(), "is f32 in the checkpoint, bf16 was asked for"),
+           "dtype mismatch: %s", rf_error_msg());
+  RF_CHECK(rf_ckpt_read(&ck, "layers.0.attn.wq", RF_DTYPE_F32, 2, tensors[0].shape, 5, 2000, x) == -1 &&
+               strstr(rf_error_msg(), "outside"),
+           "range outside the tensor: %s", rf_error_msg());
+  rf_ckpt_close(&ck);
+  sys("rm -rf %s%s", bad, "");
+}
+
+static int count_markers(const char *dir) {
+  char file[256];
+  path_of(file, sizeof file, dir, "COMPLETE");
+  return access(file, F_OK) == 0;
+}
+
+static void test_crash(const char *good) {
+  char partial[128], file[256];
+  snprintf(partial, sizeof partial, "%s/step-200", root);
+  uint64_t good_digest = dir_digest(good);
+
+  /* rank 3 dies: its temporary file is left half-written, it writes no index */
+  RF_CHECK(save(partial, 4, 3, 200, 555, 0) == 0, "ranks 0..2 save: %s", rf_error_msg());
+  path_of(file, sizeof file, partial, "rank-00003.bin.tmp.99999");
+  RF_ASSERT(rf_file_write_all(file, "RFCKRANK half", 13) == 0);
+  RF_CHECK(
+      rf_ckpt_save_finish(partial, 4, 200, extra) == -1 && strstr(rf_error_msg(), "rank 3 did not finish"),
+      "finish without rank 3 refused: %s", rf_error_msg());
+  RF_CHECK(!count_markers(partial), "no marker after a failed finish");
+  expect_refused(partial, partial, "incomplete checkpoint", "partial checkpoint");
+  RF_CHECK(load_and_compare(good, 3, 77), "the previous checkpoint still loads after the crash");
+
+  /* every rank wrote but rank 0 died before the marker */
+  RF_CHECK(save(partial, 4, 4, 200, 555, 0) == 0, "all ranks save: %s", rf_error_msg());
+  expect_refused(partial, partial, "incomplete checkpoint", "checkpoint without marker");
+  /* the rerun completes it (the stale temporary file does not matter) */
+  RF_CHECK(rf_ckpt_save_finish(partial, 4, 200, extra) == 0, "finish: %s", rf_error_msg());
+  struct rf_ckpt ck;
+  RF_CHECK(rf_ckpt_open(&ck, partial) == 0 && ck.step == 200, "completed checkpoint opens: %s",
+           rf_error_msg());
+  rf_ckpt_close(&ck);
+
+  /* a save into a complete checkpoint is refused and changes nothing */
+  RF_CHECK(save(good, 4, 4, 300, 1, 1) == -1 && strstr(rf_error_msg(), "already holds a complete checkpoint"),
+           "overwrite refused: %s", rf_error_msg());
+  RF_CHECK(dir_digest(good) == good_digest, "the refused save left the previous checkpoint unchanged");
+
+  /* ranges that do not tile a tensor: overlap and gap */
+  char odd[128];
+  snprintf(odd, sizeof odd, "%s/odd", root);
+  struct rf_ckpt_piece p = {.name = "t",
+                            .dtype = RF_DTYPE_U8,
+                            .ndim = 1,
+                            .shape = {10},
+                            .begin = 0,
+                            .end = 6,
+                            .data = tensors[2].data};
+  struct rf_ckpt_save_args a = {.dir = odd, .rank = 0, .world = 2, .step = 1, .n_pieces = 1, .pieces = &p};
+  RF_ASSERT(rf_ckpt_save_rank(&a) == 0);
+  p.begin = 4;
+  p.end = 10;
+  a.rank = 1;
+  RF_ASSERT(rf_ckpt_save_rank(&a) == 0);
+  RF_CHECK(rf_ckpt_save_finish(odd, 2, 1, NULL) == -1 && strstr(rf_error_msg(), "overlaps"), "overlap: %s",
+           rf_error_msg());
+  p.begin = 7;
+  RF_ASSERT(rf_ckpt_save_rank(&a) == 0);
+  RF_CHECK(rf_ckpt_save_finish(odd, 2, 1, NULL) == -1 && strstr(rf_error_msg(), "[6, 7) are held by no rank"),
+           "gap: %s", rf_error_msg());
+  p.end = 11;
+  RF_CHECK(rf_ckpt_save_rank(&a) == -1 && strstr(rf_error_msg(), "outside its 10 elements"), "bad range: %s",
+           rf_error_msg());
+  RF_CHECK(rf_ckpt_save_finish(odd, 2, 1, "[1,2]") == -1 && strstr(rf_error_msg(), "not a JSON object"),
+           "extra must be an object");
+
+  /* rf_ckpt_save with the agreement callback: a failure elsewhere means no marker */
+  char one[128];
+  snprintf(one, sizeof one, "%s/one", root);
+  int other_failed = 1;
+  p = (struct rf_ckpt_piece){.name = "t",
+                             .dtype = RF_DTYPE_U8,
+                             .ndim = 1,
+                             .shape = {10},
+                             .begin = 0,
+                             .end = 10,
+                             .data = tensors[2].data};
+  a = (struct rf_ckpt_save_args){.dir = one,
+                                 .rank = 0,
+                                 .world = 1,
+                                 .step = 5,
+                                 .n_pieces = 1,
+                                 .pieces = &p,
+                                 .agree = agree_local,
+                                 .agree_ctx = &other_failed};
+  RF_CHECK(rf_ckpt_save(&a) == -1 && strstr(rf_error_msg(), "another rank failed"),
+           "save with a failed rank");
+  RF_CHECK(!count_markers(one), "no marker when a rank failed");
+  other_failed = 0;
+  RF_CHECK(rf_ckpt_save(&a) == 0, "save: %s", rf_error_msg());
+  uint8_t back[10];
+  int64_t shape[1] = {10};
+  RF_CHECK(rf_ckpt_open(&ck, one) == 0 && rf_ckpt_read(&ck, "t", RF_DTYPE_U8, 1, shape, 0, 10, back) == 0 &&
+               memcmp(back, tensors[2].data, 10) == 0 && strcmp(ck.extra_json, "{}") == 0,
+           "W=1 save via rf_ckpt_save round-trips");
+  rf_ckpt_close(&ck);
+}
+
+int main(void) {
+  snprintf(root, sizeof root, "/tmp/rf_test_ckpt.XXXXXX");
+  RF_ASSERT(mkdtemp(root));
+  make_tensors();
+  test_boxes();
+
+  char good[128];
+  snprintf(good, sizeof good, "%s/step-100", root);
+  RF_CHECK(save(good, 4, 4, 100, 1000, 1) == 0, "save at W=4: %s", rf_error_msg());
+  for (int w = 1; w <= 5; w++) RF_CHECK(load_and_compare(good, w, 2000 + (uint64_t)w), "load at W'=%d", w);
+  test_bad_inputs(good);
+  test_crash(good);
+
+  for (int i = 0; i < N_TENSORS; i++) free(tensors[i].data);
+  sys("rm -rf %s%s", root, "");
+  return rf_test_finish("test_ckpt_store");
+}
