@@ -35,22 +35,6 @@
 #define RF_CKPT_MARKER "COMPLETE"
 #define RF_CKPT_META "meta.json"
 
-/* ---- boxes ---------------------------------------------------------------- */
-
-/* A rectangular box of a tensor: index d runs over [start[d], start[d] + size[d]). */
-struct rf_ckpt_box {
-  int64_t start[RF_CKPT_MAX_DIMS];
-  int64_t size[RF_CKPT_MAX_DIMS];
-};
-
-#define RF_CKPT_MAX_BOXES (2 * RF_CKPT_MAX_DIMS - 1)
-
-/* Splits the flat range [begin, end) of a row-major tensor of `ndim` dims (ndim 0:
- * a scalar, treated as shape [1]) into at most 2*ndim - 1 disjoint boxes in flat
- * order. Returns the number of boxes (0 for an empty range). */
-int rf_ckpt_range_boxes(int ndim, const int64_t *shape, int64_t begin, int64_t end,
-                        struct rf_ckpt_box *boxes);
-
 /* ---- save ----------------------------------------------------------------- */
 
 /* This rank's part of one tensor. Borrowed strings and data. */

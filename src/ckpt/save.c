@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
+#include "shard/shard.h"
 
 static void rf_put_le32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -295,16 +296,21 @@ static cJSON *rf_ckpt_meta_json(const struct rf_ckpt_merge *m, int world, int64_
       cJSON *ro = cJSON_CreateObject();
       cJSON_AddNumberToObject(ro, "rank", r->rank);
       rf_ckpt_json_add_range(ro, r);
-      struct rf_ckpt_box boxes[RF_CKPT_MAX_BOXES];
-      int nb = rf_ckpt_range_boxes(t->ndim, t->shape, r->begin, r->end, boxes);
+      /* a scalar (ndim 0) is described as shape [1] */
+      static const int64_t scalar_shape[1] = {1};
       int nd = t->ndim ? t->ndim : 1;
+      struct rf_shard_box boxes[2 * RF_SHARD_MAX_DIMS - 1];
+      int nb = 0;
+      /* ranges were validated when the ranks' indexes were read */
+      RF_ASSERT(rf_shard_boxes(nd, t->ndim ? t->shape : scalar_shape, r->begin, r->end, boxes,
+                               rf_shard_max_boxes(nd), &nb) == 0);
       cJSON *bo = cJSON_AddArrayToObject(ro, "boxes");
       for (int b = 0; b < nb; b++) {
         cJSON *box = cJSON_CreateObject(), *start = cJSON_AddArrayToObject(box, "start"),
               *size = cJSON_AddArrayToObject(box, "size");
         for (int d = 0; d < nd; d++) {
           cJSON_AddItemToArray(start, cJSON_CreateNumber((double)boxes[b].start[d]));
-          cJSON_AddItemToArray(size, cJSON_CreateNumber((double)boxes[b].size[d]));
+          cJSON_AddItemToArray(size, cJSON_CreateNumber((double)boxes[b].extent[d]));
         }
         cJSON_AddItemToArray(bo, box);
       }
