@@ -1,8 +1,189 @@
 /* rfsdp: RaggedShard fully sharded data parallel training in C.
- * The public API. Internal headers live under src/ and are not installed. */
+ * The public API. Internal headers live under src/ and are not installed.
+ *
+ * A model written in C declares its units (tensors gathered and reduced
+ * together, e.g. one transformer block) and their tensors, then finalizes: rfsdp
+ * plans every unit, allocates each rank's shards (master weights f32, gradients
+ * f32) once, and reserves one arena for the unsharded buffers. In a step the
+ * model asks for a unit before it computes with it (the runtime all-gathers it,
+ * prefetching the next one), reads parameters through views into the gathered
+ * buffer, accumulates gradients into views of the unsharded gradient buffer, and
+ * hands the unit back (the runtime reduce-scatters the gradients into the shard).
+ * Nothing is allocated inside a step; nothing is copied around a collective in
+ * the planned layout. See docs/runtime.md for a minimal model.
+ *
+ * Ownership: struct rf_fsdp is opaque and owns everything it allocates; every
+ * pointer it returns is borrowed and valid until rf_fsdp_free (views into the
+ * unsharded buffers: until the unit is resharded). Strings passed in are copied. */
 #ifndef RFSDP_H
 #define RFSDP_H
 
+#include <mpi.h>
+#include <stdint.h>
+
 #define RFSDP_VERSION "0.1.0"
+
+/* Element types. bf16 is stored as uint16_t. */
+enum rf_dtype {
+  RF_DTYPE_F32 = 0,
+  RF_DTYPE_BF16,
+  RF_DTYPE_FP8E4M3,
+  RF_DTYPE_U8,
+  RF_DTYPE_I32,
+  RF_DTYPE_I64,
+  RF_DTYPE_F64
+};
+
+/* equal: every rank owns S elements of a buffer (padding between tensors), as
+ * NCCL needs; ragged: ranges end on the block boundary nearest the fair share,
+ * no padding (MPI_Allgatherv / MPI_Reduce_scatter). */
+enum rf_shard_mode { RF_SHARD_MODE_EQUAL = 0, RF_SHARD_MODE_RAGGED };
+
+/* How a unit's tensors are laid out and communicated.
+ *   planned: the structure-aware planner's buffers; collectives in place, no copies
+ *   fsdp2:   PyTorch FSDP2: each tensor's dim 0 split into ceil(d0/W) rows per
+ *            rank (padded); all-gather into a staging buffer, copy-out into
+ *            per-tensor storage; gradients copied into a staging buffer before
+ *            the reduce-scatter
+ *   flat:    PyTorch FSDP1: the unit's tensors concatenated, padded at the end to
+ *            a multiple of W, split element-wise (blocks may be cut) */
+enum rf_layout { RF_LAYOUT_PLANNED = 0, RF_LAYOUT_FSDP2, RF_LAYOUT_FLAT };
+
+/* Deterministic initialization: element i of a tensor depends only on (seed,
+ * the tensor's name, i), never on W or on the layout. */
+enum rf_init_kind { RF_INIT_ZEROS = 0, RF_INIT_CONST, RF_INIT_NORMAL, RF_INIT_UNIFORM };
+
+struct rf_init {
+  enum rf_init_kind kind;
+  float value; /* CONST: the value; NORMAL: the standard deviation; UNIFORM: the bound (-b, b) */
+};
+
+struct rf_fsdp_options {
+  enum rf_layout layout;
+  enum rf_shard_mode shard; /* planned layout */
+  int max_buffers;          /* planned: buffers per unit at most (default 4) */
+  int64_t align_bytes;      /* every rank's slice starts on this many bytes (default 64) */
+  int64_t block_rows;       /* default block of 2-D+ tensors, in rows (default 1) */
+  int64_t vector_block;     /* default block of 1-D tensors, in elements (default 1) */
+  int prefetch;             /* units gathered ahead (0: none; default 1) */
+  int reshard_after_forward;
+  enum rf_dtype param_dtype;  /* f32 or bf16: the dtype of the gathered parameters */
+  enum rf_dtype reduce_dtype; /* f32 or bf16: the dtype of the reduce-scatter */
+  uint64_t seed;              /* for rf_init */
+};
+
+/* The defaults above. */
+void rf_fsdp_options_default(struct rf_fsdp_options *opt);
+
+struct rf_fsdp;
+
+/* A new context on `comm` (duplicated). Returns 0, or -1 with rf_fsdp_error(). */
+int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt);
+void rf_fsdp_free(struct rf_fsdp *f);
+/* The last error message of this thread. */
+const char *rf_fsdp_error(void);
+
+/* Declares a unit; returns its index (units are used in declaration order as the
+ * forward order), or -1. */
+int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name);
+/* Declares a tensor of `unit`; returns its global index (declaration order), or -1.
+ * block_rows: rows per block for ndim >= 2 (0: the default), ignored for vectors.
+ * For ndim >= 2, a row is the last dimension and leading dimensions are flattened. */
+int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
+                       int64_t block_rows, struct rf_init init);
+/* Plans every unit, allocates the shards and the arena, initializes parameters.
+ * Returns 0, or -1 (bad declarations, a plan that fails its check). */
+int rf_fsdp_finalize(struct rf_fsdp *f);
+
+int rf_fsdp_rank(const struct rf_fsdp *f);
+int rf_fsdp_world(const struct rf_fsdp *f);
+int rf_fsdp_n_units(const struct rf_fsdp *f);
+int rf_fsdp_n_tensors(const struct rf_fsdp *f);
+/* The context's communicator (borrowed). */
+MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f);
+
+/* ---- one step -------------------------------------------------------------
+ * Forward:  for u in order: rf_fsdp_forward_begin(u); compute; rf_fsdp_forward_end(u)
+ * Backward: for u in reverse: rf_fsdp_backward_begin(u); compute (accumulate into
+ *           rf_fsdp_grad views); rf_fsdp_backward_end(u)
+ * Then rf_fsdp_grads_finish() waits for the reductions; the gradient shards hold
+ * the sum over ranks (and over micro-batches since rf_fsdp_zero_grad).
+ * Gradient accumulation: repeat forward + backward per micro-batch; each
+ * backward_end reduce-scatters and adds into the shard (memory stays at one
+ * unsharded gradient buffer in flight). */
+void rf_fsdp_zero_grad(struct rf_fsdp *f);
+/* Waits for the unit's parameters (gathering them if not prefetched) and starts
+ * the prefetch of the next units. */
+void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit);
+/* Releases the gathered parameters when reshard_after_forward is set. */
+void rf_fsdp_forward_end(struct rf_fsdp *f, int unit);
+/* Waits for (or gathers) the parameters, zeroes the unit's gradient buffer, and
+ * prefetches the previous units. */
+void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit);
+/* Starts the reduce-scatter of the unit's gradients and releases its parameters. */
+void rf_fsdp_backward_end(struct rf_fsdp *f, int unit);
+void rf_fsdp_grads_finish(struct rf_fsdp *f);
+/* Drives MPI progress of the collectives in flight; call between kernels. */
+void rf_fsdp_poll(struct rf_fsdp *f);
+
+/* Views, valid between begin and end of the tensor's unit. A parameter view is
+ * f32 when param_dtype is f32 (rf_fsdp_param) or bf16 (rf_fsdp_param_bf16); the
+ * other returns NULL. Gradients are always f32; the model adds into them. */
+const float *rf_fsdp_param(struct rf_fsdp *f, int tensor);
+const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor);
+float *rf_fsdp_grad(struct rf_fsdp *f, int tensor);
+
+/* ---- after backward -------------------------------------------------------- */
+
+/* Multiplies every gradient shard by `scale` (e.g. 1/micro-batches). */
+void rf_fsdp_scale_grads(struct rf_fsdp *f, float scale);
+/* The global L2 norm of the gradients (padding excluded; one all-reduce). NaN or
+ * Inf on any rank makes it non-finite on every rank, so every rank takes the same
+ * branch: skip the step when !isfinite(norm). */
+double rf_fsdp_grad_norm(struct rf_fsdp *f);
+/* Scales the gradients so their norm is at most max_norm (given the norm above). */
+void rf_fsdp_clip_grads(struct rf_fsdp *f, double norm, double max_norm);
+
+/* ---- shards, for optimizers and checkpoints --------------------------------- */
+
+/* This rank's piece of one tensor: the element range [begin, end) of the
+ * row-major tensor, and where it lives. `starts` (world + 1 entries) gives every
+ * rank's range of the tensor: rank r holds [starts[r], starts[r+1]). */
+struct rf_tensor_view {
+  const char *name;
+  int unit;
+  int ndim;
+  int64_t shape[8];
+  int64_t numel;
+  int64_t block_elems;  /* the block the layout keeps whole (1 when it may cut anywhere) */
+  int blocks_whole;     /* 1 when every rank's range is a whole number of blocks */
+  const int64_t *starts;
+  int64_t begin, end;
+  int64_t shard_offset; /* offset of the piece in this rank's shard slab (rf_fsdp_shard) */
+  float *master;        /* end - begin elements: master weights (f32) */
+  float *grad;          /* end - begin elements: the reduced gradient */
+};
+
+void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *out);
+/* Index of the tensor called `name`, or -1. */
+int rf_fsdp_find_tensor(const struct rf_fsdp *f, const char *name);
+/* This rank's whole shard slab: every tensor piece at its shard_offset, padding
+ * (zero) between. Optimizer state of the same length uses the same offsets. */
+int64_t rf_fsdp_shard_elems(const struct rf_fsdp *f);
+float *rf_fsdp_shard_master(struct rf_fsdp *f);
+float *rf_fsdp_shard_grad(struct rf_fsdp *f);
+
+/* ---- what it costs ------------------------------------------------------------ */
+
+struct rf_fsdp_stats {
+  int64_t param_elems;       /* sum of the tensors' numel */
+  int64_t padded_elems;      /* sum over units of the buffers' total elements (layout padding included) */
+  int64_t shard_elems;       /* this rank's shard slab */
+  int64_t arena_bytes;       /* the unsharded buffers' arena (capacity) */
+  int64_t arena_peak_bytes;  /* largest part of the arena in use at once */
+  int64_t largest_unit_elems;
+  int n_buffers;             /* collectives per gather of the whole model */
+};
+void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out);
 
 #endif

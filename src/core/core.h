@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rfsdp.h" /* enum rf_dtype */
+
 /* ---- errors ------------------------------------------------------------ */
 
 /* Records "file:line: message" as the thread's last error. Returns -1. */
@@ -89,16 +91,6 @@ void rf_arena_release(struct rf_arena *arena, size_t mark);
 void rf_arena_reset(struct rf_arena *arena);
 
 /* ---- dtypes ------------------------------------------------------------- */
-
-enum rf_dtype {
-  RF_DTYPE_F32 = 0,
-  RF_DTYPE_BF16,
-  RF_DTYPE_FP8E4M3,
-  RF_DTYPE_U8,
-  RF_DTYPE_I32,
-  RF_DTYPE_I64,
-  RF_DTYPE_F64
-};
 
 size_t rf_dtype_size(enum rf_dtype dtype);
 const char *rf_dtype_name(enum rf_dtype dtype);

@@ -14,9 +14,9 @@
 
 #include <stdint.h>
 
-#define RF_PLAN_MAX_DIMS 8
+#include "rfsdp.h" /* enum rf_shard_mode */
 
-enum rf_shard_mode { RF_SHARD_MODE_EQUAL = 0, RF_SHARD_MODE_RAGGED };
+#define RF_PLAN_MAX_DIMS 8
 
 /* One tensor of a unit as the model declares it. Borrowed strings. */
 struct rf_plan_tensor_in {
