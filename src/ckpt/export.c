@@ -9,6 +9,13 @@
 
 enum { RF_CKPT_EXPORT_PIECE = 1 << 20 }; /* elements per read */
 
+static void rf_ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+  size_t n = (size_t)snprintf(out, cap, "[");
+  for (int d = 0; d < ndim && n < cap; d++)
+    n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64, shape[d]);
+  if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
 static int rf_ckpt_export_stream(struct rf_ckpt *ck, struct rf_st_writer *w, const int *params, int n) {
   float *buf = rf_xmalloc((size_t)RF_CKPT_EXPORT_PIECE * sizeof(float));
   int rc = 0;
@@ -81,13 +88,14 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
     }
     int same = t->ndim == v->ndim;
     for (int d = 0; same && d < v->ndim; d++) same = t->shape[d] == v->shape[d];
-    if (!same)
-      rc =
-          rf_error_set(__FILE__, __LINE__,
-                       "%s: tensor '%s' has %d dims [%" PRId64 ", ...], the model's has %d [%" PRId64
-                       ", ...] or another shape (a file of another model?)",
-                       path, v->name, t->ndim, t->ndim ? t->shape[0] : 0, v->ndim, v->ndim ? v->shape[0] : 0);
-    else if (t->dtype != RF_ST_DTYPE_F32 && t->dtype != RF_ST_DTYPE_BF16 && t->dtype != RF_ST_DTYPE_F16)
+    if (!same) {
+      char have[200], want[200];
+      rf_ckpt_shape_str(have, sizeof have, t->ndim, t->shape);
+      rf_ckpt_shape_str(want, sizeof want, v->ndim, v->shape);
+      rc = rf_error_set(__FILE__, __LINE__,
+                        "%s: tensor '%s' has shape %s, the model has %s (a file of another model?)", path,
+                        v->name, have, want);
+    } else if (t->dtype != RF_ST_DTYPE_F32 && t->dtype != RF_ST_DTYPE_BF16 && t->dtype != RF_ST_DTYPE_F16)
       rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; parameters load from F32, BF16 or F16",
                         path, v->name, rf_st_dtype_name(t->dtype));
   }
