@@ -329,7 +329,7 @@ static void test_broken(const char *root, const char *good, struct rf_comm *comm
       int r = corrupt_target(bad, &at);
       rf_ckpt_rank_path(file, sizeof file, bad, r, "bin");
       FILE *f = fopen(file, "r+b");
-      RF_ASSERT(f && fseek(f, (long)at, SEEK_SET) == 0);
+      if (!f || fseek(f, (long)at, SEEK_SET) != 0) abort();
       int c = fgetc(f);
       RF_ASSERT(c != EOF && fseek(f, (long)at, SEEK_SET) == 0);
       fputc(c ^ 0x10, f);
@@ -343,10 +343,10 @@ static void test_broken(const char *root, const char *good, struct rf_comm *comm
       size_t n;
       RF_ASSERT(rf_file_read_all(file, &buf, &n) == 0);
       char *v = strstr(buf, "\"version\":\t1");
-      RF_ASSERT(v);
+      if (!v) abort();
       v[strlen("\"version\":\t")] = '2';
       FILE *f = fopen(file, "wb");
-      RF_ASSERT(f && fwrite(buf, 1, n, f) == n);
+      if (!f || fwrite(buf, 1, n, f) != n) abort();
       fclose(f);
       free(buf);
     } else {

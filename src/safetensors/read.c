@@ -157,7 +157,7 @@ static int rf_st_cmp_offsets(const void *a, const void *b) {
 
 /* The header's tensors: parsed, sorted by offset, tiling the data exactly. */
 static int rf_st_parse_header(struct rf_st_file *f, const cJSON *head) {
-  if (!cJSON_IsObject(head)) RF_FAIL("%s: the header is not a JSON object", f->path);
+  if (!head || !cJSON_IsObject(head)) RF_FAIL("%s: the header is not a JSON object", f->path);
   f->tensors = rf_xcalloc((size_t)cJSON_GetArraySize(head) + 1, sizeof *f->tensors);
   for (const cJSON *o = head->child; o; o = o->next) {
     if (strcmp(o->string, "__metadata__") == 0) {
@@ -269,28 +269,34 @@ const struct rf_st_tensor *rf_st_find(const struct rf_st_file *f, const char *na
   return NULL;
 }
 
-static int rf_st_range(const struct rf_st_file *f, const char *name, int64_t begin, int64_t end,
-                       const struct rf_st_tensor **out) {
+/* Tensor `name` when [begin, end) lies inside it; NULL (message recorded) otherwise. */
+static const struct rf_st_tensor *rf_st_range(const struct rf_st_file *f, const char *name, int64_t begin,
+                                              int64_t end) {
   const struct rf_st_tensor *t = rf_st_find(f, name);
-  if (!t) RF_FAIL("%s: no tensor '%s'", f->path, name);
-  if (begin < 0 || begin > end || end > t->numel)
-    RF_FAIL("%s: tensor '%s': range [%" PRId64 ", %" PRId64 ") is outside its %" PRId64 " elements", f->path,
-            name, begin, end, t->numel);
-  *out = t;
-  return 0;
+  if (!t) {
+    rf_error_set(__FILE__, __LINE__, "%s: no tensor '%s'", f->path, name);
+    return NULL;
+  }
+  if (begin < 0 || begin > end || end > t->numel) {
+    rf_error_set(__FILE__, __LINE__,
+                 "%s: tensor '%s': range [%" PRId64 ", %" PRId64 ") is outside its %" PRId64 " elements",
+                 f->path, name, begin, end, t->numel);
+    return NULL;
+  }
+  return t;
 }
 
 int rf_st_read_raw(struct rf_st_file *f, const char *name, int64_t begin, int64_t end, void *out) {
-  const struct rf_st_tensor *t;
-  RF_TRY(rf_st_range(f, name, begin, end, &t));
+  const struct rf_st_tensor *t = rf_st_range(f, name, begin, end);
+  if (!t) return -1;
   size_t es = rf_st_dtype_size(t->dtype);
   return rf_file_pread_all(f->fd, out, (size_t)(end - begin) * es,
                            f->data_start + t->begin + (uint64_t)begin * es, f->path);
 }
 
 int rf_st_read_f32(struct rf_st_file *f, const char *name, int64_t begin, int64_t end, float *out) {
-  const struct rf_st_tensor *t;
-  RF_TRY(rf_st_range(f, name, begin, end, &t));
+  const struct rf_st_tensor *t = rf_st_range(f, name, begin, end);
+  if (!t) return -1;
   if (t->dtype == RF_ST_DTYPE_F32) return rf_st_read_raw(f, name, begin, end, out);
   if (t->dtype != RF_ST_DTYPE_BF16 && t->dtype != RF_ST_DTYPE_F16)
     RF_FAIL("%s: tensor '%s' is %s; only F32, BF16 and F16 convert to f32", f->path, name,

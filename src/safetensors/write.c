@@ -74,10 +74,10 @@ static int rf_st_writer_header(struct rf_st_writer *w, const char *path, int n,
   }
   char *json = cJSON_PrintUnformatted(head);
   cJSON_Delete(head);
-  if (!json) RF_DIE("out of memory");
+  if (!json) RF_FAIL("%s: out of memory printing the header", path);
   size_t len = strlen(json), padded = (size_t)rf_round_up((int64_t)len, 8);
-  char *text = rf_xmalloc(padded);
-  memcpy(text, json, len);
+  char *text = rf_xmalloc(padded + 1);
+  memcpy(text, json, len + 1);
   memset(text + len, ' ', padded - len);
   free(json);
   *text_out = text;
