@@ -133,6 +133,16 @@ void rf_fsdp_grads_finish(struct rf_fsdp *f) {
     if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
 }
 
+void rf_fsdp_reshard_all(struct rf_fsdp *f) {
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    RF_ASSERT(x->gslot < 0);
+    /* a prefetch in flight must land before its slot is reused */
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_fsdp_gather_wait(f, u);
+    rf_fsdp_release(f, u);
+  }
+}
+
 void rf_fsdp_poll(struct rf_fsdp *f) {
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
