@@ -132,8 +132,8 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   return 0;
 }
 
-static int rf_train_open_data(struct rf_train_state *s, const struct rf_tokenizer *tok,
-                              const char *tok_path) {
+/* The token files, then the tokenizer they were written with. */
+static int rf_train_open_data(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   char path[RF_FILE_PATH_MAX];
   snprintf(path, sizeof path, "%s.train.tok", a->data);
@@ -142,7 +142,10 @@ static int rf_train_open_data(struct rf_train_state *s, const struct rf_tokenize
   snprintf(path, sizeof path, "%s.val.tok", a->data);
   RF_TRY(rf_token_file_open(&s->val_file, path));
   s->val_open = 1;
-  RF_TRY(rf_token_file_check_tokenizer(&s->train_file, tok, tok_path));
+  snprintf(path, sizeof path, "%s.tokenizer.json", a->data);
+  RF_TRY(rf_tokenizer_load(&s->tok, path));
+  s->tok_loaded = 1;
+  RF_TRY(rf_token_file_check_tokenizer(&s->train_file, &s->tok, path));
   RF_REQUIRE(s->train_file.vocab_size <= s->model.cfg.vocab_size,
              "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", s->train_file.path,
              (long long)s->train_file.vocab_size, s->model.cfg.vocab_size, a->model);
@@ -177,11 +180,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, local, (int)a->seq));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  char tok_path[RF_FILE_PATH_MAX];
-  snprintf(tok_path, sizeof tok_path, "%s.tokenizer.json", a->data);
-  RF_TRY(rf_tokenizer_load(&s->tok, tok_path));
-  s->tok_loaded = 1;
-  RF_TRY(rf_train_open_data(s, &s->tok, tok_path));
+  RF_TRY(rf_train_open_data(s));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
