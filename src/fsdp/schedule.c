@@ -79,6 +79,8 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
     f->units[u].has_grad = 0;
   }
   memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&rf_counters_global, &f->at_step_begin);
+  f->at_step_begin = rf_counters_global;
 }
 
 void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit) {
