@@ -6,6 +6,8 @@
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses), at W = 2 (AdamW, Muon) and W = 3 (8-bit AdamW);
+ *  - a rank killed inside a save: the partial checkpoint is ignored, the run
+ *    resumes from the previous one and ends bit-identical;
  *  - bad input: a missing or truncated token file, inconsistent head counts, a
  *    batch not divisible into the ranks, a checkpoint of another optimizer: each
  *    fails with a message naming the problem. */
@@ -22,6 +24,7 @@
 
 #define STEPS 30
 static char dir[64] = "/tmp/rf_test_train.XXXXXX";
+static const char *run_env = ""; /* extra environment for the next runs */
 
 /* Runs `scripts/rfmpirun -np W rfsdp ARGS`; returns the exit code, output in out. */
 static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
@@ -30,8 +33,8 @@ static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s 2>&1",
-           world, rf_cli_binary(), args);
+  snprintf(cmd, sizeof cmd, "%s OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s 2>&1",
+           run_env, world, rf_cli_binary(), args);
   FILE *p = popen(cmd, "r");
   RF_ASSERT(p);
   size_t n = fread(out, 1, (size_t)out_size - 1, p);
@@ -136,8 +139,37 @@ static void check_resume(const char *model, const char *data, int world, const c
     rc = run_mpi(out, sizeof out, world,
                  "train --model %s --data %s %s --optim muon --steps 8 --ckpt-dir %s --resume %s", model,
                  data, args, b, a);
-    RF_CHECK(rc != 0 && strstr(out, "optimizer"), "resume with another optimizer: rc %d\n%s",
-             rc, out);
+    RF_CHECK(rc != 0 && strstr(out, "optimizer"), "resume with another optimizer: rc %d\n%s", rc, out);
+  }
+}
+
+/* The last rank dies inside the save of step 4 (after writing its files, before
+ * the marker): the partial checkpoint is not complete, --resume takes step 2, and
+ * the resumed run ends identical to an uninterrupted one. */
+static void check_crash(const char *model, const char *data) {
+  char out[16384], c[200], ref[200], fa[512], fb[512];
+  snprintf(c, sizeof c, "%s/crash", dir);
+  snprintf(ref, sizeof ref, "%s/crash-ref", dir);
+  const char *args =
+      "--batch 6 --seq 16 --lr 3e-3 --seed 5 --peak-gflops 50 --print-every 0 --save-every 2 --keep 5";
+  run_env = "RF_TEST_DIE_IN_SAVE=4";
+  int rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s --steps 6 --ckpt-dir %s", model, data,
+                   args, c);
+  run_env = "";
+  RF_CHECK(rc != 0, "the run with a dying rank exited %d", rc);
+  snprintf(fa, sizeof fa, "%s/step-00000002/COMPLETE", c);
+  snprintf(fb, sizeof fb, "%s/step-00000004/COMPLETE", c);
+  RF_CHECK(access(fa, F_OK) == 0 && access(fb, F_OK) != 0, "after the crash: step 2 complete, step 4 not");
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s --steps 6 --ckpt-dir %s --resume %s", model,
+               data, args, c, c);
+  RF_CHECK(rc == 0 && strstr(out, "step-00000002 at step 2"), "resume after the crash: rc %d\n%s", rc, out);
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s --steps 6 --ckpt-dir %s", model, data, args,
+               ref);
+  RF_CHECK(rc == 0, "uninterrupted: rc %d\n%s", rc, out);
+  for (int r = 0; r < 2; r++) {
+    snprintf(fa, sizeof fa, "%s/step-00000006/rank-%05d.bin", c, r);
+    snprintf(fb, sizeof fb, "%s/step-00000006/rank-%05d.bin", ref, r);
+    RF_CHECK(files_equal(fa, fb), "rank %d's step-6 checkpoint differs from the uninterrupted run", r);
   }
 }
 
@@ -206,6 +238,7 @@ int main(void) {
   check_resume(model, data, 2, "adamw");
   check_resume(model, data, 3, "adamw8bit");
   check_resume(model, data, 2, "muon");
+  check_crash(model, data);
   check_bad_input(model, data);
 
   char cmd[128];

@@ -36,6 +36,7 @@ struct rf_train_state {
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
   int64_t start_step;
+  int64_t saving_step; /* the step of the save in progress */
   double flops_per_token, peak_gflops, last_loss, last_val;
 };
 

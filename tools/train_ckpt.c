@@ -15,8 +15,16 @@
 #define RF_TRAIN_MAX_STATES 8
 #define RF_TRAIN_CKPT_PREFIX "step-"
 
+/* Testing hook: with RF_TEST_DIE_IN_SAVE=STEP in the environment, the last rank
+ * exits abruptly inside the save of that step, after writing its rank files and
+ * before anyone writes the marker (tests/test_train.c: a rank killed mid-save). */
+static void rf_train_ckpt_maybe_die(const struct rf_train_state *s, int64_t step) {
+  const char *die = getenv("RF_TEST_DIE_IN_SAVE");
+  if (die && atoll(die) == step && s->rank == s->world - 1) _exit(137);
+}
+
 static int rf_train_ckpt_agree(void *ctx, int status) {
-  (void)ctx;
+  if (ctx) rf_train_ckpt_maybe_die(ctx, ((const struct rf_train_state *)ctx)->saving_step);
   MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return status;
 }
@@ -84,6 +92,7 @@ static struct rf_ckpt_views_args rf_train_views_args(const struct rf_train_state
   a.n_states = st->n;
   a.states = st->desc;
   a.agree = rf_train_ckpt_agree;
+  a.agree_ctx = (void *)s;
   return a;
 }
 
@@ -100,6 +109,7 @@ static int rf_train_ckpt_save(struct rf_train_state *s, const char *dir, int64_t
   struct rf_ckpt_views_args a = rf_train_views_args(s, &st, dir);
   a.step = step;
   a.extra_json = extra;
+  s->saving_step = step;
   uint64_t t0 = rf_time_ns();
   RF_TRY(rf_ckpt_save_views(&a));
   if (s->rank == 0)
