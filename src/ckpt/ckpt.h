@@ -202,7 +202,7 @@ struct rf_ckpt_views_args {
   int rank, world;        /* save: this rank and the world of the saving run */
   int64_t step;           /* save */
   const char *extra_json; /* save: a JSON object (RNG, data position); NULL: {} */
-  int64_t chunk_bytes;    /* save: checksum granularity; 0: the default */
+  int64_t chunk_bytes;    /* save: checksum granularity; 0: RF_CKPT_VIEWS_CHUNK_BYTES */
   int n_views;
   const struct rf_tensor_view *views;
   int n_states;
@@ -210,6 +210,10 @@ struct rf_ckpt_views_args {
   rf_ckpt_agree_fn agree; /* the barrier that combines statuses (see rf_ckpt_save) */
   void *agree_ctx;
 };
+
+/* The checksum chunk of rf_ckpt_save_views: a resharded load reads at most two
+ * extra chunks per overlapping saved range (one model has hundreds of pieces). */
+#define RF_CKPT_VIEWS_CHUNK_BYTES (256 << 10)
 
 /* The key added to "extra" by rf_ckpt_save_views: the states saved, as
  * [{"suffix": ".adam_m", "dtype": "f32"}, ...]. */

@@ -128,7 +128,7 @@ int rf_ckpt_save_views(const struct rf_ckpt_views_args *a) {
                                   .world = a->world,
                                   .step = a->step,
                                   .extra_json = extra,
-                                  .chunk_bytes = a->chunk_bytes,
+                                  .chunk_bytes = a->chunk_bytes ? a->chunk_bytes : RF_CKPT_VIEWS_CHUNK_BYTES,
                                   .n_pieces = n,
                                   .pieces = pieces,
                                   .agree = a->agree,
