@@ -241,7 +241,7 @@ int rf_ckpt_is_param(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t);
 
 /* Writes the checkpoint's parameters (not the optimizer states) to a safetensors
  * file under their saved names, as F32 or BF16 (dtype RF_DTYPE_F32 or
- * RF_DTYPE_BF16), tensor by tensor in pieces of at most 1 M elements (never a whole
+ * RF_DTYPE_BF16), tensor by tensor in pieces of at most 256 K elements (never a whole
  * tensor in memory), checksums verified; the file appears atomically when
  * complete. __metadata__: {"format": "pt", "rfsdp_step": "<step>"}. */
 int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype);

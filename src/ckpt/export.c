@@ -7,7 +7,9 @@
 #include "ckpt/ckpt.h"
 #include "safetensors/safetensors.h"
 
-enum { RF_CKPT_EXPORT_PIECE = 1 << 20 }; /* elements per read */
+enum {
+  RF_CKPT_EXPORT_PIECE = 1 << 18
+}; /* elements per read and write (1 MiB of f32: larger writes are slower here) */
 
 static void rf_ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
   size_t n = (size_t)snprintf(out, cap, "[");
