@@ -11,6 +11,8 @@
  *     are PyTorch's (tests/data/safetensors_ref.json);
  *   - an f32 export converted to bf16 equals the rounding of the masters;
  *   - import errors (missing tensor, other shape, integer dtype) name the file;
+ *   - the weights alone (no optimizer state asked for) load at another world;
+ *     the save refuses an extra object that uses the reserved key;
  *   - `rfsdp ckpt info` prints step, world, extra, states and every tensor's
  *     dtype, shape and bytes; `--verify` catches a corrupted byte; `rfsdp ckpt
  *     export` writes the file; bad arguments are refused. */
@@ -258,6 +260,58 @@ static void test_python_file(const char *dir) {
   model_free(&md);
 }
 
+/* Weights only (a fresh optimizer): a load that asks for no state, at another
+ * world; the reserved extra key and a non-object extra are refused by the save. */
+static void test_weights_only(const char *dir) {
+  struct model md = {.n = 4,
+                     .names = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                               "model.norm.weight", "lm_head.weight"},
+                     .ndim = {2, 2, 1, 2},
+                     .shape = {{61, 16}, {16, 16}, {16, 0}, {61, 16}}};
+  char ck[256], src[256];
+  snprintf(ck, sizeof ck, "%s/ckpt-a", dir); /* from test_roundtrip_f32 */
+  snprintf(src, sizeof src, "%s/src.safetensors", dir);
+  model_split(&md, 2, 99);
+  int64_t step = -1;
+  char *extra = NULL;
+  for (int r = 0; r < 2; r++) {
+    struct rf_ckpt_views_args a = {
+        .dir = ck, .rank = r, .world = 2, .n_views = md.n, .views = md.ranks[r].views, .agree = agree_local};
+    RF_CHECK(rf_ckpt_load_views(&a, &step, r ? &extra : NULL) == 0, "weights-only load: %s", rf_error_msg());
+  }
+  RF_CHECK(step == 12 && extra && strstr(extra, "\"data_step\":5"), "step %lld extra %s", (long long)step,
+           extra ? extra : "(null)");
+  free(extra);
+  struct rf_st_file f;
+  RF_ASSERT(rf_st_open(&f, src) == 0);
+  int64_t bad = 0;
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < md.n; t++) {
+      const struct rf_tensor_view *v = &md.ranks[r].views[t];
+      float *x = malloc((size_t)(v->end - v->begin + 1) * 4);
+      RF_ASSERT(rf_st_read_f32(&f, v->name, v->begin, v->end, x) == 0);
+      bad += v->end > v->begin && memcmp(x, v->master, (size_t)(v->end - v->begin) * 4) != 0;
+      free(x);
+    }
+  RF_CHECK(bad == 0, "weights-only load at W=2 of a save at W=3: %lld pieces differ", (long long)bad);
+  rf_st_close(&f);
+
+  char ck2[256];
+  snprintf(ck2, sizeof ck2, "%s/ckpt-reserved", dir);
+  struct rf_ckpt_views_args a = {.dir = ck2,
+                                 .rank = 0,
+                                 .world = 1,
+                                 .n_views = 0,
+                                 .agree = agree_local,
+                                 .extra_json = "{\"rfsdp_states\":[]}"};
+  RF_CHECK(rf_ckpt_save_views(&a) != 0 && strstr(rf_error_msg(), "reserved key 'rfsdp_states'"),
+           "reserved: %s", rf_error_msg());
+  a.extra_json = "[1]";
+  RF_CHECK(rf_ckpt_save_views(&a) != 0 && strstr(rf_error_msg(), "not a JSON object"), "extra: %s",
+           rf_error_msg());
+  model_free(&md);
+}
+
 static void test_cli(const char *dir) {
   char ck[256], out[16384], st[256];
   snprintf(ck, sizeof ck, "%s/ckpt-a", dir); /* from test_roundtrip_f32 */
@@ -322,6 +376,7 @@ int main(void) {
   RF_ASSERT(mkdtemp(dir));
   test_roundtrip_f32(dir);
   test_python_file(dir);
+  test_weights_only(dir);
   test_cli(dir);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
