@@ -359,6 +359,10 @@ static void test_cli(const char *dir) {
   snprintf(file, sizeof file, "%s/never.safetensors", dir);
   RF_CHECK(access(file, F_OK) != 0, "a failed export left a file");
 
+  rc = rf_cli_run(out, sizeof out, "ckpt info %s", dir); /* a directory of checkpoints */
+  RF_CHECK(rc == 1 && strstr(out, "incomplete checkpoint") && strstr(out, "complete checkpoints inside:") &&
+               strstr(out, "/ckpt-a") && strstr(out, "/ckpt-py"),
+           "parent dir: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "ckpt info %s/none", dir);
   RF_CHECK(rc == 1 && strstr(out, "no such checkpoint directory"), "missing dir: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "ckpt export %s", ck);
