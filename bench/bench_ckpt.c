@@ -8,6 +8,7 @@
  *   load, cold:  the same split, after the rank files were dropped from the page
  *                cache (posix_fadvise DONTNEED), checksums verified
  *   load, warm:  another split (resharding), page cache warm
+ *   export:      rank 0 streams the parameters into a safetensors file (f32)
  * Bytes per rank: written/read by the process (/proc/self/io wchar/rchar).
  * RF_BENCH_DIR: where to write (default /tmp). */
 #include <fcntl.h>
@@ -263,6 +264,19 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < md.slab && !bad; i += 997) bad = md.v[i] != md.master[i] * md.master[i];
   rf_comm_allreduce(&comm, &bad, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
 
+  /* rank 0: the parameters exported to safetensors (f32), streamed */
+  double t_export = 0;
+  int64_t export_bytes = 0;
+  if (rank == 0) {
+    char st_path[400];
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", root);
+    t0 = rf_time_ns();
+    if (rf_ckpt_export_safetensors(dir, st_path, RF_DTYPE_F32) != 0) RF_DIE("export: %s", rf_error_msg());
+    t_export = (double)(rf_time_ns() - t0) / 1e9;
+    export_bytes = stat(st_path, &st) == 0 ? (int64_t)st.st_size : -1;
+  }
+  rf_comm_barrier(&comm);
+
   int64_t total = my_bytes;
   rf_comm_allreduce(&comm, &total, 1, RF_DTYPE_I64, RF_REDUCE_OP_SUM);
   if (rank == 0) {
@@ -282,6 +296,8 @@ int main(int argc, char **argv) {
            mb / t_cold, cold_r);
     printf("| %-34s | %8.2f | %10.0f | %16" PRId64 " |\n", "load, warm cache, resharded", t_warm, mb / t_warm,
            warm_r);
+    printf("| %-34s | %8.2f | %10.0f | %16" PRId64 " |\n", "export f32 safetensors (rank 0)", t_export,
+           (double)export_bytes / 1e6 / t_export, export_bytes);
     double best_raw = t_raw[0] < t_raw[1] ? t_raw[0] : t_raw[1],
            best_save = t_save[0] < t_save[1] ? t_save[0] : t_save[1];
     printf("rank file: %" PRId64 " bytes (max); best save %.2f s / best raw write %.2f s = %.2f\n",
