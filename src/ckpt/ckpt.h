@@ -246,8 +246,11 @@ int rf_ckpt_is_param(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t);
  * complete. __metadata__: {"format": "pt", "rfsdp_step": "<step>"}. */
 int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype);
 /* Fills this rank's range of every view's master weights from a safetensors file
- * (tensors by name, same shape, F32/BF16/F16 converted to f32). Checks every view
- * before reading any. Local to the rank: callers agree on the status. */
+ * (tensors by name, same shape, F32/BF16/F16 converted to f32), or from the shards
+ * of a Hugging Face index when `path` ends in ".json"
+ * (model.safetensors.index.json: {"weight_map": {tensor: file}}, files next to
+ * it). Checks every view before reading any. Local to the rank: callers agree on
+ * the status. */
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n);
 
 #endif
