@@ -183,6 +183,11 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
       break;
     }
     const struct rf_st_tensor *t = rf_st_find(f, v->name);
+    if (v->end > v->begin && !v->master) {
+      rc =
+          rf_error_set(__FILE__, __LINE__, "%s: view '%s' has no master weights to load into", path, v->name);
+      break;
+    }
     int same = t->ndim == v->ndim;
     for (int d = 0; same && d < v->ndim; d++) same = t->shape[d] == v->shape[d];
     if (!same) {
