@@ -11,6 +11,11 @@
  *     are PyTorch's (tests/data/safetensors_ref.json);
  *   - an f32 export converted to bf16 equals the rounding of the masters;
  *   - import errors (missing tensor, other shape, integer dtype) name the file;
+ *   - a Hugging Face sharded file (two shards + model.safetensors.index.json)
+ *     imports like the single file; a wrong or missing shard, a tensor absent
+ *     from the map are refused naming the file;
+ *   - the weights alone (no optimizer state asked for) load at another world;
+ *     the save refuses an extra object that uses the reserved key;
  *   - `rfsdp ckpt info` prints step, world, extra, states and every tensor's
  *     dtype, shape and bytes; `--verify` catches a corrupted byte; `rfsdp ckpt
  *     export` writes the file; bad arguments are refused. */
@@ -258,6 +263,134 @@ static void test_python_file(const char *dir) {
   model_free(&md);
 }
 
+/* Weights only (a fresh optimizer): a load that asks for no state, at another
+ * world; the reserved extra key and a non-object extra are refused by the save. */
+static void test_weights_only(const char *dir) {
+  struct model md = {.n = 4,
+                     .names = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                               "model.norm.weight", "lm_head.weight"},
+                     .ndim = {2, 2, 1, 2},
+                     .shape = {{61, 16}, {16, 16}, {16, 0}, {61, 16}}};
+  char ck[256], src[256];
+  snprintf(ck, sizeof ck, "%s/ckpt-a", dir); /* from test_roundtrip_f32 */
+  snprintf(src, sizeof src, "%s/src.safetensors", dir);
+  model_split(&md, 2, 99);
+  int64_t step = -1;
+  char *extra = NULL;
+  for (int r = 0; r < 2; r++) {
+    struct rf_ckpt_views_args a = {
+        .dir = ck, .rank = r, .world = 2, .n_views = md.n, .views = md.ranks[r].views, .agree = agree_local};
+    RF_CHECK(rf_ckpt_load_views(&a, &step, r ? &extra : NULL) == 0, "weights-only load: %s", rf_error_msg());
+  }
+  RF_CHECK(step == 12 && extra && strstr(extra, "\"data_step\":5"), "step %lld extra %s", (long long)step,
+           extra ? extra : "(null)");
+  free(extra);
+  struct rf_st_file f;
+  RF_ASSERT(rf_st_open(&f, src) == 0);
+  int64_t bad = 0;
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < md.n; t++) {
+      const struct rf_tensor_view *v = &md.ranks[r].views[t];
+      float *x = malloc((size_t)(v->end - v->begin + 1) * 4);
+      RF_ASSERT(rf_st_read_f32(&f, v->name, v->begin, v->end, x) == 0);
+      bad += v->end > v->begin && memcmp(x, v->master, (size_t)(v->end - v->begin) * 4) != 0;
+      free(x);
+    }
+  RF_CHECK(bad == 0, "weights-only load at W=2 of a save at W=3: %lld pieces differ", (long long)bad);
+  rf_st_close(&f);
+
+  char ck2[256];
+  snprintf(ck2, sizeof ck2, "%s/ckpt-reserved", dir);
+  struct rf_ckpt_views_args a = {.dir = ck2,
+                                 .rank = 0,
+                                 .world = 1,
+                                 .n_views = 0,
+                                 .agree = agree_local,
+                                 .extra_json = "{\"rfsdp_states\":[]}"};
+  RF_CHECK(rf_ckpt_save_views(&a) != 0 && strstr(rf_error_msg(), "reserved key 'rfsdp_states'"),
+           "reserved: %s", rf_error_msg());
+  a.extra_json = "[1]";
+  RF_CHECK(rf_ckpt_save_views(&a) != 0 && strstr(rf_error_msg(), "not a JSON object"), "extra: %s",
+           rf_error_msg());
+  model_free(&md);
+}
+
+/* A Hugging Face sharded file (two shards and an index) imports like the single file. */
+static void test_sharded(const char *dir) {
+  struct model md = {.n = 4,
+                     .names = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                               "model.norm.weight", "lm_head.weight"},
+                     .ndim = {2, 2, 1, 2},
+                     .shape = {{61, 16}, {16, 16}, {16, 0}, {61, 16}}};
+  char src[256], shard[2][256], index[256];
+  snprintf(src, sizeof src, "%s/src.safetensors", dir); /* from test_roundtrip_f32 */
+  struct rf_st_file f;
+  RF_ASSERT(rf_st_open(&f, src) == 0);
+  for (int k = 0; k < 2; k++) { /* tensors 0, 1 in the first shard; 2, 3 in the second */
+    snprintf(shard[k], sizeof shard[k], "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+    struct rf_st_decl decls[2];
+    for (int j = 0; j < 2; j++) {
+      int t = 2 * k + j;
+      decls[j] = (struct rf_st_decl){.name = md.names[t], .dtype = RF_ST_DTYPE_F32, .ndim = md.ndim[t]};
+      memcpy(decls[j].shape, md.shape[t], sizeof md.shape[t]);
+    }
+    struct rf_st_writer w;
+    RF_ASSERT(rf_st_writer_open(&w, shard[k], 2, decls, NULL) == 0);
+    for (int j = 0; j < 2; j++) {
+      int64_t n = numel_of(&md, 2 * k + j);
+      float *x = malloc((size_t)n * 4);
+      RF_ASSERT(rf_st_read_f32(&f, md.names[2 * k + j], 0, n, x) == 0);
+      RF_ASSERT(rf_st_writer_write_f32(&w, x, n) == 0);
+      free(x);
+    }
+    RF_ASSERT(rf_st_writer_commit(&w) == 0);
+  }
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+  char json[2048];
+  snprintf(
+      json, sizeof json,
+      "{\"metadata\": {\"total_size\": 8896}, \"weight_map\": {\"%s\": \"model-00001-of-00002.safetensors\", "
+      "\"%s\": \"model-00001-of-00002.safetensors\", \"%s\": \"model-00002-of-00002.safetensors\", "
+      "\"%s\": \"model-00002-of-00002.safetensors\"}}",
+      md.names[0], md.names[1], md.names[2], md.names[3]);
+  RF_ASSERT(rf_file_write_all(index, json, strlen(json)) == 0);
+  model_split(&md, 3, 5);
+  RF_CHECK(model_import(&md, index) == 0, "import of the index: %s", rf_error_msg());
+  int64_t bad = 0;
+  for (int r = 0; r < 3; r++)
+    for (int t = 0; t < md.n; t++) {
+      const struct rf_tensor_view *v = &md.ranks[r].views[t];
+      float *x = malloc((size_t)(v->end - v->begin + 1) * 4);
+      RF_ASSERT(rf_st_read_f32(&f, v->name, v->begin, v->end, x) == 0);
+      bad += v->end > v->begin && memcmp(x, v->master, (size_t)(v->end - v->begin) * 4) != 0;
+      free(x);
+    }
+  RF_CHECK(bad == 0, "sharded import: %lld pieces differ from the single file's", (long long)bad);
+  rf_st_close(&f);
+  /* the index names a tensor's shard wrongly; a shard is missing; a tensor is not in the map */
+  char *bad_json = strdup(json);
+  char *at = strstr(bad_json, "model-00002-of-00002.safetensors\"}}");
+  if (!at) abort();
+  at[10] = '1'; /* lm_head.weight -> the first shard */
+  RF_ASSERT(rf_file_write_all(index, bad_json, strlen(bad_json)) == 0);
+  RF_CHECK(rf_ckpt_import_views(index, md.ranks[0].views, md.n) != 0 && strstr(rf_error_msg(), shard[0]) &&
+               strstr(rf_error_msg(), "no tensor 'lm_head.weight' although the index names this file"),
+           "wrong shard: %s", rf_error_msg());
+  at[10] = '3';
+  RF_ASSERT(rf_file_write_all(index, bad_json, strlen(bad_json)) == 0);
+  RF_CHECK(rf_ckpt_import_views(index, md.ranks[0].views, md.n) != 0 &&
+               strstr(rf_error_msg(), "model-00003-of-00002.safetensors: cannot open") &&
+               strstr(rf_error_msg(), "a shard named by"),
+           "missing shard: %s", rf_error_msg());
+  free(bad_json);
+  md.ranks[0].views[2].name = "model.final_norm.weight";
+  RF_ASSERT(rf_file_write_all(index, json, strlen(json)) == 0);
+  RF_CHECK(rf_ckpt_import_views(index, md.ranks[0].views, md.n) != 0 && strstr(rf_error_msg(), index) &&
+               strstr(rf_error_msg(), "no tensor 'model.final_norm.weight' in the weight map"),
+           "not in the map: %s", rf_error_msg());
+  model_free(&md);
+}
+
 static void test_cli(const char *dir) {
   char ck[256], out[16384], st[256];
   snprintf(ck, sizeof ck, "%s/ckpt-a", dir); /* from test_roundtrip_f32 */
@@ -305,6 +438,10 @@ static void test_cli(const char *dir) {
   snprintf(file, sizeof file, "%s/never.safetensors", dir);
   RF_CHECK(access(file, F_OK) != 0, "a failed export left a file");
 
+  rc = rf_cli_run(out, sizeof out, "ckpt info %s", dir); /* a directory of checkpoints */
+  RF_CHECK(rc == 1 && strstr(out, "incomplete checkpoint") && strstr(out, "complete checkpoints inside:") &&
+               strstr(out, "/ckpt-a") && strstr(out, "/ckpt-py"),
+           "parent dir: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "ckpt info %s/none", dir);
   RF_CHECK(rc == 1 && strstr(out, "no such checkpoint directory"), "missing dir: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "ckpt export %s", ck);
@@ -322,6 +459,8 @@ int main(void) {
   RF_ASSERT(mkdtemp(dir));
   test_roundtrip_f32(dir);
   test_python_file(dir);
+  test_weights_only(dir);
+  test_sharded(dir);
   test_cli(dir);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

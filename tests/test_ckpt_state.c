@@ -445,7 +445,7 @@ int main(int argc, char **argv) {
   snprintf(good, sizeof good, "%s/saved-at-%d", root, world);
   for (int b = 0; b < BREAK_COUNT; b++) test_broken(root, good, &comm, (enum breakage)b);
 
-  /* a state given twice is refused on every rank before anything is written */
+  /* a state given twice (on one rank) fails the save on every rank; no marker */
   {
     struct model md;
     struct rf_ckpt_state_desc states[N_S];

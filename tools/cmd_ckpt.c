@@ -1,9 +1,11 @@
 /* rfsdp ckpt: inspect a checkpoint directory, export its parameters to safetensors. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "commands.h"
@@ -36,10 +38,27 @@ static void rf_ckpt_print_states(const char *extra_json) {
   cJSON_Delete(extra);
 }
 
+/* When DIR is not a checkpoint but holds complete ones (a --ckpt-dir), names them. */
+static void rf_ckpt_print_children(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  int n = 0;
+  const struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char marker[RF_FILE_PATH_MAX + 300];
+    snprintf(marker, sizeof marker, "%s/%s/%s", dir, e->d_name, RF_CKPT_MARKER);
+    if (access(marker, F_OK) != 0) continue;
+    fprintf(stderr, "%s %s/%s\n", n++ ? "   " : "complete checkpoints inside:", dir, e->d_name);
+  }
+  closedir(d);
+}
+
 static int rf_ckpt_info(const char *dir, int verify) {
   struct rf_ckpt ck;
   if (rf_ckpt_open(&ck, dir) != 0) {
     fprintf(stderr, "rfsdp ckpt info: %s\n", rf_error_msg());
+    rf_ckpt_print_children(dir);
     return 1;
   }
   printf("checkpoint %s: format version %d, step %" PRId64 ", world %d, checksum chunk %" PRId64 " bytes\n",

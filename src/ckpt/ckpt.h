@@ -202,7 +202,7 @@ struct rf_ckpt_views_args {
   int rank, world;        /* save: this rank and the world of the saving run */
   int64_t step;           /* save */
   const char *extra_json; /* save: a JSON object (RNG, data position); NULL: {} */
-  int64_t chunk_bytes;    /* save: checksum granularity; 0: the default */
+  int64_t chunk_bytes;    /* save: checksum granularity; 0: RF_CKPT_VIEWS_CHUNK_BYTES */
   int n_views;
   const struct rf_tensor_view *views;
   int n_states;
@@ -210,6 +210,10 @@ struct rf_ckpt_views_args {
   rf_ckpt_agree_fn agree; /* the barrier that combines statuses (see rf_ckpt_save) */
   void *agree_ctx;
 };
+
+/* The checksum chunk of rf_ckpt_save_views: a resharded load reads at most two
+ * extra chunks per overlapping saved range (one model has hundreds of pieces). */
+#define RF_CKPT_VIEWS_CHUNK_BYTES (256 << 10)
 
 /* The key added to "extra" by rf_ckpt_save_views: the states saved, as
  * [{"suffix": ".adam_m", "dtype": "f32"}, ...]. */
@@ -237,13 +241,16 @@ int rf_ckpt_is_param(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t);
 
 /* Writes the checkpoint's parameters (not the optimizer states) to a safetensors
  * file under their saved names, as F32 or BF16 (dtype RF_DTYPE_F32 or
- * RF_DTYPE_BF16), tensor by tensor in pieces of at most 1 M elements (never a whole
+ * RF_DTYPE_BF16), tensor by tensor in pieces of at most 256 K elements (never a whole
  * tensor in memory), checksums verified; the file appears atomically when
  * complete. __metadata__: {"format": "pt", "rfsdp_step": "<step>"}. */
 int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype);
 /* Fills this rank's range of every view's master weights from a safetensors file
- * (tensors by name, same shape, F32/BF16/F16 converted to f32). Checks every view
- * before reading any. Local to the rank: callers agree on the status. */
+ * (tensors by name, same shape, F32/BF16/F16 converted to f32), or from the shards
+ * of a Hugging Face index when `path` ends in ".json"
+ * (model.safetensors.index.json: {"weight_map": {tensor: file}}, files next to
+ * it). Checks every view before reading any. Local to the rank: callers agree on
+ * the status. */
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n);
 
 #endif

@@ -128,7 +128,7 @@ int rf_ckpt_save_views(const struct rf_ckpt_views_args *a) {
                                   .world = a->world,
                                   .step = a->step,
                                   .extra_json = extra,
-                                  .chunk_bytes = a->chunk_bytes,
+                                  .chunk_bytes = a->chunk_bytes ? a->chunk_bytes : RF_CKPT_VIEWS_CHUNK_BYTES,
                                   .n_pieces = n,
                                   .pieces = pieces,
                                   .agree = a->agree,
@@ -196,6 +196,8 @@ static int rf_ckpt_load_check(const struct rf_ckpt *ck, const struct rf_ckpt_vie
   for (int i = 0; i < a->n_views; i++) {
     const struct rf_tensor_view *v = &a->views[i];
     RF_TRY(rf_ckpt_check_tensor(ck, v->name, "tensor", RF_DTYPE_F32, v->ndim, v->shape, v->begin, v->end));
+    if (v->end > v->begin && !v->master)
+      RF_FAIL("%s: view '%s' has no master weights to load into", ck->dir, v->name);
     for (int j = 0; j < a->n_states; j++) {
       const struct rf_ckpt_state_desc *s = &a->states[j];
       struct rf_ckpt_state_piece sp;
