@@ -212,4 +212,31 @@ int64_t rf_plan_unit_split_blocks(const struct rf_plan_unit_in *in, const struct
 /* Blocks of g elements in [0, e) cut by the boundaries k*S, k = 1..world-1. */
 int64_t rf_plan_split_blocks_uniform(int64_t e, int64_t g, int64_t shard, int world);
 
+/* ---- a whole model (src/plan/plan_model.c) ---- */
+
+/* Every unit of a model planned at one world size, checked, and compared with
+ * the peers. Owns units. */
+struct rf_plan_model_result {
+  int world;
+  enum rf_shard_mode mode;
+  int n_units;
+  struct rf_plan_unit *units; /* one per model unit, each passed rf_plan_unit_check */
+  int64_t elems, padded_elems, bound_padded_elems;
+  int64_t max_shard_elems; /* sum over units of the largest rank range */
+  int64_t split_blocks;    /* counted from the plans' rank starts (0) */
+  int n_buffers;
+  int sub_padding_units; /* units where a fused tensor took padding between sub-tensors */
+  double imbalance;      /* the largest unit imbalance (ragged: largest range over mean) */
+  double plan_ms;        /* CPU time of planning all units (the thread's clock: the machine may be shared) */
+  struct rf_plan_peer_stats peers[RF_PLAN_PEER_COUNT];
+};
+
+/* Plans every unit of `model` with blocks of block_rows rows, checks each plan
+ * with rf_plan_unit_check and computes the peers' layouts (skipped when
+ * with_peers is 0). Returns 0, or -1 with rf_error_msg() (bad input, or a plan
+ * the checker refuses). */
+int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
+                       const struct rf_plan_options *opt, int with_peers, struct rf_plan_model_result *out);
+void rf_plan_model_result_free(struct rf_plan_model_result *res);
+
 #endif

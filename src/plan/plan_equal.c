@@ -42,24 +42,79 @@ int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_
   return 1;
 }
 
-int64_t rf_plan_next_candidate(const struct rf_plan_item *items, int n, int64_t align, int64_t from) {
-  int64_t c = rf_round_up(from < 1 ? 1 : from, align);
-  for (int i = 0; i < n; i++) c = rf_max_i64(c, rf_round_up(items[i].block_elems, align));
+/* The distinct (numel, block) pairs of a set of items, with lcm(align, block):
+ * the candidate conditions depend on nothing else, and a unit of hundreds of
+ * experts has only a handful of distinct pairs. */
+struct rf_plan_pairs {
+  int n;
+  int64_t max_block;            /* the largest block rounded up to align */
+  int64_t *numel, *block, *lcm; /* lcm: -1 above RF_PLAN_LCM_CAP */
+};
+
+static int rf_plan_pair_cmp(const void *pa, const void *pb) {
+  const int64_t *a = pa, *b = pb;
+  if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+  return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+static void rf_plan_pairs_init(struct rf_plan_pairs *p, const struct rf_plan_item *items, int n,
+                               int64_t align) {
+  p->numel = rf_xmalloc((size_t)(n > 0 ? n : 1) * 3 * sizeof *p->numel);
+  p->block = p->numel + n;
+  p->lcm = p->block + n;
+  p->n = 0;
+  p->max_block = align;
+  /* Linear dedup while the pairs are few (the usual case), a sort otherwise. */
+  int i = 0;
+  for (; i < n && p->n <= 32; i++) {
+    int64_t e = items[i].numel, g = items[i].block_elems;
+    int k = 0;
+    while (k < p->n && (p->numel[k] != e || p->block[k] != g)) k++;
+    if (k == p->n) p->numel[p->n] = e, p->block[p->n] = g, p->n++;
+  }
+  if (i < n) {
+    int64_t *eg = rf_xmalloc((size_t)n * 2 * sizeof *eg);
+    for (int j = 0; j < n; j++) eg[2 * j] = items[j].numel, eg[2 * j + 1] = items[j].block_elems;
+    qsort(eg, (size_t)n, 2 * sizeof *eg, rf_plan_pair_cmp);
+    p->n = 0;
+    for (int j = 0; j < n; j++) {
+      if (p->n && p->numel[p->n - 1] == eg[2 * j] && p->block[p->n - 1] == eg[2 * j + 1]) continue;
+      p->numel[p->n] = eg[2 * j], p->block[p->n] = eg[2 * j + 1], p->n++;
+    }
+    free(eg);
+  }
+  for (int k = 0; k < p->n; k++) {
+    p->max_block = rf_max_i64(p->max_block, rf_round_up(p->block[k], align));
+    p->lcm[k] = rf_lcm_i64_capped(align, p->block[k], RF_PLAN_LCM_CAP);
+  }
+}
+
+static void rf_plan_pairs_free(struct rf_plan_pairs *p) { free(p->numel); }
+
+static int64_t rf_plan_pairs_next(const struct rf_plan_pairs *p, int64_t align, int64_t from) {
+  int64_t c = rf_max_i64(rf_round_up(from < 1 ? 1 : from, align), p->max_block);
   for (;;) {
     int64_t next = c;
-    for (int i = 0; i < n; i++) {
-      int64_t e = items[i].numel, g = items[i].block_elems;
+    for (int i = 0; i < p->n; i++) {
+      int64_t e = p->numel[i], g = p->block[i];
       if (e <= 2 * c || c % g == 0) continue;
       /* Either S grows until the item no longer holds two boundaries, or S
        * becomes a multiple of both g and align; the nearer of the two. */
       int64_t half = rf_round_up(rf_ceil_div(e, 2), align);
-      int64_t l = rf_lcm_i64_capped(align, g, RF_PLAN_LCM_CAP);
-      int64_t need = l < 0 ? half : rf_min_i64(half, rf_round_up(c, l));
+      int64_t need = p->lcm[i] < 0 ? half : rf_min_i64(half, rf_round_up(c, p->lcm[i]));
       next = rf_max_i64(next, need);
     }
     if (next == c) return c;
     c = next;
   }
+}
+
+int64_t rf_plan_next_candidate(const struct rf_plan_item *items, int n, int64_t align, int64_t from) {
+  struct rf_plan_pairs p;
+  rf_plan_pairs_init(&p, items, n, align);
+  int64_t c = rf_plan_pairs_next(&p, align, from);
+  rf_plan_pairs_free(&p);
+  return c;
 }
 
 static int64_t rf_plan_items_elems(const struct rf_plan_item *items, int n) {
@@ -74,10 +129,12 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
 
 int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
                                 int64_t *offsets) {
-  int64_t s = rf_plan_lower_bound(items, n, world, align);
+  struct rf_plan_pairs p;
+  rf_plan_pairs_init(&p, items, n, align);
+  int64_t s = rf_plan_pairs_next(&p, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
   /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while (!rf_plan_items_fit(items, n, world, s, offsets))
-    s = rf_plan_next_candidate(items, n, align, s + align);
+  while (!rf_plan_items_fit(items, n, world, s, offsets)) s = rf_plan_pairs_next(&p, align, s + align);
+  rf_plan_pairs_free(&p);
   return s;
 }
 
