@@ -17,7 +17,8 @@ static int rf_plan_validate(const struct rf_plan_unit_in *in, const struct rf_pl
   RF_REQUIRE(opt->max_buffers >= 1, "unit %s: max_buffers must be >= 1 (got %d)", unit, opt->max_buffers);
   RF_REQUIRE(opt->mode == RF_SHARD_MODE_EQUAL || opt->mode == RF_SHARD_MODE_RAGGED,
              "unit %s: unknown shard mode", unit);
-  RF_REQUIRE(opt->buffer_cost_elems >= 0, "unit %s: buffer_cost_elems must be >= 0", unit);
+  RF_REQUIRE(opt->buffer_cost_elems >= 0 && opt->buffer_cost_ratio >= 0,
+             "unit %s: buffer_cost_elems and buffer_cost_ratio must be >= 0", unit);
   RF_REQUIRE(in->n_tensors >= 1 && in->tensors, "unit %s: no tensors", unit);
   for (int i = 0; i < in->n_tensors; i++) {
     const struct rf_plan_tensor_in *t = &in->tensors[i];
@@ -103,8 +104,9 @@ static void rf_plan_draft_equal(const struct rf_plan_item *items, int n, int wor
   for (int i = 0; i < n; i++) out->elems += items[i].numel;
   for (int o = 0; o < n_orders; o++) {
     for (int i = 0; i < n; i++) ordered[i] = items[perm_in[(size_t)o * n + i]];
-    int64_t s = rf_plan_items_min_shard(ordered, n, world, align, NULL);
-    if (out->shard < 0 || s < out->shard) {
+    /* a later order only matters if it beats the best so far */
+    int64_t s = rf_plan_items_min_shard_below(ordered, n, world, align, out->shard, NULL);
+    if (s >= 0) {
       out->shard = s;
       memcpy(out->items, ordered, (size_t)n * sizeof *ordered);
     }
@@ -284,10 +286,14 @@ static int rf_plan_buffer_cmp(const void *a, const void *b) {
   return (tx > ty) - (tx < ty);
 }
 
-int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_options *opt,
+int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_options *opt_in,
                       struct rf_plan_unit *out) {
   memset(out, 0, sizeof *out);
-  RF_TRY(rf_plan_validate(in, opt));
+  RF_TRY(rf_plan_validate(in, opt_in));
+  struct rf_plan_options unit_opt = *opt_in;
+  for (int i = 0; i < in->n_tensors; i++)
+    unit_opt.buffer_cost_elems += opt_in->buffer_cost_ratio * (double)in->tensors[i].numel;
+  const struct rf_plan_options *opt = &unit_opt;
   int world = opt->world;
   int64_t n_max = 0;
   for (int i = 0; i < in->n_tensors; i++) n_max += rf_plan_subs(&in->tensors[i]);

@@ -42,6 +42,7 @@ struct rf_plan_options {
   int max_buffers;          /* split a unit into at most this many buffers (>= 1) */
   double buffer_cost_elems; /* a buffer beyond the first must save at least this much padding */
   int allow_sub_padding;    /* fused tensors may take padding between sub-tensors */
+  double buffer_cost_ratio; /* added to buffer_cost_elems: this fraction of the unit's elements */
 };
 
 /* A tensor's place in a buffer. */
@@ -117,6 +118,10 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
  * that fail the necessary conditions). Fills offsets[n] if not NULL. */
 int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
                                 int64_t *offsets);
+
+/* The same, scanning only S < limit (limit < 0: no limit); -1 if none fits there. */
+int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                      int64_t limit, int64_t *offsets);
 
 /* The orders the planner tries (model order, by block size, by size
  * descending, by size ascending; duplicates removed). Writes n_orders*n indices

@@ -127,15 +127,21 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
-int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
-                                int64_t *offsets) {
+int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                      int64_t limit, int64_t *offsets) {
   struct rf_plan_pairs p;
   rf_plan_pairs_init(&p, items, n, align);
   int64_t s = rf_plan_pairs_next(&p, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
   /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while (!rf_plan_items_fit(items, n, world, s, offsets)) s = rf_plan_pairs_next(&p, align, s + align);
+  while ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, offsets))
+    s = rf_plan_pairs_next(&p, align, s + align);
   rf_plan_pairs_free(&p);
-  return s;
+  return limit >= 0 && s >= limit ? -1 : s;
+}
+
+int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                int64_t *offsets) {
+  return rf_plan_items_min_shard_below(items, n, world, align, -1, offsets);
 }
 
 /* Sort context: which key. The index is the tie-break, so the sort is stable. */
