@@ -156,7 +156,8 @@ int main(void) {
     rc = rf_cli_run(out, sizeof out,
                     "plan --model configs/llama-3-8b.json --world %d --block-rows 32 --max-padding 2 --json",
                     next);
-    RF_CHECK(next == 1000 || strstr(out, "\"max_padding_met\":false"), "at %d: '%.300s'", next, out);
+    RF_CHECK(rc == 0 && (next == 1000 || strstr(out, "\"max_padding_met\":false")), "at %d: '%.300s'", next,
+             out);
   }
 
   /* errors */

@@ -249,8 +249,7 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
   }
   if (c->layout) rf_plan_cmd_layout_json(c, r, o);
   char *text = cJSON_PrintUnformatted(o);
-  RF_ASSERT(text);
-  printf("%s\n", text);
+  printf("%s\n", text ? text : "{\"error\": \"out of memory\"}");
   free(text);
   cJSON_Delete(o);
 }

@@ -123,6 +123,7 @@ static int rf_plan_json_positive(const cJSON *v, int64_t *out) {
  * dflt > 0, else an error. */
 static int rf_plan_cfg_int(const cJSON *cfg, const char *path, const char *key, int64_t dflt, int64_t *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  *out = dflt;
   if (!v || cJSON_IsNull(v)) {
     RF_REQUIRE(dflt > 0, "%s: field '%s' is missing", path, key);
     *out = dflt;
@@ -147,15 +148,15 @@ static int rf_plan_cfg_bool(const cJSON *cfg, const char *path, const char *key,
 /* ---- Hugging Face layouts ---- */
 
 static int rf_plan_expand_llama(const cJSON *cfg, const char *path, struct rf_plan_model_builder *b) {
-  int64_t h, inter, heads, kv, layers, vocab, hd;
-  int tie, bias, mlp_bias;
+  int64_t h = 0, inter = 0, heads = 1, kv = 0, layers = 0, vocab = 0, hd = 0;
+  int tie = 0, bias = 0, mlp_bias = 0;
   RF_TRY(rf_plan_cfg_int(cfg, path, "hidden_size", 0, &h));
   RF_TRY(rf_plan_cfg_int(cfg, path, "intermediate_size", 0, &inter));
   RF_TRY(rf_plan_cfg_int(cfg, path, "num_attention_heads", 0, &heads));
   RF_TRY(rf_plan_cfg_int(cfg, path, "num_key_value_heads", heads, &kv));
   RF_TRY(rf_plan_cfg_int(cfg, path, "num_hidden_layers", 0, &layers));
   RF_TRY(rf_plan_cfg_int(cfg, path, "vocab_size", 0, &vocab));
-  RF_REQUIRE(h % heads == 0 || cJSON_GetObjectItemCaseSensitive(cfg, "head_dim"),
+  RF_REQUIRE(heads > 0 && (h % heads == 0 || cJSON_GetObjectItemCaseSensitive(cfg, "head_dim")),
              "%s: field 'hidden_size' %lld is not a multiple of num_attention_heads %lld", path, (long long)h,
              (long long)heads);
   RF_TRY(rf_plan_cfg_int(cfg, path, "head_dim", h / heads, &hd));
@@ -192,8 +193,8 @@ static int rf_plan_expand_llama(const cJSON *cfg, const char *path, struct rf_pl
 }
 
 static int rf_plan_expand_gpt_oss(const cJSON *cfg, const char *path, struct rf_plan_model_builder *b) {
-  int64_t h, inter, heads, kv, layers, vocab, hd, experts;
-  int tie, bias;
+  int64_t h = 0, inter = 0, heads = 0, kv = 0, layers = 0, vocab = 0, hd = 0, experts = 0;
+  int tie = 0, bias = 0;
   RF_TRY(rf_plan_cfg_int(cfg, path, "hidden_size", 0, &h));
   RF_TRY(rf_plan_cfg_int(cfg, path, "intermediate_size", 0, &inter));
   RF_TRY(rf_plan_cfg_int(cfg, path, "num_attention_heads", 0, &heads));
@@ -331,7 +332,7 @@ static int rf_plan_expand_generic(const cJSON *units, const char *path, struct r
       RF_REQUIRE(ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS,
                  "%s: units[%d].tensors[%d].shape must be an array of 1 to %d dimensions", path, ui, ti,
                  RF_PLAN_MAX_DIMS);
-      int64_t dims[RF_PLAN_MAX_DIMS], numel = 1;
+      int64_t dims[RF_PLAN_MAX_DIMS] = {0}, numel = 1;
       int d = 0;
       for (const cJSON *v = shape->child; v; v = v->next, d++) {
         RF_REQUIRE(rf_plan_json_positive(v, &dims[d]),
