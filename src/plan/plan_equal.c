@@ -32,12 +32,18 @@ static int64_t rf_plan_place_one(int64_t p, int64_t e, int64_t g, int64_t S) {
 }
 
 int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_t shard, int64_t *offsets) {
-  int64_t total = (int64_t)world * shard, p = 0;
+  int64_t total = (int64_t)world * shard, p = 0, slack = total;
+  for (int i = 0; i < n; i++) slack -= items[i].numel;
+  if (slack < 0) return 0;
+  /* gap: padding so far; once it exceeds the slack the rest cannot fit (exact early exit) */
+  int64_t used = 0;
   for (int i = 0; i < n; i++) {
     int64_t l = rf_plan_place_one(p, items[i].numel, items[i].block_elems, shard);
     if (l < 0 || l + items[i].numel > total) return 0;
     if (offsets) offsets[i] = l;
     p = l + items[i].numel;
+    used += items[i].numel;
+    if (p - used > slack) return 0;
   }
   return 1;
 }
