@@ -86,9 +86,11 @@ static void rf_plan_draft_free(struct rf_plan_draft *d) {
 }
 
 /* Best of the orders for one buffer of these items (given in model order).
- * perm: n_orders orders of the items (NULL: rf_plan_orders computes them). */
+ * perm: n_orders orders of the items (NULL: rf_plan_orders computes them).
+ * Only S < limit is scanned (limit < 0: no limit); out->shard is -1 when
+ * nothing fits there. */
 static void rf_plan_draft_equal(const struct rf_plan_item *items, int n, int world, int64_t align,
-                                const int *perm_in, int n_orders, struct rf_plan_draft *out) {
+                                const int *perm_in, int n_orders, int64_t limit, struct rf_plan_draft *out) {
   int *perm = NULL;
   if (!perm_in) {
     perm = rf_xmalloc((size_t)RF_PLAN_MAX_ORDERS * n * sizeof *perm);
@@ -105,13 +107,14 @@ static void rf_plan_draft_equal(const struct rf_plan_item *items, int n, int wor
   for (int o = 0; o < n_orders; o++) {
     for (int i = 0; i < n; i++) ordered[i] = items[perm_in[(size_t)o * n + i]];
     /* a later order only matters if it beats the best so far */
-    int64_t s = rf_plan_items_min_shard_below(ordered, n, world, align, out->shard, NULL);
+    int64_t s =
+        rf_plan_items_min_shard_below(ordered, n, world, align, out->shard >= 0 ? out->shard : limit, NULL);
     if (s >= 0) {
       out->shard = s;
       memcpy(out->items, ordered, (size_t)n * sizeof *ordered);
     }
   }
-  RF_ASSERT(rf_plan_items_fit(out->items, n, world, out->shard, out->offsets));
+  RF_ASSERT(out->shard < 0 || rf_plan_items_fit(out->items, n, world, out->shard, out->offsets));
   free(ordered);
   free(perm);
 }
@@ -183,7 +186,7 @@ static int rf_plan_partition(const struct rf_plan_item *items, int n, const stru
   int n_cls = rf_plan_classes(items, n, cls);
   int full = (1 << n_cls) - 1, max_b = opt->max_buffers < n_cls ? opt->max_buffers : n_cls;
   if (max_b == 1) {
-    rf_plan_draft_equal(items, n, opt->world, opt->align_elems, NULL, 0, &drafts[0]);
+    rf_plan_draft_equal(items, n, opt->world, opt->align_elems, NULL, 0, -1, &drafts[0]);
     free(cls);
     return 1;
   }
@@ -193,11 +196,20 @@ static int rf_plan_partition(const struct rf_plan_item *items, int n, const stru
   int *pos = rf_xmalloc((size_t)n * sizeof *pos);
   int n_g = rf_plan_orders(items, n, gperm), n_sub, n_orders;
   double *pad = rf_xmalloc((size_t)(full + 1) * sizeof *pad);
-  for (int m = 1; m <= full; m++) {
+  /* The whole unit in one buffer first: a proper subset whose own padding
+   * reaches that one's cannot be part of a cheaper partition, so its scan stops
+   * there (pad = infinity: never chosen). */
+  for (int m = full; m >= 1; m--) {
     struct rf_plan_draft d;
     n_orders = rf_plan_subset_orders(items, n, cls, m, gperm, n_g, sub, pos, perm, &n_sub);
-    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, &d);
-    pad[m] = (double)(d.shard * opt->world - d.elems);
+    int64_t limit = -1;
+    if (m != full) {
+      int64_t n_m = 0;
+      for (int i = 0; i < n_sub; i++) n_m += sub[i].numel;
+      limit = rf_ceil_div((int64_t)pad[full] + n_m, opt->world) + 1;
+    }
+    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, limit, &d);
+    pad[m] = d.shard < 0 ? 1e300 : (double)(d.shard * opt->world - d.elems);
     rf_plan_draft_free(&d);
   }
   /* f[j-1][m]: least cost of class set m in exactly j buffers; part[j-1][m]: the
@@ -226,7 +238,7 @@ static int rf_plan_partition(const struct rf_plan_item *items, int n, const stru
   for (int m = full; m; j--) {
     int s = j == 1 ? m : part[(j - 1) * stride + m];
     n_orders = rf_plan_subset_orders(items, n, cls, s, gperm, n_g, sub, pos, perm, &n_sub);
-    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, &drafts[n_drafts++]);
+    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, -1, &drafts[n_drafts++]);
     m ^= s;
   }
   free(part);
