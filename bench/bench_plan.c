@@ -87,10 +87,9 @@ static int run(struct rf_plan_model *m, int64_t block_rows, int world, enum rf_s
                                 .align_elems = ALIGN_ELEMS,
                                 .max_buffers = max_buffers,
                                 .buffer_cost_elems = 0,
-                                .allow_sub_padding = 1,
-                                .buffer_cost_ratio = 1e-3};
+                                .allow_sub_padding = 1};
   n_plans++;
-  if (rf_plan_model_make(m, block_rows, &opt, with_peers, r) != 0) {
+  if (rf_plan_model_make(m, block_rows, &opt, 1e-3, with_peers, r) != 0) {
     printf("INVALID: %s\n", rf_error_msg());
     n_invalid++;
     return -1;

@@ -145,7 +145,7 @@ int main(void) {
              (long long)global);
 
     /* The unit plan, one buffer. */
-    struct rf_plan_options opt = {W, RF_SHARD_MODE_EQUAL, align, 1, 0.0, 0, 0.0};
+    struct rf_plan_options opt = {W, RF_SHARD_MODE_EQUAL, align, 1, 0.0, 0};
     struct rf_plan_unit plan;
     RF_CHECK(rf_plan_unit_make(&unit, &opt, &plan) == 0, "instance %d: %s", inst, rf_error_msg());
     RF_CHECK(rf_plan_unit_check(&unit, &plan, align) == 0, "instance %d: invalid: %s", inst, rf_error_msg());
@@ -204,7 +204,7 @@ int main(void) {
   /* Bad input is refused with a message naming the tensor. */
   struct rf_plan_tensor_in bad = {"w", 2, {4, 0}, 0, 4, 1};
   struct rf_plan_unit_in u = {"layer", 1, &bad};
-  struct rf_plan_options o = {4, RF_SHARD_MODE_EQUAL, 1, 1, 0.0, 0, 0.0};
+  struct rf_plan_options o = {4, RF_SHARD_MODE_EQUAL, 1, 1, 0.0, 0};
   struct rf_plan_unit p;
   RF_CHECK(rf_plan_unit_make(&u, &o, &p) == -1 && strstr(rf_error_msg(), "tensor w"), "zero dim: %s",
            rf_error_msg());

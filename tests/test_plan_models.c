@@ -158,7 +158,7 @@ static void check_cuts_random(void) {
     }
     /* rfsdp's counter on its own plans: a valid plan has none, and a plan with shifted
      * rank starts has exactly what brute force finds. */
-    struct rf_plan_options opt = {world, RF_SHARD_MODE_RAGGED, 1, 1, 0, 0, 0};
+    struct rf_plan_options opt = {world, RF_SHARD_MODE_RAGGED, 1, 1, 0, 0};
     struct rf_plan_unit plan;
     RF_ASSERT(rf_plan_unit_make(&in, &opt, &plan) == 0);
     RF_CHECK(rf_plan_unit_split_blocks(&in, &plan) == 0, "case %d: valid plan has cut blocks", iter);

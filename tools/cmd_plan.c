@@ -14,6 +14,8 @@
 
 #define RF_PLAN_CMD_MAX_WORLDS 64
 #define RF_PLAN_CMD_MAX_WORLD (1 << 24)
+/* An extra buffer (collective) of a unit must save this share of the unit's elements. */
+#define RF_PLAN_CMD_BUFFER_COST 1e-3
 
 struct rf_plan_cmd {
   const char *model_path;
@@ -114,7 +116,7 @@ static int rf_plan_cmd_suggest(const struct rf_plan_cmd *c, int world, double li
     struct rf_plan_options o = c->opt;
     o.world = g;
     struct rf_plan_model_result r;
-    if (rf_plan_model_make(&c->model, c->block_rows, &o, 0, &r) != 0) return 0;
+    if (rf_plan_model_make(&c->model, c->block_rows, &o, RF_PLAN_CMD_BUFFER_COST, 0, &r) != 0) return 0;
     int ok = rf_plan_cmd_meets(&r, limit);
     rf_plan_model_result_free(&r);
     if (ok) return g;
@@ -284,7 +286,7 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   c->opt.world = world;
   struct rf_plan_model_result r;
-  RF_TRY(rf_plan_model_make(&c->model, c->block_rows, &c->opt, 1, &r));
+  RF_TRY(rf_plan_model_make(&c->model, c->block_rows, &c->opt, RF_PLAN_CMD_BUFFER_COST, 1, &r));
   RF_ASSERT(r.split_blocks == 0); /* the checker passed every unit */
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
@@ -382,8 +384,7 @@ int rf_cmd_plan(int argc, char **argv) {
       .align_elems = c.align_bytes / (int64_t)c.elem_bytes,
       .max_buffers = c.max_buffers,
       .buffer_cost_elems = 0,
-      .allow_sub_padding = 1,
-      .buffer_cost_ratio = 1e-3};
+      .allow_sub_padding = 1};
   if (!c.json)
     printf(
         "rfsdp plan: %s (%s, %lld parameters, %d units, %d tensors), %s, %lld-row blocks, %lld-byte "

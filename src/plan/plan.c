@@ -17,8 +17,7 @@ static int rf_plan_validate(const struct rf_plan_unit_in *in, const struct rf_pl
   RF_REQUIRE(opt->max_buffers >= 1, "unit %s: max_buffers must be >= 1 (got %d)", unit, opt->max_buffers);
   RF_REQUIRE(opt->mode == RF_SHARD_MODE_EQUAL || opt->mode == RF_SHARD_MODE_RAGGED,
              "unit %s: unknown shard mode", unit);
-  RF_REQUIRE(opt->buffer_cost_elems >= 0 && opt->buffer_cost_ratio >= 0,
-             "unit %s: buffer_cost_elems and buffer_cost_ratio must be >= 0", unit);
+  RF_REQUIRE(opt->buffer_cost_elems >= 0, "unit %s: buffer_cost_elems must be >= 0", unit);
   RF_REQUIRE(in->n_tensors >= 1 && in->tensors, "unit %s: no tensors", unit);
   for (int i = 0; i < in->n_tensors; i++) {
     const struct rf_plan_tensor_in *t = &in->tensors[i];
@@ -298,14 +297,10 @@ static int rf_plan_buffer_cmp(const void *a, const void *b) {
   return (tx > ty) - (tx < ty);
 }
 
-int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_options *opt_in,
+int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_options *opt,
                       struct rf_plan_unit *out) {
   memset(out, 0, sizeof *out);
-  RF_TRY(rf_plan_validate(in, opt_in));
-  struct rf_plan_options unit_opt = *opt_in;
-  for (int i = 0; i < in->n_tensors; i++)
-    unit_opt.buffer_cost_elems += opt_in->buffer_cost_ratio * (double)in->tensors[i].numel;
-  const struct rf_plan_options *opt = &unit_opt;
+  RF_TRY(rf_plan_validate(in, opt));
   int world = opt->world;
   int64_t n_max = 0;
   for (int i = 0; i < in->n_tensors; i++) n_max += rf_plan_subs(&in->tensors[i]);

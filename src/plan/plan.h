@@ -42,7 +42,6 @@ struct rf_plan_options {
   int max_buffers;          /* split a unit into at most this many buffers (>= 1) */
   double buffer_cost_elems; /* a buffer beyond the first must save at least this much padding */
   int allow_sub_padding;    /* fused tensors may take padding between sub-tensors */
-  double buffer_cost_ratio; /* added to buffer_cost_elems: this fraction of the unit's elements */
 };
 
 /* A tensor's place in a buffer. */
@@ -238,10 +237,12 @@ struct rf_plan_model_result {
 
 /* Plans every unit of `model` with blocks of block_rows rows, checks each plan
  * with rf_plan_unit_check and computes the peers' layouts (skipped when
- * with_peers is 0). Returns 0, or -1 with rf_error_msg() (bad input, or a plan
- * the checker refuses). */
+ * with_peers is 0). A buffer beyond a unit's first costs opt->buffer_cost_elems
+ * plus buffer_cost_ratio times the unit's elements. Returns 0, or -1 with
+ * rf_error_msg() (bad input, or a plan the checker refuses). */
 int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
-                       const struct rf_plan_options *opt, int with_peers, struct rf_plan_model_result *out);
+                       const struct rf_plan_options *opt, double buffer_cost_ratio, int with_peers,
+                       struct rf_plan_model_result *out);
 void rf_plan_model_result_free(struct rf_plan_model_result *res);
 
 #endif

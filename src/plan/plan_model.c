@@ -40,10 +40,12 @@ static void rf_plan_unit_copy(const struct rf_plan_unit *src, struct rf_plan_uni
 }
 
 int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
-                       const struct rf_plan_options *opt, int with_peers, struct rf_plan_model_result *out) {
+                       const struct rf_plan_options *opt, double buffer_cost_ratio, int with_peers,
+                       struct rf_plan_model_result *out) {
   memset(out, 0, sizeof *out);
   RF_REQUIRE(block_rows >= 1, "block rows must be >= 1 (got %lld)", (long long)block_rows);
   RF_REQUIRE(model->n_units >= 1, "the model has no units");
+  RF_REQUIRE(buffer_cost_ratio >= 0, "buffer_cost_ratio must be >= 0");
   out->world = opt->world;
   out->mode = opt->mode;
   out->imbalance = 1.0;
@@ -61,8 +63,11 @@ int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
     rep[u] = same < 0 ? u : same;
     if (same >= 0)
       rf_plan_unit_copy(&out->units[same], &out->units[u]);
-    else
-      rc = rf_plan_unit_make(&in, opt, &out->units[u]);
+    else {
+      struct rf_plan_options unit_opt = *opt;
+      unit_opt.buffer_cost_elems += buffer_cost_ratio * (double)model->units[u].numel;
+      rc = rf_plan_unit_make(&in, &unit_opt, &out->units[u]);
+    }
     out->plan_ms += rf_plan_now_ms() - t0;
     if (rc != 0) break;
     out->n_units = u + 1;
