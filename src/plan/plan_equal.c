@@ -133,16 +133,55 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
+/* The smallest aligned S in (lo, hi] that fits, given that lo fails, hi fits
+ * (hi < 0: unknown), no S at or below `limit` matters (limit < 0: none), and
+ * feasibility is monotone from lo on; -1 if none below limit. */
+static int64_t rf_plan_monotone_search(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                       int64_t lo, int64_t limit) {
+  int64_t step = align, hi;
+  for (;;) { /* exponential search for a fitting S */
+    hi = lo + step;
+    if (limit >= 0 && hi >= limit) {
+      hi = (limit - 1) / align * align;
+      if (hi <= lo || !rf_plan_items_fit(items, n, world, hi, NULL)) return -1;
+      break;
+    }
+    if (rf_plan_items_fit(items, n, world, hi, NULL)) break;
+    lo = hi;
+    step *= 2;
+  }
+  while (hi - lo > align) {
+    int64_t mid = lo + (hi - lo) / align / 2 * align;
+    if (rf_plan_items_fit(items, n, world, mid, NULL))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
 int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, int world, int64_t align,
                                       int64_t limit, int64_t *offsets) {
   struct rf_plan_pairs p;
   rf_plan_pairs_init(&p, items, n, align);
+  int64_t max_numel = 0;
+  for (int i = 0; i < n; i++) max_numel = rf_max_i64(max_numel, items[i].numel);
   int64_t s = rf_plan_pairs_next(&p, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
   /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, offsets))
+  while ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, NULL)) {
+    if (s >= max_numel) {
+      /* No item can hold a whole shard any more: feasibility is monotone in S
+       * (../shared/DESIGN.md), and every aligned S is a candidate, so search. */
+      s = rf_plan_monotone_search(items, n, world, align, s, limit);
+      if (s < 0) s = limit;
+      break;
+    }
     s = rf_plan_pairs_next(&p, align, s + align);
+  }
   rf_plan_pairs_free(&p);
-  return limit >= 0 && s >= limit ? -1 : s;
+  if (limit >= 0 && s >= limit) return -1;
+  if (offsets) RF_ASSERT(rf_plan_items_fit(items, n, world, s, offsets));
+  return s;
 }
 
 int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
