@@ -164,7 +164,7 @@ static int rf_plan_classes(const struct rf_plan_item *items, int n, int *cls) {
   int *rank = rf_xmalloc((size_t)n_keys * sizeof *rank);
   for (int k = 0; k < n_keys; k++) {
     int r = 0;
-    for (int j = 0; j < n_keys; j++) r += sizes[j] > sizes[k] || (sizes[j] == sizes[k] && j < k);
+    for (int j = 0; j < n_keys; j++) r += sizes[j] > sizes[k] || (j < k && sizes[j] == sizes[k]);
     rank[k] = r < RF_PLAN_MAX_CLASSES - 1 ? r : RF_PLAN_MAX_CLASSES - 1;
     if (rank[k] + 1 > n_cls) n_cls = rank[k] + 1;
   }
