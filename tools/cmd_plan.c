@@ -302,17 +302,23 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
     if (c->max_padding >= 0) {
       const char *what = r.mode == RF_SHARD_MODE_RAGGED ? "imbalance" : "padding";
       if (meets) printf("  every unit's %s is at most %.3g%%\n", what, c->max_padding);
-      int shown = 0;
+      /* one line per kind of unit (same tensor count and padding), then a count of the rest */
+      int shown = 0, over = 0, kinds_n[8];
+      double kinds_x[8];
       for (int u = 0; u < r.n_units && !meets; u++) {
         double x = rf_plan_cmd_unit_excess(&r.units[u]);
         if (x <= limit) continue;
-        if (shown++ >= 3) continue;
+        over++;
+        int k = 0;
+        while (k < shown && !(kinds_n[k] == c->model.units[u].n_tensors && kinds_x[k] == x)) k++;
+        if (k < shown || shown == 8) continue;
+        kinds_n[shown] = c->model.units[u].n_tensors, kinds_x[shown] = x, shown++;
         char why[640];
         rf_plan_cmd_why(c, world, &c->model.units[u], &r.units[u], limit, why, sizeof why);
         printf("  unit %s: %s %.3f%% > %.3g%%: %s\n", c->model.units[u].name, what, 100.0 * x, c->max_padding,
                why);
       }
-      if (shown > 3) printf("  ... and %d more unit(s) like these\n", shown - 3);
+      if (over > shown) printf("  ... and %d more unit(s) of the same kinds\n", over - shown);
       if (!meets && suggest)
         printf("  suggestion: FSDP groups of %d ranks meet %.3g%%; run HSDP with %d replicas (--world %d)\n",
                suggest, c->max_padding, world / suggest, suggest);
