@@ -13,5 +13,6 @@ int rf_cmd_prepare(int argc, char **argv);
 int rf_cmd_ckpt(int argc, char **argv);
 int rf_cmd_train(int argc, char **argv);
 int rf_cmd_logits(int argc, char **argv);
+int rf_cmd_plan(int argc, char **argv);
 
 #endif

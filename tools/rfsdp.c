@@ -20,6 +20,7 @@ static const struct rf_command rf_commands[] = {
     {"logits", "the model's logits for given tokens from safetensors weights (checks against transformers)",
      rf_cmd_logits},
     {"ckpt", "inspect a checkpoint (info) or export its parameters to safetensors (export)", rf_cmd_ckpt},
+    {"plan", "plan the sharded layout of a model at world sizes, next to FSDP1/2, ZeRO-3, Megatron-FSDP", rf_cmd_plan},
 };
 static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0]);
 

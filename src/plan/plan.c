@@ -84,10 +84,18 @@ static void rf_plan_draft_free(struct rf_plan_draft *d) {
   memset(d, 0, sizeof *d);
 }
 
-/* Best of the orders for one buffer of these items (given in model order). */
+/* Best of the orders for one buffer of these items (given in model order).
+ * perm: n_orders orders of the items (NULL: rf_plan_orders computes them).
+ * Only S < limit is scanned (limit < 0: no limit); out->shard is -1 when
+ * nothing fits there. */
 static void rf_plan_draft_equal(const struct rf_plan_item *items, int n, int world, int64_t align,
-                                struct rf_plan_draft *out) {
-  int *perm = rf_xmalloc((size_t)RF_PLAN_MAX_ORDERS * n * sizeof *perm);
+                                const int *perm_in, int n_orders, int64_t limit, struct rf_plan_draft *out) {
+  int *perm = NULL;
+  if (!perm_in) {
+    perm = rf_xmalloc((size_t)RF_PLAN_MAX_ORDERS * n * sizeof *perm);
+    n_orders = rf_plan_orders(items, n, perm);
+    perm_in = perm;
+  }
   struct rf_plan_item *ordered = rf_xmalloc((size_t)n * sizeof *ordered);
   out->n = n;
   out->items = rf_xmalloc((size_t)n * sizeof *out->items);
@@ -95,18 +103,49 @@ static void rf_plan_draft_equal(const struct rf_plan_item *items, int n, int wor
   out->shard = -1;
   out->elems = 0;
   for (int i = 0; i < n; i++) out->elems += items[i].numel;
-  int n_orders = rf_plan_orders(items, n, perm);
   for (int o = 0; o < n_orders; o++) {
-    for (int i = 0; i < n; i++) ordered[i] = items[perm[(size_t)o * n + i]];
-    int64_t s = rf_plan_items_min_shard(ordered, n, world, align, NULL);
-    if (out->shard < 0 || s < out->shard) {
+    for (int i = 0; i < n; i++) ordered[i] = items[perm_in[(size_t)o * n + i]];
+    /* a later order only matters if it beats the best so far */
+    int64_t s =
+        rf_plan_items_min_shard_below(ordered, n, world, align, out->shard >= 0 ? out->shard : limit, NULL);
+    if (s >= 0) {
       out->shard = s;
       memcpy(out->items, ordered, (size_t)n * sizeof *ordered);
     }
   }
-  RF_ASSERT(rf_plan_items_fit(out->items, n, world, out->shard, out->offsets));
+  RF_ASSERT(out->shard < 0 || rf_plan_items_fit(out->items, n, world, out->shard, out->offsets));
   free(ordered);
   free(perm);
+}
+
+/* The orders of rf_plan_orders for the items of the classes in mask, taken
+ * from the orders of all items (gperm, n_g of them): a sorted order restricted
+ * to a subset is the subset's sorted order (ties break by model position in
+ * both), so one sort per unit serves every subset. Writes the subset's items
+ * (model order) to sub and its orders to perm; returns the number of orders
+ * (duplicates removed) and the subset size in *n_sub. */
+static int rf_plan_subset_orders(const struct rf_plan_item *items, int n, const int *cls, int mask,
+                                 const int *gperm, int n_g, struct rf_plan_item *sub, int *pos, int *perm,
+                                 int *n_sub) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    pos[i] = -1;
+    if (mask >> cls[i] & 1) pos[i] = k, sub[k++] = items[i];
+  }
+  int n_orders = 0;
+  for (int o = 0; o < n_g; o++) {
+    int *p = perm + (size_t)n_orders * k, m = 0;
+    for (int i = 0; i < n; i++) {
+      int x = pos[gperm[(size_t)o * n + i]];
+      if (x >= 0) p[m++] = x;
+    }
+    int dup = 0;
+    for (int q = 0; q < n_orders && !dup; q++)
+      dup = memcmp(perm + (size_t)q * k, p, (size_t)k * sizeof *p) == 0;
+    if (!dup) n_orders++;
+  }
+  *n_sub = k;
+  return n_orders;
 }
 
 /* Class of each item: its block size, classes ranked by their elements (largest
@@ -125,7 +164,7 @@ static int rf_plan_classes(const struct rf_plan_item *items, int n, int *cls) {
   int *rank = rf_xmalloc((size_t)n_keys * sizeof *rank);
   for (int k = 0; k < n_keys; k++) {
     int r = 0;
-    for (int j = 0; j < n_keys; j++) r += sizes[j] > sizes[k] || (sizes[j] == sizes[k] && j < k);
+    for (int j = 0; j < n_keys; j++) r += sizes[j] > sizes[k] || (j < k && sizes[j] == sizes[k]);
     rank[k] = r < RF_PLAN_MAX_CLASSES - 1 ? r : RF_PLAN_MAX_CLASSES - 1;
     if (rank[k] + 1 > n_cls) n_cls = rank[k] + 1;
   }
@@ -134,15 +173,6 @@ static int rf_plan_classes(const struct rf_plan_item *items, int n, int *cls) {
   free(sizes);
   free(keys);
   return n_cls;
-}
-
-/* Items of the classes in mask, in model order. Returns the count. */
-static int rf_plan_select(const struct rf_plan_item *items, int n, const int *cls, int mask,
-                          struct rf_plan_item *out) {
-  int k = 0;
-  for (int i = 0; i < n; i++)
-    if (mask >> cls[i] & 1) out[k++] = items[i];
-  return k;
 }
 
 /* Partition of the items into at most max_buffers buffers along block-size
@@ -154,18 +184,31 @@ static int rf_plan_partition(const struct rf_plan_item *items, int n, const stru
   int *cls = rf_xmalloc((size_t)n * sizeof *cls);
   int n_cls = rf_plan_classes(items, n, cls);
   int full = (1 << n_cls) - 1, max_b = opt->max_buffers < n_cls ? opt->max_buffers : n_cls;
-  struct rf_plan_item *sub = rf_xmalloc((size_t)n * sizeof *sub);
   if (max_b == 1) {
-    rf_plan_draft_equal(items, n, opt->world, opt->align_elems, &drafts[0]);
-    free(sub);
+    rf_plan_draft_equal(items, n, opt->world, opt->align_elems, NULL, 0, -1, &drafts[0]);
     free(cls);
     return 1;
   }
+  struct rf_plan_item *sub = rf_xmalloc((size_t)n * sizeof *sub);
+  int *gperm = rf_xmalloc((size_t)RF_PLAN_MAX_ORDERS * n * sizeof *gperm);
+  int *perm = rf_xmalloc((size_t)RF_PLAN_MAX_ORDERS * n * sizeof *perm);
+  int *pos = rf_xmalloc((size_t)n * sizeof *pos);
+  int n_g = rf_plan_orders(items, n, gperm), n_sub, n_orders;
   double *pad = rf_xmalloc((size_t)(full + 1) * sizeof *pad);
-  for (int m = 1; m <= full; m++) {
+  /* The whole unit in one buffer first: a proper subset whose own padding
+   * reaches that one's cannot be part of a cheaper partition, so its scan stops
+   * there (pad = infinity: never chosen). */
+  for (int m = full; m >= 1; m--) {
     struct rf_plan_draft d;
-    rf_plan_draft_equal(sub, rf_plan_select(items, n, cls, m, sub), opt->world, opt->align_elems, &d);
-    pad[m] = (double)(d.shard * opt->world - d.elems);
+    n_orders = rf_plan_subset_orders(items, n, cls, m, gperm, n_g, sub, pos, perm, &n_sub);
+    int64_t limit = -1;
+    if (m != full) {
+      int64_t n_m = 0;
+      for (int i = 0; i < n_sub; i++) n_m += sub[i].numel;
+      limit = rf_ceil_div((int64_t)pad[full] + n_m, opt->world) + 1;
+    }
+    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, limit, &d);
+    pad[m] = d.shard < 0 ? 1e300 : (double)(d.shard * opt->world - d.elems);
     rf_plan_draft_free(&d);
   }
   /* f[j-1][m]: least cost of class set m in exactly j buffers; part[j-1][m]: the
@@ -193,13 +236,16 @@ static int rf_plan_partition(const struct rf_plan_item *items, int n, const stru
   int n_drafts = 0;
   for (int m = full; m; j--) {
     int s = j == 1 ? m : part[(j - 1) * stride + m];
-    rf_plan_draft_equal(sub, rf_plan_select(items, n, cls, s, sub), opt->world, opt->align_elems,
-                        &drafts[n_drafts++]);
+    n_orders = rf_plan_subset_orders(items, n, cls, s, gperm, n_g, sub, pos, perm, &n_sub);
+    rf_plan_draft_equal(sub, n_sub, opt->world, opt->align_elems, perm, n_orders, -1, &drafts[n_drafts++]);
     m ^= s;
   }
   free(part);
   free(f);
   free(pad);
+  free(pos);
+  free(perm);
+  free(gperm);
   free(sub);
   free(cls);
   return n_drafts;

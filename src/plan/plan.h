@@ -118,6 +118,10 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
 int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
                                 int64_t *offsets);
 
+/* The same, scanning only S < limit (limit < 0: no limit); -1 if none fits there. */
+int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                      int64_t limit, int64_t *offsets);
+
 /* The orders the planner tries (model order, by block size, by size
  * descending, by size ascending; duplicates removed). Writes n_orders*n indices
  * into perm (capacity RF_PLAN_MAX_ORDERS*n); returns n_orders. */
@@ -129,5 +133,116 @@ int rf_plan_orders(const struct rf_plan_item *items, int n, int *perm);
  * minimising the largest range. Fills starts[world+1]; returns the largest range. */
 int64_t rf_plan_ragged_split(const struct rf_plan_item *items, const int64_t *offsets, int n, int world,
                              int64_t align, int64_t *starts);
+
+/* ---- model descriptions (src/plan/model_desc.c) ---- */
+
+/* One tensor of a model. Owns name. */
+struct rf_plan_model_tensor {
+  char *name;
+  int ndim;
+  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t numel;
+  int64_t block_rows; /* > 0: this tensor's own block rows (generic files); 0: the requested ones */
+  int64_t sub_count;  /* > 1: fused sub-tensors along dim 0 (MoE experts [E, ...]); else 1 */
+};
+
+/* One unit (gathered and reduced together). Owns name and tensors. */
+struct rf_plan_model_unit {
+  char *name;
+  int n_tensors;
+  struct rf_plan_model_tensor *tensors;
+  int64_t numel;
+};
+
+/* A model as units of tensors. Owns everything. */
+struct rf_plan_model {
+  char *model_type; /* "llama", "gpt_oss", "deepseek_v3" or "generic" */
+  int n_units;
+  struct rf_plan_model_unit *units;
+  int64_t numel;   /* total parameters */
+  int n_tensors;   /* over all units */
+  int max_tensors; /* largest unit's tensor count */
+};
+
+/* Reads a Hugging Face config.json (model_type llama, gpt_oss, deepseek_v3) or
+ * a generic file {"units": [{"name", "tensors": [{"name", "shape", "block_rows"?,
+ * "sub_count"?}]}]} and expands it into units: the embedding, each decoder
+ * layer, the final norm with the head. Returns 0, or -1 with rf_error_msg()
+ * naming the file and the field. */
+int rf_plan_model_load(const char *path, struct rf_plan_model *out);
+/* The same from text in memory; `path` only names it in errors. */
+int rf_plan_model_parse(const char *text, const char *path, struct rf_plan_model *out);
+void rf_plan_model_free(struct rf_plan_model *model);
+
+/* The planner's input for unit u with blocks of block_rows rows (a tensor's own
+ * block_rows wins): a tensor of 2 or more dimensions is viewed as 2-D (rows =
+ * all leading dimensions, a row = the last dimension) and a block is
+ * min(R, rows) rows; vectors use element blocks. Fills tensors[u->n_tensors]
+ * (names borrowed from u) and *in. */
+void rf_plan_model_unit_input(const struct rf_plan_model_unit *u, int64_t block_rows,
+                              struct rf_plan_tensor_in *tensors, struct rf_plan_unit_in *in);
+
+/* ---- the peers' layouts on the same unit (src/plan/peers.c) ---- */
+
+enum rf_plan_peer {
+  RF_PLAN_PEER_FSDP1 = 0, /* flat per unit, element-wise, padded to a multiple of W */
+  RF_PLAN_PEER_FSDP2,     /* per tensor, dim 0 split into ceil(d0/W) rows per rank, padded */
+  RF_PLAN_PEER_DEEPSPEED, /* ZeRO-3: per tensor, flat, padded to a multiple of W */
+  RF_PLAN_PEER_MEGATRON,  /* Megatron-FSDP: bucket per unit padded to W * lcm(row sizes) */
+  RF_PLAN_PEER_COUNT
+};
+
+/* "fsdp1", "fsdp2", "deepspeed", "megatron". */
+const char *rf_plan_peer_name(enum rf_plan_peer peer);
+
+/* A layout's numbers, summed over the units added. Elements, not bytes. */
+struct rf_plan_peer_stats {
+  int64_t elems;        /* real elements */
+  int64_t padded_elems; /* elements stored over all ranks (and sent by an all-gather) */
+  int64_t split_blocks; /* blocks with a rank boundary strictly inside */
+  int64_t copy_elems;   /* elements one rank copies around the collectives in one training step
+                         * (docs/planner.md: the counting rule) */
+};
+
+/* Adds one unit's numbers for `peer` at world size `world` to *acc. The unit's
+ * block_elems are the blocks counted. Returns 0, or -1 when world < 1. */
+int rf_plan_peer_add(enum rf_plan_peer peer, const struct rf_plan_unit_in *in, int world,
+                     struct rf_plan_peer_stats *acc);
+
+/* Blocks of the unit's tensors cut by a rank boundary of the plan, counted from
+ * the plan's buffers and rank starts (independent of the planner; 0 for a valid plan). */
+int64_t rf_plan_unit_split_blocks(const struct rf_plan_unit_in *in, const struct rf_plan_unit *plan);
+
+/* Blocks of g elements in [0, e) cut by the boundaries k*S, k = 1..world-1. */
+int64_t rf_plan_split_blocks_uniform(int64_t e, int64_t g, int64_t shard, int world);
+
+/* ---- a whole model (src/plan/plan_model.c) ---- */
+
+/* Every unit of a model planned at one world size, checked, and compared with
+ * the peers. Owns units. */
+struct rf_plan_model_result {
+  int world;
+  enum rf_shard_mode mode;
+  int n_units;
+  struct rf_plan_unit *units; /* one per model unit, each passed rf_plan_unit_check */
+  int64_t elems, padded_elems, bound_padded_elems;
+  int64_t max_shard_elems; /* sum over units of the largest rank range */
+  int64_t split_blocks;    /* counted from the plans' rank starts (0) */
+  int n_buffers;
+  int sub_padding_units; /* units where a fused tensor took padding between sub-tensors */
+  double imbalance;      /* the largest unit imbalance (ragged: largest range over mean) */
+  double plan_ms;        /* CPU time of planning all units (the thread's clock: the machine may be shared) */
+  struct rf_plan_peer_stats peers[RF_PLAN_PEER_COUNT];
+};
+
+/* Plans every unit of `model` with blocks of block_rows rows, checks each plan
+ * with rf_plan_unit_check and computes the peers' layouts (skipped when
+ * with_peers is 0). A buffer beyond a unit's first costs opt->buffer_cost_elems
+ * plus buffer_cost_ratio times the unit's elements. Returns 0, or -1 with
+ * rf_error_msg() (bad input, or a plan the checker refuses). */
+int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
+                       const struct rf_plan_options *opt, double buffer_cost_ratio, int with_peers,
+                       struct rf_plan_model_result *out);
+void rf_plan_model_result_free(struct rf_plan_model_result *res);
 
 #endif

@@ -32,34 +32,95 @@ static int64_t rf_plan_place_one(int64_t p, int64_t e, int64_t g, int64_t S) {
 }
 
 int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_t shard, int64_t *offsets) {
-  int64_t total = (int64_t)world * shard, p = 0;
+  int64_t total = (int64_t)world * shard, p = 0, slack = total;
+  for (int i = 0; i < n; i++) slack -= items[i].numel;
+  if (slack < 0) return 0;
+  /* gap: padding so far; once it exceeds the slack the rest cannot fit (exact early exit) */
+  int64_t used = 0;
   for (int i = 0; i < n; i++) {
     int64_t l = rf_plan_place_one(p, items[i].numel, items[i].block_elems, shard);
     if (l < 0 || l + items[i].numel > total) return 0;
     if (offsets) offsets[i] = l;
     p = l + items[i].numel;
+    used += items[i].numel;
+    if (p - used > slack) return 0;
   }
   return 1;
 }
 
-int64_t rf_plan_next_candidate(const struct rf_plan_item *items, int n, int64_t align, int64_t from) {
-  int64_t c = rf_round_up(from < 1 ? 1 : from, align);
-  for (int i = 0; i < n; i++) c = rf_max_i64(c, rf_round_up(items[i].block_elems, align));
+/* The distinct (numel, block) pairs of a set of items, with lcm(align, block):
+ * the candidate conditions depend on nothing else, and a unit of hundreds of
+ * experts has only a handful of distinct pairs. */
+struct rf_plan_pairs {
+  int n;
+  int64_t max_block;            /* the largest block rounded up to align */
+  int64_t *numel, *block, *lcm; /* lcm: -1 above RF_PLAN_LCM_CAP */
+};
+
+static int rf_plan_pair_cmp(const void *pa, const void *pb) {
+  const int64_t *a = pa, *b = pb;
+  if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+  return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+static void rf_plan_pairs_init(struct rf_plan_pairs *p, const struct rf_plan_item *items, int n,
+                               int64_t align) {
+  p->numel = rf_xmalloc((size_t)(n > 0 ? n : 1) * 3 * sizeof *p->numel);
+  p->block = p->numel + n;
+  p->lcm = p->block + n;
+  p->n = 0;
+  p->max_block = align;
+  /* Linear dedup while the pairs are few (the usual case), a sort otherwise. */
+  int i = 0;
+  for (; i < n && p->n <= 32; i++) {
+    int64_t e = items[i].numel, g = items[i].block_elems;
+    int k = 0;
+    while (k < p->n && (p->numel[k] != e || p->block[k] != g)) k++;
+    if (k == p->n) p->numel[p->n] = e, p->block[p->n] = g, p->n++;
+  }
+  if (i < n) {
+    int64_t *eg = rf_xmalloc((size_t)n * 2 * sizeof *eg);
+    for (int j = 0; j < n; j++) eg[2 * j] = items[j].numel, eg[2 * j + 1] = items[j].block_elems;
+    qsort(eg, (size_t)n, 2 * sizeof *eg, rf_plan_pair_cmp);
+    p->n = 0;
+    for (int j = 0; j < n; j++) {
+      if (p->n && p->numel[p->n - 1] == eg[2 * j] && p->block[p->n - 1] == eg[2 * j + 1]) continue;
+      p->numel[p->n] = eg[2 * j], p->block[p->n] = eg[2 * j + 1], p->n++;
+    }
+    free(eg);
+  }
+  for (int k = 0; k < p->n; k++) {
+    p->max_block = rf_max_i64(p->max_block, rf_round_up(p->block[k], align));
+    p->lcm[k] = rf_lcm_i64_capped(align, p->block[k], RF_PLAN_LCM_CAP);
+  }
+}
+
+static void rf_plan_pairs_free(struct rf_plan_pairs *p) { free(p->numel); }
+
+static int64_t rf_plan_pairs_next(const struct rf_plan_pairs *p, int64_t align, int64_t from) {
+  int64_t c = rf_max_i64(rf_round_up(from < 1 ? 1 : from, align), p->max_block);
   for (;;) {
     int64_t next = c;
-    for (int i = 0; i < n; i++) {
-      int64_t e = items[i].numel, g = items[i].block_elems;
+    for (int i = 0; i < p->n; i++) {
+      int64_t e = p->numel[i], g = p->block[i];
       if (e <= 2 * c || c % g == 0) continue;
       /* Either S grows until the item no longer holds two boundaries, or S
        * becomes a multiple of both g and align; the nearer of the two. */
       int64_t half = rf_round_up(rf_ceil_div(e, 2), align);
-      int64_t l = rf_lcm_i64_capped(align, g, RF_PLAN_LCM_CAP);
-      int64_t need = l < 0 ? half : rf_min_i64(half, rf_round_up(c, l));
+      int64_t need = p->lcm[i] < 0 ? half : rf_min_i64(half, rf_round_up(c, p->lcm[i]));
       next = rf_max_i64(next, need);
     }
     if (next == c) return c;
     c = next;
   }
+}
+
+int64_t rf_plan_next_candidate(const struct rf_plan_item *items, int n, int64_t align, int64_t from) {
+  struct rf_plan_pairs p;
+  rf_plan_pairs_init(&p, items, n, align);
+  int64_t c = rf_plan_pairs_next(&p, align, from);
+  rf_plan_pairs_free(&p);
+  return c;
 }
 
 static int64_t rf_plan_items_elems(const struct rf_plan_item *items, int n) {
@@ -72,13 +133,60 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
+/* The smallest aligned S in (lo, hi] that fits, given that lo fails, hi fits
+ * (hi < 0: unknown), no S at or below `limit` matters (limit < 0: none), and
+ * feasibility is monotone from lo on; -1 if none below limit. */
+static int64_t rf_plan_monotone_search(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                       int64_t lo, int64_t limit) {
+  int64_t step = align, hi;
+  for (;;) { /* exponential search for a fitting S */
+    hi = lo + step;
+    if (limit >= 0 && hi >= limit) {
+      hi = (limit - 1) / align * align;
+      if (hi <= lo || !rf_plan_items_fit(items, n, world, hi, NULL)) return -1;
+      break;
+    }
+    if (rf_plan_items_fit(items, n, world, hi, NULL)) break;
+    lo = hi;
+    step *= 2;
+  }
+  while (hi - lo > align) {
+    int64_t mid = lo + (hi - lo) / align / 2 * align;
+    if (rf_plan_items_fit(items, n, world, mid, NULL))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                      int64_t limit, int64_t *offsets) {
+  struct rf_plan_pairs p;
+  rf_plan_pairs_init(&p, items, n, align);
+  int64_t max_numel = 0;
+  for (int i = 0; i < n; i++) max_numel = rf_max_i64(max_numel, items[i].numel);
+  int64_t s = rf_plan_pairs_next(&p, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
+  /* Terminates: at S >= sum of numel everything fits in the first shard. */
+  while ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, NULL)) {
+    if (s >= max_numel) {
+      /* No item can hold a whole shard any more: feasibility is monotone in S
+       * (../shared/DESIGN.md), and every aligned S is a candidate, so search. */
+      s = rf_plan_monotone_search(items, n, world, align, s, limit);
+      if (s < 0) s = limit;
+      break;
+    }
+    s = rf_plan_pairs_next(&p, align, s + align);
+  }
+  rf_plan_pairs_free(&p);
+  if (limit >= 0 && s >= limit) return -1;
+  if (offsets) RF_ASSERT(rf_plan_items_fit(items, n, world, s, offsets));
+  return s;
+}
+
 int64_t rf_plan_items_min_shard(const struct rf_plan_item *items, int n, int world, int64_t align,
                                 int64_t *offsets) {
-  int64_t s = rf_plan_lower_bound(items, n, world, align);
-  /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while (!rf_plan_items_fit(items, n, world, s, offsets))
-    s = rf_plan_next_candidate(items, n, align, s + align);
-  return s;
+  return rf_plan_items_min_shard_below(items, n, world, align, -1, offsets);
 }
 
 /* Sort context: which key. The index is the tie-break, so the sort is stable. */

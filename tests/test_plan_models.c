@@ -1,0 +1,263 @@
+/* rf-test: timeout=60
+ * Model descriptions and the peers' layouts:
+ *  - the shipped configs expand to the published parameter totals exactly
+ *    (Hugging Face checkpoints of LLaMA-3-8B/70B, GPT-OSS-120B, DeepSeek-V3);
+ *  - bad files (malformed JSON, unknown model_type, a missing or non-positive
+ *    dimension, bad generic fields) fail with the file and the field named;
+ *  - the peers' padding agrees with the numbers computed from their published
+ *    rules (../shared/references/peers.md section 8: FSDP2 pads LLaMA-3-8B 13.5%
+ *    at W = 1000, GPT-OSS-120B's 128-expert tensors about 98% at W = 256, ...);
+ *  - the cut-block counts (closed form and boundary walk) equal a brute force
+ *    over every element of small random layouts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "plan/plan.h"
+#include "rf_test.h"
+
+static void check_total(const char *path, int64_t total, int n_units) {
+  struct rf_plan_model m;
+  int rc = rf_plan_model_load(path, &m);
+  RF_CHECK(rc == 0, "%s: %s", path, rf_error_msg());
+  if (rc != 0) return;
+  RF_CHECK(m.numel == total, "%s: %lld parameters, published %lld", path, (long long)m.numel,
+           (long long)total);
+  RF_CHECK(m.n_units == n_units, "%s: %d units, expected %d", path, m.n_units, n_units);
+  int64_t sum = 0;
+  for (int u = 0; u < m.n_units; u++)
+    for (int t = 0; t < m.units[u].n_tensors; t++) sum += m.units[u].tensors[t].numel;
+  RF_CHECK(sum == total, "%s: tensors sum to %lld", path, (long long)sum);
+  rf_plan_model_free(&m);
+}
+
+static void expect_error(const char *text, const char *needle) {
+  struct rf_plan_model m;
+  int rc = rf_plan_model_parse(text, "bad.json", &m);
+  RF_CHECK(rc == -1, "accepted: %s", text);
+  if (rc == 0) {
+    rf_plan_model_free(&m);
+    return;
+  }
+  RF_CHECK(strstr(rf_error_msg(), "bad.json") && strstr(rf_error_msg(), needle),
+           "message '%s' lacks the file or '%s'", rf_error_msg(), needle);
+}
+
+/* Padding ratio (percent) of a peer over the whole model, or over the tensors whose name contains `only`. */
+static double peer_padding(const struct rf_plan_model *m, enum rf_plan_peer peer, int world,
+                           const char *only) {
+  struct rf_plan_peer_stats st = {0};
+  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)m->max_tensors * sizeof *ts);
+  for (int u = 0; u < m->n_units; u++) {
+    struct rf_plan_unit_in in;
+    rf_plan_model_unit_input(&m->units[u], 1, ts, &in);
+    if (only) {
+      for (int t = 0; t < in.n_tensors; t++) {
+        if (!strstr(ts[t].name, only)) continue;
+        struct rf_plan_unit_in one = {in.name, 1, &ts[t]};
+        RF_ASSERT(rf_plan_peer_add(peer, &one, world, &st) == 0);
+      }
+    } else {
+      RF_ASSERT(rf_plan_peer_add(peer, &in, world, &st) == 0);
+    }
+  }
+  free(ts);
+  return 100.0 * (double)(st.padded_elems - st.elems) / (double)st.elems;
+}
+
+static void check_peer(const struct rf_plan_model *m, const char *model, enum rf_plan_peer peer, int world,
+                       const char *only, double expect, double tol) {
+  double got = peer_padding(m, peer, world, only);
+  RF_CHECK(got >= expect - tol && got <= expect + tol,
+           "%s %s W=%d%s%s: padding %.4f%%, published rule %.3f%%", model, rf_plan_peer_name(peer), world,
+           only ? " tensors " : "", only ? only : "", got, expect);
+}
+
+/* Brute-force cut blocks: the rank of every element of a flat layout. */
+struct brute_tensor {
+  int64_t off, numel, g;
+};
+
+static int64_t brute_cut(const struct brute_tensor *ts, int n, const int64_t *starts, int world) {
+  int64_t cut = 0;
+  for (int i = 0; i < n; i++) {
+    for (int64_t b0 = 0; b0 < ts[i].numel; b0 += ts[i].g) {
+      int64_t b1 = rf_min_i64(b0 + ts[i].g, ts[i].numel);
+      int r0 = -1, split = 0;
+      for (int64_t x = ts[i].off + b0; x < ts[i].off + b1; x++) {
+        int r = 0;
+        while (r < world - 1 && starts[r + 1] <= x) r++;
+        if (r0 >= 0 && r != r0) split = 1;
+        r0 = r;
+      }
+      cut += split;
+    }
+  }
+  return cut;
+}
+
+/* Random small units: each peer's layout rebuilt here from its rule, its cuts counted element by element. */
+static void check_cuts_random(void) {
+  uint64_t seed = 12345;
+  int n_cases = 0;
+  for (int iter = 0; iter < 3000; iter++) {
+    struct rf_plan_tensor_in ts[5];
+    int n = 1 + (int)(rf_test_rand_u64(&seed) % 5), world = 1 + (int)(rf_test_rand_u64(&seed) % 8);
+    int64_t R = 1 + (int64_t)(rf_test_rand_u64(&seed) % 4);
+    for (int i = 0; i < n; i++) {
+      memset(&ts[i], 0, sizeof ts[i]);
+      ts[i].name = "t";
+      ts[i].ndim = 1 + (int)(rf_test_rand_u64(&seed) % 2);
+      ts[i].shape[0] = 1 + (int64_t)(rf_test_rand_u64(&seed) % 9);
+      if (ts[i].ndim == 2) ts[i].shape[1] = 1 + (int64_t)(rf_test_rand_u64(&seed) % 5);
+      ts[i].numel = ts[i].shape[0] * (ts[i].ndim == 2 ? ts[i].shape[1] : 1);
+      /* blocks: R rows of 2-D tensors; vectors get R-element blocks here to exercise the counting */
+      ts[i].block_elems = ts[i].ndim == 2 ? rf_min_i64(R, ts[i].shape[0]) * ts[i].shape[1] : R;
+      ts[i].sub_count = 1;
+    }
+    struct rf_plan_unit_in in = {"u", n, ts};
+    for (int peer = 0; peer < RF_PLAN_PEER_COUNT; peer++) {
+      struct rf_plan_peer_stats st = {0};
+      RF_ASSERT(rf_plan_peer_add((enum rf_plan_peer)peer, &in, world, &st) == 0);
+      struct brute_tensor bt[5];
+      int64_t starts[9], expect = 0, padded = 0;
+      if (peer == RF_PLAN_PEER_FSDP1 || peer == RF_PLAN_PEER_MEGATRON) {
+        int64_t p = 0, chunk = 1;
+        for (int i = 0; i < n; i++) {
+          int64_t row = ts[i].numel / ts[i].shape[0];
+          if (peer == RF_PLAN_PEER_MEGATRON) {
+            while (p % row) p++;
+            int64_t c = chunk;
+            while (c % row) c += chunk;
+            chunk = c;
+          }
+          bt[i] = (struct brute_tensor){p, ts[i].numel, rf_min_i64(ts[i].block_elems, ts[i].numel)};
+          p += ts[i].numel;
+        }
+        while (p % (world * chunk)) p++;
+        for (int r = 0; r <= world; r++) starts[r] = r * (p / world);
+        expect = brute_cut(bt, n, starts, world);
+        padded = p;
+      } else {
+        for (int i = 0; i < n; i++) {
+          int64_t shard = peer == RF_PLAN_PEER_FSDP2
+                              ? (ts[i].shape[0] + world - 1) / world * (ts[i].numel / ts[i].shape[0])
+                              : (ts[i].numel + world - 1) / world;
+          for (int r = 0; r <= world; r++) starts[r] = r * shard;
+          bt[0] = (struct brute_tensor){0, ts[i].numel, rf_min_i64(ts[i].block_elems, ts[i].numel)};
+          expect += brute_cut(bt, 1, starts, world);
+          padded += shard * world;
+        }
+      }
+      RF_CHECK(st.split_blocks == expect && st.padded_elems == padded,
+               "case %d %s W=%d: cut %lld (brute %lld), padded %lld (rule %lld)", iter,
+               rf_plan_peer_name((enum rf_plan_peer)peer), world, (long long)st.split_blocks,
+               (long long)expect, (long long)st.padded_elems, (long long)padded);
+      n_cases++;
+    }
+    /* rfsdp's counter on its own plans: a valid plan has none, and a plan with shifted
+     * rank starts has exactly what brute force finds. */
+    struct rf_plan_options opt = {world, RF_SHARD_MODE_RAGGED, 1, 1, 0, 0};
+    struct rf_plan_unit plan;
+    RF_ASSERT(rf_plan_unit_make(&in, &opt, &plan) == 0);
+    RF_CHECK(rf_plan_unit_split_blocks(&in, &plan) == 0, "case %d: valid plan has cut blocks", iter);
+    struct rf_plan_buffer *buf = &plan.buffers[0];
+    for (int r = 1; r < world; r++) buf->starts[r] = buf->total_elems * r / world;
+    struct brute_tensor bt[5];
+    for (int p = 0; p < buf->n_places; p++) {
+      const struct rf_plan_tensor_in *t = &ts[buf->places[p].tensor];
+      bt[p] = (struct brute_tensor){buf->places[p].offset, t->numel, rf_min_i64(t->block_elems, t->numel)};
+    }
+    int64_t expect = brute_cut(bt, buf->n_places, buf->starts, world);
+    RF_CHECK(rf_plan_unit_split_blocks(&in, &plan) == expect, "case %d: shifted plan cut %lld, brute %lld",
+             iter, (long long)rf_plan_unit_split_blocks(&in, &plan), (long long)expect);
+    rf_plan_unit_free(&plan);
+  }
+  printf("cut-block counts: %d peer layouts agree with brute force\n", n_cases);
+}
+
+int main(void) {
+  /* published totals (../shared/models/README.md) */
+  check_total("configs/llama-3-8b.json", INT64_C(8030261248), 34);
+  check_total("configs/llama-3-70b.json", INT64_C(70553706496), 82);
+  check_total("configs/gpt-oss-120b.json", INT64_C(116829156672), 38);
+  check_total("configs/deepseek-v3.json", INT64_C(671026419200), 63);
+
+  struct rf_plan_model m;
+  int rc = rf_plan_model_load("configs/nonexistent.json", &m);
+  RF_CHECK(rc == -1 && strstr(rf_error_msg(), "configs/nonexistent.json"), "missing file: '%s'",
+           rf_error_msg());
+  expect_error("{\"model_type\": \"llama\", ", "malformed JSON");
+  expect_error("[1, 2]", "not a JSON object");
+  expect_error("{\"hidden_size\": 4}", "model_type");
+  expect_error("{\"model_type\": \"bert\"}", "unknown model type 'bert'");
+  const char *llama =
+      "{\"model_type\": \"llama\", \"hidden_size\": %s, \"intermediate_size\": 64, "
+      "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 100}";
+  char text[512];
+  snprintf(text, sizeof text, llama, "0");
+  expect_error(text, "'hidden_size' must be a positive integer");
+  snprintf(text, sizeof text, llama, "-32");
+  expect_error(text, "'hidden_size' must be a positive integer");
+  snprintf(text, sizeof text, llama, "32.5");
+  expect_error(text, "'hidden_size' must be a positive integer");
+  expect_error("{\"model_type\": \"gpt_oss\", \"hidden_size\": 8}", "'intermediate_size' is missing");
+  expect_error(
+      "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 8, \"intermediate_size\": 8, "
+      "\"moe_intermediate_size\": 4, \"n_routed_experts\": 4, \"n_shared_experts\": 1, "
+      "\"num_hidden_layers\": 2}",
+      "'first_k_dense_replace'");
+  expect_error("{\"units\": []}", "'units' must be a non-empty array");
+  expect_error("{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\", \"shape\": [4, 0]}]}]}",
+               "units[0].tensors[0].shape[1] must be a positive integer");
+  expect_error("{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\"}]}]}",
+               "units[0].tensors[0].shape");
+  expect_error(
+      "{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\", \"shape\": [4], "
+      "\"block_rows\": -2}]}]}",
+      "units[0].tensors[0].block_rows");
+  expect_error("{\"units\": [{\"tensors\": []}]}", "units[0].name");
+
+  /* a valid generic file and a small llama: shapes and block sizes */
+  snprintf(text, sizeof text, llama, "32");
+  RF_CHECK(rf_plan_model_parse(text, "small.json", &m) == 0, "%s", rf_error_msg());
+  /* embed 100*32, per layer 2*32 + 4*32*32 + 3*64*32, norm 32 + head 100*32 */
+  RF_CHECK(m.numel == 3200 + 2 * (64 + 4096 + 6144) + 32 + 3200 && m.n_units == 4,
+           "small llama: %lld in %d units", (long long)m.numel, m.n_units);
+  rf_plan_model_free(&m);
+  RF_CHECK(rf_plan_model_parse(
+               "{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\", \"shape\": "
+               "[8, 3, 5], \"block_rows\": 4, \"sub_count\": 8}, {\"name\": \"b\", \"shape\": [7]}]}]}",
+               "gen.json", &m) == 0,
+           "%s", rf_error_msg());
+  struct rf_plan_tensor_in ts[2];
+  struct rf_plan_unit_in in;
+  rf_plan_model_unit_input(&m.units[0], 32, ts, &in);
+  RF_CHECK(in.n_tensors == 2 && ts[0].block_elems == 20 && ts[0].sub_count == 8 && ts[1].block_elems == 1,
+           "generic: blocks %lld %lld", (long long)ts[0].block_elems, (long long)ts[1].block_elems);
+  rf_plan_model_free(&m);
+
+  /* the peers against the numbers computed from their published rules */
+  RF_ASSERT(rf_plan_model_load("configs/llama-3-8b.json", &m) == 0);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 1000, NULL, 13.5, 0.05);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 384, NULL, 2.40, 0.01);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 24, NULL, 0.15, 0.01);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 1024, NULL, 0.08, 0.01);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 128, NULL, 0.0, 1e-9);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_DEEPSPEED, 1000, NULL, 0.003, 0.001);
+  check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP1, 1000, NULL, 0.0, 0.001);
+  rf_plan_model_free(&m);
+  RF_ASSERT(rf_plan_model_load("configs/llama-3-70b.json", &m) == 0);
+  check_peer(&m, "llama-3-70b", RF_PLAN_PEER_FSDP2, 1000, NULL, 6.6, 0.05);
+  check_peer(&m, "llama-3-70b", RF_PLAN_PEER_FSDP2, 1024, NULL, 0.02, 0.01);
+  rf_plan_model_free(&m);
+  RF_ASSERT(rf_plan_model_load("configs/gpt-oss-120b.json", &m) == 0);
+  check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 256, "mlp.experts", 100.0, 1e-9);
+  check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 256, NULL, 98.0, 0.5);
+  check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 96, NULL, 49.0, 0.5);
+  rf_plan_model_free(&m);
+
+  check_cuts_random();
+  return rf_test_finish("test_plan_models");
+}

@@ -1,0 +1,409 @@
+/* rfsdp plan: the planner's layout of a model at one or more world sizes, next
+ * to the layouts of FSDP1, FSDP2, DeepSpeed ZeRO-3 and Megatron-FSDP (padding,
+ * blocks cut across ranks, bytes copied per step). Every plan printed has
+ * passed the independent checker (rf_plan_unit_check). docs/planner.md. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "core/core.h"
+#include "options.h"
+#include "plan/plan.h"
+
+#define RF_PLAN_CMD_MAX_WORLDS 64
+#define RF_PLAN_CMD_MAX_WORLD (1 << 24)
+/* An extra buffer (collective) of a unit must save this share of the unit's elements. */
+#define RF_PLAN_CMD_BUFFER_COST 1e-3
+
+struct rf_plan_cmd {
+  const char *model_path;
+  struct rf_plan_model model;
+  int64_t block_rows;
+  int64_t align_bytes;
+  size_t elem_bytes;
+  const char *dtype;
+  const char *shard;
+  int max_buffers;
+  double max_padding; /* percent; < 0: off */
+  int json, layout;
+  struct rf_plan_options opt;
+};
+
+static int rf_plan_cmd_worlds(const char *text, int *worlds, int *n) {
+  *n = 0;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    long w = strtol(p, &end, 10);
+    RF_REQUIRE(end != p && w >= 1 && w <= RF_PLAN_CMD_MAX_WORLD && (*end == ',' || *end == 0),
+               "--world: '%s' is not a list of world sizes 1..%d separated by commas", text,
+               RF_PLAN_CMD_MAX_WORLD);
+    RF_REQUIRE(*n < RF_PLAN_CMD_MAX_WORLDS, "--world: at most %d world sizes", RF_PLAN_CMD_MAX_WORLDS);
+    worlds[(*n)++] = (int)w;
+    p = *end == ',' ? end + 1 : end;
+    RF_REQUIRE(*end != ',' || *p, "--world: '%s' ends with a comma", text);
+  }
+  RF_REQUIRE(*n > 0, "--world: no world size given");
+  return 0;
+}
+
+static double rf_plan_cmd_ratio(int64_t padded, int64_t elems) {
+  return elems > 0 ? (double)(padded - elems) / (double)elems : 0.0;
+}
+
+/* A unit's measure against --max-padding: padding (equal) or largest shard over mean minus 1 (ragged). */
+static double rf_plan_cmd_unit_excess(const struct rf_plan_unit *p) {
+  return p->mode == RF_SHARD_MODE_RAGGED ? p->imbalance - 1.0 : rf_plan_cmd_ratio(p->padded_elems, p->elems);
+}
+
+static int rf_plan_cmd_meets(const struct rf_plan_model_result *r, double limit) {
+  for (int u = 0; u < r->n_units; u++)
+    if (rf_plan_cmd_unit_excess(&r->units[u]) > limit) return 0;
+  return 1;
+}
+
+/* Why unit u cannot get under the limit: which constraint of the one-buffer
+ * lower bound is to blame. Writes a sentence into why. */
+static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, const struct rf_plan_model_unit *mu,
+                            const struct rf_plan_unit *p, double limit, char *why, size_t size) {
+  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)mu->n_tensors * sizeof *ts);
+  struct rf_plan_unit_in in;
+  rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+  int64_t fair = rf_ceil_div(mu->numel, world);
+  int big = 0;
+  for (int i = 1; i < mu->n_tensors; i++)
+    if (rf_min_i64(ts[i].block_elems, ts[i].numel) > rf_min_i64(ts[big].block_elems, ts[big].numel)) big = i;
+  int64_t gmax = rf_min_i64(ts[big].block_elems, ts[big].numel);
+  if (p->mode == RF_SHARD_MODE_RAGGED) {
+    snprintf(
+        why, size,
+        "a rank's share is %lld elements but blocks are up to %lld (%s); a shard holds whole blocks, so the "
+        "largest is %.2f%% over the mean",
+        (long long)fair, (long long)gmax, ts[big].name, 100.0 * (p->imbalance - 1.0));
+  } else if ((double)gmax > (double)fair * (1.0 + limit)) {
+    snprintf(
+        why, size,
+        "its largest block (%s, %lld elements) exceeds the fair share of %lld elements per rank, and every "
+        "rank's shard must hold a whole block",
+        ts[big].name, (long long)gmax, (long long)fair);
+  } else {
+    /* tensors holding two shard boundaries force S to a multiple of their block */
+    int64_t lb = p->bound_padded_elems / world, l = c->opt.align_elems;
+    char names[256] = "";
+    size_t k = 0;
+    for (int i = 0; i < mu->n_tensors; i++) {
+      if (ts[i].numel <= 2 * lb || ts[i].block_elems <= 1) continue;
+      l = rf_lcm_i64_capped(l, ts[i].block_elems, (int64_t)1 << 60);
+      if (k < sizeof names - 64 && !strstr(names, ts[i].name))
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", ts[i].name);
+    }
+    snprintf(
+        why, size,
+        "tensors that span whole shards (%s) force the shard size to a multiple of the lcm of their blocks "
+        "(%lld elements, fair share %lld); the best layout in %d buffer(s) pads %.2f%%",
+        names[0] ? names : "none", (long long)l, (long long)fair, p->n_buffers,
+        100.0 * rf_plan_cmd_ratio(p->padded_elems, p->elems));
+  }
+  free(ts);
+}
+
+/* The largest divisor G < world of world at which every unit meets the limit (0 if none). */
+static int rf_plan_cmd_suggest(const struct rf_plan_cmd *c, int world, double limit) {
+  for (int g = world - 1; g >= 1; g--) {
+    if (world % g) continue;
+    struct rf_plan_options o = c->opt;
+    o.world = g;
+    struct rf_plan_model_result r;
+    if (rf_plan_model_make(&c->model, c->block_rows, &o, RF_PLAN_CMD_BUFFER_COST, 0, &r) != 0) return 0;
+    int ok = rf_plan_cmd_meets(&r, limit);
+    rf_plan_model_result_free(&r);
+    if (ok) return g;
+  }
+  return 0;
+}
+
+static void rf_plan_cmd_bytes(double bytes, char *out, size_t size) {
+  if (bytes >= 1e9)
+    snprintf(out, size, "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1e6)
+    snprintf(out, size, "%.2f MB", bytes / 1e6);
+  else
+    snprintf(out, size, "%.0f B", bytes);
+}
+
+static void rf_plan_cmd_table(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r) {
+  int ragged = r->mode == RF_SHARD_MODE_RAGGED;
+  printf("\nworld %d, %s shards%s\n", r->world, ragged ? "ragged" : "equal",
+         ragged ? "" : (c->max_buffers > 1 ? ", up to several buffers per unit" : ", one buffer per unit"));
+  printf("  %-10s %10s %12s %12s %16s %8s %9s\n", "layout", "padding", "lower bound", "cut blocks",
+         "copy/step/rank", "buffers", "plan ms");
+  char lb[32];
+  if (ragged)
+    snprintf(lb, sizeof lb, "-");
+  else
+    snprintf(lb, sizeof lb, "%.3f%%", 100.0 * rf_plan_cmd_ratio(r->bound_padded_elems, r->elems));
+  printf("  %-10s %9.3f%% %12s %12lld %16s %8d %9.2f\n", "rfsdp",
+         100.0 * rf_plan_cmd_ratio(r->padded_elems, r->elems), lb, (long long)r->split_blocks, "0 B",
+         r->n_buffers, r->plan_ms);
+  for (int k = 0; k < RF_PLAN_PEER_COUNT; k++) {
+    const struct rf_plan_peer_stats *p = &r->peers[k];
+    char copy[32];
+    rf_plan_cmd_bytes((double)p->copy_elems * (double)c->elem_bytes, copy, sizeof copy);
+    printf("  %-10s %9.3f%% %12s %12lld %16s %8s %9s\n", rf_plan_peer_name((enum rf_plan_peer)k),
+           100.0 * rf_plan_cmd_ratio(p->padded_elems, p->elems), "", (long long)p->split_blocks, copy, "",
+           "");
+  }
+  double mean = (double)r->elems / r->world;
+  printf("  rfsdp: largest shard %lld elements per rank (%.4fx the mean)", (long long)r->max_shard_elems,
+         (double)r->max_shard_elems / mean);
+  if (ragged) printf(", worst unit imbalance %.4f", r->imbalance);
+  if (r->sub_padding_units)
+    printf(", padding between fused sub-tensors (experts) in %d unit(s)", r->sub_padding_units);
+  printf("\n");
+}
+
+static cJSON *rf_plan_cmd_shape(const int64_t *shape, int ndim) {
+  cJSON *a = cJSON_CreateArray();
+  for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
+  return a;
+}
+
+static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r,
+                                    cJSON *obj) {
+  cJSON *bufs = cJSON_AddArrayToObject(obj, "buffers");
+  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)c->model.max_tensors * sizeof *ts);
+  for (int u = 0; u < r->n_units; u++) {
+    const struct rf_plan_model_unit *mu = &c->model.units[u];
+    struct rf_plan_unit_in in;
+    rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+    const struct rf_plan_unit *p = &r->units[u];
+    for (int b = 0; b < p->n_buffers; b++) {
+      const struct rf_plan_buffer *buf = &p->buffers[b];
+      cJSON *jb = cJSON_CreateObject();
+      char name[300];
+      snprintf(name, sizeof name, "%s/%d", mu->name, b);
+      cJSON_AddStringToObject(jb, "unit", mu->name);
+      cJSON_AddStringToObject(jb, "name", name);
+      cJSON_AddNumberToObject(jb, "total_elems", (double)buf->total_elems);
+      if (p->mode == RF_SHARD_MODE_EQUAL) {
+        cJSON_AddNumberToObject(jb, "shard_elems", (double)buf->shard_elems);
+      } else {
+        cJSON *st = cJSON_AddArrayToObject(jb, "shard_starts");
+        for (int k = 0; k <= p->world; k++)
+          cJSON_AddItemToArray(st, cJSON_CreateNumber((double)buf->starts[k]));
+      }
+      cJSON *jt = cJSON_AddArrayToObject(jb, "tensors");
+      for (int q = 0; q < buf->n_places; q++) {
+        const struct rf_plan_place *pl = &buf->places[q];
+        const struct rf_plan_tensor_in *t = &ts[pl->tensor];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "name", t->name);
+        cJSON_AddItemToObject(x, "shape", rf_plan_cmd_shape(t->shape, t->ndim));
+        cJSON_AddNumberToObject(x, "block_elems", (double)rf_min_i64(t->block_elems, t->numel));
+        cJSON_AddNumberToObject(x, "offset", (double)pl->offset);
+        if (t->sub_count > 1) {
+          cJSON_AddNumberToObject(x, "sub_first", (double)pl->sub_first);
+          cJSON_AddNumberToObject(x, "sub_count", (double)pl->sub_n);
+          cJSON_AddNumberToObject(x, "sub_stride", (double)pl->sub_stride);
+        }
+        cJSON_AddItemToArray(jt, x);
+      }
+      cJSON_AddItemToArray(bufs, jb);
+    }
+  }
+  free(ts);
+}
+
+static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r, double limit,
+                             int meets, int suggest) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", c->model_path);
+  cJSON_AddNumberToObject(o, "world", r->world);
+  cJSON_AddStringToObject(o, "shard", r->mode == RF_SHARD_MODE_RAGGED ? "ragged" : "equal");
+  cJSON_AddNumberToObject(o, "block_rows", (double)c->block_rows);
+  cJSON_AddStringToObject(o, "dtype", c->dtype);
+  cJSON_AddNumberToObject(o, "align_bytes", (double)c->align_bytes);
+  cJSON_AddNumberToObject(o, "elems", (double)r->elems);
+  cJSON_AddNumberToObject(o, "padded_elems", (double)r->padded_elems);
+  cJSON_AddNumberToObject(o, "padding_ratio", rf_plan_cmd_ratio(r->padded_elems, r->elems));
+  cJSON_AddNumberToObject(o, "lower_bound_ratio", rf_plan_cmd_ratio(r->bound_padded_elems, r->elems));
+  cJSON_AddNumberToObject(o, "imbalance", r->imbalance);
+  cJSON_AddNumberToObject(o, "buffer_count", r->n_buffers);
+  cJSON_AddNumberToObject(o, "split_blocks", (double)r->split_blocks);
+  cJSON_AddNumberToObject(o, "plan_ms", r->plan_ms);
+  cJSON_AddNumberToObject(o, "max_shard_elems", (double)r->max_shard_elems);
+  cJSON_AddNumberToObject(o, "sub_padding_units", r->sub_padding_units);
+  cJSON_AddNumberToObject(o, "copy_bytes_per_step", 0);
+  if (limit >= 0) {
+    cJSON_AddBoolToObject(o, "max_padding_met", meets);
+    if (!meets) cJSON_AddNumberToObject(o, "suggested_group", suggest);
+  }
+  cJSON *peers = cJSON_AddObjectToObject(o, "peers");
+  for (int k = 0; k < RF_PLAN_PEER_COUNT; k++) {
+    const struct rf_plan_peer_stats *p = &r->peers[k];
+    cJSON *x = cJSON_AddObjectToObject(peers, rf_plan_peer_name((enum rf_plan_peer)k));
+    cJSON_AddNumberToObject(x, "padding_ratio", rf_plan_cmd_ratio(p->padded_elems, p->elems));
+    cJSON_AddNumberToObject(x, "padded_elems", (double)p->padded_elems);
+    cJSON_AddNumberToObject(x, "split_blocks", (double)p->split_blocks);
+    cJSON_AddNumberToObject(x, "copy_bytes_per_step", (double)p->copy_elems * (double)c->elem_bytes);
+  }
+  if (c->layout) rf_plan_cmd_layout_json(c, r, o);
+  char *text = cJSON_PrintUnformatted(o);
+  printf("%s\n", text ? text : "{\"error\": \"out of memory\"}");
+  free(text);
+  cJSON_Delete(o);
+}
+
+static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r) {
+  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)c->model.max_tensors * sizeof *ts);
+  for (int u = 0; u < r->n_units; u++) {
+    const struct rf_plan_model_unit *mu = &c->model.units[u];
+    struct rf_plan_unit_in in;
+    rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+    const struct rf_plan_unit *p = &r->units[u];
+    for (int b = 0; b < p->n_buffers; b++) {
+      const struct rf_plan_buffer *buf = &p->buffers[b];
+      printf("  buffer %s/%d: %lld elements, %s %lld\n", mu->name, b, (long long)buf->total_elems,
+             p->mode == RF_SHARD_MODE_EQUAL ? "shard" : "largest shard", (long long)buf->shard_elems);
+      for (int q = 0; q < buf->n_places; q++) {
+        const struct rf_plan_place *pl = &buf->places[q];
+        const struct rf_plan_tensor_in *t = &ts[pl->tensor];
+        printf("    %12lld  %s [", (long long)pl->offset, t->name);
+        for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        printf("] block %lld", (long long)rf_min_i64(t->block_elems, t->numel));
+        if (t->sub_count > 1 && pl->sub_n != t->sub_count)
+          printf(" sub-tensors %lld..%lld stride %lld", (long long)pl->sub_first,
+                 (long long)(pl->sub_first + pl->sub_n - 1), (long long)pl->sub_stride);
+        printf("\n");
+      }
+    }
+  }
+  free(ts);
+}
+
+static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
+  c->opt.world = world;
+  struct rf_plan_model_result r;
+  RF_TRY(rf_plan_model_make(&c->model, c->block_rows, &c->opt, RF_PLAN_CMD_BUFFER_COST, 1, &r));
+  RF_ASSERT(r.split_blocks == 0); /* the checker passed every unit */
+  double limit = c->max_padding / 100.0;
+  int meets = 1, suggest = 0;
+  if (c->max_padding >= 0) {
+    meets = rf_plan_cmd_meets(&r, limit);
+    if (!meets) suggest = rf_plan_cmd_suggest(c, world, limit);
+  }
+  if (c->json) {
+    rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest);
+  } else {
+    rf_plan_cmd_table(c, &r);
+    if (c->layout) rf_plan_cmd_layout_text(c, &r);
+    if (c->max_padding >= 0) {
+      const char *what = r.mode == RF_SHARD_MODE_RAGGED ? "imbalance" : "padding";
+      if (meets) printf("  every unit's %s is at most %.3g%%\n", what, c->max_padding);
+      /* one line per kind of unit (same tensor count and padding), then a count of the rest */
+      int shown = 0, over = 0, kinds_n[8];
+      double kinds_x[8];
+      for (int u = 0; u < r.n_units && !meets; u++) {
+        double x = rf_plan_cmd_unit_excess(&r.units[u]);
+        if (x <= limit) continue;
+        over++;
+        int k = 0;
+        while (k < shown && !(kinds_n[k] == c->model.units[u].n_tensors && kinds_x[k] == x)) k++;
+        if (k < shown || shown == 8) continue;
+        kinds_n[shown] = c->model.units[u].n_tensors, kinds_x[shown] = x, shown++;
+        char why[640];
+        rf_plan_cmd_why(c, world, &c->model.units[u], &r.units[u], limit, why, sizeof why);
+        printf("  unit %s: %s %.3f%% > %.3g%%: %s\n", c->model.units[u].name, what, 100.0 * x, c->max_padding,
+               why);
+      }
+      if (over > shown) printf("  ... and %d more unit(s) of the same kinds\n", over - shown);
+      if (!meets && suggest)
+        printf("  suggestion: FSDP groups of %d ranks meet %.3g%%; run HSDP with %d replicas (--world %d)\n",
+               suggest, c->max_padding, world / suggest, suggest);
+      else if (!meets)
+        printf("  no FSDP group size dividing %d meets %.3g%%\n", world, c->max_padding);
+    }
+  }
+  rf_plan_model_result_free(&r);
+  return 0;
+}
+
+int rf_cmd_plan(int argc, char **argv) {
+  struct rf_plan_cmd c = {0};
+  const char *worlds_text = NULL;
+  c.block_rows = 1;
+  c.align_bytes = 64;
+  c.dtype = "bf16";
+  c.shard = "equal";
+  c.max_buffers = 4;
+  c.max_padding = -1;
+  const struct rf_option options[] = {
+      {"model", RF_OPTION_KIND_STRING, &c.model_path,
+       "a Hugging Face config.json (llama, gpt_oss, deepseek_v3) or a generic units file", NULL, 1},
+      {"world", RF_OPTION_KIND_STRING, &worlds_text, "world size(s), comma-separated: W[,W...]", NULL, 1},
+      {"block-rows", RF_OPTION_KIND_I64, &c.block_rows,
+       "rows per block of every matrix (leading dims flattened into rows); vectors use element blocks", NULL,
+       0},
+      {"align-bytes", RF_OPTION_KIND_I64, &c.align_bytes, "every rank's slice starts on a multiple of this",
+       NULL, 0},
+      {"dtype", RF_OPTION_KIND_CHOICE, &c.dtype, "element type (sets bytes per element)", "f32|bf16", 0},
+      {"shard", RF_OPTION_KIND_CHOICE, &c.shard, "equal shards (NCCL) or ragged shards (MPI, no padding)",
+       "equal|ragged", 0},
+      {"max-buffers", RF_OPTION_KIND_INT, &c.max_buffers,
+       "equal mode: at most this many buffers per unit (1..8)", NULL, 0},
+      {"max-padding", RF_OPTION_KIND_DOUBLE, &c.max_padding,
+       "percent: name the units above it (ragged: largest shard over mean) and suggest an FSDP group size "
+       "(negative: off)",
+       NULL, 0},
+      {"json", RF_OPTION_KIND_FLAG, &c.json, "one JSON object per world size", NULL, 0},
+      {"layout", RF_OPTION_KIND_FLAG, &c.layout, "also print every buffer's tensors and offsets", NULL, 0},
+  };
+  int rc =
+      rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
+                       "usage: rfsdp plan --model FILE --world W[,W...] [--block-rows 1] [--align-bytes 64] "
+                       "[--dtype f32|bf16] [--shard equal|ragged] [--max-buffers 4] [--max-padding P] "
+                       "[--json] [--layout]");
+  if (rc == 1) return 0;
+  int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
+  if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
+  if (rc == 0 && c.block_rows < 1) rc = rf_error_set(__FILE__, __LINE__, "--block-rows must be >= 1");
+  c.elem_bytes = strcmp(c.dtype, "f32") == 0 ? 4 : 2;
+  if (rc == 0 &&
+      (c.align_bytes < 1 || c.align_bytes % (int64_t)c.elem_bytes != 0 || c.align_bytes > (1 << 20)))
+    rc = rf_error_set(__FILE__, __LINE__,
+                      "--align-bytes must be a positive multiple of %zu (the %s size), at most 1 MiB",
+                      c.elem_bytes, c.dtype);
+  if (rc == 0 && (c.max_buffers < 1 || c.max_buffers > 8))
+    rc = rf_error_set(__FILE__, __LINE__, "--max-buffers must be 1..8 (got %d)", c.max_buffers);
+  if (rc != 0) {
+    fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    return 2;
+  }
+  if (rf_plan_model_load(c.model_path, &c.model) != 0) {
+    fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    return 1;
+  }
+  c.opt = (struct rf_plan_options){
+      .mode = strcmp(c.shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL,
+      .align_elems = c.align_bytes / (int64_t)c.elem_bytes,
+      .max_buffers = c.max_buffers,
+      .buffer_cost_elems = 0,
+      .allow_sub_padding = 1};
+  if (!c.json)
+    printf(
+        "rfsdp plan: %s (%s, %lld parameters, %d units, %d tensors), %s, %lld-row blocks, %lld-byte "
+        "alignment\n",
+        c.model_path, c.model.model_type, (long long)c.model.numel, c.model.n_units, c.model.n_tensors,
+        c.dtype, (long long)c.block_rows, (long long)c.align_bytes);
+  int status = 0;
+  for (int i = 0; i < n_worlds && status == 0; i++) {
+    if (rf_plan_cmd_world(&c, worlds[i]) != 0) {
+      fprintf(stderr, "rfsdp plan: %s: world %d: %s\n", c.model_path, worlds[i], rf_error_msg());
+      status = 1;
+    }
+  }
+  rf_plan_model_free(&c.model);
+  return status;
+}
