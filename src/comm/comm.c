@@ -99,8 +99,7 @@ static MPI_Datatype rf_comm_type(const struct rf_comm *comm, enum rf_dtype dtype
       return MPI_FLOAT;
     case RF_DTYPE_BF16:
       return comm->bf16_type;
-    case RF_DTYPE_FP8E4M3:
-      return MPI_UINT8_T; /* moved as bytes; never reduced */
+    case RF_DTYPE_FP8E4M3: /* moved as bytes; never reduced */
     case RF_DTYPE_U8:
       return MPI_UINT8_T;
     case RF_DTYPE_I32:
@@ -136,7 +135,7 @@ static void rf_comm_unit_init(struct rf_comm_unit *unit, const struct rf_comm *c
   unit->k = 1;
   int64_t max = 0, g = 0;
   for (int i = 0; i < na + nb; i++) {
-    int64_t v = i < na ? a[i] : b[i - na];
+    int64_t v = i < na ? a[i] : b ? b[i - na] : 0;
     RF_ASSERT(v >= 0);
     max = rf_max_i64(max, v);
     g = rf_gcd_i64(g, v);
