@@ -1,0 +1,152 @@
+/* src/optim: optimizers that run on each rank's pieces of the tensors
+ * (struct rf_tensor_view, include/rfsdp.h), independent of how the runtime
+ * stores them.
+ *
+ *   adamw      AdamW (bias correction, decoupled weight decay), f32 state m, v.
+ *   adamw8bit  AdamW with m and v as 8-bit codes of bitsandbytes' dynamic maps
+ *              (signed for m, unsigned for v) and one f32 absmax per block:
+ *              32x32 tiles of matrices (32-row strips, 32-column tiles, shorter
+ *              last ones), flat runs of 256 elements of vectors. A block cut by
+ *              a rank boundary (blocks_whole == 0 layouts) is quantized per
+ *              local fragment (counted in stats.tiles_cut); otherwise the state
+ *              depends on a rank's strips only, not on W.
+ *   muon       Muon (momentum with Nesterov, 5 quintic Newton-Schulz iterations
+ *              in f32, update scaled to AdamW's RMS) for the views flagged
+ *              RF_OPTIM_FLAG_MUON; AdamW for the rest. Each Muon matrix has one
+ *              owner rank; the momentum pieces go to the owners in one
+ *              all-to-all-v per unit, the orthogonalized updates come back in one.
+ *
+ * State layout: every state slab whose `shard_layout` is 1 has the rank's shard
+ * length and holds a tensor's state at the view's shard_offset, like the master
+ * slab, so a checkpoint saves and reshards it with the same offsets. The 8-bit
+ * scales are per block: a view's blocks in order (strip by strip, tiles left to
+ * right; vectors: runs of 256) start at the view's scale offset
+ * (rf_optim_scales).
+ *
+ * Ownership: struct rf_optim is opaque; it copies the views (their `starts`,
+ * `master` and `grad` pointers stay borrowed and must outlive it), borrows the
+ * communicator, and owns every state slab and workspace, all allocated in
+ * rf_optim_create. rf_optim_step allocates nothing. */
+#ifndef RF_OPTIM_H
+#define RF_OPTIM_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "rfsdp.h"
+
+enum rf_optim_kind { RF_OPTIM_KIND_ADAMW = 0, RF_OPTIM_KIND_ADAMW8BIT, RF_OPTIM_KIND_MUON };
+
+/* Per-view group flags. */
+enum rf_optim_flag {
+  RF_OPTIM_FLAG_DECAY = 1, /* apply weight decay */
+  RF_OPTIM_FLAG_MUON = 2   /* a 2-D hidden matrix that Muon updates (kind muon only) */
+};
+
+/* The learning-rate adjustment of a Muon matrix of A x B (torch.optim.Muon's adjust_lr_fn):
+ *   match_rms_adamw: lr * 0.2 * sqrt(max(A, B))  (Moonlight; shares AdamW's lr; the default)
+ *   original:        lr * sqrt(max(1, A / B))    (Keller Jordan's Muon) */
+enum rf_optim_muon_scale { RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW = 0, RF_OPTIM_MUON_SCALE_ORIGINAL };
+
+struct rf_optim_options {
+  enum rf_optim_kind kind;
+  float beta1, beta2, eps; /* AdamW (default 0.9, 0.95, 1e-8) */
+  float weight_decay;      /* decoupled, for views with RF_OPTIM_FLAG_DECAY (default 0.1) */
+  float muon_momentum;     /* default 0.95 */
+  int muon_nesterov;       /* default 1 */
+  int muon_ns_steps;       /* default 5 */
+  float muon_ns_eps;       /* Frobenius-norm clamp (default 1e-7) */
+  enum rf_optim_muon_scale muon_scale;
+  int muon_overlap; /* 1: a unit's all-to-all-v runs while another unit is orthogonalized (default 1) */
+};
+
+void rf_optim_options_default(struct rf_optim_options *opt);
+/* "adamw", "adamw8bit", "muon". Returns -1 on an unknown name. */
+int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out);
+const char *rf_optim_kind_name(enum rf_optim_kind kind);
+
+/* The default groups by name and shape: no decay for vectors and for tensors whose
+ * name contains "norm", "embed" or "bias"; Muon (kind muon) for 2-D tensors whose
+ * name contains none of "embed", "head", "norm". */
+int rf_optim_default_flags(const struct rf_tensor_view *view, enum rf_optim_kind kind);
+
+struct rf_optim;
+
+/* `views[n]` are this rank's pieces (empty pieces allowed), `flags[n]` their
+ * groups (NULL: rf_optim_default_flags), `shard_elems` the rank's shard length.
+ * `comm` is required for muon (NULL allowed otherwise); every rank passes the
+ * same tensors in the same order. Returns 0, or -1 with a message (a piece
+ * outside the shard, a Muon view that is not 2-D or whose starts disagree). */
+int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
+                    const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                    const struct rf_comm *comm);
+void rf_optim_free(struct rf_optim *o);
+
+/* One step with learning rate `lr` on every view's master from its grad. Muon:
+ * a collective (every rank calls it). */
+void rf_optim_step(struct rf_optim *o, float lr);
+/* Steps taken (bias correction uses it); set it when resuming from a checkpoint. */
+int64_t rf_optim_get_step(const struct rf_optim *o);
+void rf_optim_set_step(struct rf_optim *o, int64_t step);
+
+/* ---- state, for checkpoints ------------------------------------------------ */
+
+struct rf_optim_state_slab {
+  const char *name; /* "m", "v", "m_code", "v_code", "m_scale", "v_scale" (static string) */
+  void *data;       /* borrowed from the optimizer */
+  enum rf_dtype dtype;
+  int64_t count;    /* elements */
+  int shard_layout; /* 1: shard length, the view's shard_offset; 0: per-block (rf_optim_scales) */
+};
+
+int rf_optim_n_states(const struct rf_optim *o);
+void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab *out);
+
+/* 8-bit: view i's blocks are [*offset, *offset + *count) of the scale slabs; the
+ * first of them is block *first of the tensor (global numbering: strip-major,
+ * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds. */
+void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
+
+/* ---- what it costs ----------------------------------------------------------- */
+
+struct rf_optim_stats {
+  int64_t state_bytes;     /* state slabs of this rank */
+  int64_t workspace_bytes; /* scratch, Muon staging and Newton-Schulz buffers */
+  int64_t tiles_cut;       /* 8-bit blocks of this rank quantized per fragment */
+  int64_t steps;
+  /* Muon, cumulative on this rank */
+  uint64_t muon_bytes_sent;   /* to other ranks (both trips) */
+  uint64_t muon_bytes_recv;   /* from other ranks (both trips) */
+  double muon_ns_flops;       /* Newton-Schulz FLOPs */
+  int64_t muon_matrices;      /* matrices orthogonalized */
+  double muon_owned_flops;    /* NS FLOPs per step of the matrices this rank owns */
+  uint64_t muon_ns_time_ns;   /* time in Newton-Schulz */
+  uint64_t muon_comm_wait_ns; /* time waiting for the all-to-all-v */
+};
+
+void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
+/* Muon: the owner rank of view i (-1 when not a Muon matrix), and how many times
+ * this rank orthogonalized it. */
+int rf_optim_muon_owner(const struct rf_optim *o, int view);
+int64_t rf_optim_muon_count(const struct rf_optim *o, int view);
+/* Newton-Schulz FLOPs of one A x B matrix with `steps` iterations. */
+double rf_optim_ns_flops(int64_t rows, int64_t cols, int steps);
+
+/* ---- building blocks (exposed for tests) -------------------------------------- */
+
+/* bitsandbytes' create_dynamic_map(signed, 7, 8): 256 sorted values in [-1, 1]. */
+const float *rf_optim_qmap(int is_signed);
+/* The code of the map value nearest to x (x normalized to [-1, 1]). */
+uint8_t rf_optim_quantize(int is_signed, float x);
+/* Quantizes n floats with their absmax: codes[i] = nearest(x[i] / absmax). */
+void rf_optim_quantize_block(int is_signed, const float *x, int64_t n, uint8_t *codes, float *absmax);
+void rf_optim_dequantize_block(int is_signed, const uint8_t *codes, int64_t n, float absmax, float *x);
+
+/* Orthogonalizes the A x B row-major matrix x in place with `steps` quintic
+ * Newton-Schulz iterations (a, b, c) = (3.4445, -4.7750, 2.0315), after dividing
+ * by max(Frobenius norm, eps); transposes when A > B. `work` holds at least
+ * 2*A*B + 2*min(A,B)^2 floats. Returns the FLOPs. */
+double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work);
+
+#endif
