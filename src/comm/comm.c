@@ -67,8 +67,39 @@ void rf_comm_mpi_init(int *argc, char ***argv) {
 
 void rf_comm_mpi_finalize(void) { RF_MPI_CHECK(MPI_Finalize()); }
 
+/* MPICH's ring MPI_Allgatherv (the large-message algorithm) sends each step in
+ * pieces of MPIR_CVAR_ALLGATHERV_PIPELINE_MSG_SIZE bytes (32 KiB), one handshake
+ * per piece: 2x slower than MPI_Allgather at W=2, and 30x or worse when ranks
+ * share cores (docs/comm.md). Ragged shards all-gather through MPI_Allgatherv, so
+ * raise it to 1 GiB through the MPI tool interface, unless the environment sets
+ * it. The variable's scope is "equal on all processes": every process that
+ * creates an rf_comm sets the same value. Other MPIs lack the variable: no-op. */
+static void rf_comm_tune_mpi(void) {
+  static const char name[] = "MPIR_CVAR_ALLGATHERV_PIPELINE_MSG_SIZE";
+  if (getenv(name)) return;
+  int provided = 0, index = 0, count = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+  MPI_T_cvar_handle handle;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) == MPI_SUCCESS) {
+    char cname[128];
+    int cname_len = (int)sizeof cname, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype;
+    int ok = MPI_T_cvar_get_info(index, cname, &cname_len, &verbosity, &type, &enumtype, NULL, NULL, &bind,
+                                 &scope) == MPI_SUCCESS;
+    if (ok && type == MPI_INT && count == 1) {
+      int value = 1 << 30;
+      if (MPI_T_cvar_write(handle, &value) == MPI_SUCCESS) rf_log_debug("comm: %s = %d", name, value);
+    }
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+}
+
 void rf_comm_init(struct rf_comm *comm, MPI_Comm parent) {
   memset(comm, 0, sizeof *comm);
+  rf_comm_tune_mpi();
   RF_MPI_CHECK(MPI_Comm_dup(parent, &comm->comm));
   RF_MPI_CHECK(MPI_Comm_set_errhandler(comm->comm, MPI_ERRORS_RETURN));
   RF_MPI_CHECK(MPI_Comm_rank(comm->comm, &comm->rank));
