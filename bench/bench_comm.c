@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "core/core.h"
@@ -283,16 +284,31 @@ static void bench_overlap(const struct rf_comm *comm, int64_t bytes) {
   free(buf);
 }
 
+/* The machine's load average (1 minute), or -1: numbers on a shared machine
+ * mean little when it is above the core count. */
+static double load_average(void) {
+  double load = -1.0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &load) != 1) load = -1.0;
+    fclose(f);
+  }
+  return load;
+}
+
 int main(int argc, char **argv) {
   rf_comm_mpi_init(&argc, &argv);
   struct rf_comm comm;
   rf_comm_init(&comm, MPI_COMM_WORLD);
+  if (comm.rank == 0)
+    printf("load average %.2f, %ld cores online\n", load_average(), sysconf(_SC_NPROCESSORS_ONLN));
   int64_t max_bytes = (int64_t)64 << 20;
   const char *env = getenv("RF_BENCH_MAX_MIB"); /* for quick runs: the largest size */
   if (env && atoll(env) > 0 && ((int64_t)atoll(env) << 20) < max_bytes) max_bytes = (int64_t)atoll(env) << 20;
   bench_bandwidth(&comm, max_bytes);
   bench_overlap(&comm, max_bytes / 4);
   bench_overlap(&comm, max_bytes);
+  if (comm.rank == 0) printf("load average %.2f at the end\n", load_average());
   rf_comm_free(&comm);
   rf_comm_mpi_finalize();
   return 0;
