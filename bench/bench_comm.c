@@ -98,8 +98,7 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
   char *recv = rf_xaligned(64, (size_t)max_bytes);
   int64_t *starts = rf_xmalloc((size_t)(world + 1) * sizeof(int64_t));
   if (comm->rank == 0) {
-    printf("collective bandwidth, W=%d (median of %d, slowest rank; size = full buffer)\n", world,
-           BENCH_REPS);
+    printf("collective bandwidth, W=%d (median over reps of the slowest rank; size = full buffer)\n", world);
     printf("%10s  %-16s %-5s %10s %12s %12s %5s\n", "size", "op", "dtype", "ms", "algbw GB/s", "busbw GB/s",
            "reps");
   }
