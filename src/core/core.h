@@ -39,6 +39,13 @@ void rf_error_clear(void);
 _Noreturn void rf_die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #define RF_DIE(...) rf_die(__FILE__, __LINE__, __VA_ARGS__)
 
+/* BLAS argument checks: OpenBLAS (like the reference BLAS) reports an illegal
+ * argument (a leading dimension too small, a negative size) by calling xerbla_,
+ * which prints a line and returns, leaving the output unwritten. src/core defines
+ * xerbla_ (the program's definition takes the library's place): it dies naming the
+ * routine and the parameter. Linked in with rf_die, i.e. into every program. */
+void xerbla_(const char *name, const int *info, int len);
+
 /* An assert that stays on in release builds. */
 #define RF_ASSERT(cond)                                                     \
   do {                                                                      \
