@@ -102,4 +102,4 @@ lint:
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-clang
