@@ -123,6 +123,9 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit);
 /* Starts the reduce-scatter of the unit's gradients and releases its parameters. */
 void rf_fsdp_backward_end(struct rf_fsdp *f, int unit);
 void rf_fsdp_grads_finish(struct rf_fsdp *f);
+/* After a forward without backward (evaluation, sampling): releases every unit
+ * still gathered. */
+void rf_fsdp_reshard_all(struct rf_fsdp *f);
 /* Drives MPI progress of the collectives in flight; call between kernels. */
 void rf_fsdp_poll(struct rf_fsdp *f);
 
@@ -155,8 +158,8 @@ struct rf_tensor_view {
   int ndim;
   int64_t shape[8];
   int64_t numel;
-  int64_t block_elems;  /* the block the layout keeps whole (1 when it may cut anywhere) */
-  int blocks_whole;     /* 1 when every rank's range is a whole number of blocks */
+  int64_t block_elems; /* the block the layout keeps whole (1 when it may cut anywhere) */
+  int blocks_whole;    /* 1 when every rank's range is a whole number of blocks */
   const int64_t *starts;
   int64_t begin, end;
   int64_t shard_offset; /* offset of the piece in this rank's shard slab (rf_fsdp_shard) */
@@ -175,14 +178,32 @@ float *rf_fsdp_shard_grad(struct rf_fsdp *f);
 
 /* ---- what it costs ------------------------------------------------------------ */
 
+/* Bytes and events of communication and copying, per rank. */
+struct rf_counters {
+  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
+  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
+  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
+  uint64_t bytes_copied;   /* bytes copied outside collectives (staging, copy-in/out) */
+  uint64_t bytes_cast;     /* bytes written converting a master shard into its slot */
+  uint64_t bytes_padding;  /* padding bytes moved by collectives */
+  uint64_t collectives;    /* number of collective calls */
+  uint64_t allocations;    /* heap allocations via rf_xmalloc & co, plus arena allocs */
+  uint64_t comm_wait_ns;   /* time blocked waiting on communication */
+};
+
+/* Counters of this process since the context was created (`total`) and of the last
+ * whole step (from one rf_fsdp_zero_grad to the next; zero before the second).
+ * Either may be NULL. */
+void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, struct rf_counters *last_step);
+
 struct rf_fsdp_stats {
-  int64_t param_elems;       /* sum of the tensors' numel */
-  int64_t padded_elems;      /* sum over units of the buffers' total elements (layout padding included) */
-  int64_t shard_elems;       /* this rank's shard slab */
-  int64_t arena_bytes;       /* the unsharded buffers' arena (capacity) */
-  int64_t arena_peak_bytes;  /* largest part of the arena in use at once */
+  int64_t param_elems;      /* sum of the tensors' numel */
+  int64_t padded_elems;     /* sum over units of the buffers' total elements (layout padding included) */
+  int64_t shard_elems;      /* this rank's shard slab */
+  int64_t arena_bytes;      /* the unsharded buffers' arena (capacity) */
+  int64_t arena_peak_bytes; /* largest part of the arena in use at once */
   int64_t largest_unit_elems;
-  int n_buffers;             /* collectives per gather of the whole model */
+  int n_buffers; /* collectives per gather of the whole model */
 };
 void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out);
 

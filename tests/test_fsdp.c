@@ -340,6 +340,12 @@ static void run_variant(const struct variant *v, int rank, int world) {
     RF_CHECK(skipped == (s == nan_step), "%s step %d: skipped=%d", v->name, s, skipped);
     double ref_norm = 0;
     reference_step(ref, &ids, v, s, s == nan_step, &ref_norm);
+    struct rf_counters last;
+    rf_fsdp_get_counters(f, NULL, &last); /* the step before this one, through the API */
+    if (s >= 2)
+      RF_CHECK(last.collectives > 0 && last.allocations == 0 && (world == 1 || last.bytes_gathered > 0),
+               "%s step %d: API counters %llu collectives, %llu allocations", v->name, s,
+               (unsigned long long)last.collectives, (unsigned long long)last.allocations);
     if (s >= 1)
       RF_CHECK(d.allocations == 0, "%s step %d: %llu allocations", v->name, s,
                (unsigned long long)d.allocations);

@@ -130,20 +130,8 @@ void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
 
 /* ---- counters ----------------------------------------------------------- */
 
-/* Process-wide counters, cumulative since start (or rf_counters_reset). The
- * runtime and the optimizers add to them; tools print them. */
-struct rf_counters {
-  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
-  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
-  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
-  uint64_t bytes_copied;   /* bytes copied outside collectives (staging, copy-in/out) */
-  uint64_t bytes_cast;     /* bytes written converting a master shard into its slot */
-  uint64_t bytes_padding;  /* padding bytes moved by collectives */
-  uint64_t collectives;    /* number of collective calls */
-  uint64_t allocations;    /* heap allocations via rf_xmalloc & co, plus arena allocs */
-  uint64_t comm_wait_ns;   /* time blocked waiting on communication */
-};
-
+/* Process-wide counters (struct rf_counters: include/rfsdp.h), cumulative since start
+ * (or rf_counters_reset). The runtime and the optimizers add to them; tools print them. */
 extern struct rf_counters rf_counters_global;
 void rf_counters_reset(void);
 /* Fields of `now - before`, for per-step numbers. */

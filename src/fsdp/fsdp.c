@@ -44,6 +44,7 @@ int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_opt
   struct rf_fsdp *f = rf_xcalloc(1, sizeof *f);
   f->opt = *opt;
   rf_comm_init(&f->comm, comm);
+  f->at_create = rf_counters_global;
   *out = f;
   return 0;
 }
@@ -305,4 +306,9 @@ void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out) {
   out->shard_elems = f->shard_elems;
   out->arena_bytes = (int64_t)f->arena.capacity;
   out->arena_peak_bytes = f->slots_in_use_peak_bytes;
+}
+
+void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, struct rf_counters *last_step) {
+  if (total) *total = rf_counters_diff(&rf_counters_global, &f->at_create);
+  if (last_step) *last_step = f->last_step;
 }

@@ -75,6 +75,10 @@ struct rf_fsdp {
   int *gslot_unit;
   size_t pslot_bytes, gslot_bytes;
   int64_t slots_in_use_peak_bytes;
+  struct rf_counters at_create;     /* rf_counters_global when created */
+  struct rf_counters at_step_begin; /* ... at the last rf_fsdp_zero_grad */
+  struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
+  int steps_begun;
 };
 
 /* Within the module. */

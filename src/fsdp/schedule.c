@@ -79,6 +79,8 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
     f->units[u].has_grad = 0;
   }
   memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&rf_counters_global, &f->at_step_begin);
+  f->at_step_begin = rf_counters_global;
 }
 
 void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit) {
@@ -131,6 +133,16 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
 void rf_fsdp_grads_finish(struct rf_fsdp *f) {
   for (int u = f->n_units - 1; u >= 0; u--)
     if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
+}
+
+void rf_fsdp_reshard_all(struct rf_fsdp *f) {
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    RF_ASSERT(x->gslot < 0);
+    /* a prefetch in flight must land before its slot is reused */
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_fsdp_gather_wait(f, u);
+    rf_fsdp_release(f, u);
+  }
 }
 
 void rf_fsdp_poll(struct rf_fsdp *f) {

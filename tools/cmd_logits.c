@@ -1,0 +1,90 @@
+/* rfsdp logits: the model's logits for given tokens, from safetensors weights
+ * (e.g. an export), as raw f32 [batch, seq, vocab]; what tests/hf_logits_check.py
+ * compares with Hugging Face's LlamaForCausalLM. Runs under mpirun at any W (every
+ * rank computes the whole batch; rank 0 writes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "commands.h"
+#include "options.h"
+#include "train_model.h"
+
+static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
+                         const char *out, int rank) {
+  struct rf_llama_config cfg;
+  RF_TRY(rf_llama_config_load(&cfg, model));
+  char *bytes;
+  size_t n;
+  RF_TRY(rf_file_read_all(tokens_path, &bytes, &n));
+  int64_t count = (int64_t)(n / sizeof(int32_t));
+  if (seq <= 0 || n % sizeof(int32_t) != 0 || count % seq != 0 || count == 0 ||
+      seq > cfg.max_position_embeddings) {
+    free(bytes);
+    RF_FAIL("%s: %zu bytes are not batch x %lld int32 tokens (seq at most %d)", tokens_path, n,
+            (long long)seq, cfg.max_position_embeddings);
+  }
+  int batch = (int)(count / seq);
+  struct rf_fsdp_options fo;
+  rf_fsdp_options_default(&fo);
+  struct rf_train_model m;
+  int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, batch, (int)seq);
+  if (rc == 0) {
+    int nt = rf_fsdp_n_tensors(m.fsdp);
+    struct rf_tensor_view *views = rf_xcalloc((size_t)nt, sizeof *views);
+    for (int t = 0; t < nt; t++) rf_fsdp_tensor(m.fsdp, t, &views[t]);
+    rc = rf_ckpt_import_views(weights, views, nt);
+    free(views);
+    int all = rc;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc == 0 && all != 0)
+      rc = rf_error_set(__FILE__, __LINE__, "%s: another rank could not import it", weights);
+  }
+  if (rc == 0) {
+    double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
+    if (bad != bad)
+      rc = rf_error_set(__FILE__, __LINE__, "%s: a token is outside the vocabulary", tokens_path);
+  }
+  if (rc == 0 && rank == 0) {
+    size_t row = (size_t)cfg.vocab_size * sizeof(float);
+    float *logits = rf_xmalloc((size_t)count * row);
+    for (int64_t i = 0; i < count; i++)
+      memcpy((char *)logits + (size_t)i * row, rf_llama_ws_logits(&m.ws, (int)i), row);
+    rc = rf_file_write_all(out, logits, (size_t)count * row);
+    free(logits);
+    if (rc == 0) printf("logits: %s [%d, %lld, %d] f32\n", out, batch, (long long)seq, cfg.vocab_size);
+  }
+  if (m.fsdp) rf_train_model_free(&m);
+  free(bytes);
+  return rc;
+}
+
+int rf_cmd_logits(int argc, char **argv) {
+  const char *model = NULL, *weights = NULL, *tokens = NULL, *out = NULL;
+  int64_t seq = 0;
+  const struct rf_option options[] = {
+      {"model", RF_OPTION_KIND_STRING, &model, "model config (Hugging Face config.json)", NULL, 1},
+      {"weights", RF_OPTION_KIND_STRING, &weights, "safetensors file (e.g. from rfsdp ckpt export)", NULL, 1},
+      {"tokens", RF_OPTION_KIND_STRING, &tokens, "raw little-endian int32 tokens [batch, seq]", NULL, 1},
+      {"seq", RF_OPTION_KIND_I64, &seq, "tokens per sequence", NULL, 1},
+      {"out", RF_OPTION_KIND_STRING, &out, "raw little-endian f32 logits [batch, seq, vocab]", NULL, 1},
+  };
+  rf_comm_mpi_init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rc = rf_options_parse(
+      argc, argv, options, (int)(sizeof options / sizeof options[0]),
+      "usage: rfsdp logits --model CONFIG.json --weights F.safetensors --tokens F.i32 --seq T "
+      "--out LOGITS.f32");
+  int status = rc == 1 ? 0 : 2;
+  if (rc == 0) {
+    status = rf_logits_run(model, weights, tokens, seq, out, rank) == 0 ? 0 : 1;
+    if (status != 0 && rank == 0) fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
+  } else if (rc < 0 && rank == 0) {
+    fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
+  }
+  rf_comm_mpi_finalize();
+  return status;
+}
