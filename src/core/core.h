@@ -36,7 +36,8 @@ void rf_error_clear(void);
   } while (0)
 
 /* Prints "[rank r] file:line: message" to stderr and stops every rank. */
-_Noreturn void rf_die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+_Noreturn void rf_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4))); /* noreturn twice: cppcheck reads only the attribute */
 #define RF_DIE(...) rf_die(__FILE__, __LINE__, __VA_ARGS__)
 
 /* BLAS argument checks: OpenBLAS (like the reference BLAS) reports an illegal
