@@ -98,7 +98,7 @@ lint:
 	@scripts/setup --dev
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Iinclude -Isrc src tools tests bench
-	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
+	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc \
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
