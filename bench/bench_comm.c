@@ -1,8 +1,9 @@
 /* rf-bench: np=2,4
  * Collective bandwidth and communication/compute overlap over src/comm (MPI).
  *
- * Part 1: in-place all-gather (block and ragged) and sum reduce-scatter (block and
- * ragged), f32 and bf16, at 1, 4, 16 and 64 MiB (the size of the full buffer: the
+ * Part 1: in-place all-gather (block, ragged, ragged non-blocking) and sum
+ * reduce-scatter (block, ragged, ragged non-blocking: started, then waited on),
+ * f32 and bf16, at 1, 4, 16 and 64 MiB (the size of the full buffer: the
  * gathered output, the reduce-scatter input). Each point is the median over
  * repetitions of the slowest rank's time. algbw = size / time; busbw = size *
  * (W-1)/W / time (the bytes each rank must move, as nccl-tests count them). The
@@ -47,10 +48,14 @@ static double median_of_max(const struct rf_comm *comm, double *ms, int reps) {
 enum bench_op {
   BENCH_OP_ALLGATHER = 0,
   BENCH_OP_ALLGATHERV,
+  BENCH_OP_IALLGATHERV, /* non-blocking, started then waited on: what the runtime issues */
   BENCH_OP_REDUCE_SCATTER,
-  BENCH_OP_REDUCE_SCATTERV
+  BENCH_OP_REDUCE_SCATTERV,
+  BENCH_OP_IREDUCE_SCATTERV,
+  BENCH_OP_COUNT
 };
-static const char *const bench_op_names[] = {"allgather", "allgatherv", "reduce_scatter", "reduce_scatterv"};
+static const char *const bench_op_names[] = {"allgather",      "allgatherv",      "iallgatherv",
+                                             "reduce_scatter", "reduce_scatterv", "ireduce_scatterv"};
 
 /* Ragged starts over `total` elements: rank r's share proportional to W + r. */
 static void ragged_starts(int64_t *starts, int world, int64_t total) {
@@ -89,6 +94,20 @@ static void run_op(const struct rf_comm *comm, enum bench_op op, enum rf_dtype d
     case BENCH_OP_REDUCE_SCATTERV:
       rf_comm_reduce_scatter(comm, buf, recv, starts, dtype);
       break;
+    case BENCH_OP_IALLGATHERV:
+    case BENCH_OP_IREDUCE_SCATTERV: {
+      struct rf_comm_req req;
+      rf_comm_req_init(&req, comm->world);
+      if (op == BENCH_OP_IALLGATHERV)
+        rf_comm_iallgatherv(comm, buf, starts, dtype, &req);
+      else
+        rf_comm_ireduce_scatter(comm, buf, recv, starts, dtype, &req);
+      rf_comm_wait(&req);
+      rf_comm_req_free(&req);
+      break;
+    }
+    case BENCH_OP_COUNT:
+      break;
   }
 }
 
@@ -99,12 +118,12 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
   int64_t *starts = rf_xmalloc((size_t)(world + 1) * sizeof(int64_t));
   if (comm->rank == 0) {
     printf("collective bandwidth, W=%d (median over reps of the slowest rank; size = full buffer)\n", world);
-    printf("%10s  %-16s %-5s %10s %12s %12s %5s\n", "size", "op", "dtype", "ms", "algbw GB/s", "busbw GB/s",
+    printf("%10s  %-17s %-5s %10s %12s %12s %5s\n", "size", "op", "dtype", "ms", "algbw GB/s", "busbw GB/s",
            "reps");
   }
   const enum rf_dtype dtypes[2] = {RF_DTYPE_F32, RF_DTYPE_BF16};
   for (int64_t bytes = (int64_t)1 << 20; bytes <= max_bytes; bytes *= 4) {
-    for (int op = 0; op < 4; op++) {
+    for (int op = 0; op < BENCH_OP_COUNT; op++) {
       for (int d = 0; d < 2; d++) {
         enum rf_dtype dtype = dtypes[d];
         int64_t esize = (int64_t)rf_dtype_size(dtype);
@@ -133,7 +152,7 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
         double algbw = size / (med * 1e-3) / 1e9;
         double busbw = algbw * (double)(world - 1) / (double)world;
         if (comm->rank == 0)
-          printf("%7.0f MiB  %-16s %-5s %10.3f %12.2f %12.2f %5d\n", size / (1 << 20), bench_op_names[op],
+          printf("%7.0f MiB  %-17s %-5s %10.3f %12.2f %12.2f %5d\n", size / (1 << 20), bench_op_names[op],
                  rf_dtype_name(dtype), med, algbw, busbw, reps);
       }
     }
