@@ -36,7 +36,7 @@ help:
 	@echo "make demo       set up, prepare the KJV data, train the default model on 2 ranks"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
-	@echo "make format | lint"
+	@echo "make format | lint   (scripts/setup --dev installs clang, clang-format, clang-tidy, cppcheck)"
 
 setup:
 	@scripts/setup
@@ -70,7 +70,7 @@ test: setup
 	@scripts/run-tests $(BUILD) $(TESTS)
 
 test-asan: setup
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -Wno-format-truncation" \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  scripts/run-tests build-asan --unit $(TESTS)
@@ -91,13 +91,15 @@ install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc
 
 format:
+	@scripts/setup --dev
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(TEST_SUPPORT) $(BENCH_SRC) $(HEADERS)
 
 lint:
+	@scripts/setup --dev
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Iinclude -Isrc src tools tests bench
-	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
+	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc \
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-clang

@@ -1,11 +1,14 @@
 /* rf-test: timeout=30
  * src/core: the arena (alignment, zero-fill, mark/release, peak, counts; running
- * out is fatal, checked in a forked child), error recording and propagation,
+ * out is fatal, checked in a forked child; so are RF_ASSERT and a BLAS argument
+ * error), error recording and propagation,
  * gcd/lcm against brute force, dtype names, counters. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cblas.h>
 
 #include "core/core.h"
 #include "rf_test.h"
@@ -50,6 +53,12 @@ static void failing_assert(void) {
   RF_ASSERT(x == 2);
 }
 
+/* lda = 1 < k = 2 for a row-major A: illegal. */
+static void bad_gemm(void) {
+  float a[4] = {0}, b[4] = {0}, c[4] = {0};
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 1, b, 2, 0.0f, c, 2);
+}
+
 static void check_fatal(void) {
   char err[4096];
   int rc = run_in_child(exhaust_arena, err, sizeof err);
@@ -59,6 +68,9 @@ static void check_fatal(void) {
   RF_CHECK(rc == 1, "RF_ASSERT exits with 1, got %d", rc);
   RF_CHECK(strstr(err, "test_core.c:") && strstr(err, "x == 2"),
            "assert message names file and condition: %s", err);
+  rc = run_in_child(bad_gemm, err, sizeof err);
+  RF_CHECK(rc == 1, "a BLAS argument error exits with 1, got %d", rc);
+  RF_CHECK(strstr(err, "BLAS SGEMM") && strstr(err, "illegal"), "BLAS error message: %s", err);
 }
 
 /* ---- arena ------------------------------------------------------------- */

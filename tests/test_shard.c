@@ -118,7 +118,7 @@ static void check_boxes(int ndim, const int64_t *shape, int64_t numel, int64_t b
     int64_t first = -1, last = -1;
     for (int64_t c = 0; c < cells; c++) {
       int64_t rem = c, flat = 0;
-      int64_t idx[RF_SHARD_MAX_DIMS];
+      int64_t idx[RF_SHARD_MAX_DIMS] = {0};
       for (int d = ndim - 1; d >= 0; d--) {
         idx[d] = box->start[d] + rem % box->extent[d];
         rem /= box->extent[d];

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rfsdp.h" /* enum rf_dtype */
 
@@ -35,8 +36,16 @@ void rf_error_clear(void);
   } while (0)
 
 /* Prints "[rank r] file:line: message" to stderr and stops every rank. */
-_Noreturn void rf_die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+_Noreturn void rf_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4))); /* noreturn twice: cppcheck reads only the attribute */
 #define RF_DIE(...) rf_die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* BLAS argument checks: OpenBLAS (like the reference BLAS) reports an illegal
+ * argument (a leading dimension too small, a negative size) by calling xerbla_,
+ * which prints a line and returns, leaving the output unwritten. src/core defines
+ * xerbla_ (the program's definition takes the library's place): it dies naming the
+ * routine and the parameter. Linked in with rf_die, i.e. into every program. */
+void xerbla_(const char *name, const int *info, int len);
 
 /* An assert that stays on in release builds. */
 #define RF_ASSERT(cond)                                                     \
@@ -97,9 +106,21 @@ const char *rf_dtype_name(enum rf_dtype dtype);
 /* Parses "f32", "bf16", "fp8e4m3", "u8", "i32", "i64", "f64". Returns -1 on an unknown name. */
 int rf_dtype_parse(const char *name, enum rf_dtype *out);
 
-/* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). */
-uint16_t rf_bf16_from_f32(float x);
-float rf_f32_from_bf16(uint16_t b);
+/* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). Inline
+ * and branch-free so that loops over them vectorize (the bf16 sum of src/comm). */
+static inline uint16_t rf_bf16_from_f32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+static inline float rf_f32_from_bf16(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
 /* fp8 e4m3 (OCP: bias 7, no infinities, 0x7f/0xff are NaN, max 448): round to
  * nearest even, saturating to +-448, NaN stays NaN, inf saturates. */
 uint8_t rf_fp8e4m3_from_f32(float x);

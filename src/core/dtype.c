@@ -39,15 +39,6 @@ static inline float rf_f32_from_bits(uint32_t u) {
   return x;
 }
 
-uint16_t rf_bf16_from_f32(float x) {
-  uint32_t u = rf_f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)((u + bias) >> 16);
-}
-
-float rf_f32_from_bf16(uint16_t b) { return rf_f32_from_bits((uint32_t)b << 16); }
-
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
 }
