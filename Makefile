@@ -70,7 +70,7 @@ test: setup
 	@scripts/run-tests $(BUILD) $(TESTS)
 
 test-asan: setup
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -Wno-format-truncation" \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  scripts/run-tests build-asan --unit $(TESTS)

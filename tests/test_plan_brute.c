@@ -99,7 +99,7 @@ int main(void) {
     int64_t align = rnd(&st, 1, 4);
     struct rf_plan_tensor_in tin[MAXT];
     struct rf_plan_item it[MAXT];
-    char names[MAXT][8];
+    char names[MAXT][16];
     for (int t = 0; t < n; t++) {
       int64_t rows = rnd(&st, 1, 8), cols = rnd(&st, 1, 5);
       int64_t brows = rnd(&st, 1, 3);
