@@ -440,6 +440,7 @@ static void renorm(float *out, const float *x, const float *rstd, const float *w
     const float *xr = x + (size_t)r * h;
     float *o = out + (size_t)r * h;
     float s = rstd[r];
+#pragma omp simd
     for (int i = 0; i < h; i++) o[i] = xr[i] * s * w[i];
   }
 }

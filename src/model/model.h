@@ -145,7 +145,7 @@ struct rf_llama_layer_acts {
   float *q;     /* [N, heads*hd] after rotary */
   float *k;     /* [N, kv*hd] after rotary */
   float *v;     /* [N, kv*hd] */
-  float *probs; /* [B, heads, T, T] attention probabilities (upper triangle 0) */
+  float *probs; /* [B, heads, T, T] attention probabilities (causal blocks only) */
   float *atty;  /* [N, heads*hd] attention output before o_proj */
   float *x2;    /* [N, hidden] residual after attention */
   float *rstd2; /* [N] post_attention_layernorm's 1/rms */
@@ -239,13 +239,17 @@ void rf_llama_rope_apply(float *x, int batch, int seq, int n_heads, int hd, cons
 /* Fills cos/sin [seq, hd/2] with inv_freq_i = theta^(-2i/hd). */
 void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta);
 /* Causal grouped-query attention. q [B*T, nh*hd], k/v [B*T, nkv*hd] ->
- * y [B*T, nh*hd] and probs [B, nh, T, T]. Scale 1/sqrt(hd). */
+ * y [B*T, nh*hd] and probs [B, nh, T, T]. Scale 1/sqrt(hd). Query rows go in blocks
+ * of 64 that see keys up to the block's end only; probs entries right of that are
+ * not written. */
 void rf_llama_attention_forward(float *y, float *probs, const float *q, const float *k, const float *v,
                                 int batch, int seq, int nh, int nkv, int hd);
 /* dq, dk, dv are overwritten (not accumulated). scratch: [n_scratch, T, T]. */
 void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *probs,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch);
+/* The exp() of the softmax and SiLU loops (vectorizable; relative error < 2e-7). */
+float rf_llama_expf(float x);
 /* h = silu(gate) * up; backward overwrites dgate, dup. */
 void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
