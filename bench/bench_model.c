@@ -52,7 +52,7 @@ struct model_bufs {
 static void run(const struct rf_llama_config *cfg, struct rf_llama_ws *ws, struct model_bufs *m, int bf16,
                 int steps, const int32_t *tok, const int32_t *tgt) {
   int L = cfg->num_hidden_layers, N = ws->b * ws->t;
-  struct rf_llama_weight **uw = rf_xcalloc((size_t)m->n_units, sizeof(*uw));
+  struct rf_llama_weight **uw = rf_xcalloc((size_t)m->n_units, sizeof(struct rf_llama_weight *));
   for (int u = 0; u < m->n_units; u++) {
     uw[u] = rf_xcalloc((size_t)m->n_t[u], sizeof(**uw));
     for (int i = 0; i < m->n_t[u]; i++) {

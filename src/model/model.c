@@ -320,7 +320,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
 }
 
 void rf_llama_ws_free(struct rf_llama_ws *ws) {
-  if (!ws->layers && !ws->tokens) return;
+  if (!ws->layers) return;
   for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
     struct rf_llama_layer_acts *a = &ws->layers[l];
     float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->probs, a->atty, a->x2, a->rstd2, a->gate, a->up};

@@ -214,6 +214,7 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
   int n_jobs = batch * nkv;
   int nt = attention_threads();
   if (nt > n_scratch) nt = n_scratch;
+  (void)nt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
   for (int job = 0; job < n_jobs; job++) {
     int tid = 0;
@@ -374,10 +375,12 @@ double rf_llama_cross_entropy_forward(float *lse, const float *logits, const int
 #pragma omp parallel for schedule(static) reduction(+ : total) if ((long)n * vocab >= RF_LLAMA_PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * vocab;
-    float mx = z[0];
-    for (int j = 1; j < vocab; j++) mx = z[j] > mx ? z[j] : mx;
-    double sum = 0.0;
-    for (int j = 0; j < vocab; j++) sum += exp((double)(z[j] - mx));
+    int jm = 0;
+    for (int j = 1; j < vocab; j++) jm = z[j] > z[jm] ? j : jm;
+    float mx = z[jm];
+    double sum = 1.0; /* the maximum's own term */
+    for (int j = 0; j < vocab; j++)
+      if (j != jm) sum += exp((double)(z[j] - mx));
     double l = (double)mx + log(sum);
     lse[r] = (float)l;
     if (targets && targets[r] >= 0) total += l - (double)z[targets[r]];
