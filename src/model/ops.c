@@ -184,7 +184,6 @@ void rf_llama_attention_forward(float *y, float *probs, const float *q, const fl
       for (int i = i0; i < cols; i++) {
         float *row = p + (size_t)i * seq;
         float mx = row[0];
-#pragma omp simd reduction(max : mx)
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -270,24 +269,46 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
 
-void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= RF_LLAMA_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+/* Chunks of RF_LLAMA_CHUNK elements: threads over chunks, SIMD inside. */
+#define RF_LLAMA_CHUNK 4096
+
+static void swiglu_forward_chunk(float *h, const float *gate, const float *up, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
     float g = gate[i];
     h[i] = g * sigmoidf_(g) * up[i];
   }
 }
 
+void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    swiglu_forward_chunk(h + i0, gate + i0, up + i0, len);
+  }
+}
+
 /* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). dup may alias dh. */
-void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
-                              size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= RF_LLAMA_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+static void swiglu_backward_chunk(float *dgate, float *dup, const float *dh, const float *gate,
+                                  const float *up, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
     float g = gate[i], d = dh[i];
     float s = sigmoidf_(g);
     float silu = g * s;
     dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
     dup[i] = d * silu;
+  }
+}
+
+void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                              size_t n) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    swiglu_backward_chunk(dgate + i0, dup + i0, dh + i0, gate + i0, up + i0, len);
   }
 }
 
