@@ -233,6 +233,24 @@ static void test_against_hf(const struct ref *ref) {
   }
   RF_CHECK(ws.b == ref->B && ws.t == ref->T, "generate restores the workspace shape");
 
+  /* A token outside the vocabulary is an error naming it; shapes above capacity too. */
+  {
+    int32_t *bad = rf_xmalloc(nt * sizeof(int32_t));
+    memcpy(bad, ref->tokens, nt * sizeof(int32_t));
+    bad[5] = c->vocab_size;
+    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1 && strstr(rf_error_msg(), "67"),
+             "out-of-range token: %s", rf_error_msg());
+    bad[5] = -2;
+    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1, "negative token");
+    free(bad);
+    RF_CHECK(rf_llama_ws_set_shape(&ws, ref->B + 1, ref->T) == -1, "batch above capacity");
+    RF_CHECK(rf_llama_ws_set_shape(&ws, 1, ref->T + 1) == -1, "sequence above capacity");
+    struct rf_llama_ws ws2;
+    RF_CHECK(rf_llama_ws_init(&ws2, c, 1, c->max_position_embeddings + 1) == -1 &&
+                 strstr(rf_error_msg(), "max_position_embeddings"),
+             "workspace longer than max_position_embeddings: %s", rf_error_msg());
+  }
+
   /* Temperature sampling follows the softmax: frequencies over many draws. */
   {
     float lg[4] = {0.0f, 1.0f, 2.0f, -1.0f};

@@ -416,6 +416,7 @@ double rf_llama_head_forward(struct rf_llama_ws *ws, const struct rf_llama_weigh
                            c->rms_norm_eps);
   rf_llama_linear_forward(ws->logits, ws->xnf, &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   if (targets) memcpy(ws->targets, targets, sizeof(int32_t) * (size_t)n);
+  ws->has_targets = targets != NULL;
   return rf_llama_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
 }
 
@@ -425,6 +426,8 @@ void rf_llama_head_backward(struct rf_llama_ws *ws, const struct rf_llama_weight
                             float grad_scale) {
   const struct rf_llama_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
+  RF_ASSERT(ws->has_targets);
+  ws->has_targets = 0; /* the logits become their gradient */
   rf_llama_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
   rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);

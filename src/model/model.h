@@ -159,6 +159,7 @@ struct rf_llama_ws {
   int b, t;                           /* current shape (rf_llama_ws_set_shape), b*t rows */
   int32_t *tokens;                    /* [cap_b*cap_t] copy of the inputs of the last embed forward */
   int32_t *targets;                   /* [cap_b*cap_t] copy of the targets of the last head forward */
+  int has_targets;                    /* the last head forward had targets (the head backward needs them) */
   struct rf_llama_layer_acts *layers; /* [num_hidden_layers] */
   float *xf;                          /* [N, hidden] final input to the head (= output of the last layer) */
   float *rstdf;                       /* [N] final norm's 1/rms */
@@ -205,7 +206,8 @@ double rf_llama_head_forward(struct rf_llama_ws *ws, const struct rf_llama_weigh
 /* Row n = b*t + position of the logits, [vocab]. Borrowed. */
 const float *rf_llama_ws_logits(const struct rf_llama_ws *ws, int row);
 /* Adds grad_scale * d(loss_sum)/d(params) of the head into grads[0..1] and sets
- * ws->dx to the gradient of the last layer's output. */
+ * ws->dx to the gradient of the last layer's output. Needs a head forward with
+ * targets just before (asserted). */
 void rf_llama_head_backward(struct rf_llama_ws *ws, const struct rf_llama_weight *w, float *const *grads,
                             float grad_scale);
 void rf_llama_layer_backward(struct rf_llama_ws *ws, int layer, const struct rf_llama_weight *w,
