@@ -141,12 +141,13 @@ static void test_rope(void) {
 
 struct att_ctx {
   int b, t, nh, nkv, hd;
-  float *q, *k, *v, *r, *y, *p;
+  float *q, *k, *v, *r, *y, *p; /* p: the log-sum-exp [b, nh, t] */
+  float *scratch;               /* [2 slices, 2, RF_LLAMA_ATT_BLOCK, t] */
 };
 
 static double att_obj(void *p) {
   struct att_ctx *c = p;
-  rf_llama_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd);
+  rf_llama_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch, 2);
   return dot_d(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
 }
 
@@ -184,7 +185,8 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   c.v = rand_buf(nk, 1.0f);
   c.r = rand_buf(nq, 1.0f);
   c.y = rand_buf(nq, 1.0f);
-  c.p = rand_buf((size_t)c.b * c.nh * c.t * c.t, 1.0f);
+  c.p = rand_buf((size_t)c.b * c.nh * c.t, 1.0f);
+  c.scratch = rf_xmalloc((size_t)2 * 2 * RF_LLAMA_ATT_BLOCK * c.t * 4);
   att_obj(&c);
   double *yn = rf_xmalloc(nq * sizeof(double));
   att_naive(&c, yn);
@@ -192,13 +194,12 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(yn[i] - c.y[i]));
   RF_CHECK(e < 1e-5, "attention forward vs naive causal GQA: %.3g", e);
   float *dq = rf_xcalloc(nq, 4), *dk = rf_xcalloc(nk, 4), *dv = rf_xcalloc(nk, 4);
-  float *scratch = rf_xmalloc((size_t)4 * c.t * c.t * 4);
-  rf_llama_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, scratch, 4);
+  rf_llama_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, c.scratch, 2);
   fd_check("attention dq", c.q, nq, dq, att_obj, &c);
   fd_check("attention dk", c.k, nk, dk, att_obj, &c);
   fd_check("attention dv", c.v, nk, dv, att_obj, &c);
   free(c.q), free(c.k), free(c.v), free(c.r), free(c.y), free(c.p), free(yn), free(dq), free(dk), free(dv);
-  free(scratch);
+  free(c.scratch);
 }
 
 /* ---- swiglu -------------------------------------------------------------------------------- */

@@ -280,7 +280,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
     a->q = ws_floats(ws, n * qd);
     a->k = ws_floats(ws, n * kd);
     a->v = ws_floats(ws, n * kd);
-    a->probs = ws_floats(ws, (size_t)batch * c->num_attention_heads * seq * seq);
+    a->lse = ws_floats(ws, (size_t)batch * c->num_attention_heads * seq);
     a->atty = ws_floats(ws, n * qd);
     a->x2 = ws_floats(ws, n * h);
     a->rstd2 = ws_floats(ws, n);
@@ -302,11 +302,11 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->s_inner2 = ws_floats(ws, n * inter);
   ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
   ws->s_att = ws_floats(ws, n * qd);
-  ws->n_threads_dp = 1;
+  ws->n_threads_att = 1;
 #ifdef _OPENMP
-  ws->n_threads_dp = omp_get_max_threads();
+  ws->n_threads_att = omp_get_max_threads();
 #endif
-  ws->s_dp = ws_floats(ws, (size_t)ws->n_threads_dp * seq * seq);
+  ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_LLAMA_ATT_BLOCK * seq);
   ws->s_normw = ws_floats(ws, h);
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
@@ -323,13 +323,13 @@ void rf_llama_ws_free(struct rf_llama_ws *ws) {
   if (!ws->layers) return;
   for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
     struct rf_llama_layer_acts *a = &ws->layers[l];
-    float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->probs, a->atty, a->x2, a->rstd2, a->gate, a->up};
+    float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->lse, a->atty, a->x2, a->rstd2, a->gate, a->up};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   }
   free(ws->layers);
-  float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,    ws->logits,  ws->lse,     ws->dx,
-                   ws->rope_cos, ws->rope_sin, ws->s_norm, ws->s_dnorm, ws->s_inner, ws->s_inner2,
-                   ws->s_qkv,    ws->s_att,    ws->s_dp,   ws->s_normw};
+  float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
+                   ws->rope_cos, ws->rope_sin, ws->s_norm,    ws->s_dnorm, ws->s_inner, ws->s_inner2,
+                   ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   free(ws->stage.act);
   free(ws->stage.wf32);
@@ -393,7 +393,8 @@ void rf_llama_layer_forward(struct rf_llama_ws *ws, int layer, const struct rf_l
   rf_llama_linear_forward(a->v, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
   rf_llama_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_llama_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_llama_attention_forward(a->atty, a->probs, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd);
+  rf_llama_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
+                             ws->n_threads_att);
   memcpy(a->x2, a->x, sizeof(float) * (size_t)n * h);
   rf_llama_linear_forward(a->x2, a->atty, &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
 
@@ -482,8 +483,8 @@ void rf_llama_layer_backward(struct rf_llama_ws *ws, int layer, const struct rf_
   rf_llama_linear_backward(ws->s_att, grads[RF_LLAMA_LAYER_TENSOR_O], dout, a->atty,
                            &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  rf_llama_attention_backward(dq, dk, dv, ws->s_att, a->probs, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
-                              ws->s_dp, ws->n_threads_dp);
+  rf_llama_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
+                              ws->s_att_blk, ws->n_threads_att);
   rf_llama_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
   rf_llama_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
   const float *win = norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_INPUT_NORM]);

@@ -156,33 +156,45 @@ static int attention_threads(void) {
 
 /* Causal blocking: query rows go in blocks of RF_LLAMA_ATT_BLOCK; block [i0, i0+r)
  * attends to keys [0, i0+r) only, so about half of the T x T products are
- * skipped. Entries of probs right of a block's last key are never written. */
-#define RF_LLAMA_ATT_BLOCK 64
+ * skipped. The probabilities are not kept: the forward stores each row's
+ * log-sum-exp and the backward recomputes P = exp(S - lse) block by block
+ * (FlashAttention's trade: one more Q K^T product for no T x T storage). */
 
-void rf_llama_attention_forward(float *y, float *probs, const float *q, const float *k, const float *v,
-                                int batch, int seq, int nh, int nkv, int hd) {
+/* S = scale * Q K^T for query rows [i0, i0+rows) and keys [0, cols), into s (ld cols). */
+static void att_scores(float *s, const float *qb, const float *kb, int i0, int rows, int cols, int qs, int ks,
+                       int hd, float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb,
+              ks, 0.0f, s, cols);
+}
+
+void rf_llama_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
   float scale = 1.0f / sqrtf((float)hd);
   int n_jobs = batch * nh;
   int nt = attention_threads();
+  if (nt > n_scratch) nt = n_scratch;
   (void)nt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
   for (int job = 0; job < n_jobs; job++) {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
     int b = job / nh, h = job % nh, g = h / rep;
     const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
-    float *p = probs + ((size_t)b * nh + h) * seq * seq;
     float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
+    float *lb = lse + (size_t)job * seq;
     for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
       int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
       int cols = i0 + rows;
-      float *pb = p + (size_t)i0 * seq;
-      /* S = scale * Q K^T for this block's rows and the keys they may see */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs,
-                  kb, ks, 0.0f, pb, seq);
-      for (int i = i0; i < cols; i++) {
-        float *row = p + (size_t)i * seq;
+      att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
+      for (int r = 0; r < rows; r++) {
+        int i = i0 + r;
+        float *row = p + (size_t)r * cols;
         float mx = row[0];
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
@@ -195,17 +207,18 @@ void rf_llama_attention_forward(float *y, float *probs, const float *q, const fl
 #pragma omp simd
         for (int j = 0; j <= i; j++) row[j] *= inv;
         for (int j = i + 1; j < cols; j++) row[j] = 0.0f;
+        lb[i] = mx + logf(sum);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, pb, seq, vb, ks, 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, p, cols, vb, ks, 0.0f,
                   yb + (size_t)i0 * qs, qs);
     }
   }
 }
 
-/* Per head: dP = dY V^T; dV += P^T dY; dS = P * (dP - rowsum(P * dP)) * scale;
- * dQ = dS K; dK += dS^T Q, block by block as in the forward. Jobs are (batch, kv
- * head) so the heads sharing a kv head accumulate into dK, dV in one thread. */
-void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *probs,
+/* Per head and block: P = exp(S - lse) (recomputed); dP = dY V^T; dV += P^T dY;
+ * dS = P * (dP - rowsum(P * dP)) * scale; dQ = dS K; dK += dS^T Q. Jobs are
+ * (batch, kv head) so the heads sharing a kv head add into dK, dV in one thread. */
+void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
@@ -220,7 +233,8 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    float *dp = scratch + (size_t)tid * seq * seq;
+    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
+    float *dp = p + (size_t)RF_LLAMA_ATT_BLOCK * seq;
     int b = job / nkv, g = job % nkv;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
@@ -235,20 +249,22 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
       const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
       const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
       float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
-      const float *p = probs + ((size_t)b * nh + h) * seq * seq;
+      const float *lb = lse + ((size_t)b * nh + h) * seq;
       for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
         int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
         int cols = i0 + rows;
-        const float *pb = p + (size_t)i0 * seq;
         const float *dyi = dyb + (size_t)i0 * qs;
-        float *dpb = dp + (size_t)i0 * seq;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dpb,
-                    seq);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, pb, seq, dyi, qs, 1.0f,
-                    dvb, ks);
-        for (int i = i0; i < cols; i++) {
-          const float *pr = p + (size_t)i * seq;
-          float *d = dp + (size_t)i * seq;
+        att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dp,
+                    cols);
+        for (int rr = 0; rr < rows; rr++) {
+          int i = i0 + rr;
+          float *pr = p + (size_t)rr * cols;
+          float *d = dp + (size_t)rr * cols;
+          float m = lb[i];
+#pragma omp simd
+          for (int j = 0; j <= i; j++) pr[j] = fast_expf(pr[j] - m);
+          for (int j = i + 1; j < cols; j++) pr[j] = 0.0f;
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int j = 0; j <= i; j++) dot += pr[j] * d[j];
@@ -256,9 +272,11 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
           for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
           for (int j = i + 1; j < cols; j++) d[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, dpb, seq, kb, ks, 0.0f,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f,
+                    dvb, ks);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0.0f,
                     dqb + (size_t)i0 * qs, qs);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, dpb, seq,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, dp, cols,
                     qb + (size_t)i0 * qs, qs, 1.0f, dkb, ks);
       }
     }
