@@ -180,6 +180,8 @@ static void test_against_hf(const struct ref *ref) {
   for (size_t i = 0; i < nt; i++) count += ref->targets[i] >= 0;
   struct rf_llama_ws ws;
   RF_CHECK(rf_llama_ws_init(&ws, c, ref->B, ref->T) == 0, "ws_init: %s", rf_error_msg());
+  RF_CHECK(rf_llama_ws_bytes(c, ref->B, ref->T) == ws.bytes, "predicted workspace %zu bytes, allocated %zu",
+           rf_llama_ws_bytes(c, ref->B, ref->T), ws.bytes);
   struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
   for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
   float **grads = grads_alloc(ref);

@@ -255,6 +255,33 @@ static float *ws_floats(struct rf_llama_ws *ws, size_t n) {
   return rf_xaligned(64, rf_round_up((int64_t)bytes, 64));
 }
 
+static int ws_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/* Must add up what rf_llama_ws_init allocates (test_model_ref checks it). */
+size_t rf_llama_ws_bytes(const struct rf_llama_config *c, int batch, int seq) {
+  size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+  size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
+  size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
+  size_t per_layer =
+      n * (2 * h + 2 * qd + 2 * kd + 2 * inter + 2) + (size_t)batch * c->num_attention_heads * seq;
+  size_t wide = h > inter ? h : inter;
+  wide = wide > qd ? wide : qd;
+  size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
+  bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
+  bytes += f * ((size_t)seq * hd);        /* rotary tables */
+  bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
+  bytes += f * ((size_t)ws_threads() * 2 * RF_LLAMA_ATT_BLOCK * seq + h + (size_t)RF_LLAMA_STAGE_ROWS * wide);
+  wide = wide > v ? wide : v;
+  if (rf_llama_have_sbgemm()) bytes += n * wide * sizeof(uint16_t);
+  return bytes;
+}
+
 int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
   RF_REQUIRE(batch > 0 && seq > 0, "model workspace: batch (%d) and sequence length (%d) must be positive",
@@ -302,10 +329,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->s_inner2 = ws_floats(ws, n * inter);
   ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
   ws->s_att = ws_floats(ws, n * qd);
-  ws->n_threads_att = 1;
-#ifdef _OPENMP
-  ws->n_threads_att = omp_get_max_threads();
-#endif
+  ws->n_threads_att = ws_threads();
   ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_LLAMA_ATT_BLOCK * seq);
   ws->s_normw = ws_floats(ws, h);
   size_t wide = h > inter ? h : inter;

@@ -188,6 +188,9 @@ struct rf_llama_ws {
  * Returns 0, or -1 on bad sizes. */
 int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, int batch, int seq);
 void rf_llama_ws_free(struct rf_llama_ws *ws);
+/* The bytes rf_llama_ws_init would allocate (ws->bytes after it), for memory
+ * predictions; depends on omp_get_max_threads() (attention scratch per thread). */
+size_t rf_llama_ws_bytes(const struct rf_llama_config *cfg, int batch, int seq);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix
  * when sampling). Returns -1 when above capacity. */
 int rf_llama_ws_set_shape(struct rf_llama_ws *ws, int b, int t);
