@@ -2,10 +2,11 @@
 /* The whole model against Hugging Face's LlamaForCausalLM: tests/ref_llama.py
  * wrote the weights, tokens, targets, logits, mean loss and every parameter
  * gradient of a tiny model (hidden 64, inter 96, 2 layers, 4 heads, 2 kv heads,
- * vocab 67, B 2, T 9, two ignored targets), computed in float64 by PyTorch, to
+ * vocab 67, B 2, T 9, two ignored targets), plus the logits of one 300-token
+ * sequence (forward only), computed in float64 by PyTorch, to
  * tests/data/llama_ref.bin. Here the C model runs the same batch in f32 and every
  * tensor is compared:
- *   logits, loss         max|a-b| / max|ref| <= 2e-5
+ *   logits, loss         max|a-b| / max|ref| <= 2e-5 (also the 300-token logits)
  *   each gradient        max|a-b| / max|ref| <= 1e-4
  * The bf16-weight path (cblas_sbgemm, activations rounded to bf16) is compared with
  * the f32 path on the same bf16-rounded weights: loss within 1e-2 relative, logits
@@ -34,6 +35,9 @@ struct ref {
   int n_tensors;
   int64_t *numel;
   float **w, **g; /* [n_tensors] */
+  int t_long;     /* a forward-only sequence of t_long tokens (version 2) */
+  int32_t *tokens_long;
+  float *logits_long;
 };
 
 struct reader {
@@ -61,7 +65,7 @@ static int ref_load(struct ref *ref, const char *path) {
   uint32_t magic = 0, version = 0;
   rd(&r, &magic, 4);
   rd(&r, &version, 4);
-  if (magic != 0x4645524Cu || version != 1) {
+  if (magic != 0x4645524Cu || version != 2) {
     free(buf);
     return rf_error_set(__FILE__, __LINE__, "%s: bad magic/version", path);
   }
@@ -108,7 +112,16 @@ static int ref_load(struct ref *ref, const char *path) {
       rd(&r, *dst, (size_t)ref->numel[k] * 4);
     }
   }
-  int complete = r.ok && r.left == 0;
+  int32_t tl = 0;
+  rd(&r, &tl, 4);
+  ref->t_long = tl > 0 && tl <= c->max_position_embeddings ? tl : 0;
+  if (ref->t_long > 0) {
+    ref->tokens_long = rf_xmalloc((size_t)tl * 4);
+    ref->logits_long = rf_xmalloc((size_t)tl * (size_t)c->vocab_size * 4);
+    rd(&r, ref->tokens_long, (size_t)tl * 4);
+    rd(&r, ref->logits_long, (size_t)tl * (size_t)c->vocab_size * 4);
+  }
+  int complete = r.ok && r.left == 0 && ref->t_long > 0;
   free(buf);
   if (!complete) return rf_error_set(__FILE__, __LINE__, "%s: size does not match its header", path);
   return 0;
@@ -125,6 +138,8 @@ static void ref_free(struct ref *ref) {
   free(ref->tokens);
   free(ref->targets);
   free(ref->logits);
+  free(ref->tokens_long);
+  free(ref->logits_long);
 }
 
 static double max_abs(const float *a, size_t n) {
@@ -317,6 +332,30 @@ static void test_against_hf(const struct ref *ref) {
   rf_llama_ws_free(&ws);
 }
 
+/* The long sequence: rotary at positions up to 299 and five attention blocks,
+ * forward only, logits max|a-b| / max|ref| <= 2e-5. */
+static void test_long(const struct ref *ref) {
+  const struct rf_llama_config *c = &ref->cfg;
+  int L = c->num_hidden_layers, T = ref->t_long;
+  struct rf_llama_ws ws;
+  RF_CHECK(rf_llama_ws_init(&ws, c, 1, T) == 0, "ws_init: %s", rf_error_msg());
+  struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
+  for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
+  RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], ref->tokens_long) == 0, "embed: %s", rf_error_msg());
+  for (int l = 0; l < L; l++) rf_llama_layer_forward(&ws, l, &wt[1 + 9 * l]);
+  rf_llama_head_forward(&ws, &wt[1 + 9 * L], NULL);
+  size_t nl = (size_t)T * c->vocab_size;
+  double e = rel_err(rf_llama_ws_logits(&ws, 0), ref->logits_long, nl);
+  /* the last rows alone (the largest positions) */
+  size_t tail = (size_t)(T - 44) * c->vocab_size;
+  double e_tail = rel_err(rf_llama_ws_logits(&ws, T - 44), ref->logits_long + tail, nl - tail);
+  printf("long sequence (T = %d) vs HF: logits rel err %.2g (positions >= %d: %.2g)\n", T, e, T - 44, e_tail);
+  RF_CHECK(e <= 2e-5, "long-sequence logits rel err %.3g > 2e-5", e);
+  RF_CHECK(e_tail <= 2e-5, "long-sequence logits at the end rel err %.3g > 2e-5", e_tail);
+  free(wt);
+  rf_llama_ws_free(&ws);
+}
+
 /* ---- configuration files ---------------------------------------------------------- */
 
 static void write_text(const char *path, const char *text) {
@@ -389,6 +428,7 @@ int main(int argc, char **argv) {
   }
   test_config(&ref);
   test_against_hf(&ref);
+  test_long(&ref);
   ref_free(&ref);
   return rf_test_finish("test_model_ref");
 }

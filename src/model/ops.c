@@ -104,14 +104,18 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 
 /* ---- rotary embedding -------------------------------------------------------------- */
 
+/* As transformers computes them: inv_freq = 1 / theta^(2i/hd) and the angle
+ * t * inv_freq in float32, then cos/sin of that float angle (correctly rounded
+ * here, within an ulp in PyTorch), so the tables match HF's at long positions too. */
 void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta) {
   int half = hd / 2;
-  for (int t = 0; t < seq; t++) {
-    for (int i = 0; i < half; i++) {
-      double inv_freq = pow(theta, -2.0 * i / (double)hd);
-      double a = (double)t * inv_freq;
-      cos_t[(size_t)t * half + i] = (float)cos(a);
-      sin_t[(size_t)t * half + i] = (float)sin(a);
+  for (int i = 0; i < half; i++) {
+    float e = (float)(2 * i) / (float)hd;
+    float inv_freq = 1.0f / (float)pow(theta, (double)e);
+    for (int t = 0; t < seq; t++) {
+      float a = (float)t * inv_freq;
+      cos_t[(size_t)t * half + i] = (float)cos((double)a);
+      sin_t[(size_t)t * half + i] = (float)sin((double)a);
     }
   }
 }
