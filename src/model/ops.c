@@ -45,6 +45,14 @@ static inline float fast_expf(float x) {
 
 float rf_llama_expf(float x) { return fast_expf(x); }
 
+/* A max reduction in `omp simd`: gcc vectorizes it; clang 14 refuses (and warns,
+ * which -Werror turns into an error), so there the loop stays scalar. */
+#if defined(__clang__)
+#define RF_LLAMA_SIMD_MAX
+#else
+#define RF_LLAMA_SIMD_MAX _Pragma("omp simd reduction(max : mx)")
+#endif
+
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
 void rf_llama_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
@@ -200,6 +208,7 @@ void rf_llama_attention_forward(float *y, float *lse, const float *q, const floa
         int i = i0 + r;
         float *row = p + (size_t)r * cols;
         float mx = row[0];
+        RF_LLAMA_SIMD_MAX
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
