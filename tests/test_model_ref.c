@@ -409,6 +409,27 @@ static void test_config(const struct ref *ref) {
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"rms_norm_eps\": -1}", "rms_norm_eps");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": \"4\"}", "num_attention_heads");
   expect_config_error(dir, "{\"hidden_size\": 64, ", "not valid JSON");
+  expect_config_error(dir,
+                      "{" BASE ", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\"}}",
+                      "rope_scaling");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"head_dim\": 32}", "head_dim");
+  expect_config_error(
+      dir,
+      "{\"hidden_size\": 64, \"intermediate_size\": 9.5, \"num_hidden_layers\": 2, \"vocab_size\": 67, "
+      "\"num_attention_heads\": 4}",
+      "intermediate_size");
+  {
+    char p2[600];
+    snprintf(p2, sizeof(p2), "%s/config.json", dir);
+    write_text(p2, "{" BASE
+                   ", \"num_attention_heads\": 4, \"rope_parameters\": {\"rope_theta\": 500000.0, "
+                   "\"rope_type\": \"default\"}}");
+    struct rf_llama_config d;
+    RF_CHECK(rf_llama_config_load(&d, p2) == 0, "minimal config: %s", rf_error_msg());
+    RF_CHECK(d.num_key_value_heads == 4 && d.head_dim == 16 && d.rope_theta == 500000.0 &&
+                 d.max_position_embeddings == 2048 && fabsf(d.rms_norm_eps - 1e-6f) < 1e-12f,
+             "defaults: kv heads = heads, rope_theta from rope_parameters, max positions 2048, eps 1e-6");
+  }
 #undef BASE
   char path[600];
   snprintf(path, sizeof(path), "%s/config.json", dir);
