@@ -10,13 +10,14 @@ to tests/data/llama_ref_config.json.
 Usage: /work/main/.venv/bin/python tests/ref_llama.py   (needs torch, transformers, numpy)
 
 Format of llama_ref.bin (little-endian):
-  u32 magic 0x4645524c ("LREF"), u32 version 1
+  u32 magic 0x4645524c ("LREF"), u32 version 2
   i32 hidden, inter, layers, heads, kv_heads, vocab, max_pos, B, T
   f64 rms_norm_eps, rope_theta, loss (mean over targets >= 0)
   i32 tokens[B*T], i32 targets[B*T] (-1: ignored)
   f32 logits[B*T*vocab]
   f32 weights of every tensor, in the model's unit order (see src/model/model.h)
   f32 gradients of the mean loss, same order
+  i32 T_long, i32 tokens_long[T_long], f32 logits_long[T_long*vocab]   (one sequence, forward only)
 """
 import json
 import os
@@ -33,7 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "data", "llama_ref.bin")
 OUT_CFG = os.path.join(HERE, "data", "llama_ref_config.json")
 
-H, I, L, NH, NKV, V, MAXPOS, B, T = 64, 96, 2, 4, 2, 67, 32, 2, 9
+H, I, L, NH, NKV, V, MAXPOS, B, T = 64, 96, 2, 4, 2, 67, 512, 2, 9
+T_LONG = 300  # a second, forward-only sequence: rotary at long positions, several attention blocks
 EPS, THETA = 1e-5, 10000.0
 
 
@@ -89,8 +91,12 @@ def main():
     loss.backward()
     print(f"loss {loss.item():.10f}", file=sys.stderr)
 
+    tokens_long = rng.randint(0, V, size=(1, T_LONG)).astype(np.int32)
+    with torch.no_grad():
+        logits_long = model(input_ids=torch.from_numpy(tokens_long.astype(np.int64))).logits[0]
+
     with open(OUT + ".tmp", "wb") as f:
-        f.write(struct.pack("<II", 0x4645524C, 1))
+        f.write(struct.pack("<II", 0x4645524C, 2))
         f.write(struct.pack("<9i", H, I, L, NH, NKV, V, MAXPOS, B, T))
         f.write(struct.pack("<3d", EPS, THETA, loss.item()))
         f.write(tokens.astype("<i4").tobytes())
@@ -100,6 +106,9 @@ def main():
             f.write(weights[name].astype("<f4").tobytes())
         for name in names:
             f.write(params[name].grad.detach().numpy().astype("<f4").tobytes())
+        f.write(struct.pack("<i", T_LONG))
+        f.write(tokens_long.astype("<i4").tobytes())
+        f.write(logits_long.numpy().astype("<f4").tobytes())
     os.replace(OUT + ".tmp", OUT)
 
     with tempfile.TemporaryDirectory() as d:

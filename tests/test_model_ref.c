@@ -2,10 +2,11 @@
 /* The whole model against Hugging Face's LlamaForCausalLM: tests/ref_llama.py
  * wrote the weights, tokens, targets, logits, mean loss and every parameter
  * gradient of a tiny model (hidden 64, inter 96, 2 layers, 4 heads, 2 kv heads,
- * vocab 67, B 2, T 9, two ignored targets), computed in float64 by PyTorch, to
+ * vocab 67, B 2, T 9, two ignored targets), plus the logits of one 300-token
+ * sequence (forward only), computed in float64 by PyTorch, to
  * tests/data/llama_ref.bin. Here the C model runs the same batch in f32 and every
  * tensor is compared:
- *   logits, loss         max|a-b| / max|ref| <= 2e-5
+ *   logits, loss         max|a-b| / max|ref| <= 2e-5 (also the 300-token logits)
  *   each gradient        max|a-b| / max|ref| <= 1e-4
  * The bf16-weight path (cblas_sbgemm, activations rounded to bf16) is compared with
  * the f32 path on the same bf16-rounded weights: loss within 1e-2 relative, logits
@@ -34,6 +35,9 @@ struct ref {
   int n_tensors;
   int64_t *numel;
   float **w, **g; /* [n_tensors] */
+  int t_long;     /* a forward-only sequence of t_long tokens (version 2) */
+  int32_t *tokens_long;
+  float *logits_long;
 };
 
 struct reader {
@@ -61,7 +65,7 @@ static int ref_load(struct ref *ref, const char *path) {
   uint32_t magic = 0, version = 0;
   rd(&r, &magic, 4);
   rd(&r, &version, 4);
-  if (magic != 0x4645524Cu || version != 1) {
+  if (magic != 0x4645524Cu || version != 2) {
     free(buf);
     return rf_error_set(__FILE__, __LINE__, "%s: bad magic/version", path);
   }
@@ -108,7 +112,16 @@ static int ref_load(struct ref *ref, const char *path) {
       rd(&r, *dst, (size_t)ref->numel[k] * 4);
     }
   }
-  int complete = r.ok && r.left == 0;
+  int32_t tl = 0;
+  rd(&r, &tl, 4);
+  ref->t_long = tl > 0 && tl <= c->max_position_embeddings ? tl : 0;
+  if (ref->t_long > 0) {
+    ref->tokens_long = rf_xmalloc((size_t)tl * 4);
+    ref->logits_long = rf_xmalloc((size_t)tl * (size_t)c->vocab_size * 4);
+    rd(&r, ref->tokens_long, (size_t)tl * 4);
+    rd(&r, ref->logits_long, (size_t)tl * (size_t)c->vocab_size * 4);
+  }
+  int complete = r.ok && r.left == 0 && ref->t_long > 0;
   free(buf);
   if (!complete) return rf_error_set(__FILE__, __LINE__, "%s: size does not match its header", path);
   return 0;
@@ -125,6 +138,8 @@ static void ref_free(struct ref *ref) {
   free(ref->tokens);
   free(ref->targets);
   free(ref->logits);
+  free(ref->tokens_long);
+  free(ref->logits_long);
 }
 
 static double max_abs(const float *a, size_t n) {
@@ -180,6 +195,8 @@ static void test_against_hf(const struct ref *ref) {
   for (size_t i = 0; i < nt; i++) count += ref->targets[i] >= 0;
   struct rf_llama_ws ws;
   RF_CHECK(rf_llama_ws_init(&ws, c, ref->B, ref->T) == 0, "ws_init: %s", rf_error_msg());
+  RF_CHECK(rf_llama_ws_bytes(c, ref->B, ref->T) == ws.bytes, "predicted workspace %zu bytes, allocated %zu",
+           rf_llama_ws_bytes(c, ref->B, ref->T), ws.bytes);
   struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
   for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
   float **grads = grads_alloc(ref);
@@ -233,6 +250,24 @@ static void test_against_hf(const struct ref *ref) {
   }
   RF_CHECK(ws.b == ref->B && ws.t == ref->T, "generate restores the workspace shape");
 
+  /* A token outside the vocabulary is an error naming it; shapes above capacity too. */
+  {
+    int32_t *bad = rf_xmalloc(nt * sizeof(int32_t));
+    memcpy(bad, ref->tokens, nt * sizeof(int32_t));
+    bad[5] = c->vocab_size;
+    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1 && strstr(rf_error_msg(), "67"),
+             "out-of-range token: %s", rf_error_msg());
+    bad[5] = -2;
+    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1, "negative token");
+    free(bad);
+    RF_CHECK(rf_llama_ws_set_shape(&ws, ref->B + 1, ref->T) == -1, "batch above capacity");
+    RF_CHECK(rf_llama_ws_set_shape(&ws, 1, ref->T + 1) == -1, "sequence above capacity");
+    struct rf_llama_ws ws2;
+    RF_CHECK(rf_llama_ws_init(&ws2, c, 1, c->max_position_embeddings + 1) == -1 &&
+                 strstr(rf_error_msg(), "max_position_embeddings"),
+             "workspace longer than max_position_embeddings: %s", rf_error_msg());
+  }
+
   /* Temperature sampling follows the softmax: frequencies over many draws. */
   {
     float lg[4] = {0.0f, 1.0f, 2.0f, -1.0f};
@@ -241,10 +276,10 @@ static void test_against_hf(const struct ref *ref) {
     int draws = 200000;
     for (int i = 0; i < draws; i++) counts[rf_llama_sample_logits(lg, 4, 1.0f, &rng)]++;
     double z = 0.0;
-    for (int j = 0; j < 4; j++) z += exp(lg[j]);
+    for (int j = 0; j < 4; j++) z += exp((double)lg[j]);
     for (int j = 0; j < 4; j++)
-      RF_CHECK(fabs((double)counts[j] / draws - exp(lg[j]) / z) <= 5e-3, "sampling frequency of %d: %g vs %g",
-               j, (double)counts[j] / draws, exp(lg[j]) / z);
+      RF_CHECK(fabs((double)counts[j] / draws - exp((double)lg[j]) / z) <= 5e-3,
+               "sampling frequency of %d: %g vs %g", j, (double)counts[j] / draws, exp((double)lg[j]) / z);
     RF_CHECK(rf_llama_sample_logits(lg, 4, 0.0f, &rng) == 2, "temperature 0 is the argmax");
   }
 
@@ -297,11 +332,38 @@ static void test_against_hf(const struct ref *ref) {
   rf_llama_ws_free(&ws);
 }
 
+/* The long sequence: rotary at positions up to 299 and five attention blocks,
+ * forward only, logits max|a-b| / max|ref| <= 2e-5. */
+static void test_long(const struct ref *ref) {
+  const struct rf_llama_config *c = &ref->cfg;
+  int L = c->num_hidden_layers, T = ref->t_long;
+  struct rf_llama_ws ws;
+  RF_CHECK(rf_llama_ws_init(&ws, c, 1, T) == 0, "ws_init: %s", rf_error_msg());
+  struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
+  for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
+  RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], ref->tokens_long) == 0, "embed: %s", rf_error_msg());
+  for (int l = 0; l < L; l++) rf_llama_layer_forward(&ws, l, &wt[1 + 9 * l]);
+  rf_llama_head_forward(&ws, &wt[1 + 9 * L], NULL);
+  size_t nl = (size_t)T * c->vocab_size;
+  double e = rel_err(rf_llama_ws_logits(&ws, 0), ref->logits_long, nl);
+  /* the last rows alone (the largest positions) */
+  size_t tail = (size_t)(T - 44) * c->vocab_size;
+  double e_tail = rel_err(rf_llama_ws_logits(&ws, T - 44), ref->logits_long + tail, nl - tail);
+  printf("long sequence (T = %d) vs HF: logits rel err %.2g (positions >= %d: %.2g)\n", T, e, T - 44, e_tail);
+  RF_CHECK(e <= 2e-5, "long-sequence logits rel err %.3g > 2e-5", e);
+  RF_CHECK(e_tail <= 2e-5, "long-sequence logits at the end rel err %.3g > 2e-5", e_tail);
+  free(wt);
+  rf_llama_ws_free(&ws);
+}
+
 /* ---- configuration files ---------------------------------------------------------- */
 
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
-  RF_ASSERT(f);
+  if (!f) {
+    RF_CHECK(0, "cannot write %s", path);
+    return;
+  }
   fputs(text, f);
   fclose(f);
 }
@@ -347,6 +409,27 @@ static void test_config(const struct ref *ref) {
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"rms_norm_eps\": -1}", "rms_norm_eps");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": \"4\"}", "num_attention_heads");
   expect_config_error(dir, "{\"hidden_size\": 64, ", "not valid JSON");
+  expect_config_error(dir,
+                      "{" BASE ", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\"}}",
+                      "rope_scaling");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"head_dim\": 32}", "head_dim");
+  expect_config_error(
+      dir,
+      "{\"hidden_size\": 64, \"intermediate_size\": 9.5, \"num_hidden_layers\": 2, \"vocab_size\": 67, "
+      "\"num_attention_heads\": 4}",
+      "intermediate_size");
+  {
+    char p2[600];
+    snprintf(p2, sizeof(p2), "%s/config.json", dir);
+    write_text(p2, "{" BASE
+                   ", \"num_attention_heads\": 4, \"rope_parameters\": {\"rope_theta\": 500000.0, "
+                   "\"rope_type\": \"default\"}}");
+    struct rf_llama_config d;
+    RF_CHECK(rf_llama_config_load(&d, p2) == 0, "minimal config: %s", rf_error_msg());
+    RF_CHECK(d.num_key_value_heads == 4 && d.head_dim == 16 && d.rope_theta == 500000.0 &&
+                 d.max_position_embeddings == 2048 && fabsf(d.rms_norm_eps - 1e-6f) < 1e-12f,
+             "defaults: kv heads = heads, rope_theta from rope_parameters, max positions 2048, eps 1e-6");
+  }
 #undef BASE
   char path[600];
   snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -366,6 +449,7 @@ int main(int argc, char **argv) {
   }
   test_config(&ref);
   test_against_hf(&ref);
+  test_long(&ref);
   ref_free(&ref);
   return rf_test_finish("test_model_ref");
 }

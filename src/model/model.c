@@ -255,6 +255,33 @@ static float *ws_floats(struct rf_llama_ws *ws, size_t n) {
   return rf_xaligned(64, rf_round_up((int64_t)bytes, 64));
 }
 
+static int ws_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/* Must add up what rf_llama_ws_init allocates (test_model_ref checks it). */
+size_t rf_llama_ws_bytes(const struct rf_llama_config *c, int batch, int seq) {
+  size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+  size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
+  size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
+  size_t per_layer =
+      n * (2 * h + 2 * qd + 2 * kd + 2 * inter + 2) + (size_t)batch * c->num_attention_heads * seq;
+  size_t wide = h > inter ? h : inter;
+  wide = wide > qd ? wide : qd;
+  size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
+  bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
+  bytes += f * ((size_t)seq * hd);        /* rotary tables */
+  bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
+  bytes += f * ((size_t)ws_threads() * 2 * RF_LLAMA_ATT_BLOCK * seq + h + (size_t)RF_LLAMA_STAGE_ROWS * wide);
+  wide = wide > v ? wide : v;
+  if (rf_llama_have_sbgemm()) bytes += n * wide * sizeof(uint16_t);
+  return bytes;
+}
+
 int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
   RF_REQUIRE(batch > 0 && seq > 0, "model workspace: batch (%d) and sequence length (%d) must be positive",
@@ -280,7 +307,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
     a->q = ws_floats(ws, n * qd);
     a->k = ws_floats(ws, n * kd);
     a->v = ws_floats(ws, n * kd);
-    a->probs = ws_floats(ws, (size_t)batch * c->num_attention_heads * seq * seq);
+    a->lse = ws_floats(ws, (size_t)batch * c->num_attention_heads * seq);
     a->atty = ws_floats(ws, n * qd);
     a->x2 = ws_floats(ws, n * h);
     a->rstd2 = ws_floats(ws, n);
@@ -302,11 +329,8 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->s_inner2 = ws_floats(ws, n * inter);
   ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
   ws->s_att = ws_floats(ws, n * qd);
-  ws->n_threads_dp = 1;
-#ifdef _OPENMP
-  ws->n_threads_dp = omp_get_max_threads();
-#endif
-  ws->s_dp = ws_floats(ws, (size_t)ws->n_threads_dp * seq * seq);
+  ws->n_threads_att = ws_threads();
+  ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_LLAMA_ATT_BLOCK * seq);
   ws->s_normw = ws_floats(ws, h);
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
@@ -320,16 +344,16 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
 }
 
 void rf_llama_ws_free(struct rf_llama_ws *ws) {
-  if (!ws->layers && !ws->tokens) return;
+  if (!ws->layers) return;
   for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
     struct rf_llama_layer_acts *a = &ws->layers[l];
-    float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->probs, a->atty, a->x2, a->rstd2, a->gate, a->up};
+    float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->lse, a->atty, a->x2, a->rstd2, a->gate, a->up};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   }
   free(ws->layers);
-  float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,    ws->logits,  ws->lse,     ws->dx,
-                   ws->rope_cos, ws->rope_sin, ws->s_norm, ws->s_dnorm, ws->s_inner, ws->s_inner2,
-                   ws->s_qkv,    ws->s_att,    ws->s_dp,   ws->s_normw};
+  float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
+                   ws->rope_cos, ws->rope_sin, ws->s_norm,    ws->s_dnorm, ws->s_inner, ws->s_inner2,
+                   ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   free(ws->stage.act);
   free(ws->stage.wf32);
@@ -393,7 +417,8 @@ void rf_llama_layer_forward(struct rf_llama_ws *ws, int layer, const struct rf_l
   rf_llama_linear_forward(a->v, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
   rf_llama_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_llama_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_llama_attention_forward(a->atty, a->probs, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd);
+  rf_llama_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
+                             ws->n_threads_att);
   memcpy(a->x2, a->x, sizeof(float) * (size_t)n * h);
   rf_llama_linear_forward(a->x2, a->atty, &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
 
@@ -416,6 +441,7 @@ double rf_llama_head_forward(struct rf_llama_ws *ws, const struct rf_llama_weigh
                            c->rms_norm_eps);
   rf_llama_linear_forward(ws->logits, ws->xnf, &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   if (targets) memcpy(ws->targets, targets, sizeof(int32_t) * (size_t)n);
+  ws->has_targets = targets != NULL;
   return rf_llama_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
 }
 
@@ -425,6 +451,8 @@ void rf_llama_head_backward(struct rf_llama_ws *ws, const struct rf_llama_weight
                             float grad_scale) {
   const struct rf_llama_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
+  RF_ASSERT(ws->has_targets);
+  ws->has_targets = 0; /* the logits become their gradient */
   rf_llama_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
   rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
@@ -440,6 +468,7 @@ static void renorm(float *out, const float *x, const float *rstd, const float *w
     const float *xr = x + (size_t)r * h;
     float *o = out + (size_t)r * h;
     float s = rstd[r];
+#pragma omp simd
     for (int i = 0; i < h; i++) o[i] = xr[i] * s * w[i];
   }
 }
@@ -478,8 +507,8 @@ void rf_llama_layer_backward(struct rf_llama_ws *ws, int layer, const struct rf_
   rf_llama_linear_backward(ws->s_att, grads[RF_LLAMA_LAYER_TENSOR_O], dout, a->atty,
                            &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  rf_llama_attention_backward(dq, dk, dv, ws->s_att, a->probs, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
-                              ws->s_dp, ws->n_threads_dp);
+  rf_llama_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
+                              ws->s_att_blk, ws->n_threads_att);
   rf_llama_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
   rf_llama_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
   const float *win = norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_INPUT_NORM]);

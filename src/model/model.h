@@ -145,7 +145,7 @@ struct rf_llama_layer_acts {
   float *q;     /* [N, heads*hd] after rotary */
   float *k;     /* [N, kv*hd] after rotary */
   float *v;     /* [N, kv*hd] */
-  float *probs; /* [B, heads, T, T] attention probabilities (upper triangle 0) */
+  float *lse;   /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
   float *atty;  /* [N, heads*hd] attention output before o_proj */
   float *x2;    /* [N, hidden] residual after attention */
   float *rstd2; /* [N] post_attention_layernorm's 1/rms */
@@ -159,6 +159,7 @@ struct rf_llama_ws {
   int b, t;                           /* current shape (rf_llama_ws_set_shape), b*t rows */
   int32_t *tokens;                    /* [cap_b*cap_t] copy of the inputs of the last embed forward */
   int32_t *targets;                   /* [cap_b*cap_t] copy of the targets of the last head forward */
+  int has_targets;                    /* the last head forward had targets (the head backward needs them) */
   struct rf_llama_layer_acts *layers; /* [num_hidden_layers] */
   float *xf;                          /* [N, hidden] final input to the head (= output of the last layer) */
   float *rstdf;                       /* [N] final norm's 1/rms */
@@ -175,11 +176,11 @@ struct rf_llama_ws {
   float *s_inner2;             /* [N, inter] */
   float *s_qkv;                /* [N, (heads + 2*kv)*hd] dq, dk, dv */
   float *s_att;                /* [N, heads*hd] */
-  float *s_dp;                 /* [T, T] per head (one per OpenMP thread: [threads, T, T]) */
+  float *s_att_blk;            /* [threads, 2, RF_LLAMA_ATT_BLOCK, T] attention blocks (P, dP) */
   float *s_normw;              /* [hidden] a norm weight converted from bf16 */
   struct rf_llama_stage stage; /* bf16 weights: act [N, max(hidden, inter, heads*hd, vocab)] (only
                                 * with cblas_sbgemm), wf32 [RF_LLAMA_STAGE_ROWS, max(hidden, inter)] */
-  int n_threads_dp;            /* slices of s_dp */
+  int n_threads_att;           /* slices of s_att_blk */
   size_t bytes;                /* total allocated */
 };
 
@@ -187,6 +188,9 @@ struct rf_llama_ws {
  * Returns 0, or -1 on bad sizes. */
 int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, int batch, int seq);
 void rf_llama_ws_free(struct rf_llama_ws *ws);
+/* The bytes rf_llama_ws_init would allocate (ws->bytes after it), for memory
+ * predictions; depends on omp_get_max_threads() (attention scratch per thread). */
+size_t rf_llama_ws_bytes(const struct rf_llama_config *cfg, int batch, int seq);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix
  * when sampling). Returns -1 when above capacity. */
 int rf_llama_ws_set_shape(struct rf_llama_ws *ws, int b, int t);
@@ -205,7 +209,8 @@ double rf_llama_head_forward(struct rf_llama_ws *ws, const struct rf_llama_weigh
 /* Row n = b*t + position of the logits, [vocab]. Borrowed. */
 const float *rf_llama_ws_logits(const struct rf_llama_ws *ws, int row);
 /* Adds grad_scale * d(loss_sum)/d(params) of the head into grads[0..1] and sets
- * ws->dx to the gradient of the last layer's output. */
+ * ws->dx to the gradient of the last layer's output. Needs a head forward with
+ * targets just before (asserted). */
 void rf_llama_head_backward(struct rf_llama_ws *ws, const struct rf_llama_weight *w, float *const *grads,
                             float grad_scale);
 void rf_llama_layer_backward(struct rf_llama_ws *ws, int layer, const struct rf_llama_weight *w,
@@ -239,13 +244,19 @@ void rf_llama_rope_apply(float *x, int batch, int seq, int n_heads, int hd, cons
 /* Fills cos/sin [seq, hd/2] with inv_freq_i = theta^(-2i/hd). */
 void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta);
 /* Causal grouped-query attention. q [B*T, nh*hd], k/v [B*T, nkv*hd] ->
- * y [B*T, nh*hd] and probs [B, nh, T, T]. Scale 1/sqrt(hd). */
-void rf_llama_attention_forward(float *y, float *probs, const float *q, const float *k, const float *v,
-                                int batch, int seq, int nh, int nkv, int hd);
-/* dq, dk, dv are overwritten (not accumulated). scratch: [n_scratch, T, T]. */
-void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *probs,
+ * y [B*T, nh*hd] and lse [B, nh, T] (each row's log-sum-exp; the probabilities
+ * are recomputed in the backward). Scale 1/sqrt(hd). Query rows go in blocks of
+ * RF_LLAMA_ATT_BLOCK that see keys up to the block's end only. scratch:
+ * [n_scratch, 2, RF_LLAMA_ATT_BLOCK, T] (one slice per OpenMP thread). */
+#define RF_LLAMA_ATT_BLOCK 64
+void rf_llama_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch);
+/* dq, dk, dv are overwritten (not accumulated). */
+void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch);
+/* The exp() of the softmax and SiLU loops (vectorizable; relative error < 2e-7). */
+float rf_llama_expf(float x);
 /* h = silu(gate) * up; backward overwrites dgate, dup. */
 void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,

@@ -17,6 +17,42 @@
  * region is worth starting only beyond this many elements. */
 #define RF_LLAMA_PAR_MIN 32768
 
+/* exp(x) for the softmax and SiLU loops: Cephes' expf (range reduction by ln 2,
+ * degree-6 polynomial), branch-free so that `omp simd` loops vectorize; relative
+ * error below 2e-7 (tests/test_model_ops.c checks it against exp()). Inputs are
+ * clamped to [-87, 88]: exp(-87) = 1.6e-38 stands in for smaller results. */
+static inline float fast_expf(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  float t = x * 1.44269504088896341f + 12582912.0f; /* round(x / ln 2) in the low mantissa bits */
+  float k = t - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    float f;
+    int32_t i;
+  } u;
+  u.i = ((int32_t)k + 127) << 23;
+  return p * u.f;
+}
+
+float rf_llama_expf(float x) { return fast_expf(x); }
+
+/* A max reduction in `omp simd`: gcc vectorizes it; clang 14 refuses (and warns,
+ * which -Werror turns into an error), so there the loop stays scalar. */
+#if defined(__clang__)
+#define RF_LLAMA_SIMD_MAX
+#else
+#define RF_LLAMA_SIMD_MAX _Pragma("omp simd reduction(max : mx)")
+#endif
+
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
 void rf_llama_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
@@ -26,9 +62,11 @@ void rf_llama_rmsnorm_forward(float *out, float *rstd, const float *x, const flo
     const float *xr = x + (size_t)n * dim;
     float *o = out + (size_t)n * dim;
     float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < dim; i++) ss += xr[i] * xr[i];
     float r = 1.0f / sqrtf(ss / (float)dim + eps);
     rstd[n] = r;
+#pragma omp simd
     for (int i = 0; i < dim; i++) o[i] = xr[i] * r * w[i];
   }
 }
@@ -49,6 +87,7 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
         const float *xr = x + (size_t)n * dim;
         const float *g = dout + (size_t)n * dim;
         float r = rstd[n];
+#pragma omp simd
         for (int i = i0; i < i1; i++) acc[i - i0] += g[i] * xr[i] * r;
       }
       for (int i = i0; i < i1; i++) dw[i] += acc[i - i0];
@@ -62,8 +101,10 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
       float *d = dx + (size_t)n * dim;
       float r = rstd[n];
       float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
       for (int i = 0; i < dim; i++) dot += w[i] * g[i] * xr[i];
       float c = dot * r * r * r / (float)dim;
+#pragma omp simd
       for (int i = 0; i < dim; i++) d[i] += r * w[i] * g[i] - xr[i] * c;
     }
   }
@@ -71,14 +112,18 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 
 /* ---- rotary embedding -------------------------------------------------------------- */
 
+/* As transformers computes them: inv_freq = 1 / theta^(2i/hd) and the angle
+ * t * inv_freq in float32, then cos/sin of that float angle (correctly rounded
+ * here, within an ulp in PyTorch), so the tables match HF's at long positions too. */
 void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta) {
   int half = hd / 2;
-  for (int t = 0; t < seq; t++) {
-    for (int i = 0; i < half; i++) {
-      double inv_freq = pow(theta, -2.0 * i / (double)hd);
-      double a = (double)t * inv_freq;
-      cos_t[(size_t)t * half + i] = (float)cos(a);
-      sin_t[(size_t)t * half + i] = (float)sin(a);
+  for (int i = 0; i < half; i++) {
+    float e = (float)(2 * i) / (float)hd;
+    float inv_freq = 1.0f / (float)pow(theta, (double)e);
+    for (int t = 0; t < seq; t++) {
+      float a = (float)t * inv_freq;
+      cos_t[(size_t)t * half + i] = (float)cos((double)a);
+      sin_t[(size_t)t * half + i] = (float)sin((double)a);
     }
   }
 }
@@ -99,6 +144,7 @@ void rf_llama_rope_apply(float *x, int batch, int seq, int n_heads, int hd, cons
     float sign = inverse ? -1.0f : 1.0f;
     for (int h = 0; h < n_heads; h++) {
       float *p = x + (size_t)n * width + (size_t)h * hd;
+#pragma omp simd
       for (int i = 0; i < half; i++) {
         float a = p[i], b = p[i + half];
         float si = sign * s[i];
@@ -120,44 +166,72 @@ static int attention_threads(void) {
   return 1;
 }
 
-void rf_llama_attention_forward(float *y, float *probs, const float *q, const float *k, const float *v,
-                                int batch, int seq, int nh, int nkv, int hd) {
+/* Causal blocking: query rows go in blocks of RF_LLAMA_ATT_BLOCK; block [i0, i0+r)
+ * attends to keys [0, i0+r) only, so about half of the T x T products are
+ * skipped. The probabilities are not kept: the forward stores each row's
+ * log-sum-exp and the backward recomputes P = exp(S - lse) block by block
+ * (FlashAttention's trade: one more Q K^T product for no T x T storage). */
+
+/* S = scale * Q K^T for query rows [i0, i0+rows) and keys [0, cols), into s (ld cols). */
+static void att_scores(float *s, const float *qb, const float *kb, int i0, int rows, int cols, int qs, int ks,
+                       int hd, float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb,
+              ks, 0.0f, s, cols);
+}
+
+void rf_llama_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
   float scale = 1.0f / sqrtf((float)hd);
   int n_jobs = batch * nh;
   int nt = attention_threads();
+  if (nt > n_scratch) nt = n_scratch;
   (void)nt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
   for (int job = 0; job < n_jobs; job++) {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
     int b = job / nh, h = job % nh, g = h / rep;
     const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
-    float *p = probs + ((size_t)b * nh + h) * seq * seq;
     float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
-    /* S = scale * Q K^T over the whole square; the causal mask drops the upper part. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, hd, scale, qb, qs, kb, ks, 0.0f, p, seq);
-    for (int i = 0; i < seq; i++) {
-      float *row = p + (size_t)i * seq;
-      float mx = row[0];
-      for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-      float sum = 0.0f;
-      for (int j = 0; j <= i; j++) {
-        row[j] = expf(row[j] - mx);
-        sum += row[j];
+    float *lb = lse + (size_t)job * seq;
+    for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
+      int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
+      int cols = i0 + rows;
+      att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
+      for (int r = 0; r < rows; r++) {
+        int i = i0 + r;
+        float *row = p + (size_t)r * cols;
+        float mx = row[0];
+        RF_LLAMA_SIMD_MAX
+        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j <= i; j++) {
+          row[j] = fast_expf(row[j] - mx);
+          sum += row[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j <= i; j++) row[j] *= inv;
+        for (int j = i + 1; j < cols; j++) row[j] = 0.0f;
+        lb[i] = mx + logf(sum);
       }
-      float inv = 1.0f / sum;
-      for (int j = 0; j <= i; j++) row[j] *= inv;
-      for (int j = i + 1; j < seq; j++) row[j] = 0.0f;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, p, cols, vb, ks, 0.0f,
+                  yb + (size_t)i0 * qs, qs);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, hd, seq, 1.0f, p, seq, vb, ks, 0.0f, yb, qs);
   }
 }
 
-/* Per head: dP = dY V^T; dV += P^T dY; dS = P * (dP - rowsum(P * dP)) * scale;
- * dQ = dS K; dK += dS^T Q. Jobs are (batch, kv head) so the heads sharing a kv
- * head accumulate into dK, dV in one thread. */
-void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *probs,
+/* Per head and block: P = exp(S - lse) (recomputed); dP = dY V^T; dV += P^T dY;
+ * dS = P * (dP - rowsum(P * dP)) * scale; dQ = dS K; dK += dS^T Q. Jobs are
+ * (batch, kv head) so the heads sharing a kv head add into dK, dV in one thread. */
+void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
@@ -165,67 +239,107 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
   int n_jobs = batch * nkv;
   int nt = attention_threads();
   if (nt > n_scratch) nt = n_scratch;
+  (void)nt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
   for (int job = 0; job < n_jobs; job++) {
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    float *dp = scratch + (size_t)tid * seq * seq;
+    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
+    float *dp = p + (size_t)RF_LLAMA_ATT_BLOCK * seq;
     int b = job / nkv, g = job % nkv;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
     float *dkb = dk + (size_t)b * seq * ks + (size_t)g * hd;
     float *dvb = dv + (size_t)b * seq * ks + (size_t)g * hd;
+    for (int t = 0; t < seq; t++) {
+      memset(dkb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
+      memset(dvb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
+    }
     for (int r = 0; r < rep; r++) {
       int h = g * rep + r;
-      float beta = r == 0 ? 0.0f : 1.0f;
       const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
       const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
       float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
-      const float *p = probs + ((size_t)b * nh + h) * seq * seq;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, hd, 1.0f, dyb, qs, vb, ks, 0.0f, dp,
-                  seq);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, hd, seq, 1.0f, p, seq, dyb, qs, beta, dvb,
-                  ks);
-      for (int i = 0; i < seq; i++) {
-        const float *pr = p + (size_t)i * seq;
-        float *d = dp + (size_t)i * seq;
-        float dot = 0.0f;
-        for (int j = 0; j <= i; j++) dot += pr[j] * d[j];
-        for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
-        for (int j = i + 1; j < seq; j++) d[j] = 0.0f;
+      const float *lb = lse + ((size_t)b * nh + h) * seq;
+      for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
+        int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
+        int cols = i0 + rows;
+        const float *dyi = dyb + (size_t)i0 * qs;
+        att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dp,
+                    cols);
+        for (int rr = 0; rr < rows; rr++) {
+          int i = i0 + rr;
+          float *pr = p + (size_t)rr * cols;
+          float *d = dp + (size_t)rr * cols;
+          float m = lb[i];
+#pragma omp simd
+          for (int j = 0; j <= i; j++) pr[j] = fast_expf(pr[j] - m);
+          for (int j = i + 1; j < cols; j++) pr[j] = 0.0f;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int j = 0; j <= i; j++) dot += pr[j] * d[j];
+#pragma omp simd
+          for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
+          for (int j = i + 1; j < cols; j++) d[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f,
+                    dvb, ks);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0.0f,
+                    dqb + (size_t)i0 * qs, qs);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, dp, cols,
+                    qb + (size_t)i0 * qs, qs, 1.0f, dkb, ks);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, hd, seq, 1.0f, dp, seq, kb, ks, 0.0f, dqb,
-                  qs);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, hd, seq, 1.0f, dp, seq, qb, qs, beta, dkb,
-                  ks);
     }
   }
 }
 
 /* ---- SwiGLU --------------------------------------------------------------------------- */
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
 
-void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+/* Chunks of RF_LLAMA_CHUNK elements: threads over chunks, SIMD inside. */
+#define RF_LLAMA_CHUNK 4096
+
+static void swiglu_forward_chunk(float *h, const float *gate, const float *up, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
     float g = gate[i];
     h[i] = g * sigmoidf_(g) * up[i];
   }
 }
 
-/* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). dup may alias dh. */
-void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
-                              size_t n) {
+void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
 #pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    swiglu_forward_chunk(h + i0, gate + i0, up + i0, len);
+  }
+}
+
+/* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). dup may alias dh. */
+static void swiglu_backward_chunk(float *dgate, float *dup, const float *dh, const float *gate,
+                                  const float *up, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
     float g = gate[i], d = dh[i];
     float s = sigmoidf_(g);
     float silu = g * s;
     dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
     dup[i] = d * silu;
+  }
+}
+
+void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                              size_t n) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    swiglu_backward_chunk(dgate + i0, dup + i0, dh + i0, gate + i0, up + i0, len);
   }
 }
 
@@ -241,6 +355,19 @@ static void to_bf16(uint16_t *dst, const float *src, size_t n) {
  * are widened to f32 RF_LLAMA_STAGE_ROWS rows at a time and multiplied by sgemm
  * (f32 activations, so the result is at least as accurate). */
 #pragma weak cblas_sbgemm
+
+/* bf16 -> f32 is a 16-bit shift; a union keeps the loop vectorizable. */
+static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    union {
+      uint32_t u;
+      float f;
+    } v;
+    v.u = (uint32_t)src[i] << 16;
+    dst[i] = v.f;
+  }
+}
 
 int rf_llama_have_sbgemm(void) { return cblas_sbgemm != NULL; }
 
@@ -259,7 +386,7 @@ void rf_llama_linear_forward(float *y, const float *x, const struct rf_llama_wei
   }
   for (int r0 = 0; r0 < out; r0 += RF_LLAMA_STAGE_ROWS) {
     int rows = out - r0 < RF_LLAMA_STAGE_ROWS ? out - r0 : RF_LLAMA_STAGE_ROWS;
-    rf_f32_from_bf16_n(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
+    widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, in, 1.0f, x, in, st->wf32, in, beta, y + r0,
                 out);
   }
@@ -286,7 +413,7 @@ void rf_llama_linear_backward(float *dx, float *dw, const float *dy, const float
   /* dx = sum over row blocks of W: dy[:, block] W[block, :] */
   for (int r0 = 0; r0 < out; r0 += RF_LLAMA_STAGE_ROWS) {
     int rows = out - r0 < RF_LLAMA_STAGE_ROWS ? out - r0 : RF_LLAMA_STAGE_ROWS;
-    rf_f32_from_bf16_n(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
+    widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, rows, 1.0f, dy + r0, out, st->wf32, in,
                 r0 == 0 ? beta : 1.0f, dx, in);
   }
@@ -300,10 +427,12 @@ double rf_llama_cross_entropy_forward(float *lse, const float *logits, const int
 #pragma omp parallel for schedule(static) reduction(+ : total) if ((long)n * vocab >= RF_LLAMA_PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * vocab;
-    float mx = z[0];
-    for (int j = 1; j < vocab; j++) mx = z[j] > mx ? z[j] : mx;
-    double sum = 0.0;
-    for (int j = 0; j < vocab; j++) sum += exp((double)(z[j] - mx));
+    int jm = 0;
+    for (int j = 1; j < vocab; j++) jm = z[j] > z[jm] ? j : jm;
+    float mx = z[jm];
+    double sum = 1.0; /* the maximum's own term */
+    for (int j = 0; j < vocab; j++)
+      if (j != jm) sum += exp((double)(z[j] - mx));
     double l = (double)mx + log(sum);
     lse[r] = (float)l;
     if (targets && targets[r] >= 0) total += l - (double)z[targets[r]];
@@ -322,7 +451,8 @@ void rf_llama_cross_entropy_backward(float *logits, const float *lse, const int3
       continue;
     }
     float m = lse[r];
-    for (int j = 0; j < vocab; j++) z[j] = expf(z[j] - m) * scale;
+#pragma omp simd
+    for (int j = 0; j < vocab; j++) z[j] = fast_expf(z[j] - m) * scale;
     z[t] -= scale;
   }
 }
