@@ -1,6 +1,10 @@
 /* The rfsdp command: dispatches to its subcommands (tools/cmd_*.c). */
+#include <cblas.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "rfsdp.h"
@@ -20,7 +24,8 @@ static const struct rf_command rf_commands[] = {
     {"logits", "the model's logits for given tokens from safetensors weights (checks against transformers)",
      rf_cmd_logits},
     {"ckpt", "inspect a checkpoint (info) or export its parameters to safetensors (export)", rf_cmd_ckpt},
-    {"plan", "plan the sharded layout of a model at world sizes, next to FSDP1/2, ZeRO-3, Megatron-FSDP", rf_cmd_plan},
+    {"plan", "plan the sharded layout of a model at world sizes, next to FSDP1/2, ZeRO-3, Megatron-FSDP",
+     rf_cmd_plan},
 };
 static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0]);
 
@@ -31,7 +36,31 @@ static void rf_usage(FILE *out) {
   fprintf(out, "\nRun 'rfsdp COMMAND --help' for a command's options.\n");
 }
 
+/* The environment the numeric libraries read when the program starts, set once by
+ * restarting the process (before MPI_Init; under mpirun the rank keeps its pid and
+ * its environment):
+ *  - OpenBLAS 0.3.21 (Debian 12) does not recognise recent x86 CPUs and falls back
+ *    to its SSE3 "Prescott" kernels, about 5x slower here: name the core when the CPU
+ *    has AVX-512 (SkylakeX) or AVX2 (Haswell);
+ *  - OMP_WAIT_POLICY=PASSIVE, so idle OpenMP threads do not spin against BLAS threads.
+ * Values the user set are kept. */
+static void rf_numeric_env(char **argv) {
+  if (getenv("RF_NUMERIC_ENV_SET")) return;
+  int restart = 0;
+  if (!getenv("OPENBLAS_CORETYPE") && strcasecmp(openblas_get_corename(), "Prescott") == 0) {
+    const char *core = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                         : NULL;
+    if (core) restart = setenv("OPENBLAS_CORETYPE", core, 1) == 0;
+  }
+  if (!restart) return;
+  if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("RF_NUMERIC_ENV_SET", "1", 1);
+  execv("/proc/self/exe", argv); /* on failure: go on with the slow kernels */
+}
+
 int main(int argc, char **argv) {
+  rf_numeric_env(argv);
   if (argc < 2) {
     rf_usage(stderr);
     return 2;

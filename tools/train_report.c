@@ -138,7 +138,7 @@ double rf_train_sgemm_peak(int threads) {
     snprintf(dir, sizeof dir, "%s/rfsdp", xdg);
   else
     snprintf(dir, sizeof dir, "%s/.cache/rfsdp", home ? home : "/tmp");
-  snprintf(path, sizeof path, "%s/sgemm-peak-%d", dir, threads);
+  snprintf(path, sizeof path, "%s/sgemm-peak-%s-%d", dir, openblas_get_corename(), threads);
   FILE *f = fopen(path, "r");
   double peak = 0.0;
   if (f) {

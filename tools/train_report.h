@@ -34,7 +34,7 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps);
 int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title);
 
 /* sgemm GFLOP/s of this machine with `threads` BLAS threads: read from the cache
- * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/sgemm-peak-<threads>, else measured
+ * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/sgemm-peak-<core>-<threads>, else measured
  * (a few seconds) and cached. */
 double rf_train_sgemm_peak(int threads);
 
