@@ -22,7 +22,7 @@
 #define KV 256
 #define VOCAB 8191
 #define BLOCKS 14
-#define TOKENS 128
+#define TOKENS 512
 #define STEPS 4
 
 struct config {
