@@ -483,7 +483,8 @@ static void rf_optim_adamw8_block(struct rf_optim *o, const struct rf_optim_hype
   for (int r = 0; r < runs->n; r++)
     for (int64_t i = runs->lo[r]; i < runs->hi[r]; i++, t++) {
       mq[i] = rf_optim_quantize(1, bm[t] * im);
-      vq[i] = rf_optim_quantize(0, bv[t] * iv);
+      uint8_t cv = rf_optim_quantize(0, bv[t] * iv);
+      vq[i] = cv == 0 && bv[t] > 0.0f ? 1 : cv; /* a positive v never decodes to 0 (no m / eps blow-up) */
     }
   o->ms[k] = am;
   o->vs[k] = av;
