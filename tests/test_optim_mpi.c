@@ -13,7 +13,8 @@
  *   - adamw8bit (blocks): codes and per-block scales bit-identical to the reference;
  *     flat layout: blocks cut by ranks are counted; the parameters' distance to
  *     W = 1 is at most twice the 8-bit run's own distance to f32 AdamW;
- *   - muon: every matrix orthogonalized exactly once in the world per step, all
+ *   - muon (overlapped all-to-all-v over 4 units, and blocking): every matrix
+ *     orthogonalized exactly once in the world per step, all
  *     ranks agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest,
  *     bytes counted by the optimizer equal those counted by src/comm. */
 #include <stdlib.h>
@@ -23,7 +24,7 @@
 #include "optim/optim.h"
 #include "rf_test.h"
 
-#define NT 12
+#define NT 14
 #define MAXW 8
 #define STEPS 20
 
@@ -47,6 +48,8 @@ static const struct spec specs[NT] = {
     {"layers.1.w1", 2, 2, {64, 24}},
     {"head", 3, 2, {24, 50}},
     {"final_norm", 3, 1, {24}},
+    {"proj_in", 0, 2, {16, 40}},
+    {"layers.2.wv", 3, 2, {37, 20}},
 };
 #define NUNITS 4
 
@@ -244,7 +247,7 @@ static void check_muon(const struct run *d, const struct rf_comm *comm, const ch
     RF_CHECK(counts[t] == (is_muon ? STEPS : 0), "%s: %s orthogonalized %lld times in %d steps", label,
              specs[t].name, (long long)counts[t], STEPS);
   }
-  RF_CHECK(n_muon == 6, "%s: %d Muon matrices, expected 6", label, n_muon);
+  RF_CHECK(n_muon == 8, "%s: %d Muon matrices, expected 8", label, n_muon);
   struct rf_optim_stats st;
   rf_optim_get_stats(d->o, &st);
   double load[2] = {st.muon_owned_flops, st.muon_owned_flops};
@@ -287,10 +290,11 @@ int main(int argc, char **argv) {
   run_init(&ref32, &l1, 0, &opt32, &self);
   run_steps(&ref32);
 
-  for (int kind = 0; kind < 3; kind++) {
+  for (int kind = 0; kind < 4; kind++) {
     struct rf_optim_options opt;
     rf_optim_options_default(&opt);
-    opt.kind = (enum rf_optim_kind)kind;
+    opt.kind = (enum rf_optim_kind)(kind < 3 ? kind : RF_OPTIM_KIND_MUON);
+    opt.muon_overlap = kind == 2; /* muon: overlapped all-to-all-v (4 units, 3 slots), then blocking */
     struct run ref;
     run_init(&ref, &l1, 0, &opt, &self);
     run_steps(&ref);
@@ -298,7 +302,8 @@ int main(int argc, char **argv) {
     if (opt.kind == RF_OPTIM_KIND_ADAMW8BIT) compare_params(&ref, &ref32, &noise8);
     for (int flat = 0; flat < 2; flat++) {
       char label[64];
-      snprintf(label, sizeof label, "%s/%s", rf_optim_kind_name(opt.kind), flat ? "flat" : "blocks");
+      snprintf(label, sizeof label, "%s%s/%s", rf_optim_kind_name(opt.kind), kind == 3 ? "-blocking" : "",
+               flat ? "flat" : "blocks");
       struct run d;
       run_init(&d, flat ? &lf : &lb, rank, &opt, &comm);
       uint64_t a2a0 = rf_counters_global.bytes_alltoall;

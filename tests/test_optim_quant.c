@@ -218,8 +218,8 @@ static void test_newton_schulz(void) {
   for (int i = 0; i < A; i++)
     for (int j = 0; j < B; j++)
       xt[j * A + i] = x[i * B + j] = rf_test_rand_f32(&rng) + (i == j ? 3.0f : 0.0f);
-  double f1 = rf_optim_newton_schulz(x, A, B, 5, 1e-7f, work);
-  double f2 = rf_optim_newton_schulz(xt, B, A, 5, 1e-7f, work);
+  double f1 = rf_optim_newton_schulz(x, A, B, 5, 1e-7f, work, NULL, NULL);
+  double f2 = rf_optim_newton_schulz(xt, B, A, 5, 1e-7f, work, NULL, NULL);
   long differ = 0;
   for (int i = 0; i < A; i++)
     for (int j = 0; j < B; j++) differ += x[i * B + j] != xt[j * A + i];

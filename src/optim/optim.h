@@ -116,13 +116,15 @@ struct rf_optim_stats {
   int64_t tiles_cut;       /* 8-bit blocks of this rank quantized per fragment */
   int64_t steps;
   /* Muon, cumulative on this rank */
-  uint64_t muon_bytes_sent;   /* to other ranks (both trips) */
-  uint64_t muon_bytes_recv;   /* from other ranks (both trips) */
-  double muon_ns_flops;       /* Newton-Schulz FLOPs */
-  int64_t muon_matrices;      /* matrices orthogonalized */
-  double muon_owned_flops;    /* NS FLOPs per step of the matrices this rank owns */
-  uint64_t muon_ns_time_ns;   /* time in Newton-Schulz */
-  uint64_t muon_comm_wait_ns; /* time waiting for the all-to-all-v */
+  uint64_t muon_bytes_sent;      /* to other ranks (both trips) */
+  uint64_t muon_bytes_recv;      /* from other ranks (both trips) */
+  double muon_ns_flops;          /* Newton-Schulz FLOPs */
+  int64_t muon_matrices;         /* matrices orthogonalized */
+  double muon_owned_flops;       /* NS FLOPs per step of the matrices this rank owns */
+  uint64_t muon_step_bytes_sent; /* planned per step: to other ranks, both trips */
+  uint64_t muon_step_bytes_recv; /* planned per step: from other ranks, both trips */
+  uint64_t muon_ns_time_ns;      /* time in Newton-Schulz */
+  uint64_t muon_comm_wait_ns;    /* time waiting for the all-to-all-v */
 };
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
@@ -146,7 +148,9 @@ void rf_optim_dequantize_block(int is_signed, const uint8_t *codes, int64_t n, f
 /* Orthogonalizes the A x B row-major matrix x in place with `steps` quintic
  * Newton-Schulz iterations (a, b, c) = (3.4445, -4.7750, 2.0315), after dividing
  * by max(Frobenius norm, eps); transposes when A > B. `work` holds at least
- * 2*A*B + 2*min(A,B)^2 floats. Returns the FLOPs. */
-double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work);
+ * 2*A*B + 2*min(A,B)^2 floats. `poll(poll_arg)` (may be NULL) runs after every
+ * gemm (to progress communication in flight). Returns the FLOPs. */
+double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
+                              void (*poll)(void *), void *poll_arg);
 
 #endif
