@@ -169,10 +169,13 @@ static void whole_model(const struct rf_comm *comm) {
     rf_optim_get_stats(o, &st);
     double mean, mx = maxmean(comm, (double)st.state_bytes, &mean);
     double wmean, wmx = maxmean(comm, (double)st.workspace_bytes, &wmean);
+    double umean, umx = maxmean(comm, (double)st.state_bytes_used, &umean);
     if (comm->rank == 0)
-      printf("state %-9s per rank: max %8.1f MB, mean %8.1f MB (%.2f bytes/param); workspace max %.1f MB\n",
-             rf_optim_kind_name(opt.kind), mx / 1e6, mean / 1e6, mean * comm->world / (double)params,
-             wmx / 1e6);
+      printf(
+          "state %-9s per rank: allocated max %6.1f MB (%.2f bytes/param), holding state max %6.1f MB (%.2f "
+          "bytes/param); workspace max %.1f MB\n",
+          rf_optim_kind_name(opt.kind), mx / 1e6, mean * comm->world / (double)params, umx / 1e6,
+          umean * comm->world / (double)params, wmx / 1e6);
     if (opt.kind == RF_OPTIM_KIND_MUON) {
       double muon_bytes = 0, muon_flops = 0;
       int n_muon = 0;

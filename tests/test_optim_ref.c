@@ -3,7 +3,7 @@
  * written by tests/ref_optim.py (tests/data/optim_ref.bin; no Python needed here):
  *   - AdamW vs torch.optim.AdamW, 5 steps, a 33 x 40 matrix with weight decay and
  *     a 40-vector without, tiny gradients so eps matters: parameters and moments
- *     within 1e-5 relative;
+ *     within 1e-5 relative (of max(|x|, 0.01) for w and m: values are O(0.1-1));
  *   - Muon vs torch.optim.Muon (match_rms_adamw, Nesterov), 2 steps on a 64 x 96
  *     and a 96 x 64 matrix: against its Newton-Schulz patched to f32 the parameter
  *     change agrees within 1e-4 of its size; against the shipped bf16
@@ -83,9 +83,14 @@ static const struct rec *ref_find(const char *name, int64_t numel) {
 
 static const float *ref_f32(const char *name, int64_t numel) {
   const struct rec *r = ref_find(name, numel);
-  if (!r) rf_die(__FILE__, __LINE__, "%s: no record %s (rerun tests/ref_optim.py)", REF_PATH, name);
-  RF_ASSERT(r->dtype == 0);
-  return r->data;
+  if (r && r->dtype == 0) return r->data;
+  RF_DIE("%s: no f32 record %s (rerun tests/ref_optim.py)", REF_PATH, name);
+}
+
+static const uint8_t *ref_u8(const char *name, int64_t numel) {
+  const struct rec *r = ref_find(name, numel);
+  if (r && r->dtype == 3) return r->data;
+  RF_DIE("%s: no u8 record %s (rerun tests/ref_optim.py)", REF_PATH, name);
 }
 
 /* A single-rank view of a whole tensor at `off` of the slabs. */
@@ -134,9 +139,9 @@ static void test_adamw(void) {
   struct rf_optim_state_slab m, vv;
   rf_optim_state(o, 0, &m);
   rf_optim_state(o, 1, &vv);
-  double dw = rf_test_max_rel_diff(master, ref_f32("adamw.w.p", 1320), 1320, 1e-3);
+  double dw = rf_test_max_rel_diff(master, ref_f32("adamw.w.p", 1320), 1320, 1e-2);
   double db = rf_test_max_rel_diff(master + 1320, ref_f32("adamw.b.p", 40), 40, 1e-3);
-  double dm = rf_test_max_rel_diff(m.data, ref_f32("adamw.w.m", 1320), 1320, 1e-3);
+  double dm = rf_test_max_rel_diff(m.data, ref_f32("adamw.w.m", 1320), 1320, 1e-2);
   double dv = rf_test_max_rel_diff(vv.data, ref_f32("adamw.w.v", 1320), 1320, 1e-4);
   printf("adamw vs torch.optim.AdamW, 5 steps: max rel diff w %.3g, b %.3g, m %.3g, v %.3g\n", dw, db, dm,
          dv);
@@ -218,9 +223,7 @@ static long check_step1_codes(const struct rf_optim *o, const float *grad) {
   RF_CHECK(da <= 1e-6, "step 1 absmax differs from bitsandbytes: %.3g", da);
   long differ = 0, worse = 0;
   for (int k = 0; k < 2; k++) {
-    const struct rec *rc = ref_find(k ? "bnb.state2_1" : "bnb.state1_1", N);
-    RF_ASSERT(rc && rc->dtype == 3);
-    const uint8_t *mine = s[k].data, *theirs = rc->data;
+    const uint8_t *mine = s[k].data, *theirs = ref_u8(k ? "bnb.state2_1" : "bnb.state1_1", N);
     const float *map = rf_optim_qmap(!k), *absmax = s[2 + k].data;
     for (int i = 0; i < N; i++) {
       if (mine[i] == theirs[i]) continue;

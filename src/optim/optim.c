@@ -413,6 +413,13 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
     o->v = rf_xcalloc(slab, sizeof(float));
     o->stats.state_bytes = 2 * shard_elems * (int64_t)sizeof(float);
   }
+  for (int i = 0; i < n; i++) {
+    const struct rf_optim_view *w = &o->views[i];
+    int64_t len = w->v.end - w->v.begin;
+    o->stats.state_bytes_used += opt->kind == RF_OPTIM_KIND_ADAMW8BIT ? 2 * len + 8 * w->n_blocks
+                                 : (w->flags & RF_OPTIM_FLAG_MUON)    ? 4 * len
+                                                                      : 8 * len;
+  }
   if (opt->kind == RF_OPTIM_KIND_MUON) rf_optim_muon_plan(o);
   *out = o;
   return 0;

@@ -111,9 +111,10 @@ void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_
 /* ---- what it costs ----------------------------------------------------------- */
 
 struct rf_optim_stats {
-  int64_t state_bytes;     /* state slabs of this rank */
-  int64_t workspace_bytes; /* scratch, Muon staging and Newton-Schulz buffers */
-  int64_t tiles_cut;       /* 8-bit blocks of this rank quantized per fragment */
+  int64_t state_bytes;      /* state slabs of this rank (allocated; shard length) */
+  int64_t state_bytes_used; /* the part holding state of the views' pieces (Muon matrices: no v) */
+  int64_t workspace_bytes;  /* scratch, Muon staging and Newton-Schulz buffers */
+  int64_t tiles_cut;        /* 8-bit blocks of this rank quantized per fragment */
   int64_t steps;
   /* Muon, cumulative on this rank */
   uint64_t muon_bytes_sent;      /* to other ranks (both trips) */
