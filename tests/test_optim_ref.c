@@ -28,7 +28,7 @@ struct rec {
   char name[128];
   uint32_t dtype, ndim;
   int64_t shape[4], numel;
-  const void *data;
+  void *data; /* owned copy, aligned */
 };
 
 static struct rec recs[MAX_REC];
@@ -66,7 +66,8 @@ static int ref_load(void) {
     }
     size_t sz = (size_t)r->numel * (r->dtype == 3 ? 1 : 4);
     RF_REQUIRE(pos + sz <= bytes, "%s: %s: truncated data", REF_PATH, r->name);
-    r->data = blob + pos;
+    r->data = rf_xmalloc(sz + 1); /* the file's records are not aligned */
+    memcpy(r->data, blob + pos, sz);
     pos += sz;
   }
   return 0;
@@ -309,5 +310,6 @@ int main(void) {
   rf_comm_free(&self);
   MPI_Finalize();
   free(blob);
+  for (int i = 0; i < n_recs; i++) free(recs[i].data);
   return rf_test_finish("test_optim_ref");
 }
