@@ -13,10 +13,10 @@
  *   - adamw8bit (blocks): codes and per-block scales bit-identical to the reference;
  *     flat layout: blocks cut by ranks are counted; the parameters' distance to
  *     W = 1 is at most twice the 8-bit run's own distance to f32 AdamW;
- *   - muon (overlapped all-to-all-v over 4 units; blocking on the blocks layout): every matrix
- *     orthogonalized exactly once in the world per step, all
- *     ranks agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest,
- *     bytes counted by the optimizer equal those counted by src/comm. */
+ *   - muon (overlapped all-to-all-v over 4 units; blocking on the blocks layout):
+ *     every matrix orthogonalized exactly once in the world per step, all ranks
+ *     agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest, bytes
+ *     counted by the optimizer equal those counted by src/comm. */
 #include <stdlib.h>
 #include <string.h>
 

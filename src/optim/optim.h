@@ -82,6 +82,11 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                     const struct rf_comm *comm);
 void rf_optim_free(struct rf_optim *o);
+/* The same over every tensor of a finalized runtime context (rf_fsdp_tensor
+ * views, default groups, rf_fsdp_shard_elems). `comm` (borrowed; required for
+ * Muon) is e.g. rf_comm_init(&comm, rf_fsdp_comm(f)). */
+int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
+                         const struct rf_comm *comm);
 
 /* One step with learning rate `lr` on every view's master from its grad. Muon:
  * a collective (every rank calls it). */
