@@ -123,6 +123,9 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit);
 /* Starts the reduce-scatter of the unit's gradients and releases its parameters. */
 void rf_fsdp_backward_end(struct rf_fsdp *f, int unit);
 void rf_fsdp_grads_finish(struct rf_fsdp *f);
+/* After a forward without backward (evaluation, sampling): releases every unit
+ * still gathered. */
+void rf_fsdp_reshard_all(struct rf_fsdp *f);
 /* Drives MPI progress of the collectives in flight; call between kernels. */
 void rf_fsdp_poll(struct rf_fsdp *f);
 

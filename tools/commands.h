@@ -10,5 +10,7 @@ struct rf_command {
 };
 
 int rf_cmd_prepare(int argc, char **argv);
+int rf_cmd_ckpt(int argc, char **argv);
+int rf_cmd_train(int argc, char **argv);
 
 #endif

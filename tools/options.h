@@ -28,7 +28,8 @@ struct rf_option {
 
 /* Parses argv[1..argc) (argv[0] is the command's name). Returns 0, 1 when --help
  * was printed (the caller exits 0), or -1 with rf_error_msg() naming the option. */
-int rf_options_parse(int argc, char **argv, const struct rf_option *options, int n_options, const char *usage);
+int rf_options_parse(int argc, char **argv, const struct rf_option *options, int n_options,
+                     const char *usage);
 void rf_options_print_help(const char *usage, const struct rf_option *options, int n_options);
 
 #endif

@@ -16,6 +16,8 @@ static int rf_cmd_version(int argc, char **argv) {
 static const struct rf_command rf_commands[] = {
     {"version", "print the version", rf_cmd_version},
     {"prepare", "tokenize a text file into train and validation token files", rf_cmd_prepare},
+    {"train", "train the LLaMA model on token files across MPI ranks (run under mpirun)", rf_cmd_train},
+    {"ckpt", "inspect a checkpoint (info) or export its parameters to safetensors (export)", rf_cmd_ckpt},
 };
 static const int rf_n_commands = (int)(sizeof rf_commands / sizeof rf_commands[0]);
 

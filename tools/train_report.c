@@ -21,7 +21,7 @@ int rf_train_log_open(struct rf_train_log *log, const char *path, int append) {
 
 static void rf_train_json_number(FILE *f, const char *key, double v) {
   if (isfinite(v))
-    fprintf(f, ",\"%s\":%.6g", key, v);
+    fprintf(f, ",\"%s\":%.9g", key, v);
   else
     fprintf(f, ",\"%s\":null", key);
 }

@@ -154,4 +154,96 @@ static inline int64_t rf_ckpt_chunks(int64_t bytes, int64_t chunk_bytes) {
 int rf_ckpt_tensor_check_ranges(struct rf_ckpt_tensor *t, const char *file);
 void rf_ckpt_tensor_free(struct rf_ckpt_tensor *t);
 
+/* ---- tensor views: the runtime's shards and optimizer state (state.c) ------------
+ *
+ * A view (struct rf_tensor_view, include/rfsdp.h) is this rank's piece [begin, end)
+ * of one tensor; its master weights are saved as the tensor `view->name` (f32, the
+ * view's shape, this rank's range). Each optimizer state is saved as the tensor
+ * `view->name` + `suffix`, by the rule of its descriptor:
+ *   piece == NULL: addressed like the master weights: the piece is
+ *                  slab + shard_offset elements of `dtype`, the same range, the
+ *                  same shape (Adam's m and v, 8-bit codes of one byte per element)
+ *   piece != NULL: the callback gives the state's own element count for the whole
+ *                  tensor, this rank's range of it and where it lives; saved as a
+ *                  1-D tensor [numel] (per-block scales: rf_ckpt_state_blocks)
+ * Loading reads exactly this rank's range of every view and state, whatever the
+ * saver's world and split were (resharding). */
+
+/* One view's piece of one state on this rank. `data` is borrowed. */
+struct rf_ckpt_state_piece {
+  int64_t numel;      /* the state's elements for the whole tensor */
+  int64_t begin, end; /* this rank's range of them */
+  void *data;         /* end - begin elements of the state's dtype */
+};
+
+/* Fills `out` for view `index` (data: where this rank keeps the piece). */
+typedef void (*rf_ckpt_state_piece_fn)(void *ctx, const struct rf_tensor_view *view, int index,
+                                       struct rf_ckpt_state_piece *out);
+
+/* An optimizer state saved next to the master weights. Borrowed. */
+struct rf_ckpt_state_desc {
+  const char *suffix; /* e.g. ".adam_m"; non-empty, unique */
+  enum rf_dtype dtype;
+  void *slab;                   /* piece == NULL: this rank's state slab (same offsets as the master) */
+  rf_ckpt_state_piece_fn piece; /* or: where each view's piece is */
+  void *ctx;                    /* for piece */
+};
+
+/* One state element per block of `block` elements of the tensor (block-wise
+ * scales): numel = ceil(view->numel / block), this rank's blocks
+ * [begin / block, ceil(end / block)) (whole blocks when begin is a multiple of
+ * block, which the layout guarantees for block-wise optimizers). Sets numel,
+ * begin and end; the caller sets data. */
+void rf_ckpt_state_blocks(const struct rf_tensor_view *view, int64_t block, struct rf_ckpt_state_piece *out);
+
+/* A save or a load of views. Borrowed. */
+struct rf_ckpt_views_args {
+  const char *dir;
+  int rank, world;        /* save: this rank and the world of the saving run */
+  int64_t step;           /* save */
+  const char *extra_json; /* save: a JSON object (RNG, data position); NULL: {} */
+  int64_t chunk_bytes;    /* save: checksum granularity; 0: the default */
+  int n_views;
+  const struct rf_tensor_view *views;
+  int n_states;
+  const struct rf_ckpt_state_desc *states;
+  rf_ckpt_agree_fn agree; /* the barrier that combines statuses (see rf_ckpt_save) */
+  void *agree_ctx;
+};
+
+/* The key added to "extra" by rf_ckpt_save_views: the states saved, as
+ * [{"suffix": ".adam_m", "dtype": "f32"}, ...]. */
+#define RF_CKPT_STATES_KEY "rfsdp_states"
+
+/* Every rank: saves its pieces of the master weights and of every state through
+ * rf_ckpt_save. Returns 0 on every rank, or -1 on every rank. */
+int rf_ckpt_save_views(const struct rf_ckpt_views_args *a);
+/* Every rank: opens the checkpoint, checks that it holds every view (f32, the same
+ * shape) and every state (dtype and size) and, when it was saved by
+ * rf_ckpt_save_views, no other parameter tensor (else: a checkpoint of another
+ * model); agrees; then reads this rank's range of each into the views' master
+ * weights and the states' pieces; agrees. Returns 0 on every rank, or -1 on every
+ * rank (a failure in the checks leaves memory untouched; a failure while reading,
+ * e.g. a corrupted chunk, leaves the pieces partly overwritten). Nothing on disk
+ * is changed. *step and *extra_json (caller frees; may be NULL) get the saved step
+ * and "extra" object. */
+int rf_ckpt_load_views(const struct rf_ckpt_views_args *a, int64_t *step, char **extra_json);
+
+/* Whether tensor `t` of an open checkpoint is a parameter (not a state saved by
+ * rf_ckpt_save_views: its name is a parameter's name + a listed suffix). */
+int rf_ckpt_is_param(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t);
+
+/* ---- safetensors export and import (export.c) ------------------------------------ */
+
+/* Writes the checkpoint's parameters (not the optimizer states) to a safetensors
+ * file under their saved names, as F32 or BF16 (dtype RF_DTYPE_F32 or
+ * RF_DTYPE_BF16), tensor by tensor in pieces of at most 1 M elements (never a whole
+ * tensor in memory), checksums verified; the file appears atomically when
+ * complete. __metadata__: {"format": "pt", "rfsdp_step": "<step>"}. */
+int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype);
+/* Fills this rank's range of every view's master weights from a safetensors file
+ * (tensors by name, same shape, F32/BF16/F16 converted to f32). Checks every view
+ * before reading any. Local to the rank: callers agree on the status. */
+int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n);
+
 #endif

@@ -1,0 +1,167 @@
+/* Gather and reduce over a unit's DBuffer. The planned and flat layouts move data
+ * in place: the only pass over the data outside MPI is the cast of this rank's
+ * master shard into its range of the slot (counted as cast bytes). The fsdp2
+ * layout adds the copies PyTorch FSDP2 makes (counted as copied bytes). */
+#include <string.h>
+
+#include "dbuffer/dbuffer.h"
+
+static inline uint8_t *rf_dbuffer_at(void *base, int64_t elems, size_t size) {
+  return (uint8_t *)base + (size_t)elems * size;
+}
+
+/* dst (dtype) = src (f32), n elements. */
+static void rf_dbuffer_cast(void *dst, const float *src, int64_t n, enum rf_dtype dtype) {
+  if (dtype == RF_DTYPE_F32)
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  else
+    rf_bf16_from_f32_n(dst, src, (size_t)n);
+}
+
+/* dst (f32) = or += src (dtype), n elements. */
+static void rf_dbuffer_uncast(float *dst, const void *src, int64_t n, enum rf_dtype dtype, int accumulate) {
+  if (dtype == RF_DTYPE_F32) {
+    const float *s = src;
+    if (accumulate)
+      for (int64_t i = 0; i < n; i++) dst[i] += s[i];
+    else
+      memcpy(dst, s, (size_t)n * sizeof(float));
+  } else {
+    const uint16_t *s = src;
+    if (accumulate)
+      for (int64_t i = 0; i < n; i++) dst[i] += rf_f32_from_bf16(s[i]);
+    else
+      rf_f32_from_bf16_n(dst, s, (size_t)n);
+  }
+}
+
+size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype param_dtype) {
+  return (size_t)db->slot_elems * rf_dtype_size(param_dtype);
+}
+
+/* The grad slot: f32 views, then the staging buffer (reduce dtype) when one is
+ * needed, then the receive scratch (this rank's shard, f32-sized). */
+static int rf_dbuffer_needs_staging(const struct rf_dbuffer *db, enum rf_dtype reduce_dtype) {
+  return db->layout == RF_LAYOUT_FSDP2 || reduce_dtype != RF_DTYPE_F32;
+}
+
+static size_t rf_dbuffer_staging_offset(const struct rf_dbuffer *db) {
+  return (size_t)rf_round_up(db->gview_elems * (int64_t)sizeof(float), 64);
+}
+
+static size_t rf_dbuffer_scratch_offset(const struct rf_dbuffer *db, enum rf_dtype reduce_dtype) {
+  size_t off = rf_dbuffer_staging_offset(db);
+  if (rf_dbuffer_needs_staging(db, reduce_dtype))
+    off += (size_t)rf_round_up(db->staging_elems * (int64_t)rf_dtype_size(reduce_dtype), 64);
+  return off;
+}
+
+size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype reduce_dtype) {
+  return rf_dbuffer_scratch_offset(db, reduce_dtype) + (size_t)db->shard_elems * sizeof(float);
+}
+
+void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
+                             void *slot, enum rf_dtype param_dtype, struct rf_comm_req *reqs) {
+  size_t ps = rf_dtype_size(param_dtype);
+  int r = db->rank;
+  for (int b = 0; b < db->n_buffers; b++) {
+    const struct rf_dbuffer_buf *buf = &db->bufs[b];
+    int64_t own = buf->starts[r + 1] - buf->starts[r];
+    void *base = rf_dbuffer_at(slot, buf->slot_off, ps);
+    rf_dbuffer_cast(rf_dbuffer_at(base, buf->starts[r], ps), shard + buf->shard_off, own, param_dtype);
+    rf_counters_global.bytes_cast += (uint64_t)own * ps;
+    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * ps;
+    if (buf->equal > 0)
+      rf_comm_iallgather(comm, base, buf->equal, param_dtype, &reqs[b]);
+    else
+      rf_comm_iallgatherv(comm, base, buf->starts, param_dtype, &reqs[b]);
+  }
+}
+
+void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+                              struct rf_comm_req *reqs) {
+  for (int b = 0; b < db->n_buffers; b++) rf_comm_wait(&reqs[b]);
+  if (db->layout != RF_LAYOUT_FSDP2) return;
+  /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
+   * into the tensor's own storage. */
+  size_t ps = rf_dtype_size(param_dtype);
+  for (int t = 0; t < db->n_tensors; t++) {
+    const struct rf_dbuffer_tensor *x = &db->tensors[t];
+    for (int q = 0; q < db->world; q++) {
+      int64_t n = x->starts[q + 1] - x->starts[q];
+      memcpy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps), rf_dbuffer_at(slot, x->piece[q], ps),
+             (size_t)n * ps);
+    }
+    rf_counters_global.bytes_copied += (uint64_t)x->numel * ps;
+  }
+}
+
+/* FSDP2's copy-in: every tensor's gradient into the rank-major staging buffer,
+ * its padding rows zeroed. */
+static void rf_dbuffer_copy_in(const struct rf_dbuffer *db, void *gslot, void *staging,
+                               enum rf_dtype reduce_dtype) {
+  size_t rs = rf_dtype_size(reduce_dtype);
+  int64_t shard = db->bufs[0].equal;
+  for (int t = 0; t < db->n_tensors; t++) {
+    const struct rf_dbuffer_tensor *x = &db->tensors[t];
+    const float *g = (const float *)gslot + x->gview_off;
+    int64_t padded = t + 1 < db->n_tensors ? db->tensors[t + 1].piece[0] - x->piece[0] : shard - x->piece[0];
+    for (int q = 0; q < db->world; q++) {
+      int64_t n = x->starts[q + 1] - x->starts[q];
+      uint8_t *dst = rf_dbuffer_at(staging, x->piece[q], rs);
+      rf_dbuffer_cast(dst, g + x->starts[q], n, reduce_dtype);
+      memset(dst + (size_t)n * rs, 0, (size_t)(padded - n) * rs);
+    }
+    rf_counters_global.bytes_copied += (uint64_t)x->numel * rs;
+  }
+}
+
+void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *comm, void *gslot,
+                             float *grad_shard, enum rf_dtype reduce_dtype, int accumulate,
+                             struct rf_comm_req *reqs) {
+  size_t rs = rf_dtype_size(reduce_dtype);
+  int direct = reduce_dtype == RF_DTYPE_F32 && !accumulate;
+  uint8_t *staging = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_staging_offset(db);
+  uint8_t *scratch = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_scratch_offset(db, reduce_dtype);
+  if (db->layout == RF_LAYOUT_FSDP2) {
+    rf_dbuffer_copy_in(db, gslot, staging, reduce_dtype);
+  } else if (reduce_dtype != RF_DTYPE_F32) {
+    rf_dbuffer_cast(staging, gslot, db->gview_elems, reduce_dtype);
+    rf_counters_global.bytes_cast += (uint64_t)db->gview_elems * rs;
+  }
+  const void *send_base = rf_dbuffer_needs_staging(db, reduce_dtype) ? (const void *)staging : gslot;
+  for (int b = 0; b < db->n_buffers; b++) {
+    const struct rf_dbuffer_buf *buf = &db->bufs[b];
+    const void *send = rf_dbuffer_at((void *)send_base, buf->slot_off, rs);
+    void *recv = direct ? (void *)(grad_shard + buf->shard_off) : rf_dbuffer_at(scratch, buf->shard_off, rs);
+    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * rs;
+    if (buf->equal > 0)
+      rf_comm_ireduce_scatter_block(comm, send, recv, buf->equal, reduce_dtype, &reqs[b]);
+    else
+      rf_comm_ireduce_scatter(comm, send, recv, buf->starts, reduce_dtype, &reqs[b]);
+  }
+}
+
+void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
+                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs) {
+  for (int b = 0; b < db->n_buffers; b++) rf_comm_wait(&reqs[b]);
+  if (reduce_dtype == RF_DTYPE_F32 && !accumulate) return;
+  size_t rs = rf_dtype_size(reduce_dtype);
+  uint8_t *scratch = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_scratch_offset(db, reduce_dtype);
+  for (int b = 0; b < db->n_buffers; b++) {
+    const struct rf_dbuffer_buf *buf = &db->bufs[b];
+    int64_t own = buf->starts[db->rank + 1] - buf->starts[db->rank];
+    rf_dbuffer_uncast(grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs), own,
+                      reduce_dtype, accumulate);
+    if (reduce_dtype != RF_DTYPE_F32)
+      rf_counters_global.bytes_cast += (uint64_t)own * sizeof(float);
+    else
+      rf_counters_global.bytes_copied += (uint64_t)own * sizeof(float);
+  }
+}
+
+int rf_dbuffer_test(const struct rf_dbuffer *db, struct rf_comm_req *reqs) {
+  int done = 1;
+  for (int b = 0; b < db->n_buffers; b++) done &= rf_comm_test(&reqs[b]);
+  return done;
+}

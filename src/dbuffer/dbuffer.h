@@ -1,0 +1,116 @@
+/* src/dbuffer: DBuffer, the storage of one unit on one rank, and the in-place
+ * gather and reduce over it.
+ *
+ * A unit's tensors live in one or more flat buffers (one collective each). Rank r
+ * owns the range [starts[r], starts[r+1]) of each buffer; its ranges of all the
+ * unit's buffers are consecutive (64-byte aligned) pieces of the rank's shard slab
+ * (master weights f32, gradients f32, optimizer state: the same offsets). The
+ * unsharded buffers live in slots that the runtime carves from its arena once:
+ *   param slot: the buffers at slot_off (param dtype); fsdp2: the staging buffer,
+ *               then each tensor's own storage (the copy-out target)
+ *   grad slot:  the buffers at slot_off (f32), the backward writes into views;
+ *               then, when the reduce dtype is bf16 or the layout copies, a
+ *               staging buffer in the reduce dtype; then the receive scratch
+ * Three layouts (enum rf_layout): planned (the planner's buffers, tensors at their
+ * offsets: no copy around any collective), flat (FSDP1: tensors back to back,
+ * padded at the end to a multiple of W), fsdp2 (per tensor ceil(d0/W) rows per
+ * rank; all-gather into staging then copy out; copy in before the reduce). */
+#ifndef RF_DBUFFER_H
+#define RF_DBUFFER_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "plan/plan.h"
+
+/* One tensor as the unit declares it. Borrowed name. */
+struct rf_dbuffer_tensor_in {
+  const char *name;
+  int ndim;
+  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t numel;
+  int64_t block_elems;
+};
+
+/* Where one tensor lives. Owns starts and piece. */
+struct rf_dbuffer_tensor {
+  int buffer; /* index of its buffer */
+  int64_t numel;
+  int64_t block_elems;
+  int blocks_whole;  /* every rank's range is a whole number of blocks */
+  int64_t *starts;   /* world + 1: rank r holds elements [starts[r], starts[r+1]) of the tensor */
+  int64_t *piece;    /* world: where rank r's elements begin in the buffer */
+  int64_t view_off;  /* elements: the whole tensor's view in the param slot */
+  int64_t gview_off; /* elements: the whole tensor's view in the grad slot (f32) */
+  int64_t shard_off; /* elements: this rank's piece in the unit's shard (add the unit's base) */
+};
+
+/* One collective. Owns starts. */
+struct rf_dbuffer_buf {
+  int64_t *starts;   /* world + 1 element offsets of the rank ranges */
+  int64_t total;     /* starts[world] */
+  int64_t equal;     /* > 0: every range holds this many (MPI_Allgather); 0: ragged (MPI_Allgatherv) */
+  int64_t slot_off;  /* elements: the buffer's place in the param and grad slots */
+  int64_t shard_off; /* elements: this rank's range in the unit's shard */
+  int64_t pad_other; /* padding elements outside this rank's range (moved by the collectives) */
+};
+
+/* A unit's DBuffer on one rank. Owns its arrays. */
+struct rf_dbuffer {
+  enum rf_layout layout;
+  int world, rank;
+  int n_buffers;
+  struct rf_dbuffer_buf *bufs;
+  int n_tensors;
+  struct rf_dbuffer_tensor *tensors;
+  int64_t elems;         /* sum of numel */
+  int64_t padded_elems;  /* sum of the buffers' totals */
+  int64_t shard_elems;   /* this rank's shard (aligned pieces of every buffer) */
+  int64_t slot_elems;    /* param slot elements (buffers; fsdp2: staging + tensor storage) */
+  int64_t gview_elems;   /* f32 elements of the grad slot that the backward writes */
+  int64_t staging_elems; /* grad slot: elements of the reduce-dtype staging buffer (0: none needed) */
+  int used_sub_padding;
+};
+
+/* Layout options shared by all units. */
+struct rf_dbuffer_options {
+  enum rf_layout layout;
+  enum rf_shard_mode shard;
+  int max_buffers;
+  int64_t align_elems; /* 64 bytes of the widest dtype moved (16 f32 elements) */
+};
+
+/* Builds a unit's layout. Returns -1 with a message when the planner fails or a
+ * plan does not pass the independent checker. */
+int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_dbuffer_tensor_in *tensors,
+                    int n_tensors, int world, int rank, const struct rf_dbuffer_options *opt);
+void rf_dbuffer_free(struct rf_dbuffer *db);
+
+/* Bytes of a param slot / grad slot for this unit with these dtypes. */
+size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype param_dtype);
+size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype reduce_dtype);
+
+/* Gather: casts the master shard (f32, `shard` = the unit's base in the slab) into
+ * this rank's ranges of the slot, then starts one in-place all-gather per buffer
+ * (reqs: n_buffers requests). finish waits and, in the fsdp2 layout, copies the
+ * staging buffer out into each tensor's storage. */
+void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
+                             void *slot, enum rf_dtype param_dtype, struct rf_comm_req *reqs);
+void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+                              struct rf_comm_req *reqs);
+
+/* Reduce: starts one reduce-scatter per buffer from the grad slot (the backward
+ * wrote f32 gradients into its views; padding is zero). With f32 and no
+ * accumulation the result lands straight in `grad_shard`; otherwise in the slot's
+ * receive scratch, and finish converts and adds (accumulate) or stores it. */
+void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *comm, void *gslot,
+                             float *grad_shard, enum rf_dtype reduce_dtype, int accumulate,
+                             struct rf_comm_req *reqs);
+void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
+                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs);
+
+/* 1 when every request of the unit finished (drives MPI progress). */
+int rf_dbuffer_test(const struct rf_dbuffer *db, struct rf_comm_req *reqs);
+
+#endif

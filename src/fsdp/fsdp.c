@@ -1,0 +1,308 @@
+/* The context: declarations, finalize, views, shards and stats. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/fsdp.h"
+
+void rf_fsdp_options_default(struct rf_fsdp_options *opt) {
+  memset(opt, 0, sizeof *opt);
+  opt->layout = RF_LAYOUT_PLANNED;
+  opt->shard = RF_SHARD_MODE_EQUAL;
+  opt->max_buffers = 4;
+  opt->align_bytes = 64;
+  opt->block_rows = 1;
+  opt->vector_block = 1;
+  opt->prefetch = 1;
+  opt->reshard_after_forward = 1;
+  opt->param_dtype = RF_DTYPE_F32;
+  opt->reduce_dtype = RF_DTYPE_F32;
+  opt->seed = 1234;
+}
+
+const char *rf_fsdp_error(void) { return rf_error_msg(); }
+
+static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
+  RF_REQUIRE(o->layout >= RF_LAYOUT_PLANNED && o->layout <= RF_LAYOUT_FLAT, "unknown layout %d",
+             (int)o->layout);
+  RF_REQUIRE(o->shard == RF_SHARD_MODE_EQUAL || o->shard == RF_SHARD_MODE_RAGGED, "unknown shard mode");
+  RF_REQUIRE(o->max_buffers >= 1, "max_buffers must be >= 1 (got %d)", o->max_buffers);
+  RF_REQUIRE(o->align_bytes >= 4 && (o->align_bytes & (o->align_bytes - 1)) == 0,
+             "align_bytes must be a power of two >= 4 (got %lld)", (long long)o->align_bytes);
+  RF_REQUIRE(o->block_rows >= 1, "block_rows must be >= 1 (got %lld)", (long long)o->block_rows);
+  RF_REQUIRE(o->vector_block >= 1, "vector_block must be >= 1 (got %lld)", (long long)o->vector_block);
+  RF_REQUIRE(o->prefetch >= 0, "prefetch must be >= 0 (got %d)", o->prefetch);
+  RF_REQUIRE(o->param_dtype == RF_DTYPE_F32 || o->param_dtype == RF_DTYPE_BF16,
+             "param dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->param_dtype));
+  RF_REQUIRE(o->reduce_dtype == RF_DTYPE_F32 || o->reduce_dtype == RF_DTYPE_BF16,
+             "reduce dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->reduce_dtype));
+  return 0;
+}
+
+int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt) {
+  *out = NULL;
+  RF_TRY(rf_fsdp_check_options(opt));
+  struct rf_fsdp *f = rf_xcalloc(1, sizeof *f);
+  f->opt = *opt;
+  rf_comm_init(&f->comm, comm);
+  *out = f;
+  return 0;
+}
+
+void rf_fsdp_free(struct rf_fsdp *f) {
+  if (!f) return;
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    if (x->gather_reqs) {
+      for (int b = 0; b < x->db.n_buffers; b++) {
+        rf_comm_wait(&x->gather_reqs[b]);
+        rf_comm_wait(&x->reduce_reqs[b]);
+        rf_comm_req_free(&x->gather_reqs[b]);
+        rf_comm_req_free(&x->reduce_reqs[b]);
+      }
+      free(x->gather_reqs);
+      free(x->reduce_reqs);
+    }
+    rf_dbuffer_free(&x->db);
+  }
+  free(f->units);
+  free(f->tensors);
+  free(f->tensor_starts);
+  free(f->master);
+  free(f->grad);
+  free(f->pslots);
+  free(f->gslots);
+  free(f->pslot_unit);
+  free(f->gslot_unit);
+  rf_arena_free(&f->arena);
+  rf_comm_free(&f->comm);
+  free(f);
+}
+
+int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name) {
+  RF_REQUIRE(!f->finalized, "unit %s declared after rf_fsdp_finalize", name);
+  RF_REQUIRE(name && strlen(name) < RF_FSDP_NAME_MAX, "unit name missing or longer than %d bytes",
+             RF_FSDP_NAME_MAX - 1);
+  if (f->n_units == f->cap_units) {
+    f->cap_units = f->cap_units ? 2 * f->cap_units : 16;
+    f->units = realloc(f->units, (size_t)f->cap_units * sizeof *f->units);
+    RF_ASSERT(f->units);
+  }
+  struct rf_fsdp_unit *x = &f->units[f->n_units];
+  memset(x, 0, sizeof *x);
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->first_tensor = f->n_tensors;
+  x->pslot = x->gslot = -1;
+  return f->n_units++;
+}
+
+int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
+                       int64_t block_rows, struct rf_init init) {
+  RF_REQUIRE(!f->finalized, "tensor %s declared after rf_fsdp_finalize", name);
+  RF_REQUIRE(name && strlen(name) < RF_FSDP_NAME_MAX, "tensor name missing or longer than %d bytes",
+             RF_FSDP_NAME_MAX - 1);
+  RF_REQUIRE(unit == f->n_units - 1 && unit >= 0,
+             "tensor %s: tensors are declared into the last unit declared (got unit %d of %d)", name, unit,
+             f->n_units);
+  RF_REQUIRE(ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS, "tensor %s: ndim %d outside 1..%d", name, ndim,
+             RF_PLAN_MAX_DIMS);
+  RF_REQUIRE(block_rows >= 0, "tensor %s: block_rows %lld is negative", name, (long long)block_rows);
+  RF_REQUIRE(rf_fsdp_find_tensor(f, name) < 0, "tensor %s declared twice", name);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    RF_REQUIRE(shape[d] > 0, "tensor %s: shape[%d] = %lld is not positive", name, d, (long long)shape[d]);
+    RF_REQUIRE(numel <= INT64_MAX / 8 / shape[d], "tensor %s: too many elements", name);
+    numel *= shape[d];
+  }
+  if (f->n_tensors == f->cap_tensors) {
+    f->cap_tensors = f->cap_tensors ? 2 * f->cap_tensors : 64;
+    f->tensors = realloc(f->tensors, (size_t)f->cap_tensors * sizeof *f->tensors);
+    RF_ASSERT(f->tensors);
+  }
+  struct rf_fsdp_tensor *t = &f->tensors[f->n_tensors];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->unit = unit;
+  t->index_in_unit = f->units[unit].n_tensors++;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+  t->numel = numel;
+  if (ndim == 1) {
+    t->block_elems = rf_min_i64(f->opt.vector_block, numel);
+  } else {
+    int64_t rows = block_rows ? block_rows : f->opt.block_rows;
+    t->block_elems = rf_min_i64(rows, numel / shape[ndim - 1]) * shape[ndim - 1];
+  }
+  t->init = init;
+  return f->n_tensors++;
+}
+
+static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world) {
+  *reqs = rf_xcalloc((size_t)n, sizeof **reqs);
+  for (int b = 0; b < n; b++) rf_comm_req_init(&(*reqs)[b], world);
+}
+
+/* Carves the slots out of one arena. */
+static void rf_fsdp_make_slots(struct rf_fsdp *f) {
+  size_t pbytes = 0, gbytes = 0;
+  for (int u = 0; u < f->n_units; u++) {
+    size_t p = rf_dbuffer_param_slot_bytes(&f->units[u].db, f->opt.param_dtype);
+    size_t g = rf_dbuffer_grad_slot_bytes(&f->units[u].db, f->opt.reduce_dtype);
+    if (p > pbytes) pbytes = p;
+    if (g > gbytes) gbytes = g;
+  }
+  f->pslot_bytes = (size_t)rf_round_up((int64_t)pbytes, 64);
+  f->gslot_bytes = (size_t)rf_round_up((int64_t)gbytes, 64);
+  f->n_pslots = f->opt.reshard_after_forward ? (int)rf_min_i64(f->opt.prefetch + 1, f->n_units) : f->n_units;
+  f->n_gslots = (int)rf_min_i64(2, f->n_units);
+  rf_arena_init(&f->arena, (size_t)f->n_pslots * f->pslot_bytes + (size_t)f->n_gslots * f->gslot_bytes);
+  f->pslots = rf_xcalloc((size_t)f->n_pslots, sizeof *f->pslots);
+  f->gslots = rf_xcalloc((size_t)f->n_gslots, sizeof *f->gslots);
+  f->pslot_unit = rf_xmalloc((size_t)f->n_pslots * sizeof(int));
+  f->gslot_unit = rf_xmalloc((size_t)f->n_gslots * sizeof(int));
+  for (int s = 0; s < f->n_pslots; s++) {
+    f->pslots[s] = rf_arena_alloc(&f->arena, f->pslot_bytes, 64);
+    f->pslot_unit[s] = -1;
+  }
+  for (int s = 0; s < f->n_gslots; s++) {
+    f->gslots[s] = rf_arena_alloc(&f->arena, f->gslot_bytes, 64);
+    f->gslot_unit[s] = -1;
+  }
+}
+
+int rf_fsdp_finalize(struct rf_fsdp *f) {
+  RF_REQUIRE(!f->finalized, "rf_fsdp_finalize called twice");
+  RF_REQUIRE(f->n_units >= 1, "no units declared");
+  int w = f->comm.world, r = f->comm.rank;
+  size_t min_size =
+      rf_min_i64((int64_t)rf_dtype_size(f->opt.param_dtype), (int64_t)rf_dtype_size(f->opt.reduce_dtype));
+  struct rf_dbuffer_options dopt = {f->opt.layout, f->opt.shard, f->opt.max_buffers,
+                                    rf_max_i64(f->opt.align_bytes / (int64_t)min_size, 1)};
+  f->tensor_starts = rf_xcalloc((size_t)f->n_tensors * ((size_t)w + 1), sizeof(int64_t));
+  int64_t slab = 0;
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    RF_REQUIRE(x->n_tensors >= 1, "unit %s has no tensors", x->name);
+    struct rf_dbuffer_tensor_in *in = rf_xcalloc((size_t)x->n_tensors, sizeof *in);
+    for (int i = 0; i < x->n_tensors; i++) {
+      const struct rf_fsdp_tensor *t = &f->tensors[x->first_tensor + i];
+      in[i] = (struct rf_dbuffer_tensor_in){t->name, t->ndim, {0}, t->numel, t->block_elems};
+      memcpy(in[i].shape, t->shape, sizeof in[i].shape);
+    }
+    int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &dopt);
+    free(in);
+    if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
+    x->shard_base = slab;
+    slab += x->db.shard_elems;
+    for (int i = 0; i < x->n_tensors; i++)
+      memcpy(&f->tensor_starts[(size_t)(x->first_tensor + i) * ((size_t)w + 1)], x->db.tensors[i].starts,
+             ((size_t)w + 1) * sizeof(int64_t));
+    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_buffers, w);
+    rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w);
+  }
+  f->shard_elems = rf_max_i64(slab, 1);
+  f->master = rf_xaligned(64, (size_t)f->shard_elems * sizeof(float));
+  f->grad = rf_xaligned(64, (size_t)f->shard_elems * sizeof(float));
+  memset(f->master, 0, (size_t)f->shard_elems * sizeof(float));
+  memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  rf_fsdp_make_slots(f);
+  f->finalized = 1;
+  rf_fsdp_init_params(f);
+  return 0;
+}
+
+int rf_fsdp_rank(const struct rf_fsdp *f) { return f->comm.rank; }
+int rf_fsdp_world(const struct rf_fsdp *f) { return f->comm.world; }
+int rf_fsdp_n_units(const struct rf_fsdp *f) { return f->n_units; }
+int rf_fsdp_n_tensors(const struct rf_fsdp *f) { return f->n_tensors; }
+MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f) { return f->comm.comm; }
+
+int rf_fsdp_find_tensor(const struct rf_fsdp *f, const char *name) {
+  for (int t = 0; t < f->n_tensors; t++)
+    if (strcmp(f->tensors[t].name, name) == 0) return t;
+  return -1;
+}
+
+void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *out) {
+  RF_ASSERT(f->finalized && tensor >= 0 && tensor < f->n_tensors);
+  const struct rf_fsdp_tensor *t = &f->tensors[tensor];
+  const struct rf_fsdp_unit *x = &f->units[t->unit];
+  const struct rf_dbuffer_tensor *d = &x->db.tensors[t->index_in_unit];
+  int r = f->comm.rank;
+  memset(out, 0, sizeof *out);
+  out->name = t->name;
+  out->unit = t->unit;
+  out->ndim = t->ndim;
+  memcpy(out->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+  out->numel = t->numel;
+  out->block_elems = d->blocks_whole ? t->block_elems : 1;
+  out->blocks_whole = d->blocks_whole;
+  out->starts = &f->tensor_starts[(size_t)tensor * ((size_t)f->comm.world + 1)];
+  out->begin = d->starts[r];
+  out->end = d->starts[r + 1];
+  out->shard_offset = x->shard_base + d->shard_off;
+  out->master = f->master + out->shard_offset;
+  out->grad = f->grad + out->shard_offset;
+}
+
+int64_t rf_fsdp_shard_elems(const struct rf_fsdp *f) { return f->shard_elems; }
+float *rf_fsdp_shard_master(struct rf_fsdp *f) { return f->master; }
+float *rf_fsdp_shard_grad(struct rf_fsdp *f) { return f->grad; }
+
+static const struct rf_dbuffer_tensor *rf_fsdp_placed(const struct rf_fsdp *f, int tensor,
+                                                      const struct rf_fsdp_unit **unit) {
+  RF_ASSERT(f->finalized && tensor >= 0 && tensor < f->n_tensors);
+  const struct rf_fsdp_tensor *t = &f->tensors[tensor];
+  *unit = &f->units[t->unit];
+  return &(*unit)->db.tensors[t->index_in_unit];
+}
+
+const float *rf_fsdp_param(struct rf_fsdp *f, int tensor) {
+  const struct rf_fsdp_unit *x;
+  const struct rf_dbuffer_tensor *d = rf_fsdp_placed(f, tensor, &x);
+  if (f->opt.param_dtype != RF_DTYPE_F32) return NULL;
+  if (x->state != RF_FSDP_UNIT_STATE_READY)
+    RF_DIE("parameter %s read while its unit %s is not gathered", f->tensors[tensor].name, x->name);
+  return (const float *)f->pslots[x->pslot] + d->view_off;
+}
+
+const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor) {
+  const struct rf_fsdp_unit *x;
+  const struct rf_dbuffer_tensor *d = rf_fsdp_placed(f, tensor, &x);
+  if (f->opt.param_dtype != RF_DTYPE_BF16) return NULL;
+  if (x->state != RF_FSDP_UNIT_STATE_READY)
+    RF_DIE("parameter %s read while its unit %s is not gathered", f->tensors[tensor].name, x->name);
+  return (const uint16_t *)f->pslots[x->pslot] + d->view_off;
+}
+
+float *rf_fsdp_grad(struct rf_fsdp *f, int tensor) {
+  const struct rf_fsdp_unit *x;
+  const struct rf_dbuffer_tensor *d = rf_fsdp_placed(f, tensor, &x);
+  if (x->gslot < 0 || x->reducing)
+    RF_DIE("gradient %s written outside the backward of its unit %s", f->tensors[tensor].name, x->name);
+  return (float *)f->gslots[x->gslot] + d->gview_off;
+}
+
+int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f) {
+  int64_t bytes = 0;
+  for (int s = 0; s < f->n_pslots; s++)
+    if (f->pslot_unit[s] >= 0)
+      bytes += (int64_t)rf_dbuffer_param_slot_bytes(&f->units[f->pslot_unit[s]].db, f->opt.param_dtype);
+  for (int s = 0; s < f->n_gslots; s++)
+    if (f->gslot_unit[s] >= 0)
+      bytes += (int64_t)rf_dbuffer_grad_slot_bytes(&f->units[f->gslot_unit[s]].db, f->opt.reduce_dtype);
+  return bytes;
+}
+
+void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out) {
+  memset(out, 0, sizeof *out);
+  for (int t = 0; t < f->n_tensors; t++) out->param_elems += f->tensors[t].numel;
+  for (int u = 0; u < f->n_units; u++) {
+    const struct rf_dbuffer *db = &f->units[u].db;
+    out->padded_elems += db->padded_elems;
+    out->n_buffers += db->n_buffers;
+    if (db->padded_elems > out->largest_unit_elems) out->largest_unit_elems = db->padded_elems;
+  }
+  out->shard_elems = f->shard_elems;
+  out->arena_bytes = (int64_t)f->arena.capacity;
+  out->arena_peak_bytes = f->slots_in_use_peak_bytes;
+}

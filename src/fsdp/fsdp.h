@@ -1,0 +1,84 @@
+/* src/fsdp: the runtime behind include/rfsdp.h: declarations, finalize (plans,
+ * slabs, arena slots), the schedule (gather, prefetch, reshard, reduce),
+ * gradient norm and clipping, deterministic initialization.
+ *
+ * Slots. The arena holds `n_pslots` param slots and `n_gslots` grad slots, each
+ * sized for the largest unit, carved once at finalize. A unit holds a param slot
+ * from the start of its gather until it is resharded, and a grad slot from
+ * backward_begin until its reduce-scatter has finished. Param slots: prefetch + 1
+ * when resharding after forward (the unit in use and the ones prefetched), else
+ * one per unit. Grad slots: 2 (one being written by the backward, one reducing). */
+#ifndef RF_FSDP_H
+#define RF_FSDP_H
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "dbuffer/dbuffer.h"
+#include "rfsdp.h"
+
+#define RF_FSDP_NAME_MAX 128
+
+/* A declared tensor. */
+struct rf_fsdp_tensor {
+  char name[RF_FSDP_NAME_MAX];
+  int unit;
+  int index_in_unit;
+  int ndim;
+  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t numel;
+  int64_t block_elems;
+  struct rf_init init;
+};
+
+/* Where a unit is in the step. */
+enum rf_fsdp_unit_state {
+  RF_FSDP_UNIT_STATE_SHARDED = 0,
+  RF_FSDP_UNIT_STATE_GATHERING,
+  RF_FSDP_UNIT_STATE_READY
+};
+
+/* A declared unit and its runtime state. Owns db and the request arrays. */
+struct rf_fsdp_unit {
+  char name[RF_FSDP_NAME_MAX];
+  int first_tensor, n_tensors;
+  struct rf_dbuffer db;
+  int64_t shard_base; /* elements: the unit's shard in the rank's slab */
+  enum rf_fsdp_unit_state state;
+  int pslot;    /* param slot held, or -1 */
+  int gslot;    /* grad slot held, or -1 */
+  int reducing; /* a reduce-scatter is in flight from gslot */
+  int reduce_accumulate;
+  int has_grad;                    /* the shard holds gradients since zero_grad */
+  struct rf_comm_req *gather_reqs; /* n_buffers each */
+  struct rf_comm_req *reduce_reqs;
+};
+
+/* The context. Owns everything: the communicator, the declarations, the slabs,
+ * the arena and its slots. */
+struct rf_fsdp {
+  struct rf_fsdp_options opt;
+  struct rf_comm comm;
+  int finalized;
+  int n_units, cap_units;
+  struct rf_fsdp_unit *units;
+  int n_tensors, cap_tensors;
+  struct rf_fsdp_tensor *tensors;
+  int64_t *tensor_starts; /* world + 1 per tensor: every rank's range (views point here) */
+  int64_t shard_elems;
+  float *master; /* owned slab, shard_elems */
+  float *grad;   /* owned slab, shard_elems */
+  struct rf_arena arena;
+  int n_pslots, n_gslots;
+  uint8_t **pslots; /* borrowed views into the arena */
+  uint8_t **gslots;
+  int *pslot_unit; /* unit holding each slot, or -1 */
+  int *gslot_unit;
+  size_t pslot_bytes, gslot_bytes;
+  int64_t slots_in_use_peak_bytes;
+};
+
+/* Within the module. */
+void rf_fsdp_init_params(struct rf_fsdp *f);
+int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f);
+
+#endif

@@ -1,0 +1,152 @@
+/* The step: gather with prefetch, reshard, reduce, in the same order on every
+ * rank (non-blocking collectives on one communicator must be started in the same
+ * order everywhere, and the schedule depends only on the unit sequence). */
+#include <string.h>
+
+#include "fsdp/fsdp.h"
+
+static void rf_fsdp_note_peak(struct rf_fsdp *f) {
+  int64_t bytes = rf_fsdp_slots_in_use_bytes(f);
+  if (bytes > f->slots_in_use_peak_bytes) f->slots_in_use_peak_bytes = bytes;
+}
+
+static int rf_fsdp_free_slot(const int *owners, int n) {
+  for (int s = 0; s < n; s++)
+    if (owners[s] < 0) return s;
+  return -1;
+}
+
+/* Starts the gather of unit u into a free param slot; 0 when none is free. */
+static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
+  struct rf_fsdp_unit *x = &f->units[u];
+  RF_ASSERT(x->state == RF_FSDP_UNIT_STATE_SHARDED);
+  int s = rf_fsdp_free_slot(f->pslot_unit, f->n_pslots);
+  if (s < 0) return 0;
+  f->pslot_unit[s] = u;
+  x->pslot = s;
+  x->state = RF_FSDP_UNIT_STATE_GATHERING;
+  rf_dbuffer_gather_start(&x->db, &f->comm, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
+                          x->gather_reqs);
+  rf_fsdp_note_peak(f);
+  return 1;
+}
+
+static void rf_fsdp_gather_wait(struct rf_fsdp *f, int u) {
+  struct rf_fsdp_unit *x = &f->units[u];
+  if (x->state == RF_FSDP_UNIT_STATE_SHARDED && !rf_fsdp_gather_start(f, u))
+    RF_DIE("no free parameter slot for unit %s (%d slots): units must be handed back in order", x->name,
+           f->n_pslots);
+  if (x->state == RF_FSDP_UNIT_STATE_GATHERING) {
+    rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, x->gather_reqs);
+    x->state = RF_FSDP_UNIT_STATE_READY;
+  }
+}
+
+static void rf_fsdp_release(struct rf_fsdp *f, int u) {
+  struct rf_fsdp_unit *x = &f->units[u];
+  if (x->state == RF_FSDP_UNIT_STATE_SHARDED) return;
+  RF_ASSERT(x->state == RF_FSDP_UNIT_STATE_READY);
+  f->pslot_unit[x->pslot] = -1;
+  x->pslot = -1;
+  x->state = RF_FSDP_UNIT_STATE_SHARDED;
+}
+
+/* Starts the gathers of the next `prefetch` units in direction dir (+1 forward,
+ * -1 backward) that are not gathered yet, while slots are free. */
+static void rf_fsdp_prefetch(struct rf_fsdp *f, int u, int dir) {
+  for (int k = 1; k <= f->opt.prefetch; k++) {
+    int v = u + dir * k;
+    if (v < 0 || v >= f->n_units) break;
+    if (f->units[v].state != RF_FSDP_UNIT_STATE_SHARDED) continue;
+    if (!rf_fsdp_gather_start(f, v)) break;
+  }
+}
+
+static void rf_fsdp_reduce_finish(struct rf_fsdp *f, int u) {
+  struct rf_fsdp_unit *x = &f->units[u];
+  RF_ASSERT(x->reducing);
+  rf_dbuffer_reduce_finish(&x->db, f->gslots[x->gslot], f->grad + x->shard_base, f->opt.reduce_dtype,
+                           x->reduce_accumulate, x->reduce_reqs);
+  f->gslot_unit[x->gslot] = -1;
+  x->gslot = -1;
+  x->reducing = 0;
+}
+
+void rf_fsdp_zero_grad(struct rf_fsdp *f) {
+  RF_ASSERT(f->finalized);
+  for (int u = 0; u < f->n_units; u++) {
+    RF_ASSERT(!f->units[u].reducing);
+    f->units[u].has_grad = 0;
+  }
+  memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+}
+
+void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit) {
+  RF_ASSERT(f->finalized && unit >= 0 && unit < f->n_units);
+  rf_fsdp_gather_wait(f, unit);
+  rf_fsdp_prefetch(f, unit, +1);
+}
+
+void rf_fsdp_forward_end(struct rf_fsdp *f, int unit) {
+  /* the last unit is needed again at once by the backward: keep it */
+  if (f->opt.reshard_after_forward && unit != f->n_units - 1) rf_fsdp_release(f, unit);
+  rf_fsdp_poll(f);
+}
+
+void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
+  RF_ASSERT(f->finalized && unit >= 0 && unit < f->n_units);
+  struct rf_fsdp_unit *x = &f->units[unit];
+  if (x->reducing) rf_fsdp_reduce_finish(f, unit); /* the previous micro-batch's reduce */
+  rf_fsdp_gather_wait(f, unit);
+  int s = rf_fsdp_free_slot(f->gslot_unit, f->n_gslots);
+  if (s < 0) {
+    /* every grad slot is reducing: finish the one that started first (units
+     * reduce in backward order, so the highest unit index) */
+    int oldest = -1;
+    for (int v = f->n_units - 1; v >= 0 && oldest < 0; v--)
+      if (f->units[v].reducing) oldest = v;
+    RF_ASSERT(oldest >= 0);
+    rf_fsdp_reduce_finish(f, oldest);
+    s = rf_fsdp_free_slot(f->gslot_unit, f->n_gslots);
+  }
+  f->gslot_unit[s] = unit;
+  x->gslot = s;
+  memset(f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float));
+  rf_fsdp_note_peak(f);
+  rf_fsdp_prefetch(f, unit, -1);
+}
+
+void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
+  struct rf_fsdp_unit *x = &f->units[unit];
+  RF_ASSERT(x->gslot >= 0 && !x->reducing);
+  x->reduce_accumulate = x->has_grad;
+  rf_dbuffer_reduce_start(&x->db, &f->comm, f->gslots[x->gslot], f->grad + x->shard_base, f->opt.reduce_dtype,
+                          x->reduce_accumulate, x->reduce_reqs);
+  x->reducing = 1;
+  x->has_grad = 1;
+  rf_fsdp_release(f, unit);
+  rf_fsdp_poll(f);
+}
+
+void rf_fsdp_grads_finish(struct rf_fsdp *f) {
+  for (int u = f->n_units - 1; u >= 0; u--)
+    if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
+}
+
+void rf_fsdp_reshard_all(struct rf_fsdp *f) {
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    RF_ASSERT(x->gslot < 0);
+    /* a prefetch in flight must land before its slot is reused */
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_fsdp_gather_wait(f, u);
+    rf_fsdp_release(f, u);
+  }
+}
+
+void rf_fsdp_poll(struct rf_fsdp *f) {
+  for (int u = 0; u < f->n_units; u++) {
+    struct rf_fsdp_unit *x = &f->units[u];
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_dbuffer_test(&x->db, x->gather_reqs);
+    if (x->reducing) rf_dbuffer_test(&x->db, x->reduce_reqs);
+  }
+}

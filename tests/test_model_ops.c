@@ -1,0 +1,452 @@
+/* rf-test: timeout=60 */
+/* Every operation's backward against central finite differences.
+ * For an op out = f(inputs) and a fixed random R, the objective is
+ * J = sum(out * R) (accumulated in double); the backward called with dout = R
+ * must give dJ/dinput. Each input element is moved by +-h (h = 1e-2; the ops are
+ * smooth, so the truncation error is O(h^2)) and the difference quotient compared:
+ *   max_i |fd_i - analytic_i| / max_i |analytic_i| <= 2e-3   (f32 ops).
+ * Also: the bf16-weight linear (both the sbgemm and the row-block fallback) against
+ * the f32 linear on the same rounded weights, rope's inverse undoing it, and
+ * rmsnorm/linear/embedding backward adding into (not overwriting) their outputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+#include "rf_test.h"
+
+#define FD_H 1e-2
+#define FD_TOL 2e-3
+
+static uint64_t g_rng = 12345;
+
+static float *rand_buf(size_t n, float scale) {
+  float *p = rf_xmalloc(n * sizeof(float) + 4);
+  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
+  return p;
+}
+
+static double dot_d(const float *a, const float *b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares analytic[i] with the central difference of f with respect to param[i]. */
+static void fd_check(const char *name, float *param, size_t n, const float *analytic, objective_fn f,
+                     void *ctx) {
+  double amax = 0.0, emax = 0.0;
+  for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs((double)analytic[i]));
+  for (size_t i = 0; i < n; i++) {
+    float save = param[i];
+    param[i] = save + (float)FD_H;
+    double fp = f(ctx);
+    param[i] = save - (float)FD_H;
+    double fm = f(ctx);
+    param[i] = save;
+    double h2 = (double)(save + (float)FD_H) - (double)(save - (float)FD_H);
+    double fd = (fp - fm) / h2;
+    emax = fmax(emax, fabs(fd - (double)analytic[i]));
+  }
+  double rel = amax > 0 ? emax / amax : emax;
+  printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
+  RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
+  RF_CHECK(rel <= FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, FD_TOL);
+}
+
+/* ---- rmsnorm ---------------------------------------------------------------------- */
+
+struct norm_ctx {
+  int n, d;
+  float *x, *w, *r, *out, *rstd;
+};
+
+static double norm_obj(void *p) {
+  struct norm_ctx *c = p;
+  rf_llama_rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->d, 1e-5f);
+  return dot_d(c->out, c->r, (size_t)c->n * c->d);
+}
+
+static void test_rmsnorm(void) {
+  struct norm_ctx c = {.n = 5, .d = 24};
+  size_t nd = (size_t)c.n * c.d;
+  c.x = rand_buf(nd, 1.0f);
+  c.w = rand_buf((size_t)c.d, 1.0f);
+  for (int i = 0; i < c.d; i++) c.w[i] += 1.0f;
+  c.r = rand_buf(nd, 1.0f);
+  c.out = rand_buf(nd, 1.0f);
+  c.rstd = rand_buf((size_t)c.n, 1.0f);
+  float *dx = rf_xcalloc(nd, 4), *dw = rf_xcalloc((size_t)c.d, 4);
+  norm_obj(&c);
+  rf_llama_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
+  fd_check("rmsnorm dx", c.x, nd, dx, norm_obj, &c);
+  fd_check("rmsnorm dw", c.w, (size_t)c.d, dw, norm_obj, &c);
+  /* backward adds */
+  float dx0 = dx[3], dw0 = dw[2];
+  rf_llama_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
+  RF_CHECK_CLOSE(dx[3], 2.0f * dx0, 1e-6, 0.0, "rmsnorm dx accumulates");
+  RF_CHECK_CLOSE(dw[2], 2.0f * dw0, 1e-6, 0.0, "rmsnorm dw accumulates");
+  free(c.x), free(c.w), free(c.r), free(c.out), free(c.rstd), free(dx), free(dw);
+}
+
+/* ---- rope ---------------------------------------------------------------------------- */
+
+struct rope_ctx {
+  int b, t, nh, hd;
+  float *x, *r, *out, *cs, *sn;
+};
+
+static double rope_obj(void *p) {
+  struct rope_ctx *c = p;
+  size_t n = (size_t)c->b * c->t * c->nh * c->hd;
+  memcpy(c->out, c->x, n * 4);
+  rf_llama_rope_apply(c->out, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0);
+  return dot_d(c->out, c->r, n);
+}
+
+static void test_rope(void) {
+  struct rope_ctx c = {.b = 2, .t = 7, .nh = 3, .hd = 8};
+  size_t n = (size_t)c.b * c.t * c.nh * c.hd;
+  c.x = rand_buf(n, 1.0f);
+  c.r = rand_buf(n, 1.0f);
+  c.out = rand_buf(n, 1.0f);
+  c.cs = rf_xmalloc((size_t)c.t * c.hd / 2 * 4);
+  c.sn = rf_xmalloc((size_t)c.t * c.hd / 2 * 4);
+  rf_llama_rope_tables(c.cs, c.sn, c.t, c.hd, 100.0);
+  /* HF's convention at one element: position 3, head 1, pair (1, 1 + hd/2). */
+  {
+    int t = 3, h = 1, i = 1, half = c.hd / 2;
+    double inv = pow(100.0, -2.0 * i / c.hd), a = t * inv;
+    rope_obj(&c);
+    size_t base = ((size_t)0 * c.t + t) * c.nh * c.hd + (size_t)h * c.hd;
+    double x1 = c.x[base + i], x2 = c.x[base + i + half];
+    RF_CHECK_CLOSE(c.out[base + i], x1 * cos(a) - x2 * sin(a), 1e-5, 1e-6, "rope first half");
+    RF_CHECK_CLOSE(c.out[base + i + half], x2 * cos(a) + x1 * sin(a), 1e-5, 1e-6, "rope second half");
+  }
+  float *d = rf_xmalloc(n * 4);
+  memcpy(d, c.r, n * 4);
+  rf_llama_rope_apply(d, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
+  fd_check("rope dx", c.x, n, d, rope_obj, &c);
+  /* the inverse undoes the rotation */
+  rope_obj(&c);
+  rf_llama_rope_apply(c.out, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
+  RF_CHECK(rf_test_max_rel_diff(c.out, c.x, n, 1e-3) < 1e-5, "rope inverse");
+  free(c.x), free(c.r), free(c.out), free(c.cs), free(c.sn), free(d);
+}
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+struct att_ctx {
+  int b, t, nh, nkv, hd;
+  float *q, *k, *v, *r, *y, *p;
+};
+
+static double att_obj(void *p) {
+  struct att_ctx *c = p;
+  rf_llama_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd);
+  return dot_d(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
+}
+
+/* Naive reference: y[b,i,h] = sum_{j<=i} softmax_j(q.k / sqrt(hd)) v[j]. */
+static void att_naive(const struct att_ctx *c, double *y) {
+  int qs = c->nh * c->hd, ks = c->nkv * c->hd, rep = c->nh / c->nkv;
+  for (int b = 0; b < c->b; b++)
+    for (int h = 0; h < c->nh; h++)
+      for (int i = 0; i < c->t; i++) {
+        double s[64], mx = -1e300, z = 0.0;
+        const float *qi = c->q + ((size_t)b * c->t + i) * qs + h * c->hd;
+        for (int j = 0; j <= i; j++) {
+          const float *kj = c->k + ((size_t)b * c->t + j) * ks + (h / rep) * c->hd;
+          double d = 0.0;
+          for (int e = 0; e < c->hd; e++) d += (double)qi[e] * kj[e];
+          s[j] = d / sqrt((double)c->hd);
+          mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j <= i; j++) z += (s[j] = exp(s[j] - mx));
+        for (int e = 0; e < c->hd; e++) {
+          double acc = 0.0;
+          for (int j = 0; j <= i; j++)
+            acc += s[j] / z * c->v[((size_t)b * c->t + j) * ks + (h / rep) * c->hd + e];
+          y[((size_t)b * c->t + i) * qs + h * c->hd + e] = acc;
+        }
+      }
+}
+
+static void test_attention(void) {
+  struct att_ctx c = {.b = 2, .t = 6, .nh = 4, .nkv = 2, .hd = 4};
+  size_t nq = (size_t)c.b * c.t * c.nh * c.hd, nk = (size_t)c.b * c.t * c.nkv * c.hd;
+  c.q = rand_buf(nq, 1.5f);
+  c.k = rand_buf(nk, 1.5f);
+  c.v = rand_buf(nk, 1.0f);
+  c.r = rand_buf(nq, 1.0f);
+  c.y = rand_buf(nq, 1.0f);
+  c.p = rand_buf((size_t)c.b * c.nh * c.t * c.t, 1.0f);
+  att_obj(&c);
+  double *yn = rf_xmalloc(nq * sizeof(double));
+  att_naive(&c, yn);
+  double e = 0.0;
+  for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(yn[i] - c.y[i]));
+  RF_CHECK(e < 1e-5, "attention forward vs naive causal GQA: %.3g", e);
+  float *dq = rf_xcalloc(nq, 4), *dk = rf_xcalloc(nk, 4), *dv = rf_xcalloc(nk, 4);
+  float *scratch = rf_xmalloc((size_t)4 * c.t * c.t * 4);
+  rf_llama_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, scratch, 4);
+  fd_check("attention dq", c.q, nq, dq, att_obj, &c);
+  fd_check("attention dk", c.k, nk, dk, att_obj, &c);
+  fd_check("attention dv", c.v, nk, dv, att_obj, &c);
+  free(c.q), free(c.k), free(c.v), free(c.r), free(c.y), free(c.p), free(yn), free(dq), free(dk), free(dv);
+  free(scratch);
+}
+
+/* ---- swiglu -------------------------------------------------------------------------------- */
+
+struct swiglu_ctx {
+  size_t n;
+  float *g, *u, *r, *h;
+};
+
+static double swiglu_obj(void *p) {
+  struct swiglu_ctx *c = p;
+  rf_llama_swiglu_forward(c->h, c->g, c->u, c->n);
+  return dot_d(c->h, c->r, c->n);
+}
+
+static void test_swiglu(void) {
+  struct swiglu_ctx c = {.n = 64};
+  c.g = rand_buf(c.n, 3.0f);
+  c.u = rand_buf(c.n, 1.0f);
+  c.r = rand_buf(c.n, 1.0f);
+  c.h = rand_buf(c.n, 1.0f);
+  swiglu_obj(&c);
+  RF_CHECK_CLOSE(c.h[5], c.g[5] / (1.0 + exp(-c.g[5])) * c.u[5], 1e-6, 1e-7, "silu(g) * u");
+  float *dg = rf_xmalloc(c.n * 4), *du = rf_xmalloc(c.n * 4);
+  rf_llama_swiglu_backward(dg, du, c.r, c.g, c.u, c.n);
+  fd_check("swiglu dgate", c.g, c.n, dg, swiglu_obj, &c);
+  fd_check("swiglu dup", c.u, c.n, du, swiglu_obj, &c);
+  free(c.g), free(c.u), free(c.r), free(c.h), free(dg), free(du);
+}
+
+/* ---- linear ---------------------------------------------------------------------------------- */
+
+struct lin_ctx {
+  int n, in, out;
+  float *x, *w, *r, *y;
+};
+
+static double lin_obj(void *p) {
+  struct lin_ctx *c = p;
+  struct rf_llama_weight w = {c->w, NULL};
+  rf_llama_linear_forward(c->y, c->x, &w, c->n, c->in, c->out, 0.0f, NULL);
+  return dot_d(c->y, c->r, (size_t)c->n * c->out);
+}
+
+static void test_linear(void) {
+  struct lin_ctx c = {.n = 5, .in = 7, .out = 6};
+  c.x = rand_buf((size_t)c.n * c.in, 1.0f);
+  c.w = rand_buf((size_t)c.out * c.in, 1.0f);
+  c.r = rand_buf((size_t)c.n * c.out, 1.0f);
+  c.y = rand_buf((size_t)c.n * c.out, 1.0f);
+  lin_obj(&c);
+  double y12 = 0.0;
+  for (int i = 0; i < c.in; i++) y12 += (double)c.x[1 * c.in + i] * c.w[2 * c.in + i];
+  RF_CHECK_CLOSE(c.y[1 * c.out + 2], y12, 1e-5, 1e-6, "y = x W^T with W [out, in]");
+  float *dx = rf_xcalloc((size_t)c.n * c.in, 4), *dw = rf_xcalloc((size_t)c.out * c.in, 4);
+  struct rf_llama_weight w = {c.w, NULL};
+  rf_llama_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 0.0f, NULL);
+  fd_check("linear dx", c.x, (size_t)c.n * c.in, dx, lin_obj, &c);
+  fd_check("linear dw", c.w, (size_t)c.out * c.in, dw, lin_obj, &c);
+  float dw0 = dw[4], dx0 = dx[3];
+  rf_llama_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 1.0f, NULL);
+  RF_CHECK_CLOSE(dw[4], 2.0f * dw0, 1e-6, 1e-7, "linear dw accumulates");
+  RF_CHECK_CLOSE(dx[3], 2.0f * dx0, 1e-6, 1e-7, "linear dx with beta 1 accumulates");
+  free(c.x), free(c.w), free(c.r), free(c.y), free(dx), free(dw);
+}
+
+/* bf16 weights (out > RF_LLAMA_STAGE_ROWS, so the fallback runs several row
+ * blocks) against f32 weights holding the same rounded values. Tolerance: exact
+ * up to f32 summation order (1e-5) without sbgemm; 2e-2 with sbgemm (activations
+ * rounded to bf16, relative error ~ 2^-8 per product). */
+static void test_linear_bf16(void) {
+  int n = 9, in = 40, out = RF_LLAMA_STAGE_ROWS + 37;
+  float *x = rand_buf((size_t)n * in, 1.0f), *wf = rand_buf((size_t)out * in, 1.0f);
+  float *dy = rand_buf((size_t)n * out, 1.0f);
+  uint16_t *wb = rf_xmalloc((size_t)out * in * 2);
+  rf_bf16_from_f32_n(wb, wf, (size_t)out * in);
+  rf_f32_from_bf16_n(wf, wb, (size_t)out * in);
+  struct rf_llama_stage st = {rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
+                              rf_xmalloc((size_t)RF_LLAMA_STAGE_ROWS * in * 4)};
+  struct rf_llama_weight w32 = {wf, NULL}, w16 = {NULL, wb};
+  float *ya = rf_xmalloc((size_t)n * out * 4), *yb = rf_xmalloc((size_t)n * out * 4);
+  rf_llama_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
+  rf_llama_linear_forward(yb, x, &w16, n, in, out, 0.0f, &st);
+  double tol = rf_llama_have_sbgemm() ? 2e-2 : 1e-5;
+  double e = rf_test_max_rel_diff(yb, ya, (size_t)n * out, 1.0);
+  RF_CHECK(e <= tol, "bf16 linear forward rel err %.3g > %g", e, tol);
+  float *dxa = rf_xmalloc((size_t)n * in * 4), *dxb = rf_xmalloc((size_t)n * in * 4);
+  rf_llama_linear_backward(dxa, NULL, dy, x, &w32, n, in, out, 0.0f, NULL);
+  rf_llama_linear_backward(dxb, NULL, dy, x, &w16, n, in, out, 0.0f, &st);
+  double e2 = rf_test_max_rel_diff(dxb, dxa, (size_t)n * in, 1.0);
+  RF_CHECK(e2 <= tol, "bf16 linear backward rel err %.3g > %g", e2, tol);
+  printf("  bf16 linear (%s): forward rel err %.2g, backward %.2g\n",
+         rf_llama_have_sbgemm() ? "cblas_sbgemm" : "row blocks widened to f32", e, e2);
+  free(x), free(wf), free(dy), free(wb), free(st.act), free(st.wf32), free(ya), free(yb), free(dxa),
+      free(dxb);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------------ */
+
+struct ce_ctx {
+  int n, v;
+  float *z, *lse;
+  int32_t *t;
+};
+
+static double ce_obj(void *p) {
+  struct ce_ctx *c = p;
+  return rf_llama_cross_entropy_forward(c->lse, c->z, c->t, c->n, c->v);
+}
+
+static void test_cross_entropy(void) {
+  struct ce_ctx c = {.n = 6, .v = 11};
+  c.z = rand_buf((size_t)c.n * c.v, 3.0f);
+  c.lse = rf_xmalloc((size_t)c.n * 4);
+  int32_t t[6] = {3, 0, 10, -1, 7, 3};
+  c.t = t;
+  double loss = ce_obj(&c);
+  double ref = 0.0;
+  for (int r = 0; r < c.n; r++) {
+    if (t[r] < 0) continue;
+    double z = 0.0;
+    for (int j = 0; j < c.v; j++) z += exp((double)c.z[r * c.v + j]);
+    ref += log(z) - c.z[r * c.v + t[r]];
+  }
+  RF_CHECK_CLOSE(loss, ref, 1e-6, 0.0, "cross-entropy sum");
+  float *g = rf_xmalloc((size_t)c.n * c.v * 4);
+  memcpy(g, c.z, (size_t)c.n * c.v * 4);
+  rf_llama_cross_entropy_backward(g, c.lse, t, c.n, c.v, 1.0f);
+  fd_check("cross-entropy dlogits", c.z, (size_t)c.n * c.v, g, ce_obj, &c);
+  memcpy(g, c.z, (size_t)c.n * c.v * 4);
+  rf_llama_cross_entropy_backward(g, c.lse, t, c.n, c.v, 0.25f);
+  float *g1 = rf_xmalloc((size_t)c.n * c.v * 4);
+  memcpy(g1, c.z, (size_t)c.n * c.v * 4);
+  rf_llama_cross_entropy_backward(g1, c.lse, t, c.n, c.v, 1.0f);
+  RF_CHECK_CLOSE(g[2], 0.25f * g1[2], 1e-6, 1e-8, "grad_scale multiplies");
+  free(c.z), free(c.lse), free(g), free(g1);
+}
+
+/* ---- embedding ------------------------------------------------------------------------------------- */
+
+struct emb_ctx {
+  int n, d;
+  float *table, *r, *out;
+  const int32_t *tok;
+};
+
+static double emb_obj(void *p) {
+  struct emb_ctx *c = p;
+  struct rf_llama_weight w = {c->table, NULL};
+  rf_llama_embedding_forward(c->out, &w, c->tok, c->n, c->d);
+  return dot_d(c->out, c->r, (size_t)c->n * c->d);
+}
+
+static void test_embedding(void) {
+  int32_t tok[7] = {2, 4, 2, 0, 4, 4, 1};
+  struct emb_ctx c = {.n = 7, .d = 5, .tok = tok};
+  int vocab = 6;
+  c.table = rand_buf((size_t)vocab * c.d, 1.0f);
+  c.r = rand_buf((size_t)c.n * c.d, 1.0f);
+  c.out = rand_buf((size_t)c.n * c.d, 1.0f);
+  float *dt = rf_xcalloc((size_t)vocab * c.d, 4);
+  rf_llama_embedding_backward(dt, c.r, tok, c.n, c.d);
+  fd_check("embedding dtable", c.table, (size_t)vocab * c.d, dt, emb_obj, &c);
+  RF_CHECK(dt[3 * c.d] == 0.0f && dt[5 * c.d + 1] == 0.0f, "unused rows get no gradient");
+  free(c.table), free(c.r), free(c.out), free(dt);
+}
+
+/* ---- one layer end to end through the workspace -----------------------------------------------------------
+ */
+
+/* J = sum(layer_output * R) for a 1-layer model; the layer backward with dx = R
+ * must give dJ/dW for every tensor of the unit (spot-checked elements). */
+struct layer_ctx {
+  struct rf_llama_config cfg;
+  struct rf_llama_ws ws;
+  float *emb;
+  float *w[9];
+  float *r;
+  int32_t *tok;
+};
+
+static double layer_obj(void *p) {
+  struct layer_ctx *c = p;
+  struct rf_llama_weight e = {c->emb, NULL}, lw[9];
+  for (int i = 0; i < 9; i++) lw[i] = (struct rf_llama_weight){c->w[i], NULL};
+  RF_ASSERT(rf_llama_embed_forward(&c->ws, &e, c->tok) == 0);
+  rf_llama_layer_forward(&c->ws, 0, lw);
+  return dot_d(c->ws.xf, c->r, (size_t)c->ws.b * c->ws.t * c->cfg.hidden_size);
+}
+
+static void test_layer(void) {
+  struct layer_ctx c;
+  memset(&c, 0, sizeof(c));
+  c.cfg = (struct rf_llama_config){.hidden_size = 16,
+                                   .intermediate_size = 20,
+                                   .num_hidden_layers = 1,
+                                   .num_attention_heads = 4,
+                                   .num_key_value_heads = 2,
+                                   .vocab_size = 9,
+                                   .max_position_embeddings = 16,
+                                   .rms_norm_eps = 1e-5f,
+                                   .rope_theta = 10000.0};
+  RF_ASSERT(rf_llama_config_check(&c.cfg, "test") == 0);
+  int B = 2, T = 5, N = B * T, H = 16;
+  RF_ASSERT(rf_llama_ws_init(&c.ws, &c.cfg, B, T) == 0);
+  c.emb = rand_buf((size_t)9 * H, 1.0f);
+  int64_t numel[9];
+  for (int i = 0; i < 9; i++) {
+    struct rf_llama_tensor_spec s;
+    rf_llama_unit_tensor(&c.cfg, 1, i, &s);
+    numel[i] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+    c.w[i] = rand_buf((size_t)numel[i], s.ndim == 2 ? 0.5f : 0.3f);
+    if (s.ndim == 1)
+      for (int64_t j = 0; j < numel[i]; j++) c.w[i][j] += 1.0f;
+  }
+  c.r = rand_buf((size_t)N * H, 1.0f);
+  int32_t tok[10] = {1, 5, 8, 0, 2, 2, 7, 3, 3, 6};
+  c.tok = tok;
+  layer_obj(&c);
+  float *g[9];
+  for (int i = 0; i < 9; i++) g[i] = rf_xcalloc((size_t)numel[i], 4);
+  memcpy(c.ws.dx, c.r, (size_t)N * H * 4);
+  struct rf_llama_weight lw[9];
+  for (int i = 0; i < 9; i++) lw[i] = (struct rf_llama_weight){c.w[i], NULL};
+  rf_llama_layer_backward(&c.ws, 0, lw, g);
+  float *dx = rf_xmalloc((size_t)N * H * 4);
+  memcpy(dx, c.ws.dx, (size_t)N * H * 4);
+  float *demb = rf_xcalloc((size_t)9 * H, 4);
+  rf_llama_embed_backward(&c.ws, &demb);
+  (void)dx;
+  static const char *names[9] = {"layer input_norm", "layer q_proj", "layer k_proj",
+                                 "layer v_proj",     "layer o_proj", "layer post_norm",
+                                 "layer gate",       "layer up",     "layer down"};
+  for (int i = 0; i < 9; i++) fd_check(names[i], c.w[i], (size_t)numel[i], g[i], layer_obj, &c);
+  fd_check("layer -> embedding", c.emb, (size_t)9 * H, demb, layer_obj, &c);
+  for (int i = 0; i < 9; i++) free(c.w[i]), free(g[i]);
+  free(c.emb), free(c.r), free(dx), free(demb);
+  rf_llama_ws_free(&c.ws);
+}
+
+int main(void) {
+  test_rmsnorm();
+  test_rope();
+  test_attention();
+  test_swiglu();
+  test_linear();
+  test_linear_bf16();
+  test_cross_entropy();
+  test_embedding();
+  test_layer();
+  return rf_test_finish("test_model_ops");
+}

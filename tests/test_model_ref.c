@@ -1,0 +1,371 @@
+/* rf-test: timeout=60 */
+/* The whole model against Hugging Face's LlamaForCausalLM: tests/ref_llama.py
+ * wrote the weights, tokens, targets, logits, mean loss and every parameter
+ * gradient of a tiny model (hidden 64, inter 96, 2 layers, 4 heads, 2 kv heads,
+ * vocab 67, B 2, T 9, two ignored targets), computed in float64 by PyTorch, to
+ * tests/data/llama_ref.bin. Here the C model runs the same batch in f32 and every
+ * tensor is compared:
+ *   logits, loss         max|a-b| / max|ref| <= 2e-5
+ *   each gradient        max|a-b| / max|ref| <= 1e-4
+ * The bf16-weight path (cblas_sbgemm, activations rounded to bf16) is compared with
+ * the f32 path on the same bf16-rounded weights: loss within 1e-2 relative, logits
+ * and gradients max|a-b| / max|ref| <= 5e-2.
+ * Also: gradients are added (a second backward doubles them), greedy generation
+ * picks HF's argmax, the config.json written by transformers loads, and bad configs
+ * fail with messages naming the file and the field. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "model/model.h"
+#include "rf_test.h"
+
+#define REF_PATH "tests/data/llama_ref.bin"
+#define REF_CFG "tests/data/llama_ref_config.json"
+
+struct ref {
+  struct rf_llama_config cfg;
+  int B, T;
+  double loss;
+  int32_t *tokens, *targets;
+  float *logits;
+  int n_tensors;
+  int64_t *numel;
+  float **w, **g; /* [n_tensors] */
+};
+
+struct reader {
+  const char *p;
+  size_t left;
+  int ok;
+};
+
+static void rd(struct reader *r, void *dst, size_t bytes) {
+  if (r->left < bytes) {
+    r->ok = 0;
+    memset(dst, 0, bytes);
+    return;
+  }
+  memcpy(dst, r->p, bytes);
+  r->p += bytes;
+  r->left -= bytes;
+}
+
+static int ref_load(struct ref *ref, const char *path) {
+  char *buf = NULL;
+  size_t n = 0;
+  if (rf_file_read_all(path, &buf, &n) != 0) return -1;
+  struct reader r = {buf, n, 1};
+  uint32_t magic = 0, version = 0;
+  rd(&r, &magic, 4);
+  rd(&r, &version, 4);
+  if (magic != 0x4645524Cu || version != 1) {
+    free(buf);
+    return rf_error_set(__FILE__, __LINE__, "%s: bad magic/version", path);
+  }
+  int32_t h[9];
+  rd(&r, h, sizeof(h));
+  double d[3];
+  rd(&r, d, sizeof(d));
+  struct rf_llama_config *c = &ref->cfg;
+  c->hidden_size = h[0], c->intermediate_size = h[1], c->num_hidden_layers = h[2];
+  c->num_attention_heads = h[3], c->num_key_value_heads = h[4], c->vocab_size = h[5];
+  c->max_position_embeddings = h[6];
+  c->rms_norm_eps = (float)d[0];
+  c->rope_theta = d[1];
+  ref->loss = d[2];
+  ref->B = h[7], ref->T = h[8];
+  if (rf_llama_config_check(c, path) != 0) {
+    free(buf);
+    return -1;
+  }
+  size_t nt = (size_t)ref->B * ref->T;
+  ref->tokens = rf_xmalloc(nt * 4);
+  ref->targets = rf_xmalloc(nt * 4);
+  ref->logits = rf_xmalloc(nt * (size_t)c->vocab_size * 4);
+  rd(&r, ref->tokens, nt * 4);
+  rd(&r, ref->targets, nt * 4);
+  rd(&r, ref->logits, nt * (size_t)c->vocab_size * 4);
+  ref->n_tensors = 0;
+  for (int u = 0; u < rf_llama_n_units(c); u++) ref->n_tensors += rf_llama_unit_n_tensors(c, u);
+  ref->numel = rf_xcalloc((size_t)ref->n_tensors, sizeof(int64_t));
+  ref->w = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
+  ref->g = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
+  int k = 0;
+  for (int u = 0; u < rf_llama_n_units(c); u++) {
+    for (int i = 0; i < rf_llama_unit_n_tensors(c, u); i++, k++) {
+      struct rf_llama_tensor_spec s;
+      rf_llama_unit_tensor(c, u, i, &s);
+      ref->numel[k] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+    }
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (k = 0; k < ref->n_tensors; k++) {
+      float **dst = pass == 0 ? &ref->w[k] : &ref->g[k];
+      *dst = rf_xmalloc((size_t)ref->numel[k] * 4);
+      rd(&r, *dst, (size_t)ref->numel[k] * 4);
+    }
+  }
+  int complete = r.ok && r.left == 0;
+  free(buf);
+  if (!complete) return rf_error_set(__FILE__, __LINE__, "%s: size does not match its header", path);
+  return 0;
+}
+
+static void ref_free(struct ref *ref) {
+  for (int k = 0; k < ref->n_tensors; k++) {
+    free(ref->w[k]);
+    free(ref->g[k]);
+  }
+  free(ref->w);
+  free(ref->g);
+  free(ref->numel);
+  free(ref->tokens);
+  free(ref->targets);
+  free(ref->logits);
+}
+
+static double max_abs(const float *a, size_t n) {
+  double m = 0.0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
+  return m;
+}
+
+/* max|a - b| / max|b| */
+static double rel_err(const float *a, const float *b, size_t n) {
+  double m = max_abs(b, n), e = 0.0;
+  for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - (double)b[i]));
+  return m > 0 ? e / m : e;
+}
+
+/* One forward + backward with the given weights; grads must be zeroed by the
+ * caller (they are added to). Returns the loss sum; logits copied out. */
+struct run {
+  double loss_sum;
+  int count;
+  float *logits;
+};
+
+static void run_model(const struct ref *ref, struct rf_llama_ws *ws, const struct rf_llama_weight *wt,
+                      float **grads, float *logits_out, double *loss_sum, int count) {
+  const struct rf_llama_config *c = &ref->cfg;
+  int L = c->num_hidden_layers;
+  RF_ASSERT(rf_llama_embed_forward(ws, &wt[0], ref->tokens) == 0);
+  for (int l = 0; l < L; l++) rf_llama_layer_forward(ws, l, &wt[1 + 9 * l]);
+  *loss_sum = rf_llama_head_forward(ws, &wt[1 + 9 * L], ref->targets);
+  size_t nl = (size_t)ref->B * ref->T * c->vocab_size;
+  if (logits_out) memcpy(logits_out, rf_llama_ws_logits(ws, 0), nl * 4);
+  rf_llama_head_backward(ws, &wt[1 + 9 * L], &grads[1 + 9 * L], 1.0f / (float)count);
+  for (int l = L - 1; l >= 0; l--) rf_llama_layer_backward(ws, l, &wt[1 + 9 * l], &grads[1 + 9 * l]);
+  rf_llama_embed_backward(ws, &grads[0]);
+}
+
+static float **grads_alloc(const struct ref *ref) {
+  float **g = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
+  for (int k = 0; k < ref->n_tensors; k++) g[k] = rf_xcalloc((size_t)ref->numel[k], 4);
+  return g;
+}
+
+static void grads_free(const struct ref *ref, float **g) {
+  for (int k = 0; k < ref->n_tensors; k++) free(g[k]);
+  free(g);
+}
+
+static void test_against_hf(const struct ref *ref) {
+  const struct rf_llama_config *c = &ref->cfg;
+  size_t nt = (size_t)ref->B * ref->T, nl = nt * c->vocab_size;
+  int count = 0;
+  for (size_t i = 0; i < nt; i++) count += ref->targets[i] >= 0;
+  struct rf_llama_ws ws;
+  RF_CHECK(rf_llama_ws_init(&ws, c, ref->B, ref->T) == 0, "ws_init: %s", rf_error_msg());
+  struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
+  for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
+  float **grads = grads_alloc(ref);
+  float *logits = rf_xmalloc(nl * 4);
+  double loss_sum = 0.0;
+  run_model(ref, &ws, wt, grads, logits, &loss_sum, count);
+
+  double loss = loss_sum / count;
+  RF_CHECK_CLOSE(loss, ref->loss, 2e-5, 0.0, "mean loss against HF");
+  double e_logits = rel_err(logits, ref->logits, nl);
+  RF_CHECK(e_logits <= 2e-5, "logits: rel err %.3g > 2e-5", e_logits);
+  double worst = 0.0;
+  int k = 0;
+  for (int u = 0; u < rf_llama_n_units(c); u++) {
+    for (int i = 0; i < rf_llama_unit_n_tensors(c, u); i++, k++) {
+      struct rf_llama_tensor_spec s;
+      rf_llama_unit_tensor(c, u, i, &s);
+      double e = rel_err(grads[k], ref->g[k], (size_t)ref->numel[k]);
+      worst = fmax(worst, e);
+      RF_CHECK(max_abs(ref->g[k], (size_t)ref->numel[k]) > 0, "%s: reference gradient is zero", s.name);
+      RF_CHECK(e <= 1e-4, "gradient of %s: rel err %.3g > 1e-4", s.name, e);
+    }
+  }
+  printf("f32 vs HF: loss %.9f (HF %.9f), logits rel err %.2g, worst gradient rel err %.2g\n", loss,
+         ref->loss, e_logits, worst);
+
+  /* Gradients are added: a second backward on top doubles them. */
+  run_model(ref, &ws, wt, grads, NULL, &loss_sum, count);
+  double e2 = 0.0;
+  for (k = 0; k < ref->n_tensors; k++) {
+    float *twice = rf_xmalloc((size_t)ref->numel[k] * 4);
+    for (int64_t j = 0; j < ref->numel[k]; j++) twice[j] = 2.0f * ref->g[k][j];
+    e2 = fmax(e2, rel_err(grads[k], twice, (size_t)ref->numel[k]));
+    free(twice);
+  }
+  RF_CHECK(e2 <= 1e-4, "second backward does not add (rel err %.3g)", e2);
+
+  /* Greedy generation from a prefix of sequence 1 picks HF's argmax at that row. */
+  for (int len = 1; len <= ref->T; len += 4) {
+    int32_t seq[64];
+    memcpy(seq, ref->tokens + ref->T, sizeof(int32_t) * (size_t)len);
+    uint64_t rng = 7;
+    RF_CHECK(rf_llama_generate(&ws, (const struct rf_llama_weight *const[]){&wt[0], &wt[1], &wt[10], &wt[19]},
+                               seq, len, len + 1, 0.0f, &rng) == 0,
+             "generate: %s", rf_error_msg());
+    const float *row = ref->logits + ((size_t)ref->T + len - 1) * c->vocab_size;
+    int best = 0;
+    for (int j = 1; j < c->vocab_size; j++)
+      if (row[j] > row[best]) best = j;
+    RF_CHECK(seq[len] == best, "greedy token after %d tokens: %d, HF argmax %d", len, seq[len], best);
+  }
+  RF_CHECK(ws.b == ref->B && ws.t == ref->T, "generate restores the workspace shape");
+
+  /* Temperature sampling follows the softmax: frequencies over many draws. */
+  {
+    float lg[4] = {0.0f, 1.0f, 2.0f, -1.0f};
+    int counts[4] = {0, 0, 0, 0};
+    uint64_t rng = 42;
+    int draws = 200000;
+    for (int i = 0; i < draws; i++) counts[rf_llama_sample_logits(lg, 4, 1.0f, &rng)]++;
+    double z = 0.0;
+    for (int j = 0; j < 4; j++) z += exp(lg[j]);
+    for (int j = 0; j < 4; j++)
+      RF_CHECK(fabs((double)counts[j] / draws - exp(lg[j]) / z) <= 5e-3, "sampling frequency of %d: %g vs %g",
+               j, (double)counts[j] / draws, exp(lg[j]) / z);
+    RF_CHECK(rf_llama_sample_logits(lg, 4, 0.0f, &rng) == 2, "temperature 0 is the argmax");
+  }
+
+  /* bf16 weights: same weights rounded to bf16, f32 path vs bf16 path. */
+  uint16_t **wb = rf_xcalloc((size_t)ref->n_tensors, sizeof(uint16_t *));
+  float **wr = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
+  struct rf_llama_weight *wtb = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wtb));
+  for (k = 0; k < ref->n_tensors; k++) {
+    size_t n = (size_t)ref->numel[k];
+    wb[k] = rf_xmalloc(n * 2);
+    wr[k] = rf_xmalloc(n * 4);
+    rf_bf16_from_f32_n(wb[k], ref->w[k], n);
+    rf_f32_from_bf16_n(wr[k], wb[k], n);
+    wt[k].f32 = wr[k];
+    wtb[k].f32 = NULL;
+    wtb[k].bf16 = wb[k];
+  }
+  float **ga = grads_alloc(ref), **gb = grads_alloc(ref);
+  float *logits_b = rf_xmalloc(nl * 4);
+  double la = 0.0, lb = 0.0;
+  run_model(ref, &ws, wt, ga, logits, &la, count);
+  run_model(ref, &ws, wtb, gb, logits_b, &lb, count);
+  RF_CHECK_CLOSE(lb, la, 1e-2, 0.0, "bf16-weight loss vs f32 path");
+  double eb = rel_err(logits_b, logits, nl);
+  RF_CHECK(eb <= 5e-2, "bf16 logits rel err %.3g > 5e-2", eb);
+  double worst_b = 0.0;
+  for (k = 0; k < ref->n_tensors; k++) {
+    double e = rel_err(gb[k], ga[k], (size_t)ref->numel[k]);
+    worst_b = fmax(worst_b, e);
+    RF_CHECK(e <= 5e-2, "bf16 gradient of tensor %d: rel err %.3g > 5e-2", k, e);
+  }
+  printf(
+      "bf16 vs f32 (same rounded weights): loss %.6f vs %.6f, logits rel err %.2g, worst gradient rel err "
+      "%.2g\n",
+      lb / count, la / count, eb, worst_b);
+
+  for (k = 0; k < ref->n_tensors; k++) {
+    free(wb[k]);
+    free(wr[k]);
+  }
+  free(wb);
+  free(wr);
+  free(wtb);
+  grads_free(ref, ga);
+  grads_free(ref, gb);
+  free(logits_b);
+  grads_free(ref, grads);
+  free(logits);
+  free(wt);
+  rf_llama_ws_free(&ws);
+}
+
+/* ---- configuration files ---------------------------------------------------------- */
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  RF_ASSERT(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void expect_config_error(const char *dir, const char *json, const char *field) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  write_text(path, json);
+  struct rf_llama_config c;
+  int rc = rf_llama_config_load(&c, path);
+  RF_CHECK(rc == -1, "config %s should fail", json);
+  RF_CHECK(strstr(rf_error_msg(), path) != NULL, "message names the file: %s", rf_error_msg());
+  RF_CHECK(strstr(rf_error_msg(), field) != NULL, "message names %s: %s", field, rf_error_msg());
+}
+
+static void test_config(const struct ref *ref) {
+  struct rf_llama_config c;
+  RF_CHECK(rf_llama_config_load(&c, REF_CFG) == 0, "HF config.json: %s", rf_error_msg());
+  RF_CHECK(c.hidden_size == ref->cfg.hidden_size && c.intermediate_size == ref->cfg.intermediate_size &&
+               c.num_hidden_layers == ref->cfg.num_hidden_layers &&
+               c.num_attention_heads == ref->cfg.num_attention_heads &&
+               c.num_key_value_heads == ref->cfg.num_key_value_heads && c.vocab_size == ref->cfg.vocab_size &&
+               c.head_dim == 16,
+           "HF config.json fields");
+  RF_CHECK_CLOSE(c.rope_theta, 10000.0, 0.0, 0.0, "rope_theta from rope_parameters");
+  RF_CHECK_CLOSE(c.rms_norm_eps, 1e-5, 1e-6, 0.0, "rms_norm_eps");
+  RF_CHECK(rf_llama_config_load(&c, "configs/llama-100m.json") == 0, "llama-100m: %s", rf_error_msg());
+  int64_t np = rf_llama_n_params(&c);
+  RF_CHECK(np > 90000000 && np < 110000000, "llama-100m has %lld parameters", (long long)np);
+  RF_CHECK(rf_llama_config_load(&c, "configs/demo.json") == 0, "demo: %s", rf_error_msg());
+
+  char dir[] = "/tmp/rf_model_cfg_XXXXXX";
+  RF_ASSERT(mkdtemp(dir));
+#define BASE "\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"vocab_size\": 67"
+  expect_config_error(dir, "{" BASE "}", "num_attention_heads");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 5}", "num_attention_heads");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"num_key_value_heads\": 3}",
+                      "num_key_value_heads");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 0}", "num_attention_heads");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"model_type\": \"gpt2\"}", "model_type");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"tie_word_embeddings\": true}",
+                      "tie_word_embeddings");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"rms_norm_eps\": -1}", "rms_norm_eps");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": \"4\"}", "num_attention_heads");
+  expect_config_error(dir, "{\"hidden_size\": 64, ", "not valid JSON");
+#undef BASE
+  char path[600];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  unlink(path);
+  RF_CHECK(rf_llama_config_load(&c, path) == -1 && strstr(rf_error_msg(), path), "missing file: %s",
+           rf_error_msg());
+  rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+  struct ref ref;
+  memset(&ref, 0, sizeof(ref));
+  const char *path = argc > 1 ? argv[1] : REF_PATH;
+  if (ref_load(&ref, path) != 0) {
+    RF_CHECK(0, "loading the reference: %s", rf_error_msg());
+    return rf_test_finish("test_model_ref");
+  }
+  test_config(&ref);
+  test_against_hf(&ref);
+  ref_free(&ref);
+  return rf_test_finish("test_model_ref");
+}

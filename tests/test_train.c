@@ -1,0 +1,215 @@
+/* rf-test: timeout=600
+ * `rfsdp train` as a user runs it, under mpirun:
+ *  - equivalence: the same run (seed, global batch, 30 steps) at W = 1, 2, 3 gives
+ *    the same loss at every step within 1e-4 relative, for the planned layout
+ *    (equal and ragged shards), fsdp2 and flat; the reference is the one-rank run;
+ *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
+ *    uninterrupted run (every rank file of the final checkpoints, and the log's
+ *    losses), at W = 2 (AdamW, Muon) and W = 3 (8-bit AdamW);
+ *  - bad input: a missing or truncated token file, inconsistent head counts, a
+ *    batch not divisible into the ranks, a checkpoint of another optimizer: each
+ *    fails with a message naming the problem. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+#define STEPS 30
+static char dir[64] = "/tmp/rf_test_train.XXXXXX";
+
+/* Runs `scripts/rfmpirun -np W rfsdp ARGS`; returns the exit code, output in out. */
+static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
+  char args[4096], cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s 2>&1",
+           world, rf_cli_binary(), args);
+  FILE *p = popen(cmd, "r");
+  RF_ASSERT(p);
+  size_t n = fread(out, 1, (size_t)out_size - 1, p);
+  out[n] = 0;
+  int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* The "loss" of each step of a JSONL log, in order; returns the count. */
+static int read_losses(const char *path, double *loss, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "\"loss\":");
+    if (p) loss[n++] = atof(p + 7);
+  }
+  fclose(f);
+  return n;
+}
+
+static int files_equal(const char *a, const char *b) {
+  char *x, *y;
+  size_t nx, ny;
+  if (rf_file_read_all(a, &x, &nx) != 0) return 0;
+  if (rf_file_read_all(b, &y, &ny) != 0) {
+    free(x);
+    return 0;
+  }
+  int eq = nx == ny && memcmp(x, y, nx) == 0;
+  free(x);
+  free(y);
+  return eq;
+}
+
+static const char *common =
+    "--steps 30 --batch 6 --seq 16 --lr 3e-3 --warmup 3 --seed 7 --peak-gflops 50 --print-every 0";
+
+static void check_equivalence(const char *model, const char *data) {
+  static const char *layouts[][2] = {
+      {"planned", "equal"}, {"planned", "ragged"}, {"fsdp2", "equal"}, {"flat", "equal"}};
+  char out[16384], log[256];
+  double ref[STEPS], got[STEPS];
+  snprintf(log, sizeof log, "%s/ref.jsonl", dir);
+  int rc = run_mpi(out, sizeof out, 1, "train --model %s --data %s %s --log %s", model, data, common, log);
+  RF_CHECK(rc == 0, "reference run: rc %d\n%s", rc, out);
+  int n = read_losses(log, ref, STEPS);
+  RF_CHECK(n == STEPS, "reference log has %d steps", n);
+  RF_CHECK(n == STEPS && ref[STEPS - 1] < ref[0] - 0.5, "the loss does not fall: %g -> %g", ref[0],
+           ref[n - 1]);
+  for (int w = 1; w <= 3; w++)
+    for (int l = 0; l < 4; l++) {
+      if (w == 1 && l == 0) continue;
+      snprintf(log, sizeof log, "%s/%s-%s-%d.jsonl", dir, layouts[l][0], layouts[l][1], w);
+      rc = run_mpi(out, sizeof out, w, "train --model %s --data %s %s --layout %s --shard %s --log %s", model,
+                   data, common, layouts[l][0], layouts[l][1], log);
+      RF_CHECK(rc == 0, "%s/%s at W=%d: rc %d\n%s", layouts[l][0], layouts[l][1], w, rc, out);
+      int m = read_losses(log, got, STEPS);
+      RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layouts[l][0], layouts[l][1], w, m);
+      double worst = 0;
+      for (int s = 0; s < m && s < n; s++) worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+      RF_CHECK(worst <= 1e-4, "%s/%s at W=%d: loss differs from the one-rank run by %.3g relative",
+               layouts[l][0], layouts[l][1], w, worst);
+      printf("%-8s %-7s W=%d  max relative loss difference %.2g over %d steps\n", layouts[l][0],
+             layouts[l][1], w, worst, m);
+    }
+}
+
+/* 8 uninterrupted steps, and a run resumed from that run's checkpoint of step 4:
+ * identical final checkpoints and losses. */
+static void check_resume(const char *model, const char *data, int world, const char *optim) {
+  char out[16384], a[200], b[200], fa[512], fb[512], loga[256], logb[256];
+  snprintf(a, sizeof a, "%s/full-%s-%d", dir, optim, world);
+  snprintf(b, sizeof b, "%s/cut-%s-%d", dir, optim, world);
+  snprintf(loga, sizeof loga, "%s.jsonl", a);
+  snprintf(logb, sizeof logb, "%s.jsonl", b);
+  const char *args = "--batch 6 --seq 16 --lr 3e-3 --seed 11 --peak-gflops 50 --print-every 0 --save-every 4";
+  int rc = run_mpi(out, sizeof out, world,
+                   "train --model %s --data %s %s --optim %s --steps 8 --ckpt-dir %s --log %s", model, data,
+                   args, optim, a, loga);
+  RF_CHECK(rc == 0, "uninterrupted %s W=%d: rc %d\n%s", optim, world, rc, out);
+  char half[256];
+  snprintf(half, sizeof half, "%s/step-00000004", a);
+  rc = run_mpi(out, sizeof out, world,
+               "train --model %s --data %s %s --optim %s --steps 8 --ckpt-dir %s --resume %s --log %s", model,
+               data, args, optim, b, half, logb);
+  RF_CHECK(rc == 0 && strstr(out, "resumed from"), "resumed %s W=%d: rc %d\n%s", optim, world, rc, out);
+  for (int r = 0; r < world; r++) {
+    snprintf(fa, sizeof fa, "%s/step-00000008/rank-%05d.bin", a, r);
+    snprintf(fb, sizeof fb, "%s/step-00000008/rank-%05d.bin", b, r);
+    RF_CHECK(files_equal(fa, fb), "%s W=%d: rank %d's final checkpoint differs after resume", optim, world,
+             r);
+  }
+  double la[8], lb[8];
+  int na = read_losses(loga, la, 8), nb = read_losses(logb, lb, 8);
+  RF_CHECK(na == 8 && nb == 4, "%s W=%d: %d and %d steps logged", optim, world, na, nb);
+  for (int s = 0; s < 4 && nb == 4 && na == 8; s++)
+    RF_CHECK(la[4 + s] == lb[s], "%s W=%d step %d: loss %.9g resumed, %.9g uninterrupted", optim, world,
+             5 + s, lb[s], la[4 + s]);
+  if (strcmp(optim, "adamw") == 0) {
+    rc = run_mpi(out, sizeof out, world,
+                 "train --model %s --data %s %s --optim muon --steps 8 --ckpt-dir %s --resume %s", model,
+                 data, args, b, a);
+    RF_CHECK(rc != 0 && strstr(out, "optimizer"), "resume with another optimizer: rc %d\n%s",
+             rc, out);
+  }
+}
+
+static void check_bad_input(const char *model, const char *data) {
+  char out[16384], path[300], bad_model[256];
+  int rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s/none %s", model, dir, common);
+  RF_CHECK(rc != 0 && strstr(out, "none.train.tok"), "missing token file: rc %d\n%s", rc, out);
+
+  /* a truncated token file */
+  snprintf(path, sizeof path, "%s.train.tok", data);
+  char *bytes;
+  size_t n;
+  RF_ASSERT(rf_file_read_all(path, &bytes, &n) == 0);
+  char trunc[200];
+  snprintf(trunc, sizeof trunc, "%s/trunc", dir);
+  snprintf(path, sizeof path, "%s.train.tok", trunc);
+  RF_ASSERT(rf_file_write_all(path, bytes, n - 1000) == 0);
+  free(bytes);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cp %s.val.tok %s.val.tok && cp %s.tokenizer.json %s.tokenizer.json", data, trunc,
+           data, trunc);
+  RF_ASSERT(system(cmd) == 0);
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s", model, trunc, common);
+  RF_CHECK(rc != 0 && strstr(out, "trunc.train.tok") && strstr(out, "truncated"),
+           "truncated token file: rc %d\n%s", rc, out);
+
+  snprintf(bad_model, sizeof bad_model, "%s/bad.json", dir);
+  const char *bad =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"num_key_value_heads\": 1, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64}";
+  RF_ASSERT(rf_file_write_all(bad_model, bad, strlen(bad)) == 0);
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s", bad_model, data, common);
+  RF_CHECK(rc != 0 && strstr(out, "bad.json") && strstr(out, "num_attention_heads"),
+           "inconsistent heads: rc %d\n%s", rc, out);
+
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s --steps 2 --batch 5 --seq 16", model, data);
+  RF_CHECK(rc != 0 && strstr(out, "--batch 5 is not divisible"), "batch 5 on 2 ranks: rc %d\n%s", rc, out);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256], out[8192];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  /* a corpus with structure to learn: numbered verses of a few repeated sentences */
+  static const char *lines[] = {
+      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
+      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 200 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  const char *tiny =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
+  RF_ASSERT(rf_file_write_all(model, tiny, strlen(tiny)) == 0);
+
+  check_equivalence(model, data);
+  check_resume(model, data, 2, "adamw");
+  check_resume(model, data, 3, "adamw8bit");
+  check_resume(model, data, 2, "muon");
+  check_bad_input(model, data);
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_train");
+}

@@ -1,0 +1,138 @@
+/* rfsdp ckpt: inspect a checkpoint directory, export its parameters to safetensors. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "commands.h"
+#include "options.h"
+
+static const char *rf_ckpt_usage =
+    "usage: rfsdp ckpt info DIR [--verify]\n"
+    "       rfsdp ckpt export DIR --out FILE.safetensors [--dtype f32|bf16]";
+
+static void rf_ckpt_print_shape(char *out, size_t cap, const struct rf_ckpt_tensor *t) {
+  size_t n = (size_t)snprintf(out, cap, "[");
+  for (int d = 0; d < t->ndim && n < cap; d++)
+    n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
+  if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+/* The states recorded by rf_ckpt_save_views, or "none". */
+static void rf_ckpt_print_states(const char *extra_json) {
+  cJSON *extra = cJSON_Parse(extra_json ? extra_json : "{}");
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(extra, RF_CKPT_STATES_KEY);
+  printf("states: ");
+  int n = 0;
+  for (const cJSON *o = cJSON_IsArray(list) ? list->child : NULL; o; o = o->next, n++) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "suffix"),
+                *d = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+    printf("%s%s (%s)", n ? ", " : "", cJSON_IsString(s) ? s->valuestring : "?",
+           cJSON_IsString(d) ? d->valuestring : "?");
+  }
+  printf("%s\n", n ? "" : cJSON_IsArray(list) ? "none" : "(not saved from tensor views)");
+  cJSON_Delete(extra);
+}
+
+static int rf_ckpt_info(const char *dir, int verify) {
+  struct rf_ckpt ck;
+  if (rf_ckpt_open(&ck, dir) != 0) {
+    fprintf(stderr, "rfsdp ckpt info: %s\n", rf_error_msg());
+    return 1;
+  }
+  printf("checkpoint %s: format version %d, step %" PRId64 ", world %d, checksum chunk %" PRId64 " bytes\n",
+         dir, ck.version, ck.step, ck.world, ck.chunk_bytes);
+  printf("extra: %s\n", ck.extra_json ? ck.extra_json : "{}");
+  rf_ckpt_print_states(ck.extra_json);
+  int64_t total = 0, param_bytes = 0, param_elems = 0;
+  int n_params = 0;
+  printf("%-48s %-8s %-20s %14s %6s  %s\n", "tensor", "dtype", "shape", "bytes", "ranges", "kind");
+  for (int i = 0; i < ck.n_tensors; i++) {
+    const struct rf_ckpt_tensor *t = &ck.tensors[i];
+    char shape[160];
+    rf_ckpt_print_shape(shape, sizeof shape, t);
+    int64_t bytes = t->numel * (int64_t)rf_dtype_size(t->dtype);
+    int param = rf_ckpt_is_param(&ck, t);
+    printf("%-48s %-8s %-20s %14" PRId64 " %6d  %s\n", t->name, rf_dtype_name(t->dtype), shape, bytes,
+           t->n_ranges, param ? "param" : "state");
+    total += bytes;
+    if (param) {
+      n_params++;
+      param_bytes += bytes;
+      param_elems += t->numel;
+    }
+  }
+  printf("total: %d tensors, %" PRId64 " bytes; parameters: %d tensors, %" PRId64 " elements, %" PRId64
+         " bytes\n",
+         ck.n_tensors, total, n_params, param_elems, param_bytes);
+  int rc = 0;
+  if (verify) {
+    if (rf_ckpt_verify(&ck) != 0) {
+      fprintf(stderr, "rfsdp ckpt info: %s\n", rf_error_msg());
+      rc = 1;
+    } else {
+      printf("verified: every checksum of %" PRIu64 " data bytes matches\n", ck.bytes_read);
+    }
+  }
+  rf_ckpt_close(&ck);
+  return rc;
+}
+
+int rf_cmd_ckpt(int argc, char **argv) {
+  if (argc >= 2 &&
+      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0)) {
+    printf("%s\n", rf_ckpt_usage);
+    return 0;
+  }
+  if (argc < 2 || (strcmp(argv[1], "info") != 0 && strcmp(argv[1], "export") != 0)) {
+    fprintf(stderr, "rfsdp ckpt: expected 'info DIR' or 'export DIR'\n%s\n", rf_ckpt_usage);
+    return 2;
+  }
+  const char *sub = argv[1], *dir = argc >= 3 && strncmp(argv[2], "-", 1) != 0 ? argv[2] : NULL;
+  char name[32];
+  snprintf(name, sizeof name, "ckpt %s", sub);
+  int first = dir ? 3 : 2; /* the options follow DIR */
+  char **rest = rf_xcalloc((size_t)argc + 1, sizeof *rest);
+  rest[0] = name;
+  for (int i = first; i < argc; i++) rest[i - first + 1] = argv[i];
+  int n_rest = argc - first + 1, verify = 0, rc;
+  const char *out = NULL, *dtype = "f32";
+  if (strcmp(sub, "info") == 0) {
+    const struct rf_option options[] = {
+        {"verify", RF_OPTION_KIND_FLAG, &verify, "also read every byte and check every checksum", NULL, 0},
+    };
+    rc = rf_options_parse(n_rest, rest, options, 1, rf_ckpt_usage);
+  } else {
+    const struct rf_option options[] = {
+        {"out", RF_OPTION_KIND_STRING, &out, "the safetensors file to write (atomically)", NULL, 1},
+        {"dtype", RF_OPTION_KIND_CHOICE, &dtype, "the dtype of the exported tensors", "f32|bf16", 0},
+    };
+    rc = rf_options_parse(n_rest, rest, options, 2, rf_ckpt_usage);
+  }
+  free(rest);
+  if (rc == 1) return 0;
+  if (rc != 0) {
+    fprintf(stderr, "rfsdp ckpt: %s\n", rf_error_msg());
+    return 2;
+  }
+  if (!dir) {
+    fprintf(stderr, "rfsdp ckpt %s: the checkpoint directory is missing\n%s\n", sub, rf_ckpt_usage);
+    return 2;
+  }
+  if (strcmp(sub, "info") == 0) return rf_ckpt_info(dir, verify);
+  enum rf_dtype dt = strcmp(dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+  uint64_t t0 = rf_time_ns();
+  if (rf_ckpt_export_safetensors(dir, out, dt) != 0) {
+    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_error_msg());
+    return 1;
+  }
+  FILE *f = fopen(out, "rb");
+  long bytes = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0) bytes = ftell(f);
+  if (f) fclose(f);
+  printf("export: %s -> %s (%s, %ld bytes, %.2f s)\n", dir, out, dtype, bytes,
+         (double)(rf_time_ns() - t0) / 1e9);
+  return 0;
+}

@@ -1,0 +1,351 @@
+/* rfsdp train: the LLaMA model on token files across MPI ranks, under the
+ * runtime, with an optimizer from src/optim; progress line, JSONL log,
+ * evaluation, checkpoints, a text sample and the loss curve at the end. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "options.h"
+#include "train.h"
+
+/* The learning rate of `step`: linear warm-up, then cosine decay to min_ratio * lr. */
+static double rf_train_lr(const struct rf_train_args *a, int64_t step) {
+  if (step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
+  double span = (double)(a->steps - a->warmup);
+  double progress = span > 0 ? (double)(step - a->warmup) / span : 1.0;
+  double cosine = 0.5 * (1.0 + cos(M_PI * (progress > 1.0 ? 1.0 : progress)));
+  return a->lr * (a->min_lr_ratio + (1.0 - a->min_lr_ratio) * cosine);
+}
+
+/* Every rank's status combined: 0 only when every rank passed 0. */
+static int rf_train_agree(int status) {
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return status;
+}
+
+static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_options *o) {
+  rf_fsdp_options_default(o);
+  o->layout = strcmp(a->layout, "fsdp2") == 0  ? RF_LAYOUT_FSDP2
+              : strcmp(a->layout, "flat") == 0 ? RF_LAYOUT_FLAT
+                                               : RF_LAYOUT_PLANNED;
+  o->shard = strcmp(a->shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL;
+  /* 8-bit AdamW quantizes 32x32 tiles and runs of 256: keep them whole on one rank */
+  int eight = strcmp(a->optim, "adamw8bit") == 0;
+  o->block_rows = a->block_rows > 0 ? a->block_rows : (eight ? 32 : 1);
+  o->vector_block = eight ? 256 : 1;
+  o->prefetch = a->prefetch;
+  o->reshard_after_forward = !a->no_reshard;
+  RF_TRY(rf_dtype_parse(a->param_dtype, &o->param_dtype));
+  RF_TRY(rf_dtype_parse(a->reduce_dtype, &o->reduce_dtype));
+  o->seed = a->seed;
+  return 0;
+}
+
+/* Loss per token over `batches` validation batches of the global batch size. */
+static double rf_train_eval(struct rf_train_state *s, const struct rf_data_loader *val, int batches) {
+  const struct rf_train_args *a = s->args;
+  double sum = 0;
+  for (int i = 0; i < batches; i++)
+    for (int m = 0; m < a->accum; m++) {
+      if (rf_data_loader_batch(val, a->seed ^ 0x5eedull, i, a->batch, a->seq, m * s->world + s->rank,
+                               s->world * a->accum, s->tokens, s->targets) != 0)
+        return NAN;
+      sum += rf_train_model_loss(&s->model, s->tokens, s->targets);
+    }
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sum / ((double)batches * (double)a->batch * (double)a->seq);
+}
+
+/* The text sample at the end: a prompt continued by the model, printed by rank 0. */
+static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer *tok) {
+  const struct rf_train_args *a = s->args;
+  const char *prompt = "And God said";
+  int total = (int)strlen(prompt) + a->sample;
+  int32_t *ids = rf_xcalloc((size_t)total, sizeof(int32_t));
+  int len = (int)rf_tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), ids);
+  uint64_t rng = a->seed * 0x9e3779b97f4a7c15ull + 17;
+  total = len + a->sample;
+  if (rf_train_model_generate(&s->model, ids, len, total, (float)a->temperature, &rng) == 0 && s->rank == 0) {
+    size_t cap = (size_t)total * 64 + 1, n = 0;
+    uint8_t *text = rf_xmalloc(cap);
+    if (rf_tokenizer_decode(tok, ids, (size_t)total, text, cap - 1, &n) == 0) {
+      text[n] = 0;
+      printf("\nsample (temperature %.2f):\n%s\n\n", a->temperature, (const char *)text);
+    }
+    free(text);
+  }
+  free(ids);
+}
+
+static void rf_train_report_step(struct rf_train_state *s, int64_t step, double loss, double norm, double lr,
+                                 double ms, double val, const struct rf_counters *d, int skipped) {
+  const struct rf_train_args *a = s->args;
+  double tokens = (double)a->batch * (double)a->seq;
+  struct rf_train_record rec = {
+      .step = (int)step + 1,
+      .loss = loss,
+      .val_loss = val,
+      .lr = lr,
+      .grad_norm = norm,
+      .ms = ms,
+      .tok_s = tokens / (ms * 1e-3),
+      .mfu = s->flops_per_token * tokens / (ms * 1e-3) / (s->peak_gflops * 1e9 * s->world),
+      .rss_mb = rf_train_rss_mb(),
+      .gather_bytes = d->bytes_gathered,
+      .reduce_bytes = d->bytes_reduced,
+      .copy_bytes = d->bytes_copied,
+      .cast_bytes = d->bytes_cast,
+      .padding_bytes = d->bytes_padding,
+      .allocs = d->allocations,
+      .skipped = skipped,
+  };
+  if (s->rank != 0) return;
+  if (a->print_every > 0 &&
+      ((step + 1) % a->print_every == 0 || step == 0 || step + 1 == a->steps || !isnan(val)))
+    rf_train_print(&rec, (int)a->steps);
+  if (s->log.file) rf_train_log_write(&s->log, &rec);
+}
+
+/* One optimizer step: accum micro-batches, reduce, norm, clip, update. */
+static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_out, double *norm_out) {
+  const struct rf_train_args *a = s->args;
+  struct rf_fsdp *f = s->model.fsdp;
+  double scale = 1.0 / ((double)a->batch * (double)a->seq);
+  double loss = 0;
+  rf_fsdp_zero_grad(f);
+  for (int m = 0; m < a->accum; m++) {
+    RF_TRY(rf_data_loader_batch(&s->train, a->seed, step, a->batch, a->seq, m * s->world + s->rank,
+                                s->world * a->accum, s->tokens, s->targets));
+    loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
+  }
+  rf_fsdp_grads_finish(f);
+  double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
+  MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  *loss_out = loss * scale;
+  *norm_out = norm;
+  if (!isfinite(norm)) return 1;
+  rf_fsdp_clip_grads(f, norm, a->clip);
+  rf_optim_step(s->optim, (float)rf_train_lr(a, step));
+  return 0;
+}
+
+/* The token files, then the tokenizer they were written with. */
+static int rf_train_open_data(struct rf_train_state *s) {
+  const struct rf_train_args *a = s->args;
+  char path[RF_FILE_PATH_MAX];
+  snprintf(path, sizeof path, "%s.train.tok", a->data);
+  RF_TRY(rf_token_file_open(&s->train_file, path));
+  s->train_open = 1;
+  snprintf(path, sizeof path, "%s.val.tok", a->data);
+  RF_TRY(rf_token_file_open(&s->val_file, path));
+  s->val_open = 1;
+  snprintf(path, sizeof path, "%s.tokenizer.json", a->data);
+  RF_TRY(rf_tokenizer_load(&s->tok, path));
+  s->tok_loaded = 1;
+  RF_TRY(rf_token_file_check_tokenizer(&s->train_file, &s->tok, path));
+  RF_REQUIRE(s->train_file.vocab_size <= s->model.cfg.vocab_size,
+             "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", s->train_file.path,
+             (long long)s->train_file.vocab_size, s->model.cfg.vocab_size, a->model);
+  RF_TRY(rf_data_loader_init(&s->train, &s->train_file));
+  RF_TRY(rf_data_loader_init(&s->val, &s->val_file));
+  return 0;
+}
+
+static int rf_train_check_args(const struct rf_train_args *a, int world) {
+  RF_REQUIRE(a->steps > 0, "--steps must be positive (got %lld)", (long long)a->steps);
+  RF_REQUIRE(a->batch > 0 && a->seq > 0, "--batch and --seq must be positive");
+  RF_REQUIRE(a->accum >= 1, "--accum must be >= 1");
+  RF_REQUIRE(a->batch % ((int64_t)world * a->accum) == 0,
+             "--batch %lld is not divisible into %d ranks x %d micro-batches: use a multiple of %d",
+             (long long)a->batch, world, a->accum, world * a->accum);
+  RF_REQUIRE(a->lr > 0 && isfinite(a->lr), "--lr must be positive");
+  RF_REQUIRE(a->warmup >= 0 && a->warmup <= a->steps, "--warmup must be in [0, steps]");
+  return 0;
+}
+
+/* Everything from the options to the last step. */
+static int rf_train_run(struct rf_train_state *s) {
+  const struct rf_train_args *a = s->args;
+  RF_TRY(rf_train_check_args(a, s->world));
+  struct rf_llama_config cfg;
+  RF_TRY(rf_llama_config_load(&cfg, a->model));
+  RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
+             (long long)a->seq, cfg.max_position_embeddings, a->model);
+  struct rf_fsdp_options fo;
+  RF_TRY(rf_train_setup_fsdp(a, &fo));
+  int local = (int)(a->batch / (s->world * a->accum));
+  RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, local, (int)a->seq));
+  s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
+  s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
+  RF_TRY(rf_train_open_data(s));
+
+  struct rf_optim_options oo;
+  rf_optim_options_default(&oo);
+  RF_TRY(rf_optim_kind_parse(a->optim, &oo.kind));
+  oo.weight_decay = (float)a->weight_decay;
+  int n = rf_fsdp_n_tensors(s->model.fsdp);
+  s->views = rf_xcalloc((size_t)n, sizeof *s->views);
+  for (int t = 0; t < n; t++) rf_fsdp_tensor(s->model.fsdp, t, &s->views[t]);
+  RF_TRY(rf_optim_create(&s->optim, &oo, s->views, NULL, n, rf_fsdp_shard_elems(s->model.fsdp), &s->comm));
+  RF_TRY(rf_train_ckpt_start(s));
+  if (s->rank == 0 && a->log && rf_train_log_open(&s->log, a->log, s->start_step > 0) != 0) return -1;
+
+  s->flops_per_token = rf_llama_flops_per_token(&cfg, (int)a->seq);
+  s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
+  if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_sgemm_peak(openblas_get_num_threads());
+  MPI_Bcast(&s->peak_gflops, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (s->rank == 0) {
+    struct rf_fsdp_stats st;
+    rf_fsdp_get_stats(s->model.fsdp, &st);
+    printf(
+        "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d, layout %s/%s, optim %s, "
+        "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%, sgemm peak %.0f GFLOP/s per "
+        "rank\n",
+        a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
+        a->layout, a->shard, a->optim, (long long)a->batch, (long long)a->seq, (long long)a->steps,
+        (long long)s->start_step, 100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems,
+        s->peak_gflops);
+    fflush(stdout);
+  }
+
+  int bad_in_a_row = 0;
+  for (int64_t step = s->start_step; step < a->steps; step++) {
+    struct rf_counters before = rf_counters_global;
+    uint64_t t0 = rf_time_ns();
+    double loss = 0, norm = 0;
+    int skipped = rf_train_step(s, step, &loss, &norm);
+    if (rf_train_agree(skipped < 0 ? -1 : 0) != 0) return -1;
+    double ms = (double)(rf_time_ns() - t0) / 1e6;
+    struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+    double val = NAN;
+    if (a->eval_every > 0 && ((step + 1) % a->eval_every == 0 || step + 1 == a->steps))
+      val = rf_train_eval(s, &s->val, a->eval_batches);
+    rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, val, &d, skipped);
+    s->last_loss = loss;
+    s->last_val = isnan(val) ? s->last_val : val;
+    bad_in_a_row = skipped ? bad_in_a_row + 1 : 0;
+    RF_REQUIRE(bad_in_a_row < 5,
+               "training diverged: non-finite gradients 5 steps in a row (last at step %lld)",
+               (long long)step + 1);
+    RF_TRY(rf_train_ckpt_step(s, step + 1));
+  }
+  if (a->sample > 0) rf_train_sample(s, &s->tok);
+  if (s->rank == 0 && a->log && a->plot) {
+    rf_train_log_close(&s->log);
+    if (rf_train_plot(a->log, a->plot, a->model) == 0) printf("loss curve: %s\n", a->plot);
+  }
+  return 0;
+}
+
+static void rf_train_state_free(struct rf_train_state *s) {
+  if (s->optim) rf_optim_free(s->optim);
+  free(s->views);
+  if (s->model.fsdp) rf_train_model_free(&s->model);
+  if (s->train_open) rf_token_file_close(&s->train_file);
+  if (s->val_open) rf_token_file_close(&s->val_file);
+  if (s->tok_loaded) rf_tokenizer_free(&s->tok);
+  rf_train_log_close(&s->log);
+  free(s->tokens);
+  free(s->targets);
+}
+
+int rf_cmd_train(int argc, char **argv) {
+  struct rf_train_args a = {
+      .steps = 100,
+      .batch = 8,
+      .seq = 128,
+      .lr = 1e-3,
+      .min_lr_ratio = 0.1,
+      .seed = 1,
+      .optim = "adamw",
+      .weight_decay = 0.1,
+      .clip = 1.0,
+      .accum = 1,
+      .layout = "planned",
+      .shard = "equal",
+      .prefetch = 1,
+      .param_dtype = "f32",
+      .reduce_dtype = "f32",
+      .eval_batches = 8,
+      .sample = 0,
+      .temperature = 0.8,
+      .print_every = 1,
+      .keep = 2,
+  };
+  const struct rf_option options[] = {
+      {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama)",
+       NULL, 1},
+      {"data", RF_OPTION_KIND_STRING, &a.data, "token files prefix (from rfsdp prepare)", NULL, 1},
+      {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", NULL, 0},
+      {"batch", RF_OPTION_KIND_I64, &a.batch, "global batch in sequences (split across ranks)", NULL, 0},
+      {"seq", RF_OPTION_KIND_I64, &a.seq, "tokens per sequence", NULL, 0},
+      {"lr", RF_OPTION_KIND_DOUBLE, &a.lr, "peak learning rate", NULL, 0},
+      {"min-lr-ratio", RF_OPTION_KIND_DOUBLE, &a.min_lr_ratio, "cosine decay ends at this fraction of --lr",
+       NULL, 0},
+      {"warmup", RF_OPTION_KIND_I64, &a.warmup, "linear warm-up steps", NULL, 0},
+      {"seed", RF_OPTION_KIND_I64, &a.seed, "seed of the initialization and of the data order", NULL, 0},
+      {"optim", RF_OPTION_KIND_CHOICE, &a.optim, "optimizer", "adamw|adamw8bit|muon", 0},
+      {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)", NULL, 0},
+      {"clip", RF_OPTION_KIND_DOUBLE, &a.clip, "clip the global gradient norm (0: off)", NULL, 0},
+      {"accum", RF_OPTION_KIND_INT, &a.accum, "micro-batches per step (gradient accumulation)", NULL, 0},
+      {"layout", RF_OPTION_KIND_CHOICE, &a.layout, "parameter layout", "planned|fsdp2|flat", 0},
+      {"shard", RF_OPTION_KIND_CHOICE, &a.shard, "shard mode of the planned layout", "equal|ragged", 0},
+      {"block-rows", RF_OPTION_KIND_I64, &a.block_rows,
+       "rows kept whole on one rank (0: 32 for adamw8bit, else 1)", NULL, 0},
+      {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", NULL, 0},
+      {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
+       NULL, 0},
+      {"param-dtype", RF_OPTION_KIND_CHOICE, &a.param_dtype, "dtype of gathered parameters", "f32|bf16", 0},
+      {"reduce-dtype", RF_OPTION_KIND_CHOICE, &a.reduce_dtype, "dtype of the gradient reduce-scatter",
+       "f32|bf16", 0},
+      {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)", NULL, 0},
+      {"eval-batches", RF_OPTION_KIND_INT, &a.eval_batches, "validation batches per evaluation", NULL, 0},
+      {"log", RF_OPTION_KIND_STRING, &a.log, "JSONL log, one object per step", NULL, 0},
+      {"plot", RF_OPTION_KIND_STRING, &a.plot, "loss curve PNG at the end (needs --log)", NULL, 0},
+      {"sample", RF_OPTION_KIND_INT, &a.sample, "tokens of text to generate at the end", NULL, 0},
+      {"temperature", RF_OPTION_KIND_DOUBLE, &a.temperature, "sampling temperature", NULL, 0},
+      {"print-every", RF_OPTION_KIND_I64, &a.print_every, "progress line every N steps", NULL, 0},
+      {"peak-gflops", RF_OPTION_KIND_DOUBLE, &a.peak_gflops,
+       "sgemm peak per rank for MFU (0: measured, cached)", NULL, 0},
+      {"save-every", RF_OPTION_KIND_I64, &a.save_every, "checkpoint every N steps (needs --ckpt-dir)", NULL,
+       0},
+      {"ckpt-dir", RF_OPTION_KIND_STRING, &a.ckpt_dir, "where checkpoints go: DIR/step-NNNNNNNN", NULL, 0},
+      {"keep", RF_OPTION_KIND_INT, &a.keep, "checkpoints kept (the oldest are removed)", NULL, 0},
+      {"resume", RF_OPTION_KIND_STRING, &a.resume,
+       "continue from a checkpoint directory (or a --ckpt-dir: its latest complete one)", NULL, 0},
+      {"init", RF_OPTION_KIND_STRING, &a.init, "start from the weights of a safetensors file", NULL, 0},
+  };
+  rf_comm_mpi_init(&argc, &argv);
+  struct rf_train_state s;
+  memset(&s, 0, sizeof s);
+  s.args = &a;
+  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &s.world);
+  if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
+  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
+                            "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] "
+                            "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon] ...");
+  if (rc == 1) {
+    rf_comm_mpi_finalize();
+    return 0;
+  }
+  int status = 2;
+  if (rc != 0) {
+    if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
+  } else {
+    rf_comm_init(&s.comm, MPI_COMM_WORLD);
+    rc = rf_train_run(&s);
+    status = rf_train_agree(rc) == 0 ? 0 : 1;
+    if (rc != 0)
+      fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
+    else if (status != 0 && s.rank == 0)
+      fprintf(stderr, "rfsdp train: stopped: another rank failed\n");
+    rf_train_state_free(&s);
+    rf_comm_free(&s.comm);
+  }
+  rf_comm_mpi_finalize();
+  return status;
+}

@@ -1,0 +1,49 @@
+/* rfsdp train's options and state, shared by tools/cmd_train.c (the loop) and
+ * tools/train_ckpt.c (save, resume, --init). */
+#ifndef RF_TOOLS_TRAIN_H
+#define RF_TOOLS_TRAIN_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "data/data.h"
+#include "optim/optim.h"
+#include "train_model.h"
+#include "train_report.h"
+
+/* The command line. Strings are borrowed from argv. */
+struct rf_train_args {
+  const char *model, *data, *optim, *layout, *shard, *param_dtype, *reduce_dtype;
+  const char *log, *plot, *ckpt_dir, *resume, *init;
+  int64_t steps, batch, seq, warmup, seed, block_rows, eval_every, print_every, save_every;
+  double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops;
+  int accum, prefetch, no_reshard, eval_batches, sample, keep;
+};
+
+/* One run. Owns everything but args. */
+struct rf_train_state {
+  const struct rf_train_args *args;
+  int rank, world;
+  struct rf_comm comm; /* for the optimizer's collectives */
+  struct rf_train_model model;
+  struct rf_optim *optim;
+  struct rf_tensor_view *views; /* every tensor's piece on this rank */
+  struct rf_tokenizer tok;
+  int tok_loaded;
+  struct rf_token_file train_file, val_file;
+  int train_open, val_open;
+  struct rf_data_loader train, val;
+  int32_t *tokens, *targets; /* one micro-batch of this rank */
+  struct rf_train_log log;
+  int64_t start_step;
+  double flops_per_token, peak_gflops, last_loss, last_val;
+};
+
+/* After the model and optimizer exist: --init (weights from safetensors) and
+ * --resume (everything from a checkpoint; sets start_step). Collective. */
+int rf_train_ckpt_start(struct rf_train_state *s);
+/* After step `done` (1-based count of finished steps): a checkpoint when
+ * --save-every says so, then the oldest beyond --keep removed. Collective. */
+int rf_train_ckpt_step(struct rf_train_state *s, int64_t done);
+
+#endif

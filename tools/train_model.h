@@ -1,0 +1,43 @@
+/* The LLaMA model (src/model) wired to the runtime (include/rfsdp.h): its units
+ * and tensors declared to rfsdp, and one forward/backward over the units with the
+ * runtime's gather, prefetch, reshard and reduce around each. The model only sees
+ * parameter views and gradient views. */
+#ifndef RF_TOOLS_TRAIN_MODEL_H
+#define RF_TOOLS_TRAIN_MODEL_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "rfsdp.h"
+
+/* Owns the runtime context and the workspaces; borrows nothing. */
+struct rf_train_model {
+  struct rf_llama_config cfg;
+  struct rf_fsdp *fsdp; /* owned */
+  int n_units;
+  int *first_tensor;         /* per unit: the global index of its first tensor */
+  struct rf_llama_ws ws;     /* the training micro-batch */
+  struct rf_llama_ws gen_ws; /* one sequence, for sampling */
+  struct rf_llama_weight w[RF_LLAMA_LAYER_TENSOR_COUNT];
+  float *g[RF_LLAMA_LAYER_TENSOR_COUNT];
+};
+
+/* Declares the model's units and tensors to a new runtime context on comm and
+ * finalizes it; workspaces for `batch` local sequences of `seq` tokens. */
+int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *cfg,
+                        const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
+void rf_train_model_free(struct rf_train_model *m);
+
+/* Forward and backward of one micro-batch (tokens, targets: batch*seq each);
+ * gradients of grad_scale * loss_sum are reduced into the shards. Returns this
+ * rank's loss sum, or NAN when a token is out of range. */
+double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
+                                 float grad_scale);
+/* Forward only: this rank's loss sum. */
+double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets);
+/* Extends tokens[0..len) to tokens[0..total) by sampling (every rank computes the
+ * same tokens: the same weights, the same RNG). */
+int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, int total, float temperature,
+                            uint64_t *rng);
+
+#endif
