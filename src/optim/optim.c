@@ -59,7 +59,7 @@ struct rf_optim {
   int n_slots;
   int64_t slot_send, slot_recv;           /* elements per slot */
   struct rf_comm_req *fwd_req, *back_req; /* n_slots each (overlap) */
-  float *full, *ns_work;                  /* the largest owned matrix, and its Newton-Schulz workspace */
+  float *full;                            /* the largest owned matrix, then its Newton-Schulz workspace */
   int64_t *cursor;                        /* world entries */
   struct rf_optim_stats stats;
 };

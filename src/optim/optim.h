@@ -110,7 +110,11 @@ void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab 
 
 /* 8-bit: view i's blocks are [*offset, *offset + *count) of the scale slabs; the
  * first of them is block *first of the tensor (global numbering: strip-major,
- * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds. */
+ * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds.
+ * The blocks are the consecutive blocks [first, first + count) of the tensor when
+ * the piece covers whole rows (any planned, fsdp2 or whole-block layout); a piece
+ * that starts or ends inside a row touches non-consecutive tiles (count is the
+ * number touched), and its cut tiles are shared with the neighbouring rank. */
 void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
 
 /* ---- what it costs ----------------------------------------------------------- */
