@@ -16,7 +16,8 @@
  *   - muon (overlapped all-to-all-v over 4 units; blocking on the blocks layout):
  *     every matrix orthogonalized exactly once in the world per step, all ranks
  *     agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest, bytes
- *     counted by the optimizer equal those counted by src/comm. */
+ *     counted by the optimizer equal those counted by src/comm;
+ *   - no allocation (rf_xmalloc & co) inside the steps. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -307,7 +308,10 @@ int main(int argc, char **argv) {
       struct run d;
       run_init(&d, flat ? &lf : &lb, rank, &opt, &comm);
       uint64_t a2a0 = rf_counters_global.bytes_alltoall, t0 = rf_time_ns();
+      uint64_t allocs0 = rf_counters_global.allocations;
       run_steps(&d);
+      RF_CHECK(rf_counters_global.allocations == allocs0, "%s: %llu allocations in %d steps", label,
+               (unsigned long long)(rf_counters_global.allocations - allocs0), STEPS);
       double ms = (double)(rf_time_ns() - t0) / 1e6;
       uint64_t a2a = rf_counters_global.bytes_alltoall - a2a0;
       double adiff, diff = compare_params(&d, &ref, &adiff);
