@@ -13,9 +13,11 @@
  *   - adamw8bit (blocks): codes and per-block scales bit-identical to the reference;
  *     flat layout: blocks cut by ranks are counted; the parameters' distance to
  *     W = 1 is at most twice the 8-bit run's own distance to f32 AdamW;
- *   - muon: every matrix orthogonalized exactly once in the world per step, all
- *     ranks agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest,
- *     bytes counted by the optimizer equal those counted by src/comm. */
+ *   - muon (overlapped all-to-all-v over 4 units; blocking on the blocks layout):
+ *     every matrix orthogonalized exactly once in the world per step, all ranks
+ *     agree on the owners, NS FLOPs balance max <= mean + 1.5 * largest, bytes
+ *     counted by the optimizer equal those counted by src/comm;
+ *   - no allocation (rf_xmalloc & co) inside the steps. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +25,7 @@
 #include "optim/optim.h"
 #include "rf_test.h"
 
-#define NT 12
+#define NT 14
 #define MAXW 8
 #define STEPS 20
 
@@ -47,6 +49,8 @@ static const struct spec specs[NT] = {
     {"layers.1.w1", 2, 2, {64, 24}},
     {"head", 3, 2, {24, 50}},
     {"final_norm", 3, 1, {24}},
+    {"proj_in", 0, 2, {16, 40}},
+    {"layers.2.wv", 3, 2, {37, 20}},
 };
 #define NUNITS 4
 
@@ -244,7 +248,7 @@ static void check_muon(const struct run *d, const struct rf_comm *comm, const ch
     RF_CHECK(counts[t] == (is_muon ? STEPS : 0), "%s: %s orthogonalized %lld times in %d steps", label,
              specs[t].name, (long long)counts[t], STEPS);
   }
-  RF_CHECK(n_muon == 6, "%s: %d Muon matrices, expected 6", label, n_muon);
+  RF_CHECK(n_muon == 8, "%s: %d Muon matrices, expected 8", label, n_muon);
   struct rf_optim_stats st;
   rf_optim_get_stats(d->o, &st);
   double load[2] = {st.muon_owned_flops, st.muon_owned_flops};
@@ -287,22 +291,28 @@ int main(int argc, char **argv) {
   run_init(&ref32, &l1, 0, &opt32, &self);
   run_steps(&ref32);
 
-  for (int kind = 0; kind < 3; kind++) {
+  for (int kind = 0; kind < 4; kind++) {
     struct rf_optim_options opt;
     rf_optim_options_default(&opt);
-    opt.kind = (enum rf_optim_kind)kind;
+    opt.kind = (enum rf_optim_kind)(kind < 3 ? kind : RF_OPTIM_KIND_MUON);
+    opt.muon_overlap = kind == 2; /* muon: overlapped all-to-all-v (4 units, 3 slots), then blocking */
     struct run ref;
     run_init(&ref, &l1, 0, &opt, &self);
     run_steps(&ref);
     double noise8 = 0;
     if (opt.kind == RF_OPTIM_KIND_ADAMW8BIT) compare_params(&ref, &ref32, &noise8);
-    for (int flat = 0; flat < 2; flat++) {
+    for (int flat = 0; flat < (kind == 3 ? 1 : 2); flat++) { /* blocking Muon: the blocks layout only */
       char label[64];
-      snprintf(label, sizeof label, "%s/%s", rf_optim_kind_name(opt.kind), flat ? "flat" : "blocks");
+      snprintf(label, sizeof label, "%s%s/%s", rf_optim_kind_name(opt.kind), kind == 3 ? "-blocking" : "",
+               flat ? "flat" : "blocks");
       struct run d;
       run_init(&d, flat ? &lf : &lb, rank, &opt, &comm);
-      uint64_t a2a0 = rf_counters_global.bytes_alltoall;
+      uint64_t a2a0 = rf_counters_global.bytes_alltoall, t0 = rf_time_ns();
+      uint64_t allocs0 = rf_counters_global.allocations;
       run_steps(&d);
+      RF_CHECK(rf_counters_global.allocations == allocs0, "%s: %llu allocations in %d steps", label,
+               (unsigned long long)(rf_counters_global.allocations - allocs0), STEPS);
+      double ms = (double)(rf_time_ns() - t0) / 1e6;
       uint64_t a2a = rf_counters_global.bytes_alltoall - a2a0;
       double adiff, diff = compare_params(&d, &ref, &adiff);
       double all[2] = {diff, adiff};
@@ -314,8 +324,8 @@ int main(int argc, char **argv) {
       if (rank == 0)
         printf(
             "%s: W=%d to W=1 after %d steps: max rel diff %.3g, max abs diff %.3g (blocks quantized per "
-            "fragment: %lld)\n",
-            label, world, STEPS, all[0], all[1], (long long)cut);
+            "fragment: %lld); %.0f ms\n",
+            label, world, STEPS, all[0], all[1], (long long)cut, ms);
       if (opt.kind == RF_OPTIM_KIND_ADAMW8BIT && flat) {
         /* cut blocks change the state: bounded by twice 8-bit's own distance to f32 AdamW */
         if (rank == 0) printf("%s: 8-bit vs f32 AdamW at W=1: max abs diff %.3g\n", label, noise8);

@@ -369,6 +369,8 @@ void rf_comm_req_init(struct rf_comm_req *req, int world) {
   req->request = MPI_REQUEST_NULL;
   req->counts = rf_xmalloc((size_t)world * sizeof(int));
   req->displs = rf_xmalloc((size_t)world * sizeof(int));
+  req->recv_counts = rf_xmalloc((size_t)world * sizeof(int));
+  req->recv_displs = rf_xmalloc((size_t)world * sizeof(int));
   req->capacity = world;
 }
 
@@ -376,6 +378,8 @@ void rf_comm_req_free(struct rf_comm_req *req) {
   RF_ASSERT(!req->active);
   free(req->counts);
   free(req->displs);
+  free(req->recv_counts);
+  free(req->recv_displs);
   memset(req, 0, sizeof *req);
   req->request = MPI_REQUEST_NULL;
 }
@@ -444,6 +448,29 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
                                    rf_comm_op(comm, dtype, RF_REDUCE_OP_SUM), comm->comm, &req->request));
   int64_t others = starts[comm->world] - (starts[comm->rank + 1] - starts[comm->rank]);
   rf_comm_req_started(req, (uint64_t)others * rf_dtype_size(dtype), &rf_counters_global.bytes_reduced);
+}
+
+void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
+                        const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                        const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req) {
+  int w = comm->world;
+  rf_comm_req_start(comm, req);
+  struct rf_comm_unit su, ru;
+  rf_comm_unit_init(&su, comm, dtype, send_counts, w, send_displs, w);
+  rf_comm_unit_init(&ru, comm, dtype, recv_counts, w, recv_displs, w);
+  uint64_t sent = 0;
+  for (int r = 0; r < w; r++) {
+    req->counts[r] = (int)(send_counts[r] / su.k);
+    req->displs[r] = (int)(send_displs[r] / su.k);
+    req->recv_counts[r] = (int)(recv_counts[r] / ru.k);
+    req->recv_displs[r] = (int)(recv_displs[r] / ru.k);
+    if (r != comm->rank) sent += (uint64_t)send_counts[r];
+  }
+  RF_MPI_CHECK(MPI_Ialltoallv(send, req->counts, req->displs, su.type, recv, req->recv_counts,
+                              req->recv_displs, ru.type, comm->comm, &req->request));
+  rf_comm_unit_free(&su); /* MPI keeps the types alive until the operation ends */
+  rf_comm_unit_free(&ru);
+  rf_comm_req_started(req, sent * rf_dtype_size(dtype), &rf_counters_global.bytes_alltoall);
 }
 
 int rf_comm_test(struct rf_comm_req *req) {

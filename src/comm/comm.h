@@ -84,8 +84,10 @@ void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64
 struct rf_comm_req {
   MPI_Request request;
   int active;
-  int *counts; /* owned, world entries, or NULL */
-  int *displs; /* owned, world entries, or NULL */
+  int *counts;      /* owned, world entries, or NULL */
+  int *displs;      /* owned, world entries, or NULL */
+  int *recv_counts; /* owned, world entries: the receive side of an all-to-all-v */
+  int *recv_displs; /* owned, world entries */
   int capacity;
   uint64_t bytes; /* counted into rf_counters_global when started */
 };
@@ -101,6 +103,11 @@ void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send,
                                    enum rf_dtype dtype, struct rf_comm_req *req);
 void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
                              enum rf_dtype dtype, struct rf_comm_req *req);
+/* Non-blocking all-to-all-v (arguments as rf_comm_alltoallv); the buffers must
+ * stay untouched until the request finishes. */
+void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
+                        const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                        const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
 /* 1 when finished (or never started); drives MPI progress. */
 int rf_comm_test(struct rf_comm_req *req);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */

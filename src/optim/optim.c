@@ -22,8 +22,7 @@ struct rf_optim_view {
   double ns_flops;
   int64_t ns_count;
   float lr_adjust;  /* adjusted lr = lr * lr_adjust */
-  int64_t send_off; /* this rank's piece in the send staging */
-  int64_t recv_off; /* owner: the matrix's first piece in the receive staging (per source: see group) */
+  int64_t send_off; /* this rank's piece in its group's send staging */
 };
 
 /* The Muon matrices of one unit: one all-to-all-v out, one back. Owns its arrays. */
@@ -31,7 +30,8 @@ struct rf_optim_group {
   int unit;
   int *members; /* view indices, in view order */
   int n_members;
-  int64_t *send_counts, *send_displs, *recv_counts, *recv_displs; /* world each, elements */
+  int64_t *send_counts, *send_displs, *recv_counts, *recv_displs; /* world each, elements, from the slot */
+  int64_t send_total, recv_total;
 };
 
 struct rf_optim {
@@ -53,10 +53,14 @@ struct rf_optim {
   /* muon */
   int n_groups;
   struct rf_optim_group *groups;
-  float *send, *recv; /* staging: this rank's pieces; the pieces of the matrices it owns */
-  int64_t send_elems, recv_elems;
-  float *full, *ns_work; /* the largest owned matrix, and its Newton-Schulz workspace */
-  int64_t *cursor;       /* world entries */
+  /* staging in slots (group g uses slot g % n_slots): send = this rank's pieces
+   * by destination; recv = the pieces of the matrices it owns, by source */
+  float *send, *recv;
+  int n_slots;
+  int64_t slot_send, slot_recv;           /* elements per slot */
+  struct rf_comm_req *fwd_req, *back_req; /* n_slots each (overlap) */
+  float *full;                            /* the largest owned matrix, then its Newton-Schulz workspace */
+  int64_t *cursor;                        /* world entries */
   struct rf_optim_stats stats;
 };
 
@@ -72,7 +76,7 @@ void rf_optim_options_default(struct rf_optim_options *opt) {
   opt->muon_ns_steps = 5;
   opt->muon_ns_eps = 1e-7f;
   opt->muon_scale = RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW;
-  opt->muon_overlap = 0;
+  opt->muon_overlap = 1;
 }
 
 static const char *const rf_optim_kind_names[] = {"adamw", "adamw8bit", "muon"};
@@ -276,9 +280,10 @@ static void rf_optim_muon_plan(struct rf_optim *o) {
   }
   /* staging layouts: send = per group, per destination rank, pieces in view order;
    * recv = per group, per source rank, the owned matrices' pieces in view order */
-  int64_t send_pos = 0, recv_pos = 0, max_full = 0;
+  int64_t max_full = 0;
   for (int g = 0; g < o->n_groups; g++) {
     struct rf_optim_group *gr = &o->groups[g];
+    int64_t send_pos = 0, recv_pos = 0;
     gr->send_counts = rf_xcalloc((size_t)world * 4, sizeof(int64_t));
     gr->send_displs = gr->send_counts + world;
     gr->recv_counts = gr->send_displs + world;
@@ -302,6 +307,10 @@ static void rf_optim_muon_plan(struct rf_optim *o) {
       }
       gr->recv_counts[s] = recv_pos - gr->recv_displs[s];
     }
+    gr->send_total = send_pos;
+    gr->recv_total = recv_pos;
+    o->slot_send = rf_max_i64(o->slot_send, send_pos);
+    o->slot_recv = rf_max_i64(o->slot_recv, recv_pos);
     for (int k = 0; k < gr->n_members; k++) {
       struct rf_optim_view *w = &o->views[gr->members[k]];
       if (w->owner == me)
@@ -310,13 +319,29 @@ static void rf_optim_muon_plan(struct rf_optim *o) {
                                                 rf_min_i64(w->v.shape[0], w->v.shape[1]));
     }
   }
-  o->send_elems = send_pos;
-  o->recv_elems = recv_pos;
-  o->send = rf_xaligned(64, (size_t)rf_max_i64(send_pos, 1) * sizeof(float));
-  o->recv = rf_xaligned(64, (size_t)rf_max_i64(recv_pos, 1) * sizeof(float));
+  for (int g = 0; g < o->n_groups; g++)
+    for (int r = 0; r < world; r++) {
+      if (r == me) continue;
+      o->stats.muon_step_bytes_sent +=
+          (uint64_t)(o->groups[g].send_counts[r] + o->groups[g].recv_counts[r]) * 4;
+      o->stats.muon_step_bytes_recv +=
+          (uint64_t)(o->groups[g].recv_counts[r] + o->groups[g].send_counts[r]) * 4;
+    }
+  /* three slots let one unit's updates travel back and the next unit's momentum
+   * travel out while a third is orthogonalized */
+  o->n_slots = o->opt.muon_overlap ? (int)rf_min_i64(3, rf_max_i64(o->n_groups, 1)) : 1;
+  int64_t send_elems = o->n_slots * o->slot_send, recv_elems = o->n_slots * o->slot_recv;
+  o->send = rf_xaligned(64, (size_t)rf_max_i64(send_elems, 1) * sizeof(float));
+  o->recv = rf_xaligned(64, (size_t)rf_max_i64(recv_elems, 1) * sizeof(float));
   o->full = rf_xaligned(64, (size_t)rf_max_i64(max_full, 1) * sizeof(float));
   o->cursor = rf_xcalloc((size_t)world, sizeof(int64_t));
-  o->stats.workspace_bytes += (send_pos + recv_pos + max_full) * (int64_t)sizeof(float);
+  o->fwd_req = rf_xcalloc((size_t)o->n_slots, sizeof(struct rf_comm_req));
+  o->back_req = rf_xcalloc((size_t)o->n_slots, sizeof(struct rf_comm_req));
+  for (int k = 0; k < o->n_slots; k++) {
+    rf_comm_req_init(&o->fwd_req[k], world);
+    rf_comm_req_init(&o->back_req[k], world);
+  }
+  o->stats.workspace_bytes += (send_elems + recv_elems + max_full) * (int64_t)sizeof(float);
   free(muon);
 }
 
@@ -388,6 +413,13 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
     o->v = rf_xcalloc(slab, sizeof(float));
     o->stats.state_bytes = 2 * shard_elems * (int64_t)sizeof(float);
   }
+  for (int i = 0; i < n; i++) {
+    const struct rf_optim_view *w = &o->views[i];
+    int64_t len = w->v.end - w->v.begin;
+    o->stats.state_bytes_used += opt->kind == RF_OPTIM_KIND_ADAMW8BIT ? 2 * len + 8 * w->n_blocks
+                                 : (w->flags & RF_OPTIM_FLAG_MUON)    ? 4 * len
+                                                                      : 8 * len;
+  }
   if (opt->kind == RF_OPTIM_KIND_MUON) rf_optim_muon_plan(o);
   *out = o;
   return 0;
@@ -411,6 +443,12 @@ void rf_optim_free(struct rf_optim *o) {
   free(o->blk_v);
   free(o->send);
   free(o->recv);
+  for (int k = 0; k < o->n_slots; k++) {
+    rf_comm_req_free(&o->fwd_req[k]);
+    rf_comm_req_free(&o->back_req[k]);
+  }
+  free(o->fwd_req);
+  free(o->back_req);
   free(o->full);
   free(o->cursor);
   free(o);
@@ -483,7 +521,8 @@ static void rf_optim_adamw8_block(struct rf_optim *o, const struct rf_optim_hype
   for (int r = 0; r < runs->n; r++)
     for (int64_t i = runs->lo[r]; i < runs->hi[r]; i++, t++) {
       mq[i] = rf_optim_quantize(1, bm[t] * im);
-      vq[i] = rf_optim_quantize(0, bv[t] * iv);
+      uint8_t cv = rf_optim_quantize(0, bv[t] * iv);
+      vq[i] = cv == 0 && bv[t] > 0.0f ? 1 : cv; /* a positive v never decodes to 0 (no m / eps blow-up) */
     }
   o->ms[k] = am;
   o->vs[k] = av;
@@ -505,83 +544,149 @@ static void rf_optim_adamw8_view(struct rf_optim *o, const struct rf_optim_hyper
 
 /* ---- Muon ---------------------------------------------------------------------- */
 
+static float *rf_optim_slot_send(const struct rf_optim *o, int g) {
+  return o->send + (g % o->n_slots) * o->slot_send;
+}
+static float *rf_optim_slot_recv(const struct rf_optim *o, int g) {
+  return o->recv + (g % o->n_slots) * o->slot_recv;
+}
+
 /* Momentum (torch.optim.Muon: buf.lerp_(g, 1 - mu); update = g.lerp(buf, mu) with
- * Nesterov, else buf) into the send staging. */
-static void rf_optim_muon_momentum(struct rf_optim *o, struct rf_optim_view *w) {
-  int64_t len = w->v.end - w->v.begin;
-  const float *g = w->v.grad;
-  float *buf = o->m + w->v.shard_offset, *u = o->send + w->send_off;
+ * Nesterov, else buf) of the group's pieces into its send slot. */
+static void rf_optim_muon_momentum(struct rf_optim *o, int g) {
+  const struct rf_optim_group *gr = &o->groups[g];
   float mu = o->opt.muon_momentum, omu = 1.0f - mu;
-  for (int64_t i = 0; i < len; i++) {
-    float b = buf[i] + omu * (g[i] - buf[i]);
-    buf[i] = b;
-    u[i] = o->opt.muon_nesterov ? b - (b - g[i]) * omu : b;
+  for (int k = 0; k < gr->n_members; k++) {
+    struct rf_optim_view *w = &o->views[gr->members[k]];
+    int64_t len = w->v.end - w->v.begin;
+    const float *gr_ = w->v.grad;
+    float *buf = o->m + w->v.shard_offset, *u = rf_optim_slot_send(o, g) + w->send_off;
+    for (int64_t i = 0; i < len; i++) {
+      float b = buf[i] + omu * (gr_[i] - buf[i]);
+      buf[i] = b;
+      u[i] = o->opt.muon_nesterov ? b - (b - gr_[i]) * omu : b;
+    }
   }
 }
 
-static void rf_optim_muon_alltoallv(struct rf_optim *o, const struct rf_optim_group *gr, int back) {
-  int me = o->rank;
+/* The group's all-to-all-v: out (pieces to owners) or back (updates to holders);
+ * blocking, or started on the slot's request. */
+static void rf_optim_muon_transfer(struct rf_optim *o, int g, int back, int start) {
+  const struct rf_optim_group *gr = &o->groups[g];
   uint64_t out = 0, in = 0;
   for (int r = 0; r < o->world; r++) {
-    if (r == me) continue;
+    if (r == o->rank) continue;
     out += (uint64_t)(back ? gr->recv_counts[r] : gr->send_counts[r]);
     in += (uint64_t)(back ? gr->send_counts[r] : gr->recv_counts[r]);
   }
   o->stats.muon_bytes_sent += out * sizeof(float);
   o->stats.muon_bytes_recv += in * sizeof(float);
+  float *snd = rf_optim_slot_send(o, g), *rcv = rf_optim_slot_recv(o, g);
+  const int64_t *sc = back ? gr->recv_counts : gr->send_counts,
+                *sd = back ? gr->recv_displs : gr->send_displs;
+  const int64_t *rc = back ? gr->send_counts : gr->recv_counts,
+                *rd = back ? gr->send_displs : gr->recv_displs;
+  const float *from = back ? rcv : snd;
+  float *to = back ? snd : rcv;
+  if (start) {
+    struct rf_comm_req *req = back ? &o->back_req[g % o->n_slots] : &o->fwd_req[g % o->n_slots];
+    rf_comm_ialltoallv(o->comm, from, sc, sd, to, rc, rd, RF_DTYPE_F32, req);
+  } else {
+    uint64_t t0 = rf_time_ns();
+    rf_comm_alltoallv(o->comm, from, sc, sd, to, rc, rd, RF_DTYPE_F32);
+    o->stats.muon_comm_wait_ns += rf_time_ns() - t0;
+  }
+}
+
+static void rf_optim_muon_wait(struct rf_optim *o, struct rf_comm_req *req) {
   uint64_t t0 = rf_time_ns();
-  if (!back)
-    rf_comm_alltoallv(o->comm, o->send, gr->send_counts, gr->send_displs, o->recv, gr->recv_counts,
-                      gr->recv_displs, RF_DTYPE_F32);
-  else
-    rf_comm_alltoallv(o->comm, o->recv, gr->recv_counts, gr->recv_displs, o->send, gr->send_counts,
-                      gr->send_displs, RF_DTYPE_F32);
+  rf_comm_wait(req);
   o->stats.muon_comm_wait_ns += rf_time_ns() - t0;
 }
 
-/* The owner assembles each of its matrices of the group from the receive staging,
+/* Between gemms: lets MPI progress the transfers in flight. */
+static void rf_optim_muon_poll(void *arg) {
+  struct rf_optim *o = arg;
+  for (int k = 0; k < o->n_slots; k++) {
+    rf_comm_test(&o->fwd_req[k]);
+    rf_comm_test(&o->back_req[k]);
+  }
+}
+
+/* The owner assembles each of its matrices of the group from the receive slot,
  * orthogonalizes it, and writes the pieces back in place. */
-static void rf_optim_muon_orthogonalize(struct rf_optim *o, const struct rf_optim_group *gr) {
+static void rf_optim_muon_orthogonalize(struct rf_optim *o, int g) {
+  const struct rf_optim_group *gr = &o->groups[g];
+  float *rcv = rf_optim_slot_recv(o, g);
   int world = o->world;
   for (int s = 0; s < world; s++) o->cursor[s] = gr->recv_displs[s];
   for (int k = 0; k < gr->n_members; k++) {
     struct rf_optim_view *w = &o->views[gr->members[k]];
     if (w->owner != o->rank) continue;
     const int64_t *st = w->v.starts;
-    for (int s = 0; s < world; s++) {
-      memcpy(o->full + st[s], o->recv + o->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
-    }
+    for (int s = 0; s < world; s++)
+      memcpy(o->full + st[s], rcv + o->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
     uint64_t t0 = rf_time_ns();
-    o->stats.muon_ns_flops +=
-        rf_optim_newton_schulz(o->full, w->v.shape[0], w->v.shape[1], o->opt.muon_ns_steps,
-                               o->opt.muon_ns_eps, o->full + w->v.numel);
+    o->stats.muon_ns_flops += rf_optim_newton_schulz(
+        o->full, w->v.shape[0], w->v.shape[1], o->opt.muon_ns_steps, o->opt.muon_ns_eps, o->full + w->v.numel,
+        o->n_slots > 1 ? rf_optim_muon_poll : NULL, o);
     o->stats.muon_ns_time_ns += rf_time_ns() - t0;
     o->stats.muon_matrices++;
     w->ns_count++;
     for (int s = 0; s < world; s++) {
-      memcpy(o->recv + o->cursor[s], o->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
+      memcpy(rcv + o->cursor[s], o->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
       o->cursor[s] += st[s + 1] - st[s];
     }
   }
 }
 
-static void rf_optim_muon_apply(struct rf_optim *o, struct rf_optim_view *w, float lr) {
-  int64_t len = w->v.end - w->v.begin;
-  float *p = w->v.master;
-  const float *u = o->send + w->send_off;
-  float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - lr * o->opt.weight_decay : 1.0f;
-  float alr = lr * w->lr_adjust;
-  for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
+static void rf_optim_muon_apply(struct rf_optim *o, int g, float lr) {
+  const struct rf_optim_group *gr = &o->groups[g];
+  for (int k = 0; k < gr->n_members; k++) {
+    struct rf_optim_view *w = &o->views[gr->members[k]];
+    int64_t len = w->v.end - w->v.begin;
+    float *p = w->v.master;
+    const float *u = rf_optim_slot_send(o, g) + w->send_off;
+    float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - lr * o->opt.weight_decay : 1.0f;
+    float alr = lr * w->lr_adjust;
+    for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
+  }
 }
 
+/* Blocking: per unit, out, orthogonalize, back, apply. Overlapped (3 slots):
+ * unit g+1's pieces travel out and unit g-1's updates travel back while unit g
+ * is orthogonalized; every rank starts the collectives in the same order. */
 static void rf_optim_muon_step(struct rf_optim *o, float lr) {
-  for (int g = 0; g < o->n_groups; g++) {
-    const struct rf_optim_group *gr = &o->groups[g];
-    for (int k = 0; k < gr->n_members; k++) rf_optim_muon_momentum(o, &o->views[gr->members[k]]);
-    rf_optim_muon_alltoallv(o, gr, 0);
-    rf_optim_muon_orthogonalize(o, gr);
-    rf_optim_muon_alltoallv(o, gr, 1);
-    for (int k = 0; k < gr->n_members; k++) rf_optim_muon_apply(o, &o->views[gr->members[k]], lr);
+  int G = o->n_groups, S = o->n_slots;
+  if (S == 1) {
+    for (int g = 0; g < G; g++) {
+      rf_optim_muon_momentum(o, g);
+      rf_optim_muon_transfer(o, g, 0, 0);
+      rf_optim_muon_orthogonalize(o, g);
+      rf_optim_muon_transfer(o, g, 1, 0);
+      rf_optim_muon_apply(o, g, lr);
+    }
+    return;
+  }
+  int applied = 0;
+  rf_optim_muon_momentum(o, 0);
+  rf_optim_muon_transfer(o, 0, 0, 1);
+  for (int g = 0; g < G; g++) {
+    if (g + 1 < G) {
+      if (g + 1 - S >= 0) { /* the slot of unit g+1 is unit g+1-S's */
+        rf_optim_muon_wait(o, &o->back_req[(g + 1) % S]);
+        rf_optim_muon_apply(o, applied++, lr);
+      }
+      rf_optim_muon_momentum(o, g + 1);
+      rf_optim_muon_transfer(o, g + 1, 0, 1);
+    }
+    rf_optim_muon_wait(o, &o->fwd_req[g % S]);
+    rf_optim_muon_orthogonalize(o, g);
+    rf_optim_muon_transfer(o, g, 1, 1);
+  }
+  for (; applied < G; applied++) {
+    rf_optim_muon_wait(o, &o->back_req[applied % S]);
+    rf_optim_muon_apply(o, applied, lr);
   }
 }
 

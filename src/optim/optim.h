@@ -82,6 +82,11 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                     const struct rf_comm *comm);
 void rf_optim_free(struct rf_optim *o);
+/* The same over every tensor of a finalized runtime context (rf_fsdp_tensor
+ * views, default groups, rf_fsdp_shard_elems). `comm` (borrowed; required for
+ * Muon) is e.g. rf_comm_init(&comm, rf_fsdp_comm(f)). */
+int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
+                         const struct rf_comm *comm);
 
 /* One step with learning rate `lr` on every view's master from its grad. Muon:
  * a collective (every rank calls it). */
@@ -105,24 +110,31 @@ void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab 
 
 /* 8-bit: view i's blocks are [*offset, *offset + *count) of the scale slabs; the
  * first of them is block *first of the tensor (global numbering: strip-major,
- * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds. */
+ * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds.
+ * The blocks are the consecutive blocks [first, first + count) of the tensor when
+ * the piece covers whole rows (any planned, fsdp2 or whole-block layout); a piece
+ * that starts or ends inside a row touches non-consecutive tiles (count is the
+ * number touched), and its cut tiles are shared with the neighbouring rank. */
 void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
 
 /* ---- what it costs ----------------------------------------------------------- */
 
 struct rf_optim_stats {
-  int64_t state_bytes;     /* state slabs of this rank */
-  int64_t workspace_bytes; /* scratch, Muon staging and Newton-Schulz buffers */
-  int64_t tiles_cut;       /* 8-bit blocks of this rank quantized per fragment */
+  int64_t state_bytes;      /* state slabs of this rank (allocated; shard length) */
+  int64_t state_bytes_used; /* the part holding state of the views' pieces (Muon matrices: no v) */
+  int64_t workspace_bytes;  /* scratch, Muon staging and Newton-Schulz buffers */
+  int64_t tiles_cut;        /* 8-bit blocks of this rank quantized per fragment */
   int64_t steps;
   /* Muon, cumulative on this rank */
-  uint64_t muon_bytes_sent;   /* to other ranks (both trips) */
-  uint64_t muon_bytes_recv;   /* from other ranks (both trips) */
-  double muon_ns_flops;       /* Newton-Schulz FLOPs */
-  int64_t muon_matrices;      /* matrices orthogonalized */
-  double muon_owned_flops;    /* NS FLOPs per step of the matrices this rank owns */
-  uint64_t muon_ns_time_ns;   /* time in Newton-Schulz */
-  uint64_t muon_comm_wait_ns; /* time waiting for the all-to-all-v */
+  uint64_t muon_bytes_sent;      /* to other ranks (both trips) */
+  uint64_t muon_bytes_recv;      /* from other ranks (both trips) */
+  double muon_ns_flops;          /* Newton-Schulz FLOPs */
+  int64_t muon_matrices;         /* matrices orthogonalized */
+  double muon_owned_flops;       /* NS FLOPs per step of the matrices this rank owns */
+  uint64_t muon_step_bytes_sent; /* planned per step: to other ranks, both trips */
+  uint64_t muon_step_bytes_recv; /* planned per step: from other ranks, both trips */
+  uint64_t muon_ns_time_ns;      /* time in Newton-Schulz */
+  uint64_t muon_comm_wait_ns;    /* time waiting for the all-to-all-v */
 };
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
@@ -146,7 +158,9 @@ void rf_optim_dequantize_block(int is_signed, const uint8_t *codes, int64_t n, f
 /* Orthogonalizes the A x B row-major matrix x in place with `steps` quintic
  * Newton-Schulz iterations (a, b, c) = (3.4445, -4.7750, 2.0315), after dividing
  * by max(Frobenius norm, eps); transposes when A > B. `work` holds at least
- * 2*A*B + 2*min(A,B)^2 floats. Returns the FLOPs. */
-double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work);
+ * 2*A*B + 2*min(A,B)^2 floats. `poll(poll_arg)` (may be NULL) runs after every
+ * gemm (to progress communication in flight). Returns the FLOPs. */
+double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
+                              void (*poll)(void *), void *poll_arg);
 
 #endif

@@ -96,7 +96,8 @@ double rf_optim_ns_flops(int64_t rows, int64_t cols, int steps) {
   return (double)steps * (4.0 * n * n * m + 2.0 * n * n * n);
 }
 
-double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work) {
+double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
+                              void (*poll)(void *), void *poll_arg) {
   const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   int tr = rows > cols;
   int64_t n = tr ? cols : rows, m = tr ? rows : cols; /* y is n x m, n <= m */
@@ -115,10 +116,13 @@ double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, f
   for (int it = 0; it < steps; it++) {
     /* g = y y^T; h = b g + c g g; z = a y + h y */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, ni, mi, 1.0f, y, mi, y, mi, 0.0f, g, ni);
+    if (poll) poll(poll_arg);
     memcpy(h, g, (size_t)(n * n) * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, c, g, ni, g, ni, b, h, ni);
+    if (poll) poll(poll_arg);
     memcpy(z, y, (size_t)(n * m) * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, mi, ni, 1.0f, h, ni, y, mi, a, z, mi);
+    if (poll) poll(poll_arg);
     float *t = y;
     y = z;
     z = t;
