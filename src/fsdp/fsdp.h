@@ -69,8 +69,8 @@ struct rf_fsdp {
   float *grad;   /* owned slab, shard_elems */
   struct rf_arena arena;
   int n_pslots, n_gslots;
-  uint8_t **pslots; /* borrowed views into the arena */
-  uint8_t **gslots;
+  void **pslots; /* borrowed views into the arena */
+  void **gslots;
   int *pslot_unit; /* unit holding each slot, or -1 */
   int *gslot_unit;
   size_t pslot_bytes, gslot_bytes;
