@@ -1,8 +1,10 @@
 /* The test harness behind rf_test.h. */
 #include "rf_test.h"
+#include "core/core.h"
 
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdlib.h>
 
 int rf_test_failures;
 long rf_test_checks;
@@ -72,4 +74,18 @@ uint64_t rf_test_rand_u64(uint64_t *state) {
 
 float rf_test_rand_f32(uint64_t *state) {
   return (float)((double)(rf_test_rand_u64(state) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+int rf_test_files_equal(const char *a, const char *b) {
+  char *x, *y;
+  size_t nx, ny;
+  if (rf_file_read_all(a, &x, &nx) != 0) return 0;
+  if (rf_file_read_all(b, &y, &ny) != 0) {
+    free(x);
+    return 0;
+  }
+  int eq = nx == ny && memcmp(x, y, nx) == 0;
+  free(x);
+  free(y);
+  return eq;
 }

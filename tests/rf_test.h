@@ -32,6 +32,9 @@ void rf_test_fail_at(const char *file, int line, const char *fmt, ...) __attribu
 /* The largest relative difference max|a-b| / max(|b|, floor) over n floats. */
 double rf_test_max_rel_diff(const float *a, const float *b, size_t n, double floor);
 
+/* 1 when both files can be read and hold the same bytes. */
+int rf_test_files_equal(const char *a, const char *b);
+
 /* MPI: init with the runtime's threading level, set MPI_ERRORS_RETURN; returns rank. */
 int rf_test_mpi_init(int *argc, char ***argv, int *world);
 

@@ -130,20 +130,6 @@ static int model_import(struct model *md, const char *path) {
   return 0;
 }
 
-static int files_equal(const char *a, const char *b) {
-  char *x, *y;
-  size_t nx, ny;
-  if (rf_file_read_all(a, &x, &nx) != 0) return 0;
-  if (rf_file_read_all(b, &y, &ny) != 0) {
-    free(x);
-    return 0;
-  }
-  int eq = nx == ny && memcmp(x, y, nx) == 0;
-  free(x);
-  free(y);
-  return eq;
-}
-
 static void test_roundtrip_f32(const char *dir) {
   struct model md = {.n = 4,
                      .names = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
@@ -174,7 +160,7 @@ static void test_roundtrip_f32(const char *dir) {
   RF_CHECK(model_import(&md, src) == 0, "import: %s", rf_error_msg());
   RF_CHECK(model_save(&md, ck, 12) == 0, "save: %s", rf_error_msg());
   RF_CHECK(rf_ckpt_export_safetensors(ck, out, RF_DTYPE_F32) == 0, "export: %s", rf_error_msg());
-  RF_CHECK(files_equal(src, out), "import at W=3, save, export: not byte-identical to the source");
+  RF_CHECK(rf_test_files_equal(src, out), "import at W=3, save, export: not byte-identical to the source");
   struct rf_st_file f;
   RF_CHECK(rf_st_open(&f, out) == 0 && f.n_tensors == md.n && !rf_st_find(&f, "lm_head.weight.adam_m"),
            "the export holds exactly the parameters: %s", rf_error_msg());
@@ -408,7 +394,7 @@ static void test_cli(const char *dir) {
   rc = rf_cli_run(out, sizeof out, "ckpt export %s --out %s --dtype f32", ck, st);
   char src[256];
   snprintf(src, sizeof src, "%s/src.safetensors", dir);
-  RF_CHECK(rc == 0 && strstr(out, "export:") && files_equal(src, st), "export: rc %d '%s'", rc, out);
+  RF_CHECK(rc == 0 && strstr(out, "export:") && rf_test_files_equal(src, st), "export: rc %d '%s'", rc, out);
 
   /* a corrupted byte: info opens (metadata intact), --verify refuses naming the file */
   char bad[256], cmd[600], file[300];

@@ -57,20 +57,6 @@ static int read_losses(const char *path, double *loss, int cap) {
   return n;
 }
 
-static int files_equal(const char *a, const char *b) {
-  char *x, *y;
-  size_t nx, ny;
-  if (rf_file_read_all(a, &x, &nx) != 0) return 0;
-  if (rf_file_read_all(b, &y, &ny) != 0) {
-    free(x);
-    return 0;
-  }
-  int eq = nx == ny && memcmp(x, y, nx) == 0;
-  free(x);
-  free(y);
-  return eq;
-}
-
 static const char *common =
     "--steps 30 --batch 6 --seq 16 --lr 3e-3 --warmup 3 --seed 7 --peak-gflops 50 --print-every 0";
 
@@ -126,8 +112,8 @@ static void check_resume(const char *model, const char *data, int world, const c
   for (int r = 0; r < world; r++) {
     snprintf(fa, sizeof fa, "%s/step-00000008/rank-%05d.bin", a, r);
     snprintf(fb, sizeof fb, "%s/step-00000008/rank-%05d.bin", b, r);
-    RF_CHECK(files_equal(fa, fb), "%s W=%d: rank %d's final checkpoint differs after resume", optim, world,
-             r);
+    RF_CHECK(rf_test_files_equal(fa, fb), "%s W=%d: rank %d's final checkpoint differs after resume", optim,
+             world, r);
   }
   double la[8], lb[8];
   int na = read_losses(loga, la, 8), nb = read_losses(logb, lb, 8);
@@ -169,7 +155,8 @@ static void check_crash(const char *model, const char *data) {
   for (int r = 0; r < 2; r++) {
     snprintf(fa, sizeof fa, "%s/step-00000006/rank-%05d.bin", c, r);
     snprintf(fb, sizeof fb, "%s/step-00000006/rank-%05d.bin", ref, r);
-    RF_CHECK(files_equal(fa, fb), "rank %d's step-6 checkpoint differs from the uninterrupted run", r);
+    RF_CHECK(rf_test_files_equal(fa, fb), "rank %d's step-6 checkpoint differs from the uninterrupted run",
+             r);
   }
 }
 

@@ -147,6 +147,22 @@ static int rf_plan_cfg_bool(const cJSON *cfg, const char *path, const char *key,
 
 /* ---- Hugging Face layouts ---- */
 
+/* The input norm and grouped-query attention of layer i (LLaMA and GPT-OSS names),
+ * biases when `bias`. */
+static void rf_plan_gqa_attention(struct rf_plan_model_builder *b, long long i, int64_t h, int64_t heads,
+                                  int64_t kv, int64_t hd, int bias) {
+  const char *p = "model.layers";
+  rf_plan_t1(b, h, "%s.%lld.input_layernorm.weight", p, i);
+  rf_plan_t2(b, heads * hd, h, "%s.%lld.self_attn.q_proj.weight", p, i);
+  if (bias) rf_plan_t1(b, heads * hd, "%s.%lld.self_attn.q_proj.bias", p, i);
+  rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.k_proj.weight", p, i);
+  if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.k_proj.bias", p, i);
+  rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.v_proj.weight", p, i);
+  if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.v_proj.bias", p, i);
+  rf_plan_t2(b, h, heads * hd, "%s.%lld.self_attn.o_proj.weight", p, i);
+  if (bias) rf_plan_t1(b, h, "%s.%lld.self_attn.o_proj.bias", p, i);
+}
+
 static int rf_plan_expand_llama(const cJSON *cfg, const char *path, struct rf_plan_model_builder *b) {
   int64_t h = 0, inter = 0, heads = 1, kv = 0, layers = 0, vocab = 0, hd = 0;
   int tie = 0, bias = 0, mlp_bias = 0;
@@ -169,15 +185,7 @@ static int rf_plan_expand_llama(const cJSON *cfg, const char *path, struct rf_pl
     rf_plan_builder_unit(b, "layers.%lld", (long long)l);
     const char *p = "model.layers";
     long long i = (long long)l;
-    rf_plan_t1(b, h, "%s.%lld.input_layernorm.weight", p, i);
-    rf_plan_t2(b, heads * hd, h, "%s.%lld.self_attn.q_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, heads * hd, "%s.%lld.self_attn.q_proj.bias", p, i);
-    rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.k_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.k_proj.bias", p, i);
-    rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.v_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.v_proj.bias", p, i);
-    rf_plan_t2(b, h, heads * hd, "%s.%lld.self_attn.o_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, h, "%s.%lld.self_attn.o_proj.bias", p, i);
+    rf_plan_gqa_attention(b, i, h, heads, kv, hd, bias);
     rf_plan_t1(b, h, "%s.%lld.post_attention_layernorm.weight", p, i);
     rf_plan_t2(b, inter, h, "%s.%lld.mlp.gate_proj.weight", p, i);
     if (mlp_bias) rf_plan_t1(b, inter, "%s.%lld.mlp.gate_proj.bias", p, i);
@@ -211,15 +219,7 @@ static int rf_plan_expand_gpt_oss(const cJSON *cfg, const char *path, struct rf_
     rf_plan_builder_unit(b, "layers.%lld", (long long)l);
     const char *p = "model.layers";
     long long i = (long long)l;
-    rf_plan_t1(b, h, "%s.%lld.input_layernorm.weight", p, i);
-    rf_plan_t2(b, heads * hd, h, "%s.%lld.self_attn.q_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, heads * hd, "%s.%lld.self_attn.q_proj.bias", p, i);
-    rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.k_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.k_proj.bias", p, i);
-    rf_plan_t2(b, kv * hd, h, "%s.%lld.self_attn.v_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, kv * hd, "%s.%lld.self_attn.v_proj.bias", p, i);
-    rf_plan_t2(b, h, heads * hd, "%s.%lld.self_attn.o_proj.weight", p, i);
-    if (bias) rf_plan_t1(b, h, "%s.%lld.self_attn.o_proj.bias", p, i);
+    rf_plan_gqa_attention(b, i, h, heads, kv, hd, bias);
     rf_plan_t1(b, heads, "%s.%lld.self_attn.sinks", p, i);
     rf_plan_t1(b, h, "%s.%lld.post_attention_layernorm.weight", p, i);
     rf_plan_t2(b, experts, h, "%s.%lld.mlp.router.weight", p, i);
