@@ -211,11 +211,12 @@ table_model() { # LABEL TAG CONFIG B T
     print "| run                    | W x thr | step ms   | tok/s    | MFU    | peak RSS/rank MiB | rfsdp/PT time | rfsdp/PT mem |"
     print "|------------------------|---------|-----------|----------|--------|-------------------|---------------|--------------|"
     row("rfsdp", "1 x 2", a[1], a[2], a[3], a[4], 0, 0)
-    if (s1 != "") { split(s1, s); row("PyTorch 1 process (" s[5] ")", "1 x 2", s[1], a[2] * a[1] / s[1], s[2], s[3], a[1], a[3]) }
+    if (s1 != "") { split(s1, s); opt = s[5]; row("PyTorch 1 process", "1 x 2", s[1], a[2] * a[1] / s[1], s[2], s[3], a[1], a[3]) }
     row("rfsdp", "2 x 1", c[1], c[2], c[3], c[4], 0, 0)
     if (f2 != "") { split(f2, s); row("PyTorch FSDP2", "2 x 1", s[1], c[2] * c[1] / s[1], s[2], s[3], c[1], c[3]) }
     if (f1 != "") { split(f1, s); row("PyTorch FSDP1", "2 x 1", s[1], c[2] * c[1] / s[1], s[2], s[3], c[1], c[3]) }
     printf "rfsdp W=2 over W=1 tokens/s: %.3f (issue target >= 0.9)", a[1] / c[1]
+    if (opt != "") { gsub("_", " ", opt); printf "; PyTorch optimizer: %s", opt }
     if (s1 != "") { split(s1, s); printf "; PyTorch RSS right after importing torch+transformers: %s MiB per process", s[4] }
     printf "\n"
   }'
