@@ -12,7 +12,7 @@
 # (rf_optim_get_stats), so the state is computed from the parameter count and the
 # allocations in src/optim/optim.c (formula printed).
 #
-# Default: 200 steps of 8 x 128 tokens (about 2 minutes per run on an idle 2-core
+# Default: 400 steps of 8 x 128 tokens (about 4 minutes for the three runs on an idle 2-core
 # machine). RF_BENCH_OPTIM_STEPS, RF_BENCH_OPTIM_BATCH, RF_BENCH_OPTIM_SEQ and
 # RF_BENCH_OPTIM_LR override; RF_BENCH_LONG=1 runs 600 steps of 16 x 256 (make demo's
 # sizes). Outputs in runs/bench-optim-DATE/.
@@ -28,7 +28,7 @@ rfsdp=$top/$build/rfsdp
 if [ "${RF_BENCH_LONG:-0}" = 1 ]; then
   steps=600 batch=16 seq=256
 else
-  steps=200 batch=8 seq=128
+  steps=400 batch=8 seq=128
 fi
 steps=${RF_BENCH_OPTIM_STEPS:-$steps}
 batch=${RF_BENCH_OPTIM_BATCH:-$batch}

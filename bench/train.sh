@@ -15,8 +15,8 @@
 #     rfsdp-over-PyTorch ratios of step time and peak RSS.
 #  3. rfsdp peak RSS per rank at W=1, 2, 4 next to a prediction (formula printed).
 #
-# Sizes (global batch, sequence, steps): by default demo 8x128x5 and 100M
-# 4x128x3 (about 5 minutes on an idle 2-core machine). RF_BENCH_LONG=1 runs
+# Sizes (global batch, sequence, steps): by default demo 8x128x6 and 100M
+# 4x128x4 (about 5 minutes on an idle 2-core machine). RF_BENCH_LONG=1 runs
 # demo 16x256x10 and 100M 8x256x6; RF_BENCH_DEMO="B T STEPS" and
 # RF_BENCH_100M="B T STEPS" set them directly. RF_BENCH_TORCH=0 skips PyTorch.
 # The PyTorch venv: $RF_VENV, else the repo's .venv, created by scripts/pyenv
@@ -35,7 +35,7 @@ rfsdp=$top/$build/rfsdp
 if [ "${RF_BENCH_LONG:-0}" = 1 ]; then
   demo_size="16 256 10" big_size="8 256 6"
 else
-  demo_size="8 128 5" big_size="4 128 3"
+  demo_size="8 128 6" big_size="4 128 4"
 fi
 read -r demo_b demo_t demo_s <<<"${RF_BENCH_DEMO:-$demo_size}"
 read -r big_b big_t big_s <<<"${RF_BENCH_100M:-$big_size}"
