@@ -38,32 +38,10 @@ warmup=$((steps / 10))
 cfg=configs/demo.json
 w=2
 
-# OpenBLAS 0.3.21 (DYNAMIC_ARCH) picks its kernels from the CPU model; in a VM
-# that hides the model ("Intel(R) Xeon(R) Processor") it falls back to Prescott
-# (SSE3): about 33 GFLOP/s per core instead of about 155 with AVX-512 here. Unless
-# OPENBLAS_CORETYPE is set or RF_BENCH_CORETYPE=none, force the kernel the CPU flags
-# allow (SkylakeX with avx512f, Haswell with avx2) and say so.
-blas_note="OpenBLAS core: as detected"
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${RF_BENCH_CORETYPE:-auto}" != none ]; then
-  core=$(OPENBLAS_VERBOSE=2 "$rfsdp" train --help 2>&1 | sed -n 's/^Core: //p' | tail -1)
-  want=""
-  if grep -qw avx512f /proc/cpuinfo; then
-    want=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then
-    want=Haswell
-  fi
-  case $core in
-    Prescott | Core2 | Penryn | Dunnington | Nehalem | Sandybridge | Atom | Katmai | Coppermine | Northwood | Banias)
-      if [ -n "$want" ]; then
-        export OPENBLAS_CORETYPE=$want
-        blas_note="OpenBLAS core: detected $core, forced OPENBLAS_CORETYPE=$want (allowed by the CPU flags; RF_BENCH_CORETYPE=none keeps $core)"
-      fi
-      ;;
-    *) blas_note="OpenBLAS core: $core (as detected)" ;;
-  esac
-elif [ -n "${OPENBLAS_CORETYPE:-}" ]; then
-  blas_note="OpenBLAS core: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (from the environment)"
-fi
+# OpenBLAS's kernels and OpenMP's waiting: scripts/blas-env (the same as `make
+# bench`, `make test` and the rfsdp command itself).
+. scripts/blas-env
+blas_note="OpenBLAS core: $(OPENBLAS_VERBOSE=2 "$rfsdp" version 2>&1 | sed -n 's/^Core: //p' | tail -1)${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 
 out=runs/bench-optim-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"

@@ -51,12 +51,12 @@ static void rf_numeric_env(char **argv) {
     const char *core = __builtin_cpu_supports("avx512f") ? "SkylakeX"
                        : __builtin_cpu_supports("avx2")  ? "Haswell"
                                                          : NULL;
-    if (core) restart = setenv("OPENBLAS_CORETYPE", core, 1) == 0;
+    if (core) restart |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;
   }
+  if (!getenv("OMP_WAIT_POLICY")) restart |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   if (!restart) return;
-  if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   setenv("RF_NUMERIC_ENV_SET", "1", 1);
-  execv("/proc/self/exe", argv); /* on failure: go on with the slow kernels */
+  execv("/proc/self/exe", argv); /* on failure: go on as we are */
 }
 
 int main(int argc, char **argv) {
