@@ -128,8 +128,8 @@ rf_run floor-w1 "$tiny" 1 2 4 16 2 || exit 1
 rf_run floor-w1t1 "$tiny" 1 1 4 16 2 || exit 1
 rf_run floor-w2 "$tiny" 2 1 4 16 2 || exit 1
 rf_run floor-w4 "$tiny" 4 1 4 16 2 || exit 1
-peak2=$(cat "$out/cache/rfsdp/sgemm-peak-2")
-peak1=$(cat "$out/cache/rfsdp/sgemm-peak-1")
+peak2=$(cat "$out"/cache/rfsdp/sgemm-peak-*-2)
+peak1=$(cat "$out"/cache/rfsdp/sgemm-peak-*-1)
 echo "sgemm peak measured now: $peak2 GFLOP/s with 2 threads, $peak1 GFLOP/s with 1 thread" \
   "(MFU at W=1: against the 2-thread peak; at W=2: against 2 x the 1-thread peak)"
 
