@@ -270,6 +270,9 @@ static void test_linear(void) {
  * blocks) against f32 weights holding the same rounded values. Tolerance: exact
  * up to f32 summation order (1e-5) without sbgemm; 2e-2 with sbgemm (activations
  * rounded to bf16, relative error ~ 2^-8 per product). */
+/* The stage's progress callback (the trainer's MPI polling) counts its calls. */
+static void count_progress(void *ctx) { (*(int *)ctx)++; }
+
 static void test_linear_bf16(void) {
   int n = 9, in = 40, out = RF_LLAMA_STAGE_ROWS + 37;
   float *x = rand_buf((size_t)n * in, 1.0f), *wf = rand_buf((size_t)out * in, 1.0f);
@@ -277,8 +280,11 @@ static void test_linear_bf16(void) {
   uint16_t *wb = rf_xmalloc((size_t)out * in * 2);
   rf_bf16_from_f32_n(wb, wf, (size_t)out * in);
   rf_f32_from_bf16_n(wf, wb, (size_t)out * in);
-  struct rf_llama_stage st = {rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
-                              rf_xmalloc((size_t)RF_LLAMA_STAGE_ROWS * in * 4)};
+  int progress_calls = 0;
+  struct rf_llama_stage st = {.act = rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
+                              .wf32 = rf_xmalloc((size_t)RF_LLAMA_STAGE_ROWS * in * 4),
+                              .progress = count_progress,
+                              .progress_ctx = &progress_calls};
   struct rf_llama_weight w32 = {wf, NULL}, w16 = {NULL, wb};
   float *ya = rf_xmalloc((size_t)n * out * 4), *yb = rf_xmalloc((size_t)n * out * 4);
   rf_llama_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
@@ -291,6 +297,7 @@ static void test_linear_bf16(void) {
   rf_llama_linear_backward(dxb, NULL, dy, x, &w16, n, in, out, 0.0f, &st);
   double e2 = rf_test_max_rel_diff(dxb, dxa, (size_t)n * in, 1.0);
   RF_CHECK(e2 <= tol, "bf16 linear backward rel err %.3g > %g", e2, tol);
+  RF_CHECK(progress_calls == 2, "the progress callback ran %d times for 2 linear ops", progress_calls);
   printf("  bf16 linear (%s): forward rel err %.2g, backward %.2g\n",
          rf_llama_have_sbgemm() ? "cblas_sbgemm" : "row blocks widened to f32", e, e2);
   free(x), free(wf), free(dy), free(wb), free(st.act), free(st.wf32), free(ya), free(yb), free(dxa),

@@ -7,6 +7,8 @@
 
 #include "core/core.h"
 
+static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
+
 int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *cfg,
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq) {
   memset(m, 0, sizeof *m);
@@ -30,6 +32,9 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *
   RF_REQUIRE(rf_fsdp_finalize(m->fsdp) == 0, "%s", rf_fsdp_error());
   RF_TRY(rf_llama_ws_init(&m->ws, cfg, batch, seq));
   RF_TRY(rf_llama_ws_init(&m->gen_ws, cfg, 1, seq));
+  /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
+  m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;
+  m->ws.stage.progress_ctx = m->gen_ws.stage.progress_ctx = m->fsdp;
   return 0;
 }
 

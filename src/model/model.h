@@ -130,6 +130,10 @@ struct rf_llama_weight {
 struct rf_llama_stage {
   uint16_t *act;
   float *wf32;
+  /* Called after every linear op's matmuls when set (the trainer drives MPI
+   * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
+  void (*progress)(void *ctx);
+  void *progress_ctx;
 };
 
 /* ---- workspace (activations) ----------------------------------------------------- */

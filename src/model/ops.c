@@ -371,8 +371,8 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
 
 int rf_llama_have_sbgemm(void) { return cblas_sbgemm != NULL; }
 
-void rf_llama_linear_forward(float *y, const float *x, const struct rf_llama_weight *w, int n, int in,
-                             int out, float beta, const struct rf_llama_stage *st) {
+static void linear_forward_products(float *y, const float *x, const struct rf_llama_weight *w, int n, int in,
+                                    int out, float beta, const struct rf_llama_stage *st) {
   if (w->f32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w->f32, in, beta, y, out);
     return;
@@ -392,9 +392,9 @@ void rf_llama_linear_forward(float *y, const float *x, const struct rf_llama_wei
   }
 }
 
-void rf_llama_linear_backward(float *dx, float *dw, const float *dy, const float *x,
-                              const struct rf_llama_weight *w, int n, int in, int out, float beta,
-                              const struct rf_llama_stage *st) {
+static void linear_backward_products(float *dx, float *dw, const float *dy, const float *x,
+                                     const struct rf_llama_weight *w, int n, int in, int out, float beta,
+                                     const struct rf_llama_stage *st) {
   if (dw)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
   if (!dx) return;
@@ -417,6 +417,23 @@ void rf_llama_linear_backward(float *dx, float *dw, const float *dy, const float
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, rows, 1.0f, dy + r0, out, st->wf32, in,
                 r0 == 0 ? beta : 1.0f, dx, in);
   }
+}
+
+static void linear_progress(const struct rf_llama_stage *st) {
+  if (st && st->progress) st->progress(st->progress_ctx);
+}
+
+void rf_llama_linear_forward(float *y, const float *x, const struct rf_llama_weight *w, int n, int in,
+                             int out, float beta, const struct rf_llama_stage *st) {
+  linear_forward_products(y, x, w, n, in, out, beta, st);
+  linear_progress(st);
+}
+
+void rf_llama_linear_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const struct rf_llama_weight *w, int n, int in, int out, float beta,
+                              const struct rf_llama_stage *st) {
+  linear_backward_products(dx, dw, dy, x, w, n, in, out, beta, st);
+  linear_progress(st);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------ */
