@@ -81,7 +81,7 @@ static void rf_train_states_make(const struct rf_train_state *s, struct rf_train
   }
 }
 
-static struct rf_ckpt_views_args rf_train_views_args(const struct rf_train_state *s,
+static struct rf_ckpt_views_args rf_train_views_args(struct rf_train_state *s,
                                                      const struct rf_train_states *st, const char *dir) {
   struct rf_ckpt_views_args a = {0};
   a.dir = dir;
@@ -92,7 +92,7 @@ static struct rf_ckpt_views_args rf_train_views_args(const struct rf_train_state
   a.n_states = st->n;
   a.states = st->desc;
   a.agree = rf_train_ckpt_agree;
-  a.agree_ctx = (void *)s;
+  a.agree_ctx = s;
   return a;
 }
 
