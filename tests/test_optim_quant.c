@@ -141,6 +141,11 @@ static void test_tiles(void) {
              "case %zu: %lld blocks from %lld, %lld cut; expected %lld from %lld, %lld cut", k,
              (long long)count, (long long)first, (long long)st.tiles_cut, (long long)cases[k].count,
              (long long)cases[k].first, (long long)cases[k].cut);
+    /* the whole tensor's blocks, whatever the piece: 32x32 tiles or runs of 256 */
+    int64_t total = cases[k].ndim == 1 ? (cases[k].d0 + 255) / 256
+                                       : ((cases[k].d0 + 31) / 32) * ((cases[k].d1 + 31) / 32);
+    RF_CHECK(rf_optim_tensor_blocks(o, 0) == total, "case %zu: %lld blocks in the tensor, expected %lld", k,
+             (long long)rf_optim_tensor_blocks(o, 0), (long long)total);
     rf_optim_free(o);
   }
 }

@@ -41,20 +41,13 @@ struct rf_train_states {
   } scale[RF_TRAIN_MAX_STATES];
 };
 
-/* 8-bit AdamW's blocks of a tensor: 32x32 tiles of a matrix (rows = numel / last
- * dim), runs of 256 of a vector (src/optim/optim.h). */
-static int64_t rf_train_scale_blocks(const struct rf_tensor_view *v) {
-  if (v->ndim == 1) return rf_ceil_div(v->numel, 256);
-  int64_t cols = v->shape[v->ndim - 1];
-  return rf_ceil_div(v->numel / cols, 32) * rf_ceil_div(cols, 32);
-}
-
 static void rf_train_scale_piece(void *ctx, const struct rf_tensor_view *view, int index,
                                  struct rf_ckpt_state_piece *out) {
+  (void)view; /* the optimizer knows its blocks by index */
   const struct rf_train_scale_ctx *c = ctx;
   int64_t offset, count, first;
   rf_optim_scales(c->optim, index, &offset, &count, &first);
-  out->numel = rf_train_scale_blocks(view);
+  out->numel = rf_optim_tensor_blocks(c->optim, index);
   out->begin = count > 0 ? first : 0;
   out->end = out->begin + count;
   out->data = c->slab + offset;

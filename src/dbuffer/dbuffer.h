@@ -24,15 +24,6 @@
 #include "core/core.h"
 #include "plan/plan.h"
 
-/* One tensor as the unit declares it. Borrowed name. */
-struct rf_dbuffer_tensor_in {
-  const char *name;
-  int ndim;
-  int64_t shape[RF_PLAN_MAX_DIMS];
-  int64_t numel;
-  int64_t block_elems;
-};
-
 /* Where one tensor lives. Owns starts and piece. */
 struct rf_dbuffer_tensor {
   int buffer; /* index of its buffer */
@@ -81,9 +72,10 @@ struct rf_dbuffer_options {
   int64_t align_elems; /* 64 bytes of the widest dtype moved (16 f32 elements) */
 };
 
-/* Builds a unit's layout. Returns -1 with a message when the planner fails or a
+/* Builds a unit's layout from its tensors as the planner takes them (sub_count
+ * must be 0 or 1: every tensor stays one run). Returns -1 with a message when the planner fails or a
  * plan does not pass the independent checker. */
-int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_dbuffer_tensor_in *tensors,
+int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
                     int n_tensors, int world, int rank, const struct rf_dbuffer_options *opt);
 void rf_dbuffer_free(struct rf_dbuffer *db);
 

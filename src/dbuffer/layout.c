@@ -9,7 +9,7 @@
  * this many elements of padding. */
 #define RF_DBUFFER_BUFFER_COST_ELEMS 65536.0
 
-static void rf_dbuffer_alloc(struct rf_dbuffer *db, int n_buffers, const struct rf_dbuffer_tensor_in *in,
+static void rf_dbuffer_alloc(struct rf_dbuffer *db, int n_buffers, const struct rf_plan_tensor_in *in,
                              int n_tensors) {
   int w = db->world;
   db->n_buffers = n_buffers;
@@ -86,17 +86,9 @@ static void rf_dbuffer_finish_contiguous(struct rf_dbuffer *db, int64_t align) {
 }
 
 static int rf_dbuffer_init_planned(struct rf_dbuffer *db, const char *unit_name,
-                                   const struct rf_dbuffer_tensor_in *tensors, int n,
+                                   const struct rf_plan_tensor_in *tensors, int n,
                                    const struct rf_dbuffer_options *opt) {
-  struct rf_plan_tensor_in *pin = rf_xcalloc((size_t)n, sizeof *pin);
-  for (int t = 0; t < n; t++) {
-    pin[t].name = tensors[t].name;
-    pin[t].ndim = tensors[t].ndim;
-    memcpy(pin[t].shape, tensors[t].shape, sizeof pin[t].shape);
-    pin[t].numel = tensors[t].numel;
-    pin[t].block_elems = tensors[t].block_elems;
-  }
-  struct rf_plan_unit_in in = {unit_name, n, pin};
+  struct rf_plan_unit_in in = {unit_name, n, tensors};
   struct rf_plan_options popt = {
       db->world, opt->shard, opt->align_elems, opt->max_buffers, RF_DBUFFER_BUFFER_COST_ELEMS, 0};
   struct rf_plan_unit plan;
@@ -118,11 +110,10 @@ static int rf_dbuffer_init_planned(struct rf_dbuffer *db, const char *unit_name,
     }
     rf_plan_unit_free(&plan);
   }
-  free(pin);
   return rc;
 }
 
-static void rf_dbuffer_init_flat(struct rf_dbuffer *db, const struct rf_dbuffer_tensor_in *tensors, int n) {
+static void rf_dbuffer_init_flat(struct rf_dbuffer *db, const struct rf_plan_tensor_in *tensors, int n) {
   rf_dbuffer_alloc(db, 1, tensors, n);
   int64_t shard = rf_max_i64(rf_ceil_div(db->elems, db->world), 1);
   for (int r = 0; r <= db->world; r++) db->bufs[0].starts[r] = r * shard;
@@ -138,7 +129,7 @@ static void rf_dbuffer_init_flat(struct rf_dbuffer *db, const struct rf_dbuffer_
  * rank's shard padded to R_t rows; a rank's shards of the unit are packed in
  * tensor order (S elements); all-gather into a staging buffer of W*S at the start
  * of the slot, then the copy-out into each tensor's own storage after it. */
-static void rf_dbuffer_init_fsdp2(struct rf_dbuffer *db, const struct rf_dbuffer_tensor_in *tensors, int n,
+static void rf_dbuffer_init_fsdp2(struct rf_dbuffer *db, const struct rf_plan_tensor_in *tensors, int n,
                                   int64_t align) {
   int w = db->world, r = db->rank;
   rf_dbuffer_alloc(db, 1, tensors, n);
@@ -171,7 +162,7 @@ static void rf_dbuffer_init_fsdp2(struct rf_dbuffer *db, const struct rf_dbuffer
   db->staging_elems = buf->total;
 }
 
-int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_dbuffer_tensor_in *tensors,
+int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
                     int n_tensors, int world, int rank, const struct rf_dbuffer_options *opt) {
   memset(db, 0, sizeof *db);
   RF_REQUIRE(n_tensors >= 1, "unit %s has no tensors", unit_name);

@@ -67,7 +67,6 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   }
   free(f->units);
   free(f->tensors);
-  free(f->tensor_starts);
   free(f->master);
   free(f->grad);
   free(f->pslots);
@@ -178,15 +177,15 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
       rf_min_i64((int64_t)rf_dtype_size(f->opt.param_dtype), (int64_t)rf_dtype_size(f->opt.reduce_dtype));
   struct rf_dbuffer_options dopt = {f->opt.layout, f->opt.shard, f->opt.max_buffers,
                                     rf_max_i64(f->opt.align_bytes / (int64_t)min_size, 1)};
-  f->tensor_starts = rf_xcalloc((size_t)f->n_tensors * ((size_t)w + 1), sizeof(int64_t));
   int64_t slab = 0;
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
     RF_REQUIRE(x->n_tensors >= 1, "unit %s has no tensors", x->name);
-    struct rf_dbuffer_tensor_in *in = rf_xcalloc((size_t)x->n_tensors, sizeof *in);
+    struct rf_plan_tensor_in *in = rf_xcalloc((size_t)x->n_tensors, sizeof *in);
     for (int i = 0; i < x->n_tensors; i++) {
       const struct rf_fsdp_tensor *t = &f->tensors[x->first_tensor + i];
-      in[i] = (struct rf_dbuffer_tensor_in){t->name, t->ndim, {0}, t->numel, t->block_elems};
+      in[i] = (struct rf_plan_tensor_in){
+          .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems};
       memcpy(in[i].shape, t->shape, sizeof in[i].shape);
     }
     int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &dopt);
@@ -194,9 +193,6 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
     slab += x->db.shard_elems;
-    for (int i = 0; i < x->n_tensors; i++)
-      memcpy(&f->tensor_starts[(size_t)(x->first_tensor + i) * ((size_t)w + 1)], x->db.tensors[i].starts,
-             ((size_t)w + 1) * sizeof(int64_t));
     rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_buffers, w);
     rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w);
   }
@@ -237,7 +233,7 @@ void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *
   out->numel = t->numel;
   out->block_elems = d->blocks_whole ? t->block_elems : 1;
   out->blocks_whole = d->blocks_whole;
-  out->starts = &f->tensor_starts[(size_t)tensor * ((size_t)f->comm.world + 1)];
+  out->starts = d->starts;
   out->begin = d->starts[r];
   out->end = d->starts[r + 1];
   out->shard_offset = x->shard_base + d->shard_off;

@@ -63,7 +63,6 @@ struct rf_fsdp {
   struct rf_fsdp_unit *units;
   int n_tensors, cap_tensors;
   struct rf_fsdp_tensor *tensors;
-  int64_t *tensor_starts; /* world + 1 per tensor: every rank's range (views point here) */
   int64_t shard_elems;
   float *master; /* owned slab, shard_elems */
   float *grad;   /* owned slab, shard_elems */

@@ -747,6 +747,13 @@ void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_
   *first = w->first_block;
 }
 
+int64_t rf_optim_tensor_blocks(const struct rf_optim *o, int view) {
+  RF_ASSERT(view >= 0 && view < o->n);
+  const struct rf_optim_view *w = &o->views[view];
+  if (w->cols == 0) return rf_ceil_div(w->v.numel, RF_OPTIM_VEC_BLOCK);
+  return rf_ceil_div(w->rows, RF_OPTIM_TILE) * rf_optim_tiles_per_strip(w);
+}
+
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out) { *out = o->stats; }
 
 int rf_optim_muon_owner(const struct rf_optim *o, int view) {

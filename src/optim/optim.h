@@ -116,6 +116,9 @@ void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab 
  * that starts or ends inside a row touches non-consecutive tiles (count is the
  * number touched), and its cut tiles are shared with the neighbouring rank. */
 void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
+/* 8-bit: the number of blocks of view i's whole tensor (every rank's), the
+ * index space of its scales. */
+int64_t rf_optim_tensor_blocks(const struct rf_optim *o, int view);
 
 /* ---- what it costs ----------------------------------------------------------- */
 
