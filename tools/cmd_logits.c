@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
 #include "comm/comm.h"
 #include "commands.h"
 #include "options.h"
@@ -31,17 +30,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   rf_fsdp_options_default(&fo);
   struct rf_train_model m;
   int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, batch, (int)seq);
-  if (rc == 0) {
-    int nt = rf_fsdp_n_tensors(m.fsdp);
-    struct rf_tensor_view *views = rf_xcalloc((size_t)nt, sizeof *views);
-    for (int t = 0; t < nt; t++) rf_fsdp_tensor(m.fsdp, t, &views[t]);
-    rc = rf_ckpt_import_views(weights, views, nt);
-    free(views);
-    int all = rc;
-    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (rc == 0 && all != 0)
-      rc = rf_error_set(__FILE__, __LINE__, "%s: another rank could not import it", weights);
-  }
+  if (rc == 0) rc = rf_train_model_import(&m, weights);
   if (rc == 0) {
     double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
     if (bad != bad)

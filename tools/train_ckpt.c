@@ -218,11 +218,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   RF_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
   RF_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
   if (a->init) {
-    int rc = rf_ckpt_import_views(a->init, s->views, rf_fsdp_n_tensors(s->model.fsdp));
-    if (rf_train_ckpt_agree(NULL, rc) != 0) {
-      if (rc == 0) RF_FAIL("%s: another rank could not import it", a->init);
-      return -1;
-    }
+    RF_TRY(rf_train_model_import(&s->model, a->init));
     if (s->rank == 0) printf("initialized from %s\n", a->init);
   }
   if (a->resume) RF_TRY(rf_train_resume(s, a->resume));

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "core/core.h"
 
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
@@ -44,6 +45,18 @@ void rf_train_model_free(struct rf_train_model *m) {
   rf_fsdp_free(m->fsdp);
   free(m->first_tensor);
   memset(m, 0, sizeof *m);
+}
+
+int rf_train_model_import(struct rf_train_model *m, const char *path) {
+  int n = rf_fsdp_n_tensors(m->fsdp);
+  struct rf_tensor_view *views = rf_xcalloc((size_t)n, sizeof *views);
+  for (int t = 0; t < n; t++) rf_fsdp_tensor(m->fsdp, t, &views[t]);
+  int rc = rf_ckpt_import_views(path, views, n);
+  free(views);
+  int all = rc;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, rf_fsdp_comm(m->fsdp));
+  RF_REQUIRE(rc != 0 || all == 0, "%s: another rank could not import it", path);
+  return rc;
 }
 
 /* Points m->w (and m->g when grads) at unit u's views. */

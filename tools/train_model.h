@@ -28,6 +28,10 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
 
+/* Every rank fills its pieces of the weights from a safetensors file, then the
+ * ranks agree: 0 on every rank, or -1 on every rank (the message names the file). */
+int rf_train_model_import(struct rf_train_model *m, const char *path);
+
 /* Forward and backward of one micro-batch (tokens, targets: batch*seq each);
  * gradients of grad_scale * loss_sum are reduced into the shards. Returns this
  * rank's loss sum, or NAN when a token is out of range. */
