@@ -20,12 +20,6 @@ static double rf_train_lr(const struct rf_train_args *a, int64_t step) {
   return a->lr * (a->min_lr_ratio + (1.0 - a->min_lr_ratio) * cosine);
 }
 
-/* Every rank's status combined: 0 only when every rank passed 0. */
-static int rf_train_agree(int status) {
-  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return status;
-}
-
 static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_options *o) {
   rf_fsdp_options_default(o);
   o->layout = strcmp(a->layout, "fsdp2") == 0  ? RF_LAYOUT_FSDP2
@@ -55,7 +49,7 @@ static double rf_train_eval(struct rf_train_state *s, const struct rf_data_loade
         return NAN;
       sum += rf_train_model_loss(&s->model, s->tokens, s->targets);
     }
-  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  rf_comm_allreduce(&s->comm, &sum, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   return sum / ((double)batches * (double)a->batch * (double)a->seq);
 }
 
@@ -123,7 +117,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   }
   rf_fsdp_grads_finish(f);
   double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
-  MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  rf_comm_allreduce(&s->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   *loss_out = loss * scale;
   *norm_out = norm;
   if (!isfinite(norm)) return 1;
@@ -196,7 +190,7 @@ static int rf_train_run(struct rf_train_state *s) {
   s->flops_per_token = rf_llama_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
   if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_sgemm_peak(openblas_get_num_threads());
-  MPI_Bcast(&s->peak_gflops, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
     struct rf_fsdp_stats st;
     rf_fsdp_get_stats(s->model.fsdp, &st);

@@ -24,9 +24,8 @@ static void rf_train_ckpt_maybe_die(const struct rf_train_state *s, int64_t step
 }
 
 static int rf_train_ckpt_agree(void *ctx, int status) {
-  if (ctx) rf_train_ckpt_maybe_die(ctx, ((const struct rf_train_state *)ctx)->saving_step);
-  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return status;
+  rf_train_ckpt_maybe_die(ctx, ((const struct rf_train_state *)ctx)->saving_step);
+  return rf_train_agree(status);
 }
 
 /* The optimizer's state slabs as checkpoint states. Per-block scales (8-bit

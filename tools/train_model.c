@@ -47,15 +47,19 @@ void rf_train_model_free(struct rf_train_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+int rf_train_agree(int status) {
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return status;
+}
+
 int rf_train_model_import(struct rf_train_model *m, const char *path) {
   int n = rf_fsdp_n_tensors(m->fsdp);
   struct rf_tensor_view *views = rf_xcalloc((size_t)n, sizeof *views);
   for (int t = 0; t < n; t++) rf_fsdp_tensor(m->fsdp, t, &views[t]);
   int rc = rf_ckpt_import_views(path, views, n);
   free(views);
-  int all = rc;
-  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, rf_fsdp_comm(m->fsdp));
-  RF_REQUIRE(rc != 0 || all == 0, "%s: another rank could not import it", path);
+  int all = rf_train_agree(rc);
+  RF_REQUIRE(all == 0 || rc != 0, "%s: another rank could not import it", path);
   return rc;
 }
 

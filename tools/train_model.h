@@ -28,6 +28,10 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
 
+/* Every rank's status combined (MPI_COMM_WORLD): 0 only when every rank passed 0.
+ * Collective: the tools call it before any branch a failure could take. */
+int rf_train_agree(int status);
+
 /* Every rank fills its pieces of the weights from a safetensors file, then the
  * ranks agree: 0 on every rank, or -1 on every rank (the message names the file). */
 int rf_train_model_import(struct rf_train_model *m, const char *path);
