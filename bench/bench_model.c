@@ -1,6 +1,6 @@
 /* rf-bench: */
 /* Forward + backward of the LLaMA model alone (no runtime, no optimizer) on one
- * process: tokens/s, GFLOP/s (rf_llama_flops_per_token) and, for scale, the
+ * process: tokens/s, GFLOP/s (rf_model_flops_per_token) and, for scale, the
  * GFLOP/s of one sgemm of the model's largest shape.
  * Usage: bench_model [CONFIG.json] [B] [T] [steps]   (default configs/llama-100m.json 4 256 3)
  * Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (the bench runner sets 1). */
@@ -60,10 +60,10 @@ struct model_bufs {
   int64_t **numel;
 };
 
-static void run(const struct rf_llama_config *cfg, struct rf_llama_ws *ws, struct model_bufs *m, int bf16,
+static void run(const struct rf_model_config *cfg, struct rf_model_ws *ws, struct model_bufs *m, int bf16,
                 int steps, const int32_t *tok, const int32_t *tgt) {
   int L = cfg->num_hidden_layers, N = ws->b * ws->t;
-  struct rf_llama_weight **uw = rf_xcalloc((size_t)m->n_units, sizeof(struct rf_llama_weight *));
+  struct rf_model_weight **uw = rf_xcalloc((size_t)m->n_units, sizeof(struct rf_model_weight *));
   for (int u = 0; u < m->n_units; u++) {
     uw[u] = rf_xcalloc((size_t)m->n_t[u], sizeof(**uw));
     for (int i = 0; i < m->n_t[u]; i++) {
@@ -77,18 +77,18 @@ static void run(const struct rf_llama_config *cfg, struct rf_llama_ws *ws, struc
   for (int s = -1; s < steps; s++) {
     uint64_t t0 = rf_time_ns();
     double c0 = cpu_s();
-    RF_ASSERT(rf_llama_embed_forward(ws, uw[0], tok) == 0);
-    for (int l = 0; l < L; l++) rf_llama_layer_forward(ws, l, uw[1 + l]);
-    loss = rf_llama_head_forward(ws, uw[L + 1], tgt) / N;
+    RF_ASSERT(rf_model_embed_forward(ws, uw[0], tok) == 0);
+    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, uw[1 + l]);
+    loss = rf_model_head_forward(ws, uw[L + 1], tgt) / N;
     uint64_t t1 = rf_time_ns();
-    rf_llama_head_backward(ws, uw[L + 1], m->g[L + 1], 1.0f / (float)N);
-    for (int l = L - 1; l >= 0; l--) rf_llama_layer_backward(ws, l, uw[1 + l], m->g[1 + l]);
-    rf_llama_embed_backward(ws, m->g[0]);
+    rf_model_head_backward(ws, uw[L + 1], m->g[L + 1], 1.0f / (float)N);
+    for (int l = L - 1; l >= 0; l--) rf_model_layer_backward(ws, l, uw[1 + l], m->g[1 + l]);
+    rf_model_embed_backward(ws, m->g[0]);
     uint64_t t2 = rf_time_ns();
     if (s >= 0) fwd += (double)(t1 - t0) * 1e-9, bwd += (double)(t2 - t1) * 1e-9, cpu += cpu_s() - c0;
   }
   double per = (fwd + bwd) / steps;
-  double flops = rf_llama_flops_per_token(cfg, ws->t) * N;
+  double flops = rf_model_flops_per_token(cfg, ws->t) * N;
   double cpu_per = cpu / steps;
   printf(
       "weights %-4s  step %8.1f ms (forward %7.1f, backward %7.1f)  %6.0f tokens/s  %6.1f GFLOP/s"
@@ -103,32 +103,32 @@ int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "configs/llama-100m.json";
   int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 256,
       steps = argc > 4 ? atoi(argv[4]) : 3;
-  struct rf_llama_config cfg;
-  if (rf_llama_config_load(&cfg, path) != 0) {
+  struct rf_model_config cfg;
+  if (rf_model_config_load(&cfg, path) != 0) {
     fprintf(stderr, "bench_model: %s\n", rf_error_msg());
     return 1;
   }
-  struct rf_llama_ws ws;
-  if (rf_llama_ws_init(&ws, &cfg, B, T) != 0) {
+  struct rf_model_ws ws;
+  if (rf_model_ws_init(&ws, &cfg, B, T) != 0) {
     fprintf(stderr, "bench_model: %s\n", rf_error_msg());
     return 1;
   }
   struct model_bufs m;
-  m.n_units = rf_llama_n_units(&cfg);
+  m.n_units = rf_model_n_units(&cfg);
   m.n_t = rf_xcalloc((size_t)m.n_units, sizeof(int));
   m.w = rf_xcalloc((size_t)m.n_units, sizeof(float **));
   m.g = rf_xcalloc((size_t)m.n_units, sizeof(float **));
   m.wb = rf_xcalloc((size_t)m.n_units, sizeof(uint16_t **));
   m.numel = rf_xcalloc((size_t)m.n_units, sizeof(int64_t *));
   for (int u = 0; u < m.n_units; u++) {
-    int nt = m.n_t[u] = rf_llama_unit_n_tensors(&cfg, u);
+    int nt = m.n_t[u] = rf_model_unit_n_tensors(&cfg, u);
     m.w[u] = rf_xcalloc((size_t)nt, sizeof(float *));
     m.g[u] = rf_xcalloc((size_t)nt, sizeof(float *));
     m.wb[u] = rf_xcalloc((size_t)nt, sizeof(uint16_t *));
     m.numel[u] = rf_xcalloc((size_t)nt, sizeof(int64_t));
     for (int i = 0; i < nt; i++) {
-      struct rf_llama_tensor_spec s;
-      rf_llama_unit_tensor(&cfg, u, i, &s);
+      struct rf_model_tensor_spec s;
+      rf_model_unit_tensor(&cfg, u, i, &s);
       int64_t n = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
       m.numel[u][i] = n;
       m.w[u][i] = rf_xmalloc((size_t)n * 4);
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
   printf(
       "bench_model: %s  %.1fM parameters  B=%d T=%d  %.3f GFLOP/token  workspace %.0f MB  threads omp %d "
       "blas %d\n",
-      path, rf_llama_n_params(&cfg) * 1e-6, B, T, rf_llama_flops_per_token(&cfg, T) * 1e-9,
+      path, rf_model_n_params(&cfg) * 1e-6, B, T, rf_model_flops_per_token(&cfg, T) * 1e-9,
       ws.bytes / 1048576.0,
 #ifdef _OPENMP
       omp_get_max_threads(),
@@ -163,6 +163,6 @@ int main(int argc, char **argv) {
     free(m.w[u]), free(m.g[u]), free(m.wb[u]), free(m.numel[u]);
   }
   free(m.w), free(m.g), free(m.wb), free(m.numel), free(m.n_t), free(tok);
-  rf_llama_ws_free(&ws);
+  rf_model_ws_free(&ws);
   return 0;
 }

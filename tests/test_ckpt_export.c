@@ -141,51 +141,54 @@ static void test_roundtrip_f32(const char *dir) {
   snprintf(ck, sizeof ck, "%s/ckpt-a", dir);
   snprintf(out, sizeof out, "%s/export.safetensors", dir);
   snprintf(out16, sizeof out16, "%s/export-bf16.safetensors", dir);
-  struct rf_st_decl decls[4];
+  struct rf_safetensors_decl decls[4];
   uint64_t rng = 42;
   for (int t = 0; t < md.n; t++) {
-    decls[t] = (struct rf_st_decl){.name = md.names[t], .dtype = RF_ST_DTYPE_F32, .ndim = md.ndim[t]};
+    decls[t] = (struct rf_safetensors_decl){
+        .name = md.names[t], .dtype = RF_SAFETENSORS_DTYPE_F32, .ndim = md.ndim[t]};
     memcpy(decls[t].shape, md.shape[t], sizeof md.shape[t]);
   }
-  struct rf_st_writer w;
-  RF_ASSERT(rf_st_writer_open(&w, src, md.n, decls, "{\"format\":\"pt\",\"rfsdp_step\":\"12\"}") == 0);
+  struct rf_safetensors_writer w;
+  RF_ASSERT(rf_safetensors_writer_open(&w, src, md.n, decls, "{\"format\":\"pt\",\"rfsdp_step\":\"12\"}") ==
+            0);
   for (int t = 0; t < md.n; t++)
     for (int64_t i = 0; i < numel_of(&md, t); i++) {
       float x = rf_test_rand_f32(&rng);
-      RF_ASSERT(rf_st_writer_write_f32(&w, &x, 1) == 0);
+      RF_ASSERT(rf_safetensors_writer_write_f32(&w, &x, 1) == 0);
     }
-  RF_ASSERT(rf_st_writer_commit(&w) == 0);
+  RF_ASSERT(rf_safetensors_writer_commit(&w) == 0);
 
   model_split(&md, 3, 7);
   RF_CHECK(model_import(&md, src) == 0, "import: %s", rf_error_msg());
   RF_CHECK(model_save(&md, ck, 12) == 0, "save: %s", rf_error_msg());
   RF_CHECK(rf_ckpt_export_safetensors(ck, out, RF_DTYPE_F32) == 0, "export: %s", rf_error_msg());
   RF_CHECK(rf_test_files_equal(src, out), "import at W=3, save, export: not byte-identical to the source");
-  struct rf_st_file f;
-  RF_CHECK(rf_st_open(&f, out) == 0 && f.n_tensors == md.n && !rf_st_find(&f, "lm_head.weight.adam_m"),
+  struct rf_safetensors_file f;
+  RF_CHECK(rf_safetensors_open(&f, out) == 0 && f.n_tensors == md.n &&
+               !rf_safetensors_find(&f, "lm_head.weight.adam_m"),
            "the export holds exactly the parameters: %s", rf_error_msg());
-  rf_st_close(&f);
+  rf_safetensors_close(&f);
 
   /* bf16: every value the rounding of the master */
   RF_CHECK(rf_ckpt_export_safetensors(ck, out16, RF_DTYPE_BF16) == 0, "export bf16: %s", rf_error_msg());
-  struct rf_st_file fs, fb;
-  RF_ASSERT(rf_st_open(&fs, src) == 0);
-  RF_CHECK(rf_st_open(&fb, out16) == 0, "%s", rf_error_msg());
+  struct rf_safetensors_file fs, fb;
+  RF_ASSERT(rf_safetensors_open(&fs, src) == 0);
+  RF_CHECK(rf_safetensors_open(&fb, out16) == 0, "%s", rf_error_msg());
   int64_t bad = 0;
   for (int t = 0; t < md.n; t++) {
     int64_t n = numel_of(&md, t);
     float *x = malloc((size_t)n * 4);
     uint16_t *h = malloc((size_t)n * 2);
-    RF_ASSERT(rf_st_read_f32(&fs, md.names[t], 0, n, x) == 0);
-    RF_CHECK(rf_st_find(&fb, md.names[t])->dtype == RF_ST_DTYPE_BF16, "dtype");
-    RF_ASSERT(rf_st_read_raw(&fb, md.names[t], 0, n, h) == 0);
+    RF_ASSERT(rf_safetensors_read_f32(&fs, md.names[t], 0, n, x) == 0);
+    RF_CHECK(rf_safetensors_find(&fb, md.names[t])->dtype == RF_SAFETENSORS_DTYPE_BF16, "dtype");
+    RF_ASSERT(rf_safetensors_read_raw(&fb, md.names[t], 0, n, h) == 0);
     for (int64_t i = 0; i < n; i++) bad += h[i] != rf_bf16_from_f32(x[i]);
     free(x);
     free(h);
   }
   RF_CHECK(bad == 0, "bf16 export: %lld values differ from the rounded masters", (long long)bad);
-  rf_st_close(&fs);
-  rf_st_close(&fb);
+  rf_safetensors_close(&fs);
+  rf_safetensors_close(&fb);
 
   /* import errors, each naming the file */
   md.ranks[0].views[1].shape[0] = 17;
@@ -213,12 +216,12 @@ static void test_python_file(const char *dir) {
   snprintf(out, sizeof out, "%s/py-bf16.safetensors", dir);
   RF_CHECK(model_save(&md, ck, 3) == 0, "save: %s", rf_error_msg());
   RF_CHECK(rf_ckpt_export_safetensors(ck, out, RF_DTYPE_BF16) == 0, "export: %s", rf_error_msg());
-  struct rf_st_file a, b;
-  RF_ASSERT(rf_st_open(&a, ref) == 0);
-  RF_ASSERT(rf_st_open(&b, out) == 0);
+  struct rf_safetensors_file a, b;
+  RF_ASSERT(rf_safetensors_open(&a, ref) == 0);
+  RF_ASSERT(rf_safetensors_open(&b, out) == 0);
   uint16_t x[256], y[256];
-  RF_ASSERT(rf_st_read_raw(&a, md.names[0], 0, 256, x) == 0);
-  RF_CHECK(rf_st_read_raw(&b, md.names[0], 0, 256, y) == 0 && memcmp(x, y, sizeof x) == 0,
+  RF_ASSERT(rf_safetensors_read_raw(&a, md.names[0], 0, 256, x) == 0);
+  RF_CHECK(rf_safetensors_read_raw(&b, md.names[0], 0, 256, y) == 0 && memcmp(x, y, sizeof x) == 0,
            "BF16 through import, save, bf16 export: bytes differ");
   /* the F16 tensor: the masters hold PyTorch's values */
   char *text;
@@ -238,8 +241,8 @@ static void test_python_file(const char *dir) {
   }
   RF_CHECK(bits && bad == 0, "F16 import: %lld values differ from PyTorch's", (long long)bad);
   cJSON_Delete(want);
-  rf_st_close(&a);
-  rf_st_close(&b);
+  rf_safetensors_close(&a);
+  rf_safetensors_close(&b);
   md.names[0] = "codes";
   md.ranks[0].views[0].name = "codes";
   md.ranks[0].views[0].shape[0] = 3;
@@ -271,19 +274,19 @@ static void test_weights_only(const char *dir) {
   RF_CHECK(step == 12 && extra && strstr(extra, "\"data_step\":5"), "step %lld extra %s", (long long)step,
            extra ? extra : "(null)");
   free(extra);
-  struct rf_st_file f;
-  RF_ASSERT(rf_st_open(&f, src) == 0);
+  struct rf_safetensors_file f;
+  RF_ASSERT(rf_safetensors_open(&f, src) == 0);
   int64_t bad = 0;
   for (int r = 0; r < 2; r++)
     for (int t = 0; t < md.n; t++) {
       const struct rf_tensor_view *v = &md.ranks[r].views[t];
       float *x = malloc((size_t)(v->end - v->begin + 1) * 4);
-      RF_ASSERT(rf_st_read_f32(&f, v->name, v->begin, v->end, x) == 0);
+      RF_ASSERT(rf_safetensors_read_f32(&f, v->name, v->begin, v->end, x) == 0);
       bad += v->end > v->begin && memcmp(x, v->master, (size_t)(v->end - v->begin) * 4) != 0;
       free(x);
     }
   RF_CHECK(bad == 0, "weights-only load at W=2 of a save at W=3: %lld pieces differ", (long long)bad);
-  rf_st_close(&f);
+  rf_safetensors_close(&f);
 
   char ck2[256];
   snprintf(ck2, sizeof ck2, "%s/ckpt-reserved", dir);
@@ -310,26 +313,27 @@ static void test_sharded(const char *dir) {
                      .shape = {{61, 16}, {16, 16}, {16, 0}, {61, 16}}};
   char src[256], shard[2][256], index[256];
   snprintf(src, sizeof src, "%s/src.safetensors", dir); /* from test_roundtrip_f32 */
-  struct rf_st_file f;
-  RF_ASSERT(rf_st_open(&f, src) == 0);
+  struct rf_safetensors_file f;
+  RF_ASSERT(rf_safetensors_open(&f, src) == 0);
   for (int k = 0; k < 2; k++) { /* tensors 0, 1 in the first shard; 2, 3 in the second */
     snprintf(shard[k], sizeof shard[k], "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
-    struct rf_st_decl decls[2];
+    struct rf_safetensors_decl decls[2];
     for (int j = 0; j < 2; j++) {
       int t = 2 * k + j;
-      decls[j] = (struct rf_st_decl){.name = md.names[t], .dtype = RF_ST_DTYPE_F32, .ndim = md.ndim[t]};
+      decls[j] = (struct rf_safetensors_decl){
+          .name = md.names[t], .dtype = RF_SAFETENSORS_DTYPE_F32, .ndim = md.ndim[t]};
       memcpy(decls[j].shape, md.shape[t], sizeof md.shape[t]);
     }
-    struct rf_st_writer w;
-    RF_ASSERT(rf_st_writer_open(&w, shard[k], 2, decls, NULL) == 0);
+    struct rf_safetensors_writer w;
+    RF_ASSERT(rf_safetensors_writer_open(&w, shard[k], 2, decls, NULL) == 0);
     for (int j = 0; j < 2; j++) {
       int64_t n = numel_of(&md, 2 * k + j);
       float *x = malloc((size_t)n * 4);
-      RF_ASSERT(rf_st_read_f32(&f, md.names[2 * k + j], 0, n, x) == 0);
-      RF_ASSERT(rf_st_writer_write_f32(&w, x, n) == 0);
+      RF_ASSERT(rf_safetensors_read_f32(&f, md.names[2 * k + j], 0, n, x) == 0);
+      RF_ASSERT(rf_safetensors_writer_write_f32(&w, x, n) == 0);
       free(x);
     }
-    RF_ASSERT(rf_st_writer_commit(&w) == 0);
+    RF_ASSERT(rf_safetensors_writer_commit(&w) == 0);
   }
   snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
   char json[2048];
@@ -347,12 +351,12 @@ static void test_sharded(const char *dir) {
     for (int t = 0; t < md.n; t++) {
       const struct rf_tensor_view *v = &md.ranks[r].views[t];
       float *x = malloc((size_t)(v->end - v->begin + 1) * 4);
-      RF_ASSERT(rf_st_read_f32(&f, v->name, v->begin, v->end, x) == 0);
+      RF_ASSERT(rf_safetensors_read_f32(&f, v->name, v->begin, v->end, x) == 0);
       bad += v->end > v->begin && memcmp(x, v->master, (size_t)(v->end - v->begin) * 4) != 0;
       free(x);
     }
   RF_CHECK(bad == 0, "sharded import: %lld pieces differ from the single file's", (long long)bad);
-  rf_st_close(&f);
+  rf_safetensors_close(&f);
   /* the index names a tensor's shard wrongly; a shard is missing; a tensor is not in the map */
   char *bad_json = strdup(json);
   char *at = strstr(bad_json, "model-00002-of-00002.safetensors\"}}");

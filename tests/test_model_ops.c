@@ -66,7 +66,7 @@ struct norm_ctx {
 
 static double norm_obj(void *p) {
   struct norm_ctx *c = p;
-  rf_llama_rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->d, 1e-5f);
+  rf_model_rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->d, 1e-5f);
   return dot_d(c->out, c->r, (size_t)c->n * c->d);
 }
 
@@ -81,12 +81,12 @@ static void test_rmsnorm(void) {
   c.rstd = rand_buf((size_t)c.n, 1.0f);
   float *dx = rf_xcalloc(nd, 4), *dw = rf_xcalloc((size_t)c.d, 4);
   norm_obj(&c);
-  rf_llama_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
+  rf_model_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
   fd_check("rmsnorm dx", c.x, nd, dx, norm_obj, &c);
   fd_check("rmsnorm dw", c.w, (size_t)c.d, dw, norm_obj, &c);
   /* backward adds */
   float dx0 = dx[3], dw0 = dw[2];
-  rf_llama_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
+  rf_model_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
   RF_CHECK_CLOSE(dx[3], 2.0f * dx0, 1e-6, 0.0, "rmsnorm dx accumulates");
   RF_CHECK_CLOSE(dw[2], 2.0f * dw0, 1e-6, 0.0, "rmsnorm dw accumulates");
   free(c.x), free(c.w), free(c.r), free(c.out), free(c.rstd), free(dx), free(dw);
@@ -103,7 +103,7 @@ static double rope_obj(void *p) {
   struct rope_ctx *c = p;
   size_t n = (size_t)c->b * c->t * c->nh * c->hd;
   memcpy(c->out, c->x, n * 4);
-  rf_llama_rope_apply(c->out, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0);
+  rf_model_rope_apply(c->out, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0);
   return dot_d(c->out, c->r, n);
 }
 
@@ -115,7 +115,7 @@ static void test_rope(void) {
   c.out = rand_buf(n, 1.0f);
   c.cs = rf_xmalloc((size_t)c.t * c.hd / 2 * 4);
   c.sn = rf_xmalloc((size_t)c.t * c.hd / 2 * 4);
-  rf_llama_rope_tables(c.cs, c.sn, c.t, c.hd, 100.0);
+  rf_model_rope_tables(c.cs, c.sn, c.t, c.hd, 100.0);
   /* HF's convention at one element: position 3, head 1, pair (1, 1 + hd/2). */
   {
     int t = 3, h = 1, i = 1, half = c.hd / 2;
@@ -128,11 +128,11 @@ static void test_rope(void) {
   }
   float *d = rf_xmalloc(n * 4);
   memcpy(d, c.r, n * 4);
-  rf_llama_rope_apply(d, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
+  rf_model_rope_apply(d, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
   fd_check("rope dx", c.x, n, d, rope_obj, &c);
   /* the inverse undoes the rotation */
   rope_obj(&c);
-  rf_llama_rope_apply(c.out, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
+  rf_model_rope_apply(c.out, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
   RF_CHECK(rf_test_max_rel_diff(c.out, c.x, n, 1e-3) < 1e-5, "rope inverse");
   free(c.x), free(c.r), free(c.out), free(c.cs), free(c.sn), free(d);
 }
@@ -142,12 +142,12 @@ static void test_rope(void) {
 struct att_ctx {
   int b, t, nh, nkv, hd;
   float *q, *k, *v, *r, *y, *p; /* p: the log-sum-exp [b, nh, t] */
-  float *scratch;               /* [2 slices, 2, RF_LLAMA_ATT_BLOCK, t] */
+  float *scratch;               /* [2 slices, 2, RF_MODEL_ATT_BLOCK, t] */
 };
 
 static double att_obj(void *p) {
   struct att_ctx *c = p;
-  rf_llama_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch, 2);
+  rf_model_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch, 2);
   return dot_d(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
 }
 
@@ -186,7 +186,7 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   c.r = rand_buf(nq, 1.0f);
   c.y = rand_buf(nq, 1.0f);
   c.p = rand_buf((size_t)c.b * c.nh * c.t, 1.0f);
-  c.scratch = rf_xmalloc((size_t)2 * 2 * RF_LLAMA_ATT_BLOCK * c.t * 4);
+  c.scratch = rf_xmalloc((size_t)2 * 2 * RF_MODEL_ATT_BLOCK * c.t * 4);
   att_obj(&c);
   double *yn = rf_xmalloc(nq * sizeof(double));
   att_naive(&c, yn);
@@ -194,7 +194,7 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(yn[i] - c.y[i]));
   RF_CHECK(e < 1e-5, "attention forward vs naive causal GQA: %.3g", e);
   float *dq = rf_xcalloc(nq, 4), *dk = rf_xcalloc(nk, 4), *dv = rf_xcalloc(nk, 4);
-  rf_llama_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, c.scratch, 2);
+  rf_model_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, c.scratch, 2);
   fd_check("attention dq", c.q, nq, dq, att_obj, &c);
   fd_check("attention dk", c.k, nk, dk, att_obj, &c);
   fd_check("attention dv", c.v, nk, dv, att_obj, &c);
@@ -211,7 +211,7 @@ struct swiglu_ctx {
 
 static double swiglu_obj(void *p) {
   struct swiglu_ctx *c = p;
-  rf_llama_swiglu_forward(c->h, c->g, c->u, c->n);
+  rf_model_swiglu_forward(c->h, c->g, c->u, c->n);
   return dot_d(c->h, c->r, c->n);
 }
 
@@ -224,7 +224,7 @@ static void test_swiglu(void) {
   swiglu_obj(&c);
   RF_CHECK_CLOSE(c.h[5], c.g[5] / (1.0 + exp(-(double)c.g[5])) * c.u[5], 1e-6, 1e-7, "silu(g) * u");
   float *dg = rf_xmalloc(c.n * 4), *du = rf_xmalloc(c.n * 4);
-  rf_llama_swiglu_backward(dg, du, c.r, c.g, c.u, c.n);
+  rf_model_swiglu_backward(dg, du, c.r, c.g, c.u, c.n);
   fd_check("swiglu dgate", c.g, c.n, dg, swiglu_obj, &c);
   fd_check("swiglu dup", c.u, c.n, du, swiglu_obj, &c);
   free(c.g), free(c.u), free(c.r), free(c.h), free(dg), free(du);
@@ -239,8 +239,8 @@ struct lin_ctx {
 
 static double lin_obj(void *p) {
   struct lin_ctx *c = p;
-  struct rf_llama_weight w = {c->w, NULL};
-  rf_llama_linear_forward(c->y, c->x, &w, c->n, c->in, c->out, 0.0f, NULL);
+  struct rf_model_weight w = {c->w, NULL};
+  rf_model_linear_forward(c->y, c->x, &w, c->n, c->in, c->out, 0.0f, NULL);
   return dot_d(c->y, c->r, (size_t)c->n * c->out);
 }
 
@@ -255,18 +255,18 @@ static void test_linear(void) {
   for (int i = 0; i < c.in; i++) y12 += (double)c.x[1 * c.in + i] * c.w[2 * c.in + i];
   RF_CHECK_CLOSE(c.y[1 * c.out + 2], y12, 1e-5, 1e-6, "y = x W^T with W [out, in]");
   float *dx = rf_xcalloc((size_t)c.n * c.in, 4), *dw = rf_xcalloc((size_t)c.out * c.in, 4);
-  struct rf_llama_weight w = {c.w, NULL};
-  rf_llama_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 0.0f, NULL);
+  struct rf_model_weight w = {c.w, NULL};
+  rf_model_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 0.0f, NULL);
   fd_check("linear dx", c.x, (size_t)c.n * c.in, dx, lin_obj, &c);
   fd_check("linear dw", c.w, (size_t)c.out * c.in, dw, lin_obj, &c);
   float dw0 = dw[4], dx0 = dx[3];
-  rf_llama_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 1.0f, NULL);
+  rf_model_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 1.0f, NULL);
   RF_CHECK_CLOSE(dw[4], 2.0f * dw0, 1e-6, 1e-7, "linear dw accumulates");
   RF_CHECK_CLOSE(dx[3], 2.0f * dx0, 1e-6, 1e-7, "linear dx with beta 1 accumulates");
   free(c.x), free(c.w), free(c.r), free(c.y), free(dx), free(dw);
 }
 
-/* bf16 weights (out > RF_LLAMA_STAGE_ROWS, so the fallback runs several row
+/* bf16 weights (out > RF_MODEL_STAGE_ROWS, so the fallback runs several row
  * blocks) against f32 weights holding the same rounded values. Tolerance: exact
  * up to f32 summation order (1e-5) without sbgemm; 2e-2 with sbgemm (activations
  * rounded to bf16, relative error ~ 2^-8 per product). */
@@ -274,32 +274,32 @@ static void test_linear(void) {
 static void count_progress(void *ctx) { (*(int *)ctx)++; }
 
 static void test_linear_bf16(void) {
-  int n = 9, in = 40, out = RF_LLAMA_STAGE_ROWS + 37;
+  int n = 9, in = 40, out = RF_MODEL_STAGE_ROWS + 37;
   float *x = rand_buf((size_t)n * in, 1.0f), *wf = rand_buf((size_t)out * in, 1.0f);
   float *dy = rand_buf((size_t)n * out, 1.0f);
   uint16_t *wb = rf_xmalloc((size_t)out * in * 2);
   rf_bf16_from_f32_n(wb, wf, (size_t)out * in);
   rf_f32_from_bf16_n(wf, wb, (size_t)out * in);
   int progress_calls = 0;
-  struct rf_llama_stage st = {.act = rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
-                              .wf32 = rf_xmalloc((size_t)RF_LLAMA_STAGE_ROWS * in * 4),
+  struct rf_model_stage st = {.act = rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
+                              .wf32 = rf_xmalloc((size_t)RF_MODEL_STAGE_ROWS * in * 4),
                               .progress = count_progress,
                               .progress_ctx = &progress_calls};
-  struct rf_llama_weight w32 = {wf, NULL}, w16 = {NULL, wb};
+  struct rf_model_weight w32 = {wf, NULL}, w16 = {NULL, wb};
   float *ya = rf_xmalloc((size_t)n * out * 4), *yb = rf_xmalloc((size_t)n * out * 4);
-  rf_llama_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
-  rf_llama_linear_forward(yb, x, &w16, n, in, out, 0.0f, &st);
-  double tol = rf_llama_have_sbgemm() ? 2e-2 : 1e-5;
+  rf_model_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
+  rf_model_linear_forward(yb, x, &w16, n, in, out, 0.0f, &st);
+  double tol = rf_model_have_sbgemm() ? 2e-2 : 1e-5;
   double e = rf_test_max_rel_diff(yb, ya, (size_t)n * out, 1.0);
   RF_CHECK(e <= tol, "bf16 linear forward rel err %.3g > %g", e, tol);
   float *dxa = rf_xmalloc((size_t)n * in * 4), *dxb = rf_xmalloc((size_t)n * in * 4);
-  rf_llama_linear_backward(dxa, NULL, dy, x, &w32, n, in, out, 0.0f, NULL);
-  rf_llama_linear_backward(dxb, NULL, dy, x, &w16, n, in, out, 0.0f, &st);
+  rf_model_linear_backward(dxa, NULL, dy, x, &w32, n, in, out, 0.0f, NULL);
+  rf_model_linear_backward(dxb, NULL, dy, x, &w16, n, in, out, 0.0f, &st);
   double e2 = rf_test_max_rel_diff(dxb, dxa, (size_t)n * in, 1.0);
   RF_CHECK(e2 <= tol, "bf16 linear backward rel err %.3g > %g", e2, tol);
   RF_CHECK(progress_calls == 2, "the progress callback ran %d times for 2 linear ops", progress_calls);
   printf("  bf16 linear (%s): forward rel err %.2g, backward %.2g\n",
-         rf_llama_have_sbgemm() ? "cblas_sbgemm" : "row blocks widened to f32", e, e2);
+         rf_model_have_sbgemm() ? "cblas_sbgemm" : "row blocks widened to f32", e, e2);
   free(x), free(wf), free(dy), free(wb), free(st.act), free(st.wf32), free(ya), free(yb), free(dxa),
       free(dxb);
 }
@@ -314,7 +314,7 @@ struct ce_ctx {
 
 static double ce_obj(void *p) {
   struct ce_ctx *c = p;
-  return rf_llama_cross_entropy_forward(c->lse, c->z, c->t, c->n, c->v);
+  return rf_model_cross_entropy_forward(c->lse, c->z, c->t, c->n, c->v);
 }
 
 static void test_cross_entropy(void) {
@@ -334,13 +334,13 @@ static void test_cross_entropy(void) {
   RF_CHECK_CLOSE(loss, ref, 1e-6, 0.0, "cross-entropy sum");
   float *g = rf_xmalloc((size_t)c.n * c.v * 4);
   memcpy(g, c.z, (size_t)c.n * c.v * 4);
-  rf_llama_cross_entropy_backward(g, c.lse, t, c.n, c.v, 1.0f);
+  rf_model_cross_entropy_backward(g, c.lse, t, c.n, c.v, 1.0f);
   fd_check("cross-entropy dlogits", c.z, (size_t)c.n * c.v, g, ce_obj, &c);
   memcpy(g, c.z, (size_t)c.n * c.v * 4);
-  rf_llama_cross_entropy_backward(g, c.lse, t, c.n, c.v, 0.25f);
+  rf_model_cross_entropy_backward(g, c.lse, t, c.n, c.v, 0.25f);
   float *g1 = rf_xmalloc((size_t)c.n * c.v * 4);
   memcpy(g1, c.z, (size_t)c.n * c.v * 4);
-  rf_llama_cross_entropy_backward(g1, c.lse, t, c.n, c.v, 1.0f);
+  rf_model_cross_entropy_backward(g1, c.lse, t, c.n, c.v, 1.0f);
   RF_CHECK_CLOSE(g[2], 0.25f * g1[2], 1e-6, 1e-8, "grad_scale multiplies");
   free(c.z), free(c.lse), free(g), free(g1);
 }
@@ -355,8 +355,8 @@ struct emb_ctx {
 
 static double emb_obj(void *p) {
   struct emb_ctx *c = p;
-  struct rf_llama_weight w = {c->table, NULL};
-  rf_llama_embedding_forward(c->out, &w, c->tok, c->n, c->d);
+  struct rf_model_weight w = {c->table, NULL};
+  rf_model_embedding_forward(c->out, &w, c->tok, c->n, c->d);
   return dot_d(c->out, c->r, (size_t)c->n * c->d);
 }
 
@@ -368,7 +368,7 @@ static void test_embedding(void) {
   c.r = rand_buf((size_t)c.n * c.d, 1.0f);
   c.out = rand_buf((size_t)c.n * c.d, 1.0f);
   float *dt = rf_xcalloc((size_t)vocab * c.d, 4);
-  rf_llama_embedding_backward(dt, c.r, tok, c.n, c.d);
+  rf_model_embedding_backward(dt, c.r, tok, c.n, c.d);
   fd_check("embedding dtable", c.table, (size_t)vocab * c.d, dt, emb_obj, &c);
   RF_CHECK(dt[3 * c.d] == 0.0f && dt[5 * c.d + 1] == 0.0f, "unused rows get no gradient");
   free(c.table), free(c.r), free(c.out), free(dt);
@@ -380,8 +380,8 @@ static void test_embedding(void) {
 /* J = sum(layer_output * R) for a 1-layer model; the layer backward with dx = R
  * must give dJ/dW for every tensor of the unit (spot-checked elements). */
 struct layer_ctx {
-  struct rf_llama_config cfg;
-  struct rf_llama_ws ws;
+  struct rf_model_config cfg;
+  struct rf_model_ws ws;
   float *emb;
   float *w[9];
   float *r;
@@ -390,17 +390,17 @@ struct layer_ctx {
 
 static double layer_obj(void *p) {
   struct layer_ctx *c = p;
-  struct rf_llama_weight e = {c->emb, NULL}, lw[9];
-  for (int i = 0; i < 9; i++) lw[i] = (struct rf_llama_weight){c->w[i], NULL};
-  RF_ASSERT(rf_llama_embed_forward(&c->ws, &e, c->tok) == 0);
-  rf_llama_layer_forward(&c->ws, 0, lw);
+  struct rf_model_weight e = {c->emb, NULL}, lw[9];
+  for (int i = 0; i < 9; i++) lw[i] = (struct rf_model_weight){c->w[i], NULL};
+  RF_ASSERT(rf_model_embed_forward(&c->ws, &e, c->tok) == 0);
+  rf_model_layer_forward(&c->ws, 0, lw);
   return dot_d(c->ws.xf, c->r, (size_t)c->ws.b * c->ws.t * c->cfg.hidden_size);
 }
 
 static void test_layer(void) {
   struct layer_ctx c;
   memset(&c, 0, sizeof(c));
-  c.cfg = (struct rf_llama_config){.hidden_size = 16,
+  c.cfg = (struct rf_model_config){.hidden_size = 16,
                                    .intermediate_size = 20,
                                    .num_hidden_layers = 1,
                                    .num_attention_heads = 4,
@@ -409,14 +409,14 @@ static void test_layer(void) {
                                    .max_position_embeddings = 16,
                                    .rms_norm_eps = 1e-5f,
                                    .rope_theta = 10000.0};
-  RF_ASSERT(rf_llama_config_check(&c.cfg, "test") == 0);
+  RF_ASSERT(rf_model_config_check(&c.cfg, "test") == 0);
   int B = 2, T = 5, N = B * T, H = 16;
-  RF_ASSERT(rf_llama_ws_init(&c.ws, &c.cfg, B, T) == 0);
+  RF_ASSERT(rf_model_ws_init(&c.ws, &c.cfg, B, T) == 0);
   c.emb = rand_buf((size_t)9 * H, 1.0f);
   int64_t numel[9];
   for (int i = 0; i < 9; i++) {
-    struct rf_llama_tensor_spec s;
-    rf_llama_unit_tensor(&c.cfg, 1, i, &s);
+    struct rf_model_tensor_spec s;
+    rf_model_unit_tensor(&c.cfg, 1, i, &s);
     numel[i] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
     c.w[i] = rand_buf((size_t)numel[i], s.ndim == 2 ? 0.5f : 0.3f);
     if (s.ndim == 1)
@@ -429,13 +429,13 @@ static void test_layer(void) {
   float *g[9];
   for (int i = 0; i < 9; i++) g[i] = rf_xcalloc((size_t)numel[i], 4);
   memcpy(c.ws.dx, c.r, (size_t)N * H * 4);
-  struct rf_llama_weight lw[9];
-  for (int i = 0; i < 9; i++) lw[i] = (struct rf_llama_weight){c.w[i], NULL};
-  rf_llama_layer_backward(&c.ws, 0, lw, g);
+  struct rf_model_weight lw[9];
+  for (int i = 0; i < 9; i++) lw[i] = (struct rf_model_weight){c.w[i], NULL};
+  rf_model_layer_backward(&c.ws, 0, lw, g);
   float *dx = rf_xmalloc((size_t)N * H * 4);
   memcpy(dx, c.ws.dx, (size_t)N * H * 4);
   float *demb = rf_xcalloc((size_t)9 * H, 4);
-  rf_llama_embed_backward(&c.ws, &demb);
+  rf_model_embed_backward(&c.ws, &demb);
   (void)dx;
   static const char *names[9] = {"layer input_norm", "layer q_proj", "layer k_proj",
                                  "layer v_proj",     "layer o_proj", "layer post_norm",
@@ -444,7 +444,7 @@ static void test_layer(void) {
   fd_check("layer -> embedding", c.emb, (size_t)9 * H, demb, layer_obj, &c);
   for (int i = 0; i < 9; i++) free(c.w[i]), free(g[i]);
   free(c.emb), free(c.r), free(dx), free(demb);
-  rf_llama_ws_free(&c.ws);
+  rf_model_ws_free(&c.ws);
 }
 
 /* The vectorizable exp against libm's, over the range the softmax and SiLU use. */
@@ -452,12 +452,12 @@ static void test_expf(void) {
   double worst = 0.0;
   for (int i = 0; i <= 200000; i++) {
     float x = -80.0f + 168.0f * (float)i / 200000.0f;
-    double e = fabs((double)rf_llama_expf(x) - exp((double)x)) / exp((double)x);
+    double e = fabs((double)rf_model_expf(x) - exp((double)x)) / exp((double)x);
     worst = fmax(worst, e);
   }
   printf("  fast exp: max rel err %.2g over [-80, 88]\n", worst);
-  RF_CHECK(worst < 2e-7, "rf_llama_expf rel err %.3g", worst);
-  RF_CHECK(rf_llama_expf(-1000.0f) >= 0.0f && rf_llama_expf(-1000.0f) < 1e-37f, "exp of very negative");
+  RF_CHECK(worst < 2e-7, "rf_model_expf rel err %.3g", worst);
+  RF_CHECK(rf_model_expf(-1000.0f) >= 0.0f && rf_model_expf(-1000.0f) < 1e-37f, "exp of very negative");
 }
 
 int main(void) {

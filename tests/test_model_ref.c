@@ -27,7 +27,7 @@
 #define REF_CFG "tests/data/llama_ref_config.json"
 
 struct ref {
-  struct rf_llama_config cfg;
+  struct rf_model_config cfg;
   int B, T;
   double loss;
   int32_t *tokens, *targets;
@@ -73,7 +73,7 @@ static int ref_load(struct ref *ref, const char *path) {
   rd(&r, h, sizeof(h));
   double d[3];
   rd(&r, d, sizeof(d));
-  struct rf_llama_config *c = &ref->cfg;
+  struct rf_model_config *c = &ref->cfg;
   c->hidden_size = h[0], c->intermediate_size = h[1], c->num_hidden_layers = h[2];
   c->num_attention_heads = h[3], c->num_key_value_heads = h[4], c->vocab_size = h[5];
   c->max_position_embeddings = h[6];
@@ -81,7 +81,7 @@ static int ref_load(struct ref *ref, const char *path) {
   c->rope_theta = d[1];
   ref->loss = d[2];
   ref->B = h[7], ref->T = h[8];
-  if (rf_llama_config_check(c, path) != 0) {
+  if (rf_model_config_check(c, path) != 0) {
     free(buf);
     return -1;
   }
@@ -93,15 +93,15 @@ static int ref_load(struct ref *ref, const char *path) {
   rd(&r, ref->targets, nt * 4);
   rd(&r, ref->logits, nt * (size_t)c->vocab_size * 4);
   ref->n_tensors = 0;
-  for (int u = 0; u < rf_llama_n_units(c); u++) ref->n_tensors += rf_llama_unit_n_tensors(c, u);
+  for (int u = 0; u < rf_model_n_units(c); u++) ref->n_tensors += rf_model_unit_n_tensors(c, u);
   ref->numel = rf_xcalloc((size_t)ref->n_tensors, sizeof(int64_t));
   ref->w = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
   ref->g = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
   int k = 0;
-  for (int u = 0; u < rf_llama_n_units(c); u++) {
-    for (int i = 0; i < rf_llama_unit_n_tensors(c, u); i++, k++) {
-      struct rf_llama_tensor_spec s;
-      rf_llama_unit_tensor(c, u, i, &s);
+  for (int u = 0; u < rf_model_n_units(c); u++) {
+    for (int i = 0; i < rf_model_unit_n_tensors(c, u); i++, k++) {
+      struct rf_model_tensor_spec s;
+      rf_model_unit_tensor(c, u, i, &s);
       ref->numel[k] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
     }
   }
@@ -163,18 +163,18 @@ struct run {
   float *logits;
 };
 
-static void run_model(const struct ref *ref, struct rf_llama_ws *ws, const struct rf_llama_weight *wt,
+static void run_model(const struct ref *ref, struct rf_model_ws *ws, const struct rf_model_weight *wt,
                       float **grads, float *logits_out, double *loss_sum, int count) {
-  const struct rf_llama_config *c = &ref->cfg;
+  const struct rf_model_config *c = &ref->cfg;
   int L = c->num_hidden_layers;
-  RF_ASSERT(rf_llama_embed_forward(ws, &wt[0], ref->tokens) == 0);
-  for (int l = 0; l < L; l++) rf_llama_layer_forward(ws, l, &wt[1 + 9 * l]);
-  *loss_sum = rf_llama_head_forward(ws, &wt[1 + 9 * L], ref->targets);
+  RF_ASSERT(rf_model_embed_forward(ws, &wt[0], ref->tokens) == 0);
+  for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, &wt[1 + 9 * l]);
+  *loss_sum = rf_model_head_forward(ws, &wt[1 + 9 * L], ref->targets);
   size_t nl = (size_t)ref->B * ref->T * c->vocab_size;
-  if (logits_out) memcpy(logits_out, rf_llama_ws_logits(ws, 0), nl * 4);
-  rf_llama_head_backward(ws, &wt[1 + 9 * L], &grads[1 + 9 * L], 1.0f / (float)count);
-  for (int l = L - 1; l >= 0; l--) rf_llama_layer_backward(ws, l, &wt[1 + 9 * l], &grads[1 + 9 * l]);
-  rf_llama_embed_backward(ws, &grads[0]);
+  if (logits_out) memcpy(logits_out, rf_model_ws_logits(ws, 0), nl * 4);
+  rf_model_head_backward(ws, &wt[1 + 9 * L], &grads[1 + 9 * L], 1.0f / (float)count);
+  for (int l = L - 1; l >= 0; l--) rf_model_layer_backward(ws, l, &wt[1 + 9 * l], &grads[1 + 9 * l]);
+  rf_model_embed_backward(ws, &grads[0]);
 }
 
 static float **grads_alloc(const struct ref *ref) {
@@ -189,15 +189,15 @@ static void grads_free(const struct ref *ref, float **g) {
 }
 
 static void test_against_hf(const struct ref *ref) {
-  const struct rf_llama_config *c = &ref->cfg;
+  const struct rf_model_config *c = &ref->cfg;
   size_t nt = (size_t)ref->B * ref->T, nl = nt * c->vocab_size;
   int count = 0;
   for (size_t i = 0; i < nt; i++) count += ref->targets[i] >= 0;
-  struct rf_llama_ws ws;
-  RF_CHECK(rf_llama_ws_init(&ws, c, ref->B, ref->T) == 0, "ws_init: %s", rf_error_msg());
-  RF_CHECK(rf_llama_ws_bytes(c, ref->B, ref->T) == ws.bytes, "predicted workspace %zu bytes, allocated %zu",
-           rf_llama_ws_bytes(c, ref->B, ref->T), ws.bytes);
-  struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
+  struct rf_model_ws ws;
+  RF_CHECK(rf_model_ws_init(&ws, c, ref->B, ref->T) == 0, "ws_init: %s", rf_error_msg());
+  RF_CHECK(rf_model_ws_bytes(c, ref->B, ref->T) == ws.bytes, "predicted workspace %zu bytes, allocated %zu",
+           rf_model_ws_bytes(c, ref->B, ref->T), ws.bytes);
+  struct rf_model_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
   for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
   float **grads = grads_alloc(ref);
   float *logits = rf_xmalloc(nl * 4);
@@ -210,10 +210,10 @@ static void test_against_hf(const struct ref *ref) {
   RF_CHECK(e_logits <= 2e-5, "logits: rel err %.3g > 2e-5", e_logits);
   double worst = 0.0;
   int k = 0;
-  for (int u = 0; u < rf_llama_n_units(c); u++) {
-    for (int i = 0; i < rf_llama_unit_n_tensors(c, u); i++, k++) {
-      struct rf_llama_tensor_spec s;
-      rf_llama_unit_tensor(c, u, i, &s);
+  for (int u = 0; u < rf_model_n_units(c); u++) {
+    for (int i = 0; i < rf_model_unit_n_tensors(c, u); i++, k++) {
+      struct rf_model_tensor_spec s;
+      rf_model_unit_tensor(c, u, i, &s);
       double e = rel_err(grads[k], ref->g[k], (size_t)ref->numel[k]);
       worst = fmax(worst, e);
       RF_CHECK(max_abs(ref->g[k], (size_t)ref->numel[k]) > 0, "%s: reference gradient is zero", s.name);
@@ -239,7 +239,7 @@ static void test_against_hf(const struct ref *ref) {
     int32_t seq[64];
     memcpy(seq, ref->tokens + ref->T, sizeof(int32_t) * (size_t)len);
     uint64_t rng = 7;
-    RF_CHECK(rf_llama_generate(&ws, (const struct rf_llama_weight *const[]){&wt[0], &wt[1], &wt[10], &wt[19]},
+    RF_CHECK(rf_model_generate(&ws, (const struct rf_model_weight *const[]){&wt[0], &wt[1], &wt[10], &wt[19]},
                                seq, len, len + 1, 0.0f, &rng) == 0,
              "generate: %s", rf_error_msg());
     const float *row = ref->logits + ((size_t)ref->T + len - 1) * c->vocab_size;
@@ -255,15 +255,15 @@ static void test_against_hf(const struct ref *ref) {
     int32_t *bad = rf_xmalloc(nt * sizeof(int32_t));
     memcpy(bad, ref->tokens, nt * sizeof(int32_t));
     bad[5] = c->vocab_size;
-    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1 && strstr(rf_error_msg(), "67"),
+    RF_CHECK(rf_model_embed_forward(&ws, &wt[0], bad) == -1 && strstr(rf_error_msg(), "67"),
              "out-of-range token: %s", rf_error_msg());
     bad[5] = -2;
-    RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], bad) == -1, "negative token");
+    RF_CHECK(rf_model_embed_forward(&ws, &wt[0], bad) == -1, "negative token");
     free(bad);
-    RF_CHECK(rf_llama_ws_set_shape(&ws, ref->B + 1, ref->T) == -1, "batch above capacity");
-    RF_CHECK(rf_llama_ws_set_shape(&ws, 1, ref->T + 1) == -1, "sequence above capacity");
-    struct rf_llama_ws ws2;
-    RF_CHECK(rf_llama_ws_init(&ws2, c, 1, c->max_position_embeddings + 1) == -1 &&
+    RF_CHECK(rf_model_ws_set_shape(&ws, ref->B + 1, ref->T) == -1, "batch above capacity");
+    RF_CHECK(rf_model_ws_set_shape(&ws, 1, ref->T + 1) == -1, "sequence above capacity");
+    struct rf_model_ws ws2;
+    RF_CHECK(rf_model_ws_init(&ws2, c, 1, c->max_position_embeddings + 1) == -1 &&
                  strstr(rf_error_msg(), "max_position_embeddings"),
              "workspace longer than max_position_embeddings: %s", rf_error_msg());
   }
@@ -274,19 +274,19 @@ static void test_against_hf(const struct ref *ref) {
     int counts[4] = {0, 0, 0, 0};
     uint64_t rng = 42;
     int draws = 200000;
-    for (int i = 0; i < draws; i++) counts[rf_llama_sample_logits(lg, 4, 1.0f, &rng)]++;
+    for (int i = 0; i < draws; i++) counts[rf_model_sample_logits(lg, 4, 1.0f, &rng)]++;
     double z = 0.0;
     for (int j = 0; j < 4; j++) z += exp((double)lg[j]);
     for (int j = 0; j < 4; j++)
       RF_CHECK(fabs((double)counts[j] / draws - exp((double)lg[j]) / z) <= 5e-3,
                "sampling frequency of %d: %g vs %g", j, (double)counts[j] / draws, exp((double)lg[j]) / z);
-    RF_CHECK(rf_llama_sample_logits(lg, 4, 0.0f, &rng) == 2, "temperature 0 is the argmax");
+    RF_CHECK(rf_model_sample_logits(lg, 4, 0.0f, &rng) == 2, "temperature 0 is the argmax");
   }
 
   /* bf16 weights: same weights rounded to bf16, f32 path vs bf16 path. */
   uint16_t **wb = rf_xcalloc((size_t)ref->n_tensors, sizeof(uint16_t *));
   float **wr = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
-  struct rf_llama_weight *wtb = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wtb));
+  struct rf_model_weight *wtb = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wtb));
   for (k = 0; k < ref->n_tensors; k++) {
     size_t n = (size_t)ref->numel[k];
     wb[k] = rf_xmalloc(n * 2);
@@ -329,31 +329,31 @@ static void test_against_hf(const struct ref *ref) {
   grads_free(ref, grads);
   free(logits);
   free(wt);
-  rf_llama_ws_free(&ws);
+  rf_model_ws_free(&ws);
 }
 
 /* The long sequence: rotary at positions up to 299 and five attention blocks,
  * forward only, logits max|a-b| / max|ref| <= 2e-5. */
 static void test_long(const struct ref *ref) {
-  const struct rf_llama_config *c = &ref->cfg;
+  const struct rf_model_config *c = &ref->cfg;
   int L = c->num_hidden_layers, T = ref->t_long;
-  struct rf_llama_ws ws;
-  RF_CHECK(rf_llama_ws_init(&ws, c, 1, T) == 0, "ws_init: %s", rf_error_msg());
-  struct rf_llama_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
+  struct rf_model_ws ws;
+  RF_CHECK(rf_model_ws_init(&ws, c, 1, T) == 0, "ws_init: %s", rf_error_msg());
+  struct rf_model_weight *wt = rf_xcalloc((size_t)ref->n_tensors, sizeof(*wt));
   for (int k = 0; k < ref->n_tensors; k++) wt[k].f32 = ref->w[k];
-  RF_CHECK(rf_llama_embed_forward(&ws, &wt[0], ref->tokens_long) == 0, "embed: %s", rf_error_msg());
-  for (int l = 0; l < L; l++) rf_llama_layer_forward(&ws, l, &wt[1 + 9 * l]);
-  rf_llama_head_forward(&ws, &wt[1 + 9 * L], NULL);
+  RF_CHECK(rf_model_embed_forward(&ws, &wt[0], ref->tokens_long) == 0, "embed: %s", rf_error_msg());
+  for (int l = 0; l < L; l++) rf_model_layer_forward(&ws, l, &wt[1 + 9 * l]);
+  rf_model_head_forward(&ws, &wt[1 + 9 * L], NULL);
   size_t nl = (size_t)T * c->vocab_size;
-  double e = rel_err(rf_llama_ws_logits(&ws, 0), ref->logits_long, nl);
+  double e = rel_err(rf_model_ws_logits(&ws, 0), ref->logits_long, nl);
   /* the last rows alone (the largest positions) */
   size_t tail = (size_t)(T - 44) * c->vocab_size;
-  double e_tail = rel_err(rf_llama_ws_logits(&ws, T - 44), ref->logits_long + tail, nl - tail);
+  double e_tail = rel_err(rf_model_ws_logits(&ws, T - 44), ref->logits_long + tail, nl - tail);
   printf("long sequence (T = %d) vs HF: logits rel err %.2g (positions >= %d: %.2g)\n", T, e, T - 44, e_tail);
   RF_CHECK(e <= 2e-5, "long-sequence logits rel err %.3g > 2e-5", e);
   RF_CHECK(e_tail <= 2e-5, "long-sequence logits at the end rel err %.3g > 2e-5", e_tail);
   free(wt);
-  rf_llama_ws_free(&ws);
+  rf_model_ws_free(&ws);
 }
 
 /* ---- configuration files ---------------------------------------------------------- */
@@ -372,16 +372,16 @@ static void expect_config_error(const char *dir, const char *json, const char *f
   char path[512];
   snprintf(path, sizeof(path), "%s/config.json", dir);
   write_text(path, json);
-  struct rf_llama_config c;
-  int rc = rf_llama_config_load(&c, path);
+  struct rf_model_config c;
+  int rc = rf_model_config_load(&c, path);
   RF_CHECK(rc == -1, "config %s should fail", json);
   RF_CHECK(strstr(rf_error_msg(), path) != NULL, "message names the file: %s", rf_error_msg());
   RF_CHECK(strstr(rf_error_msg(), field) != NULL, "message names %s: %s", field, rf_error_msg());
 }
 
 static void test_config(const struct ref *ref) {
-  struct rf_llama_config c;
-  RF_CHECK(rf_llama_config_load(&c, REF_CFG) == 0, "HF config.json: %s", rf_error_msg());
+  struct rf_model_config c;
+  RF_CHECK(rf_model_config_load(&c, REF_CFG) == 0, "HF config.json: %s", rf_error_msg());
   RF_CHECK(c.hidden_size == ref->cfg.hidden_size && c.intermediate_size == ref->cfg.intermediate_size &&
                c.num_hidden_layers == ref->cfg.num_hidden_layers &&
                c.num_attention_heads == ref->cfg.num_attention_heads &&
@@ -390,10 +390,10 @@ static void test_config(const struct ref *ref) {
            "HF config.json fields");
   RF_CHECK_CLOSE(c.rope_theta, 10000.0, 0.0, 0.0, "rope_theta from rope_parameters");
   RF_CHECK_CLOSE(c.rms_norm_eps, 1e-5, 1e-6, 0.0, "rms_norm_eps");
-  RF_CHECK(rf_llama_config_load(&c, "configs/llama-100m.json") == 0, "llama-100m: %s", rf_error_msg());
-  int64_t np = rf_llama_n_params(&c);
+  RF_CHECK(rf_model_config_load(&c, "configs/llama-100m.json") == 0, "llama-100m: %s", rf_error_msg());
+  int64_t np = rf_model_n_params(&c);
   RF_CHECK(np > 90000000 && np < 110000000, "llama-100m has %lld parameters", (long long)np);
-  RF_CHECK(rf_llama_config_load(&c, "configs/demo.json") == 0, "demo: %s", rf_error_msg());
+  RF_CHECK(rf_model_config_load(&c, "configs/demo.json") == 0, "demo: %s", rf_error_msg());
 
   char dir[] = "/tmp/rf_model_cfg_XXXXXX";
   RF_ASSERT(mkdtemp(dir));
@@ -424,8 +424,8 @@ static void test_config(const struct ref *ref) {
     write_text(p2, "{" BASE
                    ", \"num_attention_heads\": 4, \"rope_parameters\": {\"rope_theta\": 500000.0, "
                    "\"rope_type\": \"default\"}}");
-    struct rf_llama_config d;
-    RF_CHECK(rf_llama_config_load(&d, p2) == 0, "minimal config: %s", rf_error_msg());
+    struct rf_model_config d;
+    RF_CHECK(rf_model_config_load(&d, p2) == 0, "minimal config: %s", rf_error_msg());
     RF_CHECK(d.num_key_value_heads == 4 && d.head_dim == 16 && d.rope_theta == 500000.0 &&
                  d.max_position_embeddings == 2048 && fabsf(d.rms_norm_eps - 1e-6f) < 1e-12f,
              "defaults: kv heads = heads, rope_theta from rope_parameters, max positions 2048, eps 1e-6");
@@ -434,7 +434,7 @@ static void test_config(const struct ref *ref) {
   char path[600];
   snprintf(path, sizeof(path), "%s/config.json", dir);
   unlink(path);
-  RF_CHECK(rf_llama_config_load(&c, path) == -1 && strstr(rf_error_msg(), path), "missing file: %s",
+  RF_CHECK(rf_model_config_load(&c, path) == -1 && strstr(rf_error_msg(), path), "missing file: %s",
            rf_error_msg());
   rmdir(dir);
 }

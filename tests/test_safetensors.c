@@ -6,7 +6,7 @@
  * below (cJSON + raw bytes, following the format's description) and by ours; f16
  * conversion against exhaustive and nearest-value checks; broken files are
  * refused with a message naming the file and the problem.
- * RF_ST_KEEP=1 keeps the written file and prints its path (for a check with the
+ * RF_SAFETENSORS_KEEP=1 keeps the written file and prints its path (for a check with the
  * Python library: tests/ref_safetensors.py --check FILE). */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -30,9 +30,9 @@ static uint32_t bits_of(float x) {
 /* ---- the file written by the Python library ---------------------------------- */
 
 static void test_reference(void) {
-  struct rf_st_file f;
+  struct rf_safetensors_file f;
   const char *path = RF_TEST_DATA "/safetensors_ref.safetensors";
-  if (rf_st_open(&f, path) != 0) {
+  if (rf_safetensors_open(&f, path) != 0) {
     RF_CHECK(0, "open %s: %s", path, rf_error_msg());
     return;
   }
@@ -53,14 +53,14 @@ static void test_reference(void) {
   uint64_t rng = 5;
   int n_checked = 0;
   for (const cJSON *e = want->child; e; e = e->next) {
-    const struct rf_st_tensor *t = rf_st_find(&f, e->string);
+    const struct rf_safetensors_tensor *t = rf_safetensors_find(&f, e->string);
     RF_CHECK(t, "tensor %s missing", e->string);
     if (!t) continue;
     const char *dt = cJSON_GetObjectItem(e, "dtype")->valuestring, *st = "?";
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
       if (strcmp(names[i].torch, dt) == 0) st = names[i].st;
-    RF_CHECK(strcmp(rf_st_dtype_name(t->dtype), st) == 0, "%s: dtype %s, expected %s", t->name,
-             rf_st_dtype_name(t->dtype), st);
+    RF_CHECK(strcmp(rf_safetensors_dtype_name(t->dtype), st) == 0, "%s: dtype %s, expected %s", t->name,
+             rf_safetensors_dtype_name(t->dtype), st);
     const cJSON *shape = cJSON_GetObjectItem(e, "shape");
     RF_CHECK(t->ndim == cJSON_GetArraySize(shape), "%s: ndim %d", t->name, t->ndim);
     for (int d = 0; d < t->ndim; d++)
@@ -69,7 +69,7 @@ static void test_reference(void) {
     if (fb) {
       RF_CHECK(cJSON_GetArraySize(fb) == t->numel, "%s: numel", t->name);
       float *x = malloc((size_t)(t->numel + 1) * 4);
-      RF_CHECK(rf_st_read_f32(&f, t->name, 0, t->numel, x) == 0, "%s", rf_error_msg());
+      RF_CHECK(rf_safetensors_read_f32(&f, t->name, 0, t->numel, x) == 0, "%s", rf_error_msg());
       int64_t i = 0, bad = 0;
       for (const cJSON *v = fb->child; v; v = v->next, i++) bad += bits_of(x[i]) != (uint32_t)v->valuedouble;
       RF_CHECK(bad == 0, "%s: %lld of %lld values differ from PyTorch's", t->name, (long long)bad,
@@ -78,7 +78,7 @@ static void test_reference(void) {
         int64_t b = (int64_t)(rf_test_rand_u64(&rng) % (uint64_t)t->numel);
         int64_t en = b + (int64_t)(rf_test_rand_u64(&rng) % (uint64_t)(t->numel - b + 1));
         float *y = malloc((size_t)(en - b + 1) * 4);
-        RF_CHECK(rf_st_read_f32(&f, t->name, b, en, y) == 0, "%s", rf_error_msg());
+        RF_CHECK(rf_safetensors_read_f32(&f, t->name, b, en, y) == 0, "%s", rf_error_msg());
         RF_CHECK(en == b || memcmp(y, x + b, (size_t)(en - b) * 4) == 0, "%s [%lld, %lld)", t->name,
                  (long long)b, (long long)en);
         free(y);
@@ -87,9 +87,9 @@ static void test_reference(void) {
       n_checked++;
     } else {
       const cJSON *vals = cJSON_GetObjectItem(e, "values");
-      size_t es = rf_st_dtype_size(t->dtype);
+      size_t es = rf_safetensors_dtype_size(t->dtype);
       uint8_t *raw = malloc((size_t)t->numel * es);
-      RF_CHECK(rf_st_read_raw(&f, t->name, 0, t->numel, raw) == 0, "%s", rf_error_msg());
+      RF_CHECK(rf_safetensors_read_raw(&f, t->name, 0, t->numel, raw) == 0, "%s", rf_error_msg());
       int64_t i = 0, bad = 0;
       for (const cJSON *v = vals->child; v; v = v->next, i++) {
         int64_t got = 0;
@@ -101,21 +101,22 @@ static void test_reference(void) {
       }
       RF_CHECK(bad == 0, "%s: %lld values differ", t->name, (long long)bad);
       float dummy[64];
-      RF_CHECK(
-          rf_st_read_f32(&f, t->name, 0, 1, dummy) != 0 && strstr(rf_error_msg(), "only F32, BF16 and F16"),
-          "%s read as f32: %s", t->name, rf_error_msg());
+      RF_CHECK(rf_safetensors_read_f32(&f, t->name, 0, 1, dummy) != 0 &&
+                   strstr(rf_error_msg(), "only F32, BF16 and F16"),
+               "%s read as f32: %s", t->name, rf_error_msg());
       free(raw);
       n_checked++;
     }
   }
   RF_CHECK(n_checked == 11, "%d tensors checked", n_checked);
   float x[4];
-  RF_CHECK(rf_st_read_f32(&f, "model.norm.weight", 10, 17, x) != 0 && strstr(rf_error_msg(), "outside"),
-           "range outside: %s", rf_error_msg());
-  RF_CHECK(rf_st_read_f32(&f, "nope", 0, 1, x) != 0 && strstr(rf_error_msg(), "no tensor 'nope'"), "%s",
-           rf_error_msg());
+  RF_CHECK(
+      rf_safetensors_read_f32(&f, "model.norm.weight", 10, 17, x) != 0 && strstr(rf_error_msg(), "outside"),
+      "range outside: %s", rf_error_msg());
+  RF_CHECK(rf_safetensors_read_f32(&f, "nope", 0, 1, x) != 0 && strstr(rf_error_msg(), "no tensor 'nope'"),
+           "%s", rf_error_msg());
   cJSON_Delete(want);
-  rf_st_close(&f);
+  rf_safetensors_close(&f);
 }
 
 /* ---- f16 --------------------------------------------------------------------- */
@@ -166,14 +167,14 @@ static void test_f16(void) {
 static void test_writer(const char *dir) {
   char path[256];
   snprintf(path, sizeof path, "%s/w.safetensors", dir);
-  const struct rf_st_decl decls[N_W] = {
-      {"model.embed_tokens.weight", RF_ST_DTYPE_F32, 2, {301, 17}},
-      {"empty", RF_ST_DTYPE_F32, 2, {0, 4}},
-      {"model.layers.0.self_attn.q_proj.weight", RF_ST_DTYPE_BF16, 2, {33, 29}},
-      {"scalar", RF_ST_DTYPE_F32, 0, {0}},
-      {"half", RF_ST_DTYPE_F16, 3, {3, 5, 7}},
-      {"codes", RF_ST_DTYPE_U8, 1, {1001}},
-      {"model.norm.weight", RF_ST_DTYPE_F32, 1, {17}},
+  const struct rf_safetensors_decl decls[N_W] = {
+      {"model.embed_tokens.weight", RF_SAFETENSORS_DTYPE_F32, 2, {301, 17}},
+      {"empty", RF_SAFETENSORS_DTYPE_F32, 2, {0, 4}},
+      {"model.layers.0.self_attn.q_proj.weight", RF_SAFETENSORS_DTYPE_BF16, 2, {33, 29}},
+      {"scalar", RF_SAFETENSORS_DTYPE_F32, 0, {0}},
+      {"half", RF_SAFETENSORS_DTYPE_F16, 3, {3, 5, 7}},
+      {"codes", RF_SAFETENSORS_DTYPE_U8, 1, {1001}},
+      {"model.norm.weight", RF_SAFETENSORS_DTYPE_F32, 1, {17}},
   };
   /* the values, as f32 (converted on the way for bf16/f16) or raw bytes (u8) */
   float *vals[N_W];
@@ -184,29 +185,30 @@ static void test_writer(const char *dir) {
     for (int d = 0; d < decls[i].ndim; d++) numel[i] *= decls[i].shape[d];
     vals[i] = malloc((size_t)(numel[i] + 1) * 4);
     for (int64_t k = 0; k < numel[i]; k++)
-      vals[i][k] = decls[i].dtype == RF_ST_DTYPE_U8 ? (float)(rf_test_rand_u64(&rng) % 256)
-                                                    : rf_test_rand_f32(&rng) * 3.0f;
+      vals[i][k] = decls[i].dtype == RF_SAFETENSORS_DTYPE_U8 ? (float)(rf_test_rand_u64(&rng) % 256)
+                                                             : rf_test_rand_f32(&rng) * 3.0f;
   }
-  struct rf_st_writer w;
-  RF_ASSERT(rf_st_writer_open(&w, path, N_W, decls, "{\"format\":\"pt\",\"by\":\"rfsdp\"}") == 0);
+  struct rf_safetensors_writer w;
+  RF_ASSERT(rf_safetensors_writer_open(&w, path, N_W, decls, "{\"format\":\"pt\",\"by\":\"rfsdp\"}") == 0);
   RF_CHECK(access(path, F_OK) != 0, "the file appears only at commit");
   for (int i = 0; i < N_W; i++) {
     for (int64_t at = 0; at < numel[i];) { /* random pieces */
       int64_t k = rf_min_i64(numel[i] - at, 1 + (int64_t)(rf_test_rand_u64(&rng) % 300));
-      if (decls[i].dtype == RF_ST_DTYPE_U8) {
+      if (decls[i].dtype == RF_SAFETENSORS_DTYPE_U8) {
         uint8_t b[300];
         for (int64_t j = 0; j < k; j++) b[j] = (uint8_t)vals[i][at + j];
-        RF_CHECK(rf_st_writer_write(&w, b, (size_t)k) == 0, "%s", rf_error_msg());
+        RF_CHECK(rf_safetensors_writer_write(&w, b, (size_t)k) == 0, "%s", rf_error_msg());
       } else {
-        RF_CHECK(rf_st_writer_write_f32(&w, vals[i] + at, k) == 0, "%s", rf_error_msg());
+        RF_CHECK(rf_safetensors_writer_write_f32(&w, vals[i] + at, k) == 0, "%s", rf_error_msg());
       }
       at += k;
     }
   }
   uint8_t extra = 1;
-  RF_CHECK(rf_st_writer_write(&w, &extra, 1) != 0 && strstr(rf_error_msg(), "more than the declared"),
-           "extra byte refused: %s", rf_error_msg());
-  RF_CHECK(rf_st_writer_commit(&w) == 0, "%s", rf_error_msg());
+  RF_CHECK(
+      rf_safetensors_writer_write(&w, &extra, 1) != 0 && strstr(rf_error_msg(), "more than the declared"),
+      "extra byte refused: %s", rf_error_msg());
+  RF_CHECK(rf_safetensors_writer_commit(&w) == 0, "%s", rf_error_msg());
 
   /* independent parse: length, JSON, offsets, then raw bytes compared */
   char *file;
@@ -227,8 +229,9 @@ static void test_writer(const char *dir) {
     const cJSON *o = cJSON_GetObjectItem(head, decls[i].name);
     RF_CHECK(o, "%s missing from the header", decls[i].name);
     if (!o) continue;
-    RF_CHECK(strcmp(cJSON_GetObjectItem(o, "dtype")->valuestring, rf_st_dtype_name(decls[i].dtype)) == 0,
-             "%s dtype", decls[i].name);
+    RF_CHECK(
+        strcmp(cJSON_GetObjectItem(o, "dtype")->valuestring, rf_safetensors_dtype_name(decls[i].dtype)) == 0,
+        "%s dtype", decls[i].name);
     const cJSON *shape = cJSON_GetObjectItem(o, "shape"), *offs = cJSON_GetObjectItem(o, "data_offsets");
     RF_CHECK(cJSON_GetArraySize(shape) == decls[i].ndim, "%s ndim", decls[i].name);
     for (int d = 0; d < decls[i].ndim; d++)
@@ -236,7 +239,7 @@ static void test_writer(const char *dir) {
                decls[i].name);
     uint64_t b = (uint64_t)cJSON_GetArrayItem(offs, 0)->valuedouble,
              e = (uint64_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
-    size_t es = rf_st_dtype_size(decls[i].dtype);
+    size_t es = rf_safetensors_dtype_size(decls[i].dtype);
     RF_CHECK(e - b == (uint64_t)numel[i] * es && 8 + hlen + e <= bytes, "%s offsets", decls[i].name);
     total += e - b;
     const uint8_t *p = (const uint8_t *)file + 8 + hlen + b;
@@ -245,15 +248,15 @@ static void test_writer(const char *dir) {
       uint16_t h;
       uint32_t u;
       switch (decls[i].dtype) {
-        case RF_ST_DTYPE_F32:
+        case RF_SAFETENSORS_DTYPE_F32:
           memcpy(&u, p + 4 * k, 4);
           bad += u != bits_of(vals[i][k]);
           break;
-        case RF_ST_DTYPE_BF16:
+        case RF_SAFETENSORS_DTYPE_BF16:
           memcpy(&h, p + 2 * k, 2);
           bad += h != rf_bf16_from_f32(vals[i][k]);
           break;
-        case RF_ST_DTYPE_F16:
+        case RF_SAFETENSORS_DTYPE_F16:
           memcpy(&h, p + 2 * k, 2);
           bad += h != rf_f16_from_f32(vals[i][k]);
           break;
@@ -270,35 +273,35 @@ static void test_writer(const char *dir) {
   free(file);
 
   /* and our reader */
-  struct rf_st_file f;
-  RF_CHECK(rf_st_open(&f, path) == 0, "%s", rf_error_msg());
-  const struct rf_st_tensor *t = rf_st_find(&f, "half");
+  struct rf_safetensors_file f;
+  RF_CHECK(rf_safetensors_open(&f, path) == 0, "%s", rf_error_msg());
+  const struct rf_safetensors_tensor *t = rf_safetensors_find(&f, "half");
   float y[105];
-  RF_CHECK(t && rf_st_read_f32(&f, "half", 0, 105, y) == 0, "%s", rf_error_msg());
+  RF_CHECK(t && rf_safetensors_read_f32(&f, "half", 0, 105, y) == 0, "%s", rf_error_msg());
   int bad = 0;
   for (int k = 0; k < 105; k++) bad += bits_of(y[k]) != bits_of(rf_f32_from_f16(rf_f16_from_f32(vals[4][k])));
   RF_CHECK(bad == 0, "half read back: %d differ", bad);
-  rf_st_close(&f);
+  rf_safetensors_close(&f);
 
   /* an incomplete file is refused at commit and leaves nothing */
   char path2[300];
   snprintf(path2, sizeof path2, "%s/incomplete.safetensors", dir);
-  RF_ASSERT(rf_st_writer_open(&w, path2, N_W, decls, NULL) == 0);
-  RF_CHECK(rf_st_writer_write_f32(&w, vals[0], 100) == 0, "%s", rf_error_msg());
-  RF_CHECK(rf_st_writer_commit(&w) != 0 &&
+  RF_ASSERT(rf_safetensors_writer_open(&w, path2, N_W, decls, NULL) == 0);
+  RF_CHECK(rf_safetensors_writer_write_f32(&w, vals[0], 100) == 0, "%s", rf_error_msg());
+  RF_CHECK(rf_safetensors_writer_commit(&w) != 0 &&
                strstr(rf_error_msg(), "incomplete: tensor 'model.embed_tokens.weight'"),
            "incomplete: %s", rf_error_msg());
   RF_CHECK(access(path2, F_OK) != 0, "no file after a refused commit");
-  struct rf_st_decl dup[2] = {decls[0], decls[0]};
-  RF_CHECK(rf_st_writer_open(&w, path2, 2, dup, NULL) != 0 && strstr(rf_error_msg(), "repeated"), "dup: %s",
-           rf_error_msg());
-  RF_CHECK(
-      rf_st_writer_open(&w, path2, 1, decls, "{\"a\":1}") != 0 && strstr(rf_error_msg(), "object of strings"),
-      "metadata: %s", rf_error_msg());
+  struct rf_safetensors_decl dup[2] = {decls[0], decls[0]};
+  RF_CHECK(rf_safetensors_writer_open(&w, path2, 2, dup, NULL) != 0 && strstr(rf_error_msg(), "repeated"),
+           "dup: %s", rf_error_msg());
+  RF_CHECK(rf_safetensors_writer_open(&w, path2, 1, decls, "{\"a\":1}") != 0 &&
+               strstr(rf_error_msg(), "object of strings"),
+           "metadata: %s", rf_error_msg());
 
-  if (getenv("RF_ST_KEEP")) {
+  if (getenv("RF_SAFETENSORS_KEEP")) {
     char keep[300];
-    snprintf(keep, sizeof keep, "/tmp/rf_st_writer_output.safetensors");
+    snprintf(keep, sizeof keep, "/tmp/rf_safetensors_writer_output.safetensors");
     RF_ASSERT(rename(path, keep) == 0);
     printf("kept %s\n", keep);
   }
@@ -322,11 +325,11 @@ static void expect_bad(const char *dir, const char *header, size_t data_bytes, i
   char path[256];
   snprintf(path, sizeof path, "%s/bad.safetensors", dir);
   write_st(path, header, data_bytes, len_override);
-  struct rf_st_file f;
-  int rc = rf_st_open(&f, path);
+  struct rf_safetensors_file f;
+  int rc = rf_safetensors_open(&f, path);
   RF_CHECK(rc != 0 && strstr(rf_error_msg(), path) && strstr(rf_error_msg(), problem),
            "%s: expected '%s', got rc %d '%s'", header, problem, rc, rc ? rf_error_msg() : "");
-  if (rc == 0) rf_st_close(&f);
+  if (rc == 0) rf_safetensors_close(&f);
 }
 
 static void test_bad(const char *dir) {
@@ -336,9 +339,9 @@ static void test_bad(const char *dir) {
   char path[256];
   snprintf(path, sizeof path, "%s/bad.safetensors", dir);
   write_st(path, ok, 14, -1);
-  struct rf_st_file f;
-  RF_CHECK(rf_st_open(&f, path) == 0, "the good file: %s", rf_error_msg());
-  rf_st_close(&f);
+  struct rf_safetensors_file f;
+  RF_CHECK(rf_safetensors_open(&f, path) == 0, "the good file: %s", rf_error_msg());
+  rf_safetensors_close(&f);
   expect_bad(dir, ok, 13, -1, "truncated: 13 data bytes, the tensors need 14");
   expect_bad(dir, ok, 15, -1, "trailing bytes");
   expect_bad(dir, ok, 14, 1000, "truncated: the header length says 1000 bytes");
@@ -374,10 +377,10 @@ static void test_bad(const char *dir) {
            "{\"__metadata__\":{\"k\":\"v\"},\"e\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[8,8]},"
            "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}      ",
            8, -1);
-  RF_CHECK(rf_st_open(&f, path) == 0 && f.n_tensors == 2, "metadata, empty tensor, padding: %s",
+  RF_CHECK(rf_safetensors_open(&f, path) == 0 && f.n_tensors == 2, "metadata, empty tensor, padding: %s",
            rf_error_msg());
-  rf_st_close(&f);
-  RF_CHECK(rf_st_open(&f, "/nonexistent/x.safetensors") != 0 &&
+  rf_safetensors_close(&f);
+  RF_CHECK(rf_safetensors_open(&f, "/nonexistent/x.safetensors") != 0 &&
                strstr(rf_error_msg(), "/nonexistent/x.safetensors"),
            "missing: %s", rf_error_msg());
   /* the reference file cut short */
@@ -385,9 +388,10 @@ static void test_bad(const char *dir) {
   size_t n;
   RF_ASSERT(rf_file_read_all(RF_TEST_DATA "/safetensors_ref.safetensors", &ref, &n) == 0);
   RF_ASSERT(rf_file_write_all(path, ref, n - 3) == 0);
-  RF_CHECK(rf_st_open(&f, path) != 0 && strstr(rf_error_msg(), "truncated"), "cut: %s", rf_error_msg());
+  RF_CHECK(rf_safetensors_open(&f, path) != 0 && strstr(rf_error_msg(), "truncated"), "cut: %s",
+           rf_error_msg());
   RF_ASSERT(rf_file_write_all(path, ref, 100) == 0);
-  RF_CHECK(rf_st_open(&f, path) != 0 && strstr(rf_error_msg(), "truncated: the header length"),
+  RF_CHECK(rf_safetensors_open(&f, path) != 0 && strstr(rf_error_msg(), "truncated: the header length"),
            "cut header: %s", rf_error_msg());
   free(ref);
 }

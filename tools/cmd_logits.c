@@ -13,8 +13,8 @@
 
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
                          const char *out, int rank) {
-  struct rf_llama_config cfg;
-  RF_TRY(rf_llama_config_load(&cfg, model));
+  struct rf_model_config cfg;
+  RF_TRY(rf_model_config_load(&cfg, model));
   char *bytes;
   size_t n;
   RF_TRY(rf_file_read_all(tokens_path, &bytes, &n));
@@ -40,7 +40,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
     size_t row = (size_t)cfg.vocab_size * sizeof(float);
     float *logits = rf_xmalloc((size_t)count * row);
     for (int64_t i = 0; i < count; i++)
-      memcpy((char *)logits + (size_t)i * row, rf_llama_ws_logits(&m.ws, (int)i), row);
+      memcpy((char *)logits + (size_t)i * row, rf_model_ws_logits(&m.ws, (int)i), row);
     rc = rf_file_write_all(out, logits, (size_t)count * row);
     free(logits);
     if (rc == 0) printf("logits: %s [%d, %lld, %d] f32\n", out, batch, (long long)seq, cfg.vocab_size);

@@ -164,8 +164,8 @@ static int rf_train_check_args(const struct rf_train_args *a, int world) {
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   RF_TRY(rf_train_check_args(a, s->world));
-  struct rf_llama_config cfg;
-  RF_TRY(rf_llama_config_load(&cfg, a->model));
+  struct rf_model_config cfg;
+  RF_TRY(rf_model_config_load(&cfg, a->model));
   RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
              (long long)a->seq, cfg.max_position_embeddings, a->model);
   struct rf_fsdp_options fo;
@@ -187,7 +187,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_ckpt_start(s));
   if (s->rank == 0 && a->log && rf_train_log_open(&s->log, a->log, s->start_step > 0) != 0) return -1;
 
-  s->flops_per_token = rf_llama_flops_per_token(&cfg, (int)a->seq);
+  s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
   if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_sgemm_peak(openblas_get_num_threads());
   rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);

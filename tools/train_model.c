@@ -10,29 +10,29 @@
 
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
 
-int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *cfg,
+int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   RF_TRY(rf_fsdp_create(&m->fsdp, comm, opt));
-  m->n_units = rf_llama_n_units(cfg);
+  m->n_units = rf_model_n_units(cfg);
   m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
-  char name[RF_LLAMA_NAME_MAX];
+  char name[RF_MODEL_NAME_MAX];
   for (int u = 0; u < m->n_units; u++) {
-    rf_llama_unit_name(cfg, u, name, sizeof name);
+    rf_model_unit_name(cfg, u, name, sizeof name);
     int unit = rf_fsdp_add_unit(m->fsdp, name);
     RF_REQUIRE(unit >= 0, "%s", rf_fsdp_error());
-    for (int i = 0; i < rf_llama_unit_n_tensors(cfg, u); i++) {
-      struct rf_llama_tensor_spec spec;
-      rf_llama_unit_tensor(cfg, u, i, &spec);
+    for (int i = 0; i < rf_model_unit_n_tensors(cfg, u); i++) {
+      struct rf_model_tensor_spec spec;
+      rf_model_unit_tensor(cfg, u, i, &spec);
       int t = rf_fsdp_add_tensor(m->fsdp, unit, spec.name, spec.ndim, spec.shape, 0, spec.init);
       RF_REQUIRE(t >= 0, "%s", rf_fsdp_error());
       if (i == 0) m->first_tensor[u] = t;
     }
   }
   RF_REQUIRE(rf_fsdp_finalize(m->fsdp) == 0, "%s", rf_fsdp_error());
-  RF_TRY(rf_llama_ws_init(&m->ws, cfg, batch, seq));
-  RF_TRY(rf_llama_ws_init(&m->gen_ws, cfg, 1, seq));
+  RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));
+  RF_TRY(rf_model_ws_init(&m->gen_ws, cfg, 1, seq));
   /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
   m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;
   m->ws.stage.progress_ctx = m->gen_ws.stage.progress_ctx = m->fsdp;
@@ -40,8 +40,8 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *
 }
 
 void rf_train_model_free(struct rf_train_model *m) {
-  rf_llama_ws_free(&m->ws);
-  rf_llama_ws_free(&m->gen_ws);
+  rf_model_ws_free(&m->ws);
+  rf_model_ws_free(&m->gen_ws);
   rf_fsdp_free(m->fsdp);
   free(m->first_tensor);
   memset(m, 0, sizeof *m);
@@ -64,8 +64,8 @@ int rf_train_model_import(struct rf_train_model *m, const char *path) {
 }
 
 /* Points m->w (and m->g when grads) at unit u's views. */
-static const struct rf_llama_weight *rf_train_weights(struct rf_train_model *m, int u, int grads) {
-  int n = rf_llama_unit_n_tensors(&m->cfg, u);
+static const struct rf_model_weight *rf_train_weights(struct rf_train_model *m, int u, int grads) {
+  int n = rf_model_unit_n_tensors(&m->cfg, u);
   for (int i = 0; i < n; i++) {
     int t = m->first_tensor[u] + i;
     m->w[i].f32 = rf_fsdp_param(m->fsdp, t);
@@ -76,20 +76,20 @@ static const struct rf_llama_weight *rf_train_weights(struct rf_train_model *m, 
 }
 
 /* Forward through every unit; returns the loss sum (0 without targets), NAN on a bad token. */
-static double rf_train_forward(struct rf_train_model *m, struct rf_llama_ws *ws, const int32_t *tokens,
+static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws, const int32_t *tokens,
                                const int32_t *targets) {
   struct rf_fsdp *f = m->fsdp;
   int last = m->n_units - 1;
   rf_fsdp_forward_begin(f, 0);
-  int bad = rf_llama_embed_forward(ws, rf_train_weights(m, 0, 0), tokens);
+  int bad = rf_model_embed_forward(ws, rf_train_weights(m, 0, 0), tokens);
   rf_fsdp_forward_end(f, 0);
   for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
     rf_fsdp_forward_begin(f, 1 + l);
-    rf_llama_layer_forward(ws, l, rf_train_weights(m, 1 + l, 0));
+    rf_model_layer_forward(ws, l, rf_train_weights(m, 1 + l, 0));
     rf_fsdp_forward_end(f, 1 + l);
   }
   rf_fsdp_forward_begin(f, last);
-  double loss = rf_llama_head_forward(ws, rf_train_weights(m, last, 0), targets);
+  double loss = rf_model_head_forward(ws, rf_train_weights(m, last, 0), targets);
   rf_fsdp_forward_end(f, last);
   return bad ? NAN : loss;
 }
@@ -101,17 +101,17 @@ double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens
   double loss = rf_train_forward(m, &m->ws, tokens, targets);
   rf_fsdp_backward_begin(f, last);
   rf_train_weights(m, last, 1);
-  rf_llama_head_backward(&m->ws, m->w, m->g, grad_scale);
+  rf_model_head_backward(&m->ws, m->w, m->g, grad_scale);
   rf_fsdp_backward_end(f, last);
   for (int l = m->cfg.num_hidden_layers - 1; l >= 0; l--) {
     rf_fsdp_backward_begin(f, 1 + l);
     rf_train_weights(m, 1 + l, 1);
-    rf_llama_layer_backward(&m->ws, l, m->w, m->g);
+    rf_model_layer_backward(&m->ws, l, m->w, m->g);
     rf_fsdp_backward_end(f, 1 + l);
   }
   rf_fsdp_backward_begin(f, 0);
   rf_train_weights(m, 0, 1);
-  rf_llama_embed_backward(&m->ws, m->g);
+  rf_model_embed_backward(&m->ws, m->g);
   rf_fsdp_backward_end(f, 0);
   return loss;
 }
@@ -124,16 +124,16 @@ double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, cons
 
 int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, int total, float temperature,
                             uint64_t *rng) {
-  struct rf_llama_ws *ws = &m->gen_ws;
+  struct rf_model_ws *ws = &m->gen_ws;
   RF_REQUIRE(len >= 1 && total >= len, "generate: bad lengths %d, %d", len, total);
   for (int n = len; n < total; n++) {
     int window = n < ws->cap_t ? n : ws->cap_t;
-    RF_TRY(rf_llama_ws_set_shape(ws, 1, window));
+    RF_TRY(rf_model_ws_set_shape(ws, 1, window));
     double rc = rf_train_forward(m, ws, tokens + n - window, NULL);
     rf_fsdp_reshard_all(m->fsdp);
     RF_REQUIRE(!isnan(rc), "generate: a token is outside the vocabulary");
     tokens[n] =
-        rf_llama_sample_logits(rf_llama_ws_logits(ws, window - 1), m->cfg.vocab_size, temperature, rng);
+        rf_model_sample_logits(rf_model_ws_logits(ws, window - 1), m->cfg.vocab_size, temperature, rng);
   }
   return 0;
 }

@@ -12,19 +12,19 @@
 
 /* Owns the runtime context and the workspaces; borrows nothing. */
 struct rf_train_model {
-  struct rf_llama_config cfg;
+  struct rf_model_config cfg;
   struct rf_fsdp *fsdp; /* owned */
   int n_units;
   int *first_tensor;         /* per unit: the global index of its first tensor */
-  struct rf_llama_ws ws;     /* the training micro-batch */
-  struct rf_llama_ws gen_ws; /* one sequence, for sampling */
-  struct rf_llama_weight w[RF_LLAMA_LAYER_TENSOR_COUNT];
-  float *g[RF_LLAMA_LAYER_TENSOR_COUNT];
+  struct rf_model_ws ws;     /* the training micro-batch */
+  struct rf_model_ws gen_ws; /* one sequence, for sampling */
+  struct rf_model_weight w[RF_MODEL_LAYER_TENSOR_COUNT];
+  float *g[RF_MODEL_LAYER_TENSOR_COUNT];
 };
 
 /* Declares the model's units and tensors to a new runtime context on comm and
  * finalizes it; workspaces for `batch` local sequences of `seq` tokens. */
-int rf_train_model_init(struct rf_train_model *m, const struct rf_llama_config *cfg,
+int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
 

@@ -19,7 +19,8 @@ static void rf_ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *sh
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
-static int rf_ckpt_export_stream(struct rf_ckpt *ck, struct rf_st_writer *w, const int *params, int n) {
+static int rf_ckpt_export_stream(struct rf_ckpt *ck, struct rf_safetensors_writer *w, const int *params,
+                                 int n) {
   float *buf = rf_xmalloc((size_t)RF_CKPT_EXPORT_PIECE * sizeof(float));
   int rc = 0;
   for (int k = 0; k < n && rc == 0; k++) {
@@ -33,7 +34,7 @@ static int rf_ckpt_export_stream(struct rf_ckpt *ck, struct rf_st_writer *w, con
         rc = rf_ckpt_read(ck, t->name, t->dtype, t->ndim, t->shape, at, at + m, h);
         for (int64_t i = 0; i < m && rc == 0; i++) buf[i] = rf_f32_from_bf16(h[i]);
       }
-      if (rc == 0) rc = rf_st_writer_write_f32(w, buf, m);
+      if (rc == 0) rc = rf_safetensors_writer_write_f32(w, buf, m);
     }
   }
   free(buf);
@@ -46,7 +47,7 @@ int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum 
   struct rf_ckpt ck;
   RF_TRY(rf_ckpt_open(&ck, ckpt_dir));
   int *params = rf_xcalloc((size_t)ck.n_tensors + 1, sizeof *params);
-  struct rf_st_decl *decls = rf_xcalloc((size_t)ck.n_tensors + 1, sizeof *decls);
+  struct rf_safetensors_decl *decls = rf_xcalloc((size_t)ck.n_tensors + 1, sizeof *decls);
   int n = 0, rc = 0;
   for (int i = 0; i < ck.n_tensors && rc == 0; i++) {
     const struct rf_ckpt_tensor *t = &ck.tensors[i];
@@ -55,7 +56,8 @@ int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum 
       rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; only f32 and bf16 parameters export",
                         ckpt_dir, t->name, rf_dtype_name(t->dtype));
     params[n] = i;
-    decls[n] = (struct rf_st_decl){.name = t->name, .dtype = rf_st_dtype_from_rf(dtype), .ndim = t->ndim};
+    decls[n] = (struct rf_safetensors_decl){
+        .name = t->name, .dtype = rf_safetensors_dtype_from_rf(dtype), .ndim = t->ndim};
     memcpy(decls[n].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     n++;
   }
@@ -63,14 +65,14 @@ int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum 
     rc = rf_error_set(__FILE__, __LINE__, "%s: the checkpoint holds no parameters", ckpt_dir);
   char meta[96];
   snprintf(meta, sizeof meta, "{\"format\":\"pt\",\"rfsdp_step\":\"%" PRId64 "\"}", ck.step);
-  struct rf_st_writer w;
-  if (rc == 0) rc = rf_st_writer_open(&w, out_path, n, decls, meta);
+  struct rf_safetensors_writer w;
+  if (rc == 0) rc = rf_safetensors_writer_open(&w, out_path, n, decls, meta);
   if (rc == 0) {
     rc = rf_ckpt_export_stream(&ck, &w, params, n);
     if (rc == 0)
-      rc = rf_st_writer_commit(&w);
+      rc = rf_safetensors_writer_commit(&w);
     else
-      rf_st_writer_abort(&w);
+      rf_safetensors_writer_abort(&w);
   }
   free(decls);
   free(params);
@@ -83,13 +85,13 @@ int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum 
  * relative to the index's directory). Owns the files and the map. */
 struct rf_ckpt_import_src {
   int n_files;
-  struct rf_st_file *files;
+  struct rf_safetensors_file *files;
   cJSON *index; /* NULL for a single file */
   char index_path[RF_FILE_PATH_MAX];
 };
 
 static void rf_ckpt_import_close(struct rf_ckpt_import_src *src) {
-  for (int i = 0; i < src->n_files; i++) rf_st_close(&src->files[i]);
+  for (int i = 0; i < src->n_files; i++) rf_safetensors_close(&src->files[i]);
   free(src->files);
   cJSON_Delete(src->index);
   memset(src, 0, sizeof *src);
@@ -119,7 +121,7 @@ static int rf_ckpt_import_open_index(const char *path, struct rf_ckpt_import_src
     int seen = 0;
     for (int i = 0; i < src->n_files && !seen; i++) seen = strcmp(src->files[i].path, file) == 0;
     if (seen) continue;
-    if (rf_st_open(&src->files[src->n_files], file) != 0) {
+    if (rf_safetensors_open(&src->files[src->n_files], file) != 0) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", rf_error_msg());
       RF_FAIL("%s (a shard named by %s)", msg, path);
@@ -138,7 +140,7 @@ static int rf_ckpt_import_open(const char *path, struct rf_ckpt_import_src *src)
     rc = rf_ckpt_import_open_index(path, src);
   } else {
     src->files = rf_xcalloc(1, sizeof *src->files);
-    rc = rf_st_open(&src->files[0], path);
+    rc = rf_safetensors_open(&src->files[0], path);
     if (rc == 0) src->n_files = 1;
   }
   if (rc != 0) rf_ckpt_import_close(src);
@@ -146,7 +148,7 @@ static int rf_ckpt_import_open(const char *path, struct rf_ckpt_import_src *src)
 }
 
 /* The file holding tensor `name` (the one the index names), or NULL with a message. */
-static struct rf_st_file *rf_ckpt_import_find(struct rf_ckpt_import_src *src, const char *name) {
+static struct rf_safetensors_file *rf_ckpt_import_find(struct rf_ckpt_import_src *src, const char *name) {
   const char *want = NULL;
   if (src->index) {
     const cJSON *e =
@@ -162,7 +164,7 @@ static struct rf_st_file *rf_ckpt_import_find(struct rf_ckpt_import_src *src, co
     const char *base =
         strrchr(src->files[i].path, '/') ? strrchr(src->files[i].path, '/') + 1 : src->files[i].path;
     if (want && strcmp(base, want) != 0) continue;
-    if (rf_st_find(&src->files[i], name)) return &src->files[i];
+    if (rf_safetensors_find(&src->files[i], name)) return &src->files[i];
     rf_error_set(__FILE__, __LINE__, "%s: no tensor '%s'%s", src->files[i].path, name,
                  src->index ? " although the index names this file" : " (a file of another model?)");
     return NULL;
@@ -177,12 +179,12 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     const struct rf_tensor_view *v = &views[i];
-    struct rf_st_file *f = rf_ckpt_import_find(&src, v->name);
+    struct rf_safetensors_file *f = rf_ckpt_import_find(&src, v->name);
     if (!f) {
       rc = -1;
       break;
     }
-    const struct rf_st_tensor *t = rf_st_find(f, v->name);
+    const struct rf_safetensors_tensor *t = rf_safetensors_find(f, v->name);
     if (v->end > v->begin && !v->master) {
       rc =
           rf_error_set(__FILE__, __LINE__, "%s: view '%s' has no master weights to load into", path, v->name);
@@ -197,14 +199,15 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
       rc = rf_error_set(__FILE__, __LINE__,
                         "%s: tensor '%s' has shape %s, the model has %s (a file of another model?)", f->path,
                         v->name, have, want);
-    } else if (t->dtype != RF_ST_DTYPE_F32 && t->dtype != RF_ST_DTYPE_BF16 && t->dtype != RF_ST_DTYPE_F16) {
+    } else if (t->dtype != RF_SAFETENSORS_DTYPE_F32 && t->dtype != RF_SAFETENSORS_DTYPE_BF16 &&
+               t->dtype != RF_SAFETENSORS_DTYPE_F16) {
       rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; parameters load from F32, BF16 or F16",
-                        f->path, v->name, rf_st_dtype_name(t->dtype));
+                        f->path, v->name, rf_safetensors_dtype_name(t->dtype));
     }
   }
   for (int i = 0; i < n && rc == 0; i++) {
-    struct rf_st_file *f = rf_ckpt_import_find(&src, views[i].name);
-    rc = f ? rf_st_read_f32(f, views[i].name, views[i].begin, views[i].end, views[i].master) : -1;
+    struct rf_safetensors_file *f = rf_ckpt_import_find(&src, views[i].name);
+    rc = f ? rf_safetensors_read_f32(f, views[i].name, views[i].begin, views[i].end, views[i].master) : -1;
   }
   rf_ckpt_import_close(&src);
   return rc;

@@ -14,7 +14,7 @@
 
 /* ---- configuration ------------------------------------------------------------------ */
 
-int rf_llama_config_check(struct rf_llama_config *cfg, const char *what) {
+int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
   const struct {
     const char *name;
     int value;
@@ -71,7 +71,7 @@ static int json_double(const cJSON *root, const char *path, const char *name, do
   return 0;
 }
 
-static int config_from_json(struct rf_llama_config *cfg, const cJSON *root, const char *path) {
+static int config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
   RF_REQUIRE(cJSON_IsObject(root), "%s: not a JSON object", path);
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
   if (mt) {
@@ -118,10 +118,10 @@ static int config_from_json(struct rf_llama_config *cfg, const cJSON *root, cons
                "%s: field \"head_dim\" (%g) other than hidden_size / num_attention_heads is not supported",
                path, hd->valuedouble);
   }
-  return rf_llama_config_check(cfg, path);
+  return rf_model_config_check(cfg, path);
 }
 
-int rf_llama_config_load(struct rf_llama_config *cfg, const char *path) {
+int rf_model_config_load(struct rf_model_config *cfg, const char *path) {
   char *text = NULL;
   size_t n = 0;
   RF_TRY(rf_file_read_all(path, &text, &n));
@@ -133,39 +133,39 @@ int rf_llama_config_load(struct rf_llama_config *cfg, const char *path) {
   return rc;
 }
 
-static int64_t layer_matmul_params(const struct rf_llama_config *c) {
+static int64_t layer_matmul_params(const struct rf_model_config *c) {
   int64_t h = c->hidden_size, hd = c->head_dim;
   int64_t qd = (int64_t)c->num_attention_heads * hd, kd = (int64_t)c->num_key_value_heads * hd;
   return h * qd + 2 * h * kd + qd * h + 3 * h * (int64_t)c->intermediate_size;
 }
 
-int64_t rf_llama_n_matmul_params(const struct rf_llama_config *cfg) {
+int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg) {
   return cfg->num_hidden_layers * layer_matmul_params(cfg) + (int64_t)cfg->vocab_size * cfg->hidden_size;
 }
 
-int64_t rf_llama_n_params(const struct rf_llama_config *cfg) {
+int64_t rf_model_n_params(const struct rf_model_config *cfg) {
   int64_t h = cfg->hidden_size;
-  return rf_llama_n_matmul_params(cfg) + (int64_t)cfg->vocab_size * h + cfg->num_hidden_layers * 2 * h + h;
+  return rf_model_n_matmul_params(cfg) + (int64_t)cfg->vocab_size * h + cfg->num_hidden_layers * 2 * h + h;
 }
 
-double rf_llama_flops_per_token(const struct rf_llama_config *cfg, int seq) {
-  return 6.0 * (double)rf_llama_n_matmul_params(cfg) +
+double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq) {
+  return 6.0 * (double)rf_model_n_matmul_params(cfg) +
          12.0 * cfg->num_hidden_layers * cfg->num_attention_heads * cfg->head_dim * (double)seq;
 }
 
 /* ---- units and tensors ------------------------------------------------------------------- */
 
-int rf_llama_n_units(const struct rf_llama_config *cfg) { return cfg->num_hidden_layers + 2; }
+int rf_model_n_units(const struct rf_model_config *cfg) { return cfg->num_hidden_layers + 2; }
 
-int rf_llama_unit_n_tensors(const struct rf_llama_config *cfg, int unit) {
-  RF_ASSERT(unit >= 0 && unit < rf_llama_n_units(cfg));
+int rf_model_unit_n_tensors(const struct rf_model_config *cfg, int unit) {
+  RF_ASSERT(unit >= 0 && unit < rf_model_n_units(cfg));
   if (unit == 0) return 1;
-  if (unit == cfg->num_hidden_layers + 1) return RF_LLAMA_HEAD_TENSOR_COUNT;
-  return RF_LLAMA_LAYER_TENSOR_COUNT;
+  if (unit == cfg->num_hidden_layers + 1) return RF_MODEL_HEAD_TENSOR_COUNT;
+  return RF_MODEL_LAYER_TENSOR_COUNT;
 }
 
-void rf_llama_unit_name(const struct rf_llama_config *cfg, int unit, char *buf, size_t size) {
-  RF_ASSERT(unit >= 0 && unit < rf_llama_n_units(cfg));
+void rf_model_unit_name(const struct rf_model_config *cfg, int unit, char *buf, size_t size) {
+  RF_ASSERT(unit >= 0 && unit < rf_model_n_units(cfg));
   if (unit == 0)
     snprintf(buf, size, "embed");
   else if (unit == cfg->num_hidden_layers + 1)
@@ -174,7 +174,7 @@ void rf_llama_unit_name(const struct rf_llama_config *cfg, int unit, char *buf, 
     snprintf(buf, size, "layers.%d", unit - 1);
 }
 
-static void spec_set(struct rf_llama_tensor_spec *s, const char *name, int64_t d0, int64_t d1, float std) {
+static void spec_set(struct rf_model_tensor_spec *s, const char *name, int64_t d0, int64_t d1, float std) {
   snprintf(s->name, sizeof(s->name), "%s", name);
   s->ndim = d1 > 0 ? 2 : 1;
   s->shape[0] = d0;
@@ -188,9 +188,9 @@ static void spec_set(struct rf_llama_tensor_spec *s, const char *name, int64_t d
   }
 }
 
-void rf_llama_unit_tensor(const struct rf_llama_config *cfg, int unit, int i,
-                          struct rf_llama_tensor_spec *out) {
-  RF_ASSERT(i >= 0 && i < rf_llama_unit_n_tensors(cfg, unit));
+void rf_model_unit_tensor(const struct rf_model_config *cfg, int unit, int i,
+                          struct rf_model_tensor_spec *out) {
+  RF_ASSERT(i >= 0 && i < rf_model_unit_n_tensors(cfg, unit));
   memset(out, 0, sizeof(*out));
   int64_t h = cfg->hidden_size, v = cfg->vocab_size, inter = cfg->intermediate_size;
   int64_t qd = (int64_t)cfg->num_attention_heads * cfg->head_dim;
@@ -202,45 +202,45 @@ void rf_llama_unit_tensor(const struct rf_llama_config *cfg, int unit, int i,
     return;
   }
   if (unit == cfg->num_hidden_layers + 1) {
-    if (i == RF_LLAMA_HEAD_TENSOR_NORM)
+    if (i == RF_MODEL_HEAD_TENSOR_NORM)
       spec_set(out, "model.norm.weight", h, 0, 0.0f);
     else
       spec_set(out, "lm_head.weight", v, h, std);
     return;
   }
-  char name[RF_LLAMA_NAME_MAX];
+  char name[RF_MODEL_NAME_MAX];
   const char *suffix = "";
   int64_t d0 = 0, d1 = 0;
   float s = std;
-  switch ((enum rf_llama_layer_tensor)i) {
-    case RF_LLAMA_LAYER_TENSOR_INPUT_NORM:
+  switch ((enum rf_model_layer_tensor)i) {
+    case RF_MODEL_LAYER_TENSOR_INPUT_NORM:
       suffix = "input_layernorm.weight", d0 = h, s = 0.0f;
       break;
-    case RF_LLAMA_LAYER_TENSOR_Q:
+    case RF_MODEL_LAYER_TENSOR_Q:
       suffix = "self_attn.q_proj.weight", d0 = qd, d1 = h;
       break;
-    case RF_LLAMA_LAYER_TENSOR_K:
+    case RF_MODEL_LAYER_TENSOR_K:
       suffix = "self_attn.k_proj.weight", d0 = kd, d1 = h;
       break;
-    case RF_LLAMA_LAYER_TENSOR_V:
+    case RF_MODEL_LAYER_TENSOR_V:
       suffix = "self_attn.v_proj.weight", d0 = kd, d1 = h;
       break;
-    case RF_LLAMA_LAYER_TENSOR_O:
+    case RF_MODEL_LAYER_TENSOR_O:
       suffix = "self_attn.o_proj.weight", d0 = h, d1 = qd, s = std_res;
       break;
-    case RF_LLAMA_LAYER_TENSOR_POST_NORM:
+    case RF_MODEL_LAYER_TENSOR_POST_NORM:
       suffix = "post_attention_layernorm.weight", d0 = h, s = 0.0f;
       break;
-    case RF_LLAMA_LAYER_TENSOR_GATE:
+    case RF_MODEL_LAYER_TENSOR_GATE:
       suffix = "mlp.gate_proj.weight", d0 = inter, d1 = h;
       break;
-    case RF_LLAMA_LAYER_TENSOR_UP:
+    case RF_MODEL_LAYER_TENSOR_UP:
       suffix = "mlp.up_proj.weight", d0 = inter, d1 = h;
       break;
-    case RF_LLAMA_LAYER_TENSOR_DOWN:
+    case RF_MODEL_LAYER_TENSOR_DOWN:
       suffix = "mlp.down_proj.weight", d0 = h, d1 = inter, s = std_res;
       break;
-    case RF_LLAMA_LAYER_TENSOR_COUNT:
+    case RF_MODEL_LAYER_TENSOR_COUNT:
       RF_DIE("bad tensor index %d", i);
   }
   snprintf(name, sizeof(name), "model.layers.%d.%s", unit - 1, suffix);
@@ -249,7 +249,7 @@ void rf_llama_unit_tensor(const struct rf_llama_config *cfg, int unit, int i,
 
 /* ---- workspace --------------------------------------------------------------------------- */
 
-static float *ws_floats(struct rf_llama_ws *ws, size_t n) {
+static float *ws_floats(struct rf_model_ws *ws, size_t n) {
   size_t bytes = sizeof(float) * (n > 0 ? n : 1);
   ws->bytes += bytes;
   return rf_xaligned(64, rf_round_up((int64_t)bytes, 64));
@@ -263,8 +263,8 @@ static int ws_threads(void) {
 #endif
 }
 
-/* Must add up what rf_llama_ws_init allocates (test_model_ref checks it). */
-size_t rf_llama_ws_bytes(const struct rf_llama_config *c, int batch, int seq) {
+/* Must add up what rf_model_ws_init allocates (test_model_ref checks it). */
+size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
@@ -276,13 +276,13 @@ size_t rf_llama_ws_bytes(const struct rf_llama_config *c, int batch, int seq) {
   bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
   bytes += f * ((size_t)seq * hd);        /* rotary tables */
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
-  bytes += f * ((size_t)ws_threads() * 2 * RF_LLAMA_ATT_BLOCK * seq + h + (size_t)RF_LLAMA_STAGE_ROWS * wide);
+  bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
   wide = wide > v ? wide : v;
-  if (rf_llama_have_sbgemm()) bytes += n * wide * sizeof(uint16_t);
+  if (rf_model_have_sbgemm()) bytes += n * wide * sizeof(uint16_t);
   return bytes;
 }
 
-int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, int batch, int seq) {
+int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
   RF_REQUIRE(batch > 0 && seq > 0, "model workspace: batch (%d) and sequence length (%d) must be positive",
              batch, seq);
@@ -292,7 +292,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->cfg = *cfg;
   ws->cap_b = ws->b = batch;
   ws->cap_t = ws->t = seq;
-  const struct rf_llama_config *c = cfg;
+  const struct rf_model_config *c = cfg;
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
@@ -301,7 +301,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->bytes += 2 * n * sizeof(int32_t);
   ws->layers = rf_xcalloc((size_t)c->num_hidden_layers, sizeof(*ws->layers));
   for (int l = 0; l < c->num_hidden_layers; l++) {
-    struct rf_llama_layer_acts *a = &ws->layers[l];
+    struct rf_model_layer_acts *a = &ws->layers[l];
     a->x = ws_floats(ws, n * h);
     a->rstd1 = ws_floats(ws, n);
     a->q = ws_floats(ws, n * qd);
@@ -322,7 +322,7 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->dx = ws_floats(ws, n * h);
   ws->rope_cos = ws_floats(ws, (size_t)seq * hd / 2);
   ws->rope_sin = ws_floats(ws, (size_t)seq * hd / 2);
-  rf_llama_rope_tables(ws->rope_cos, ws->rope_sin, seq, (int)hd, c->rope_theta);
+  rf_model_rope_tables(ws->rope_cos, ws->rope_sin, seq, (int)hd, c->rope_theta);
   ws->s_norm = ws_floats(ws, n * h);
   ws->s_dnorm = ws_floats(ws, n * h);
   ws->s_inner = ws_floats(ws, n * inter);
@@ -330,23 +330,23 @@ int rf_llama_ws_init(struct rf_llama_ws *ws, const struct rf_llama_config *cfg, 
   ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
   ws->s_att = ws_floats(ws, n * qd);
   ws->n_threads_att = ws_threads();
-  ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_LLAMA_ATT_BLOCK * seq);
+  ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_MODEL_ATT_BLOCK * seq);
   ws->s_normw = ws_floats(ws, h);
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
-  ws->stage.wf32 = ws_floats(ws, (size_t)RF_LLAMA_STAGE_ROWS * wide);
+  ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
   wide = wide > v ? wide : v;
-  if (rf_llama_have_sbgemm()) {
+  if (rf_model_have_sbgemm()) {
     ws->stage.act = rf_xaligned(64, (size_t)rf_round_up((int64_t)(n * wide * sizeof(uint16_t)), 64));
     ws->bytes += n * wide * sizeof(uint16_t);
   }
   return 0;
 }
 
-void rf_llama_ws_free(struct rf_llama_ws *ws) {
+void rf_model_ws_free(struct rf_model_ws *ws) {
   if (!ws->layers) return;
   for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
-    struct rf_llama_layer_acts *a = &ws->layers[l];
+    struct rf_model_layer_acts *a = &ws->layers[l];
     float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->lse, a->atty, a->x2, a->rstd2, a->gate, a->up};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   }
@@ -362,7 +362,7 @@ void rf_llama_ws_free(struct rf_llama_ws *ws) {
   memset(ws, 0, sizeof(*ws));
 }
 
-int rf_llama_ws_set_shape(struct rf_llama_ws *ws, int b, int t) {
+int rf_model_ws_set_shape(struct rf_model_ws *ws, int b, int t) {
   RF_REQUIRE(b > 0 && t > 0 && b <= ws->cap_b && t <= ws->cap_t,
              "model workspace: shape %d x %d exceeds the capacity %d x %d", b, t, ws->cap_b, ws->cap_t);
   ws->b = b;
@@ -370,95 +370,95 @@ int rf_llama_ws_set_shape(struct rf_llama_ws *ws, int b, int t) {
   return 0;
 }
 
-const float *rf_llama_ws_logits(const struct rf_llama_ws *ws, int row) {
+const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row) {
   RF_ASSERT(row >= 0 && row < ws->b * ws->t);
   return ws->logits + (size_t)row * ws->cfg.vocab_size;
 }
 
 /* A norm weight as f32: borrowed directly, or converted into ws->s_normw. */
-static const float *norm_weight(struct rf_llama_ws *ws, const struct rf_llama_weight *w) {
+static const float *norm_weight(struct rf_model_ws *ws, const struct rf_model_weight *w) {
   if (w->f32) return w->f32;
   RF_ASSERT(w->bf16);
   rf_f32_from_bf16_n(ws->s_normw, w->bf16, (size_t)ws->cfg.hidden_size);
   return ws->s_normw;
 }
 
-static float *layer_output(struct rf_llama_ws *ws, int layer) {
+static float *layer_output(struct rf_model_ws *ws, int layer) {
   return layer + 1 < ws->cfg.num_hidden_layers ? ws->layers[layer + 1].x : ws->xf;
 }
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-int rf_llama_embed_forward(struct rf_llama_ws *ws, const struct rf_llama_weight *w, const int32_t *tokens) {
+int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight *w, const int32_t *tokens) {
   int n = ws->b * ws->t;
   for (int i = 0; i < n; i++)
     RF_REQUIRE(tokens[i] >= 0 && tokens[i] < ws->cfg.vocab_size,
                "model: token %d at position %d is not in [0, %d)", tokens[i], i, ws->cfg.vocab_size);
   memcpy(ws->tokens, tokens, sizeof(int32_t) * (size_t)n);
   float *out = ws->cfg.num_hidden_layers > 0 ? ws->layers[0].x : ws->xf;
-  rf_llama_embedding_forward(out, w, tokens, n, ws->cfg.hidden_size);
+  rf_model_embedding_forward(out, w, tokens, n, ws->cfg.hidden_size);
   return 0;
 }
 
-void rf_llama_layer_forward(struct rf_llama_ws *ws, int layer, const struct rf_llama_weight *w) {
-  const struct rf_llama_config *c = &ws->cfg;
+void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w) {
+  const struct rf_model_config *c = &ws->cfg;
   RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
-  struct rf_llama_layer_acts *a = &ws->layers[layer];
+  struct rf_model_layer_acts *a = &ws->layers[layer];
   int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
   int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int qd = nh * hd, kd = nkv * hd;
-  const struct rf_llama_stage *st = &ws->stage;
+  const struct rf_model_stage *st = &ws->stage;
 
   /* attention block */
-  rf_llama_rmsnorm_forward(ws->s_norm, a->rstd1, a->x, norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_INPUT_NORM]),
+  rf_model_rmsnorm_forward(ws->s_norm, a->rstd1, a->x, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]),
                            n, h, c->rms_norm_eps);
-  rf_llama_linear_forward(a->q, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
-  rf_llama_linear_forward(a->k, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
-  rf_llama_linear_forward(a->v, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
-  rf_llama_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_llama_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_llama_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
+  rf_model_linear_forward(a->q, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
+  rf_model_linear_forward(a->k, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
+  rf_model_linear_forward(a->v, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
+  rf_model_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
+  rf_model_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
+  rf_model_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
                              ws->n_threads_att);
   memcpy(a->x2, a->x, sizeof(float) * (size_t)n * h);
-  rf_llama_linear_forward(a->x2, a->atty, &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
+  rf_model_linear_forward(a->x2, a->atty, &w[RF_MODEL_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
 
   /* MLP block */
-  rf_llama_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_POST_NORM]),
+  rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]),
                            n, h, c->rms_norm_eps);
-  rf_llama_linear_forward(a->gate, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_GATE], n, h, inter, 0.0f, st);
-  rf_llama_linear_forward(a->up, ws->s_norm, &w[RF_LLAMA_LAYER_TENSOR_UP], n, h, inter, 0.0f, st);
-  rf_llama_swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter);
+  rf_model_linear_forward(a->gate, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, st);
+  rf_model_linear_forward(a->up, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 0.0f, st);
+  rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter);
   float *out = layer_output(ws, layer);
   memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
-  rf_llama_linear_forward(out, ws->s_inner, &w[RF_LLAMA_LAYER_TENSOR_DOWN], n, inter, h, 1.0f, st);
+  rf_model_linear_forward(out, ws->s_inner, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 1.0f, st);
 }
 
-double rf_llama_head_forward(struct rf_llama_ws *ws, const struct rf_llama_weight *w,
+double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w,
                              const int32_t *targets) {
-  const struct rf_llama_config *c = &ws->cfg;
+  const struct rf_model_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
-  rf_llama_rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_LLAMA_HEAD_TENSOR_NORM]), n, h,
+  rf_model_rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
                            c->rms_norm_eps);
-  rf_llama_linear_forward(ws->logits, ws->xnf, &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
+  rf_model_linear_forward(ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   if (targets) memcpy(ws->targets, targets, sizeof(int32_t) * (size_t)n);
   ws->has_targets = targets != NULL;
-  return rf_llama_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
+  return rf_model_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
 }
 
 /* ---- backward ----------------------------------------------------------------------------------- */
 
-void rf_llama_head_backward(struct rf_llama_ws *ws, const struct rf_llama_weight *w, float *const *grads,
+void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight *w, float *const *grads,
                             float grad_scale) {
-  const struct rf_llama_config *c = &ws->cfg;
+  const struct rf_model_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
   RF_ASSERT(ws->has_targets);
   ws->has_targets = 0; /* the logits become their gradient */
-  rf_llama_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
-                           &w[RF_LLAMA_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
+  rf_model_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
+                           &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   memset(ws->dx, 0, sizeof(float) * (size_t)n * h);
-  rf_llama_rmsnorm_backward(ws->dx, grads[RF_LLAMA_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
-                            norm_weight(ws, &w[RF_LLAMA_HEAD_TENSOR_NORM]), n, h);
+  rf_model_rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
+                            norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h);
 }
 
 /* Recomputes normalized activations (x * rstd * w) into out. */
@@ -473,58 +473,58 @@ static void renorm(float *out, const float *x, const float *rstd, const float *w
   }
 }
 
-void rf_llama_layer_backward(struct rf_llama_ws *ws, int layer, const struct rf_llama_weight *w,
+void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
                              float *const *grads) {
-  const struct rf_llama_config *c = &ws->cfg;
+  const struct rf_model_config *c = &ws->cfg;
   RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
-  struct rf_llama_layer_acts *a = &ws->layers[layer];
+  struct rf_model_layer_acts *a = &ws->layers[layer];
   int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
   int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int qd = nh * hd, kd = nkv * hd;
   size_t ni = (size_t)n * inter;
-  const struct rf_llama_stage *sb = &ws->stage;
+  const struct rf_model_stage *sb = &ws->stage;
   float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
 
   /* MLP block: out = x2 + down(silu(gate) * up), gate/up = W xn2, xn2 = norm(x2). */
-  rf_llama_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
-  rf_llama_linear_backward(NULL, grads[RF_LLAMA_LAYER_TENSOR_DOWN], dout, ws->s_inner,
-                           &w[RF_LLAMA_LAYER_TENSOR_DOWN], n, inter, h, 0.0f, sb);
-  rf_llama_linear_backward(ws->s_inner, NULL, dout, NULL, &w[RF_LLAMA_LAYER_TENSOR_DOWN], n, inter, h, 0.0f,
+  rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
+  rf_model_linear_backward(NULL, grads[RF_MODEL_LAYER_TENSOR_DOWN], dout, ws->s_inner,
+                           &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f, sb);
+  rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f,
                            sb);
   /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
-  rf_llama_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
-  const float *wpost = norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_POST_NORM]);
+  rf_model_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
+  const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
   renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_LAYER_TENSOR_GATE], ws->s_inner2, ws->s_norm,
-                           &w[RF_LLAMA_LAYER_TENSOR_GATE], n, h, inter, 0.0f, sb);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_LAYER_TENSOR_UP], ws->s_inner, ws->s_norm,
-                           &w[RF_LLAMA_LAYER_TENSOR_UP], n, h, inter, 1.0f, sb);
-  rf_llama_rmsnorm_backward(dout, grads[RF_LLAMA_LAYER_TENSOR_POST_NORM], ws->s_dnorm, a->x2, a->rstd2, wpost,
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_GATE], ws->s_inner2, ws->s_norm,
+                           &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_UP], ws->s_inner, ws->s_norm,
+                           &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 1.0f, sb);
+  rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_POST_NORM], ws->s_dnorm, a->x2, a->rstd2, wpost,
                             n, h);
   /* dout now holds d(x2). */
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
-  rf_llama_linear_backward(ws->s_att, grads[RF_LLAMA_LAYER_TENSOR_O], dout, a->atty,
-                           &w[RF_LLAMA_LAYER_TENSOR_O], n, qd, h, 0.0f, sb);
+  rf_model_linear_backward(ws->s_att, grads[RF_MODEL_LAYER_TENSOR_O], dout, a->atty,
+                           &w[RF_MODEL_LAYER_TENSOR_O], n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  rf_llama_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
+  rf_model_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
                               ws->s_att_blk, ws->n_threads_att);
-  rf_llama_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
-  rf_llama_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
-  const float *win = norm_weight(ws, &w[RF_LLAMA_LAYER_TENSOR_INPUT_NORM]);
+  rf_model_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
+  rf_model_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
+  const float *win = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]);
   renorm(ws->s_norm, a->x, a->rstd1, win, n, h);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_LAYER_TENSOR_Q], dq, ws->s_norm,
-                           &w[RF_LLAMA_LAYER_TENSOR_Q], n, h, qd, 0.0f, sb);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_LAYER_TENSOR_K], dk, ws->s_norm,
-                           &w[RF_LLAMA_LAYER_TENSOR_K], n, h, kd, 1.0f, sb);
-  rf_llama_linear_backward(ws->s_dnorm, grads[RF_LLAMA_LAYER_TENSOR_V], dv, ws->s_norm,
-                           &w[RF_LLAMA_LAYER_TENSOR_V], n, h, kd, 1.0f, sb);
-  rf_llama_rmsnorm_backward(dout, grads[RF_LLAMA_LAYER_TENSOR_INPUT_NORM], ws->s_dnorm, a->x, a->rstd1, win,
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_Q], dq, ws->s_norm,
+                           &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_K], dk, ws->s_norm,
+                           &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 1.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_V], dv, ws->s_norm,
+                           &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 1.0f, sb);
+  rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_INPUT_NORM], ws->s_dnorm, a->x, a->rstd1, win,
                             n, h);
 }
 
-void rf_llama_embed_backward(struct rf_llama_ws *ws, float *const *grads) {
-  rf_llama_embedding_backward(grads[0], ws->dx, ws->tokens, ws->b * ws->t, ws->cfg.hidden_size);
+void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads) {
+  rf_model_embedding_backward(grads[0], ws->dx, ws->tokens, ws->b * ws->t, ws->cfg.hidden_size);
 }
 
 /* ---- sampling ------------------------------------------------------------------------------------ */
@@ -536,7 +536,7 @@ static uint64_t splitmix64(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-int rf_llama_sample_logits(const float *logits, int vocab, float temperature, uint64_t *rng) {
+int rf_model_sample_logits(const float *logits, int vocab, float temperature, uint64_t *rng) {
   int best = 0;
   for (int j = 1; j < vocab; j++)
     if (logits[j] > logits[best]) best = j;
@@ -552,7 +552,7 @@ int rf_llama_sample_logits(const float *logits, int vocab, float temperature, ui
   return best;
 }
 
-int rf_llama_generate(struct rf_llama_ws *ws, const struct rf_llama_weight *const *units, int32_t *tokens,
+int rf_model_generate(struct rf_model_ws *ws, const struct rf_model_weight *const *units, int32_t *tokens,
                       int len, int total, float temperature, uint64_t *rng) {
   RF_REQUIRE(len >= 1 && total >= len, "generate: prompt length %d and total %d", len, total);
   int L = ws->cfg.num_hidden_layers;
@@ -560,15 +560,15 @@ int rf_llama_generate(struct rf_llama_ws *ws, const struct rf_llama_weight *cons
   for (int cur = len; cur < total; cur++) {
     int ctx = cur < ws->cap_t ? cur : ws->cap_t;
     const int32_t *window = tokens + (cur - ctx);
-    RF_TRY(rf_llama_ws_set_shape(ws, 1, ctx));
-    if (rf_llama_embed_forward(ws, units[0], window) != 0) {
+    RF_TRY(rf_model_ws_set_shape(ws, 1, ctx));
+    if (rf_model_embed_forward(ws, units[0], window) != 0) {
       ws->b = b0, ws->t = t0;
       return -1;
     }
-    for (int l = 0; l < L; l++) rf_llama_layer_forward(ws, l, units[1 + l]);
-    rf_llama_head_forward(ws, units[L + 1], NULL);
+    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, units[1 + l]);
+    rf_model_head_forward(ws, units[L + 1], NULL);
     tokens[cur] =
-        rf_llama_sample_logits(rf_llama_ws_logits(ws, ctx - 1), ws->cfg.vocab_size, temperature, rng);
+        rf_model_sample_logits(rf_model_ws_logits(ws, ctx - 1), ws->cfg.vocab_size, temperature, rng);
   }
   ws->b = b0;
   ws->t = t0;

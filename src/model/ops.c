@@ -15,7 +15,7 @@
 
 /* Rows of elementwise work per OpenMP chunk are large enough that a parallel
  * region is worth starting only beyond this many elements. */
-#define RF_LLAMA_PAR_MIN 32768
+#define RF_MODEL_PAR_MIN 32768
 
 /* exp(x) for the softmax and SiLU loops: Cephes' expf (range reduction by ln 2,
  * degree-6 polynomial), branch-free so that `omp simd` loops vectorize; relative
@@ -43,21 +43,21 @@ static inline float fast_expf(float x) {
   return p * u.f;
 }
 
-float rf_llama_expf(float x) { return fast_expf(x); }
+float rf_model_expf(float x) { return fast_expf(x); }
 
 /* A max reduction in `omp simd`: gcc vectorizes it; clang 14 refuses (and warns,
  * which -Werror turns into an error), so there the loop stays scalar. */
 #if defined(__clang__)
-#define RF_LLAMA_SIMD_MAX
+#define RF_MODEL_SIMD_MAX
 #else
-#define RF_LLAMA_SIMD_MAX _Pragma("omp simd reduction(max : mx)")
+#define RF_MODEL_SIMD_MAX _Pragma("omp simd reduction(max : mx)")
 #endif
 
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
-void rf_llama_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
+void rf_model_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
                               float eps) {
-#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_MODEL_PAR_MIN)
   for (int n = 0; n < n_rows; n++) {
     const float *xr = x + (size_t)n * dim;
     float *o = out + (size_t)n * dim;
@@ -74,11 +74,11 @@ void rf_llama_rmsnorm_forward(float *out, float *rstd, const float *x, const flo
 /* out = x * r * w with r = (mean(x^2) + eps)^(-1/2):
  *   dw += dout * x * r
  *   dx += r * (w * dout) - x * r^3 / dim * sum(w * dout * x) */
-void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+void rf_model_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
                                const float *w, int n_rows, int dim) {
   if (dw) {
     /* Column sums: parallel over columns so each thread owns its dw entries. */
-#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_MODEL_PAR_MIN)
     for (int i0 = 0; i0 < dim; i0 += 64) {
       int i1 = i0 + 64 < dim ? i0 + 64 : dim;
       float acc[64];
@@ -94,7 +94,7 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
     }
   }
   if (dx) {
-#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= RF_MODEL_PAR_MIN)
     for (int n = 0; n < n_rows; n++) {
       const float *xr = x + (size_t)n * dim;
       const float *g = dout + (size_t)n * dim;
@@ -115,7 +115,7 @@ void rf_llama_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 /* As transformers computes them: inv_freq = 1 / theta^(2i/hd) and the angle
  * t * inv_freq in float32, then cos/sin of that float angle (correctly rounded
  * here, within an ulp in PyTorch), so the tables match HF's at long positions too. */
-void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta) {
+void rf_model_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta) {
   int half = hd / 2;
   for (int i = 0; i < half; i++) {
     float e = (float)(2 * i) / (float)hd;
@@ -131,12 +131,12 @@ void rf_llama_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double th
 /* HF: out = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[h:], x[:h]):
  *   out[i]   = x[i] c - x[i+h] s,   out[i+h] = x[i+h] c + x[i] s   (i < h = hd/2).
  * The inverse (transpose) uses -s. */
-void rf_llama_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
+void rf_model_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
                          const float *sin_t, int inverse) {
   int half = hd / 2;
   int width = n_heads * hd;
   long rows = (long)batch * seq;
-#pragma omp parallel for schedule(static) if (rows * width >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * width >= RF_MODEL_PAR_MIN)
   for (long n = 0; n < rows; n++) {
     int t = (int)(n % seq);
     const float *c = cos_t + (size_t)t * half;
@@ -166,7 +166,7 @@ static int attention_threads(void) {
   return 1;
 }
 
-/* Causal blocking: query rows go in blocks of RF_LLAMA_ATT_BLOCK; block [i0, i0+r)
+/* Causal blocking: query rows go in blocks of RF_MODEL_ATT_BLOCK; block [i0, i0+r)
  * attends to keys [0, i0+r) only, so about half of the T x T products are
  * skipped. The probabilities are not kept: the forward stores each row's
  * log-sum-exp and the backward recomputes P = exp(S - lse) block by block
@@ -179,7 +179,7 @@ static void att_scores(float *s, const float *qb, const float *kb, int i0, int r
               ks, 0.0f, s, cols);
 }
 
-void rf_llama_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
                                 int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
   float scale = 1.0f / sqrtf((float)hd);
@@ -193,22 +193,22 @@ void rf_llama_attention_forward(float *y, float *lse, const float *q, const floa
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
+    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
     int b = job / nh, h = job % nh, g = h / rep;
     const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
     float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
     float *lb = lse + (size_t)job * seq;
-    for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
-      int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
+    for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
+      int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
       int cols = i0 + rows;
       att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
       for (int r = 0; r < rows; r++) {
         int i = i0 + r;
         float *row = p + (size_t)r * cols;
         float mx = row[0];
-        RF_LLAMA_SIMD_MAX
+        RF_MODEL_SIMD_MAX
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -231,7 +231,7 @@ void rf_llama_attention_forward(float *y, float *lse, const float *q, const floa
 /* Per head and block: P = exp(S - lse) (recomputed); dP = dY V^T; dV += P^T dY;
  * dS = P * (dP - rowsum(P * dP)) * scale; dQ = dS K; dK += dS^T Q. Jobs are
  * (batch, kv head) so the heads sharing a kv head add into dK, dV in one thread. */
-void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
+void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch) {
   int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
@@ -246,8 +246,8 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    float *p = scratch + (size_t)tid * 2 * RF_LLAMA_ATT_BLOCK * seq;
-    float *dp = p + (size_t)RF_LLAMA_ATT_BLOCK * seq;
+    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
+    float *dp = p + (size_t)RF_MODEL_ATT_BLOCK * seq;
     int b = job / nkv, g = job % nkv;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
     const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
@@ -263,8 +263,8 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
       const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
       float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
       const float *lb = lse + ((size_t)b * nh + h) * seq;
-      for (int i0 = 0; i0 < seq; i0 += RF_LLAMA_ATT_BLOCK) {
-        int rows = seq - i0 < RF_LLAMA_ATT_BLOCK ? seq - i0 : RF_LLAMA_ATT_BLOCK;
+      for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
+        int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
         int cols = i0 + rows;
         const float *dyi = dyb + (size_t)i0 * qs;
         att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
@@ -300,8 +300,8 @@ void rf_llama_attention_backward(float *dq, float *dk, float *dv, const float *d
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
 
-/* Chunks of RF_LLAMA_CHUNK elements: threads over chunks, SIMD inside. */
-#define RF_LLAMA_CHUNK 4096
+/* Chunks of RF_MODEL_CHUNK elements: threads over chunks, SIMD inside. */
+#define RF_MODEL_CHUNK 4096
 
 static void swiglu_forward_chunk(float *h, const float *gate, const float *up, long n) {
 #pragma omp simd
@@ -311,11 +311,11 @@ static void swiglu_forward_chunk(float *h, const float *gate, const float *up, l
   }
 }
 
-void rf_llama_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
-  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
-#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+void rf_model_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_MODEL_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
   for (long c = 0; c < chunks; c++) {
-    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    long i0 = c * RF_MODEL_CHUNK, len = (long)n - i0 < RF_MODEL_CHUNK ? (long)n - i0 : RF_MODEL_CHUNK;
     swiglu_forward_chunk(h + i0, gate + i0, up + i0, len);
   }
 }
@@ -333,12 +333,12 @@ static void swiglu_backward_chunk(float *dgate, float *dup, const float *dh, con
   }
 }
 
-void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
                               size_t n) {
-  long chunks = (long)rf_ceil_div((int64_t)n, RF_LLAMA_CHUNK);
-#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_MODEL_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
   for (long c = 0; c < chunks; c++) {
-    long i0 = c * RF_LLAMA_CHUNK, len = (long)n - i0 < RF_LLAMA_CHUNK ? (long)n - i0 : RF_LLAMA_CHUNK;
+    long i0 = c * RF_MODEL_CHUNK, len = (long)n - i0 < RF_MODEL_CHUNK ? (long)n - i0 : RF_MODEL_CHUNK;
     swiglu_backward_chunk(dgate + i0, dup + i0, dh + i0, gate + i0, up + i0, len);
   }
 }
@@ -346,13 +346,13 @@ void rf_llama_swiglu_backward(float *dgate, float *dup, const float *dh, const f
 /* ---- linear ------------------------------------------------------------------------------ */
 
 static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
 }
 
 /* OpenBLAS has cblas_sbgemm only when built with BUILD_BFLOAT16 (Debian's is
  * not): a weak reference, NULL when the library lacks it. Without it, bf16 weights
- * are widened to f32 RF_LLAMA_STAGE_ROWS rows at a time and multiplied by sgemm
+ * are widened to f32 RF_MODEL_STAGE_ROWS rows at a time and multiplied by sgemm
  * (f32 activations, so the result is at least as accurate). */
 #pragma weak cblas_sbgemm
 
@@ -369,23 +369,23 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
   }
 }
 
-int rf_llama_have_sbgemm(void) { return cblas_sbgemm != NULL; }
+int rf_model_have_sbgemm(void) { return cblas_sbgemm != NULL; }
 
-static void linear_forward_products(float *y, const float *x, const struct rf_llama_weight *w, int n, int in,
-                                    int out, float beta, const struct rf_llama_stage *st) {
+static void linear_forward_products(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
+                                    int out, float beta, const struct rf_model_stage *st) {
   if (w->f32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w->f32, in, beta, y, out);
     return;
   }
   RF_ASSERT(w->bf16 && st);
-  if (rf_llama_have_sbgemm()) {
+  if (rf_model_have_sbgemm()) {
     to_bf16(st->act, x, (size_t)n * in);
     cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, st->act, in, w->bf16, in, beta, y,
                  out);
     return;
   }
-  for (int r0 = 0; r0 < out; r0 += RF_LLAMA_STAGE_ROWS) {
-    int rows = out - r0 < RF_LLAMA_STAGE_ROWS ? out - r0 : RF_LLAMA_STAGE_ROWS;
+  for (int r0 = 0; r0 < out; r0 += RF_MODEL_STAGE_ROWS) {
+    int rows = out - r0 < RF_MODEL_STAGE_ROWS ? out - r0 : RF_MODEL_STAGE_ROWS;
     widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, in, 1.0f, x, in, st->wf32, in, beta, y + r0,
                 out);
@@ -393,8 +393,8 @@ static void linear_forward_products(float *y, const float *x, const struct rf_ll
 }
 
 static void linear_backward_products(float *dx, float *dw, const float *dy, const float *x,
-                                     const struct rf_llama_weight *w, int n, int in, int out, float beta,
-                                     const struct rf_llama_stage *st) {
+                                     const struct rf_model_weight *w, int n, int in, int out, float beta,
+                                     const struct rf_model_stage *st) {
   if (dw)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
   if (!dx) return;
@@ -404,44 +404,44 @@ static void linear_backward_products(float *dx, float *dw, const float *dy, cons
     return;
   }
   RF_ASSERT(w->bf16 && st);
-  if (rf_llama_have_sbgemm()) {
+  if (rf_model_have_sbgemm()) {
     to_bf16(st->act, dy, (size_t)n * out);
     cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, st->act, out, w->bf16, in, beta,
                  dx, in);
     return;
   }
   /* dx = sum over row blocks of W: dy[:, block] W[block, :] */
-  for (int r0 = 0; r0 < out; r0 += RF_LLAMA_STAGE_ROWS) {
-    int rows = out - r0 < RF_LLAMA_STAGE_ROWS ? out - r0 : RF_LLAMA_STAGE_ROWS;
+  for (int r0 = 0; r0 < out; r0 += RF_MODEL_STAGE_ROWS) {
+    int rows = out - r0 < RF_MODEL_STAGE_ROWS ? out - r0 : RF_MODEL_STAGE_ROWS;
     widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, rows, 1.0f, dy + r0, out, st->wf32, in,
                 r0 == 0 ? beta : 1.0f, dx, in);
   }
 }
 
-static void linear_progress(const struct rf_llama_stage *st) {
+static void linear_progress(const struct rf_model_stage *st) {
   if (st && st->progress) st->progress(st->progress_ctx);
 }
 
-void rf_llama_linear_forward(float *y, const float *x, const struct rf_llama_weight *w, int n, int in,
-                             int out, float beta, const struct rf_llama_stage *st) {
+void rf_model_linear_forward(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
+                             int out, float beta, const struct rf_model_stage *st) {
   linear_forward_products(y, x, w, n, in, out, beta, st);
   linear_progress(st);
 }
 
-void rf_llama_linear_backward(float *dx, float *dw, const float *dy, const float *x,
-                              const struct rf_llama_weight *w, int n, int in, int out, float beta,
-                              const struct rf_llama_stage *st) {
+void rf_model_linear_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const struct rf_model_weight *w, int n, int in, int out, float beta,
+                              const struct rf_model_stage *st) {
   linear_backward_products(dx, dw, dy, x, w, n, in, out, beta, st);
   linear_progress(st);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
-double rf_llama_cross_entropy_forward(float *lse, const float *logits, const int32_t *targets, int n,
+double rf_model_cross_entropy_forward(float *lse, const float *logits, const int32_t *targets, int n,
                                       int vocab) {
   double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if ((long)n * vocab >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) reduction(+ : total) if ((long)n * vocab >= RF_MODEL_PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * vocab;
     int jm = 0;
@@ -457,9 +457,9 @@ double rf_llama_cross_entropy_forward(float *lse, const float *logits, const int
   return total;
 }
 
-void rf_llama_cross_entropy_backward(float *logits, const float *lse, const int32_t *targets, int n,
+void rf_model_cross_entropy_backward(float *logits, const float *lse, const int32_t *targets, int n,
                                      int vocab, float scale) {
-#pragma omp parallel for schedule(static) if ((long)n * vocab >= RF_LLAMA_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((long)n * vocab >= RF_MODEL_PAR_MIN)
   for (int r = 0; r < n; r++) {
     float *z = logits + (size_t)r * vocab;
     int t = targets[r];
@@ -476,7 +476,7 @@ void rf_llama_cross_entropy_backward(float *logits, const float *lse, const int3
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-void rf_llama_embedding_forward(float *out, const struct rf_llama_weight *table, const int32_t *tokens, int n,
+void rf_model_embedding_forward(float *out, const struct rf_model_weight *table, const int32_t *tokens, int n,
                                 int dim) {
   for (int r = 0; r < n; r++) {
     float *o = out + (size_t)r * dim;
@@ -488,7 +488,7 @@ void rf_llama_embedding_forward(float *out, const struct rf_llama_weight *table,
   }
 }
 
-void rf_llama_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n, int dim) {
+void rf_model_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n, int dim) {
   for (int r = 0; r < n; r++) {
     float *d = dtable + (size_t)tokens[r] * dim;
     const float *g = dout + (size_t)r * dim;
