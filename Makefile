@@ -85,7 +85,7 @@ demo: setup
 
 install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/rfsdp.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/rfsdp.h include/rfsdp_types.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc

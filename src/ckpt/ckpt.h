@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "rfsdp_types.h" /* struct rf_tensor_view */
 
 #define RF_CKPT_FORMAT "rfsdp-checkpoint"
 #define RF_CKPT_VERSION 1
@@ -156,7 +157,7 @@ void rf_ckpt_tensor_free(struct rf_ckpt_tensor *t);
 
 /* ---- tensor views: the runtime's shards and optimizer state (state.c) ------------
  *
- * A view (struct rf_tensor_view, include/rfsdp.h) is this rank's piece [begin, end)
+ * A view (struct rf_tensor_view, include/rfsdp_types.h) is this rank's piece [begin, end)
  * of one tensor; its master weights are saved as the tensor `view->name` (f32, the
  * view's shape, this rank's range). Each optimizer state is saved as the tensor
  * `view->name` + `suffix`, by the rule of its descriptor:

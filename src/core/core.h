@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rfsdp.h" /* enum rf_dtype */
+#include "rfsdp_types.h" /* enum rf_dtype, struct rf_counters */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -131,7 +131,7 @@ void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
 
 /* ---- counters ----------------------------------------------------------- */
 
-/* Process-wide counters (struct rf_counters: include/rfsdp.h), cumulative since start
+/* Process-wide counters (struct rf_counters: include/rfsdp_types.h), cumulative since start
  * (or rf_counters_reset). The runtime and the optimizers add to them; tools print them. */
 extern struct rf_counters rf_counters_global;
 void rf_counters_reset(void);

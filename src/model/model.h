@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rfsdp.h" /* struct rf_init */
+#include "rfsdp_types.h" /* struct rf_init */
 
 /* ---- configuration ---------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "rfsdp.h" /* enum rf_shard_mode */
+#include "rfsdp_types.h" /* enum rf_shard_mode */
 
 #define RF_PLAN_MAX_DIMS 8
 

@@ -1,0 +1,79 @@
+/* rfsdp: the public value types, free of MPI (and of any other backend).
+ * Element types, shard modes, layouts, initializers, the byte counters and tensor
+ * views: what the runtime (include/rfsdp.h), the library's lower floors (src/core,
+ * src/plan, src/model), the optimizers and the checkpoints share. It includes
+ * nothing but <stdint.h>. */
+#ifndef RFSDP_TYPES_H
+#define RFSDP_TYPES_H
+
+#include <stdint.h>
+
+#define RFSDP_VERSION "0.1.0"
+
+/* Element types. bf16 is stored as uint16_t. */
+enum rf_dtype {
+  RF_DTYPE_F32 = 0,
+  RF_DTYPE_BF16,
+  RF_DTYPE_FP8E4M3,
+  RF_DTYPE_U8,
+  RF_DTYPE_I32,
+  RF_DTYPE_I64,
+  RF_DTYPE_F64
+};
+
+/* equal: every rank owns S elements of a buffer (padding between tensors), as
+ * NCCL needs; ragged: ranges end on the block boundary nearest the fair share,
+ * no padding (MPI_Allgatherv / MPI_Reduce_scatter). */
+enum rf_shard_mode { RF_SHARD_MODE_EQUAL = 0, RF_SHARD_MODE_RAGGED };
+
+/* How a unit's tensors are laid out and communicated.
+ *   planned: the structure-aware planner's buffers; collectives in place, no copies
+ *   fsdp2:   PyTorch FSDP2: each tensor's dim 0 split into ceil(d0/W) rows per
+ *            rank (padded); all-gather into a staging buffer, copy-out into
+ *            per-tensor storage; gradients copied into a staging buffer before
+ *            the reduce-scatter
+ *   flat:    PyTorch FSDP1: the unit's tensors concatenated, padded at the end to
+ *            a multiple of W, split element-wise (blocks may be cut) */
+enum rf_layout { RF_LAYOUT_PLANNED = 0, RF_LAYOUT_FSDP2, RF_LAYOUT_FLAT };
+
+/* Deterministic initialization: element i of a tensor depends only on (seed,
+ * the tensor's name, i), never on W or on the layout. */
+enum rf_init_kind { RF_INIT_ZEROS = 0, RF_INIT_CONST, RF_INIT_NORMAL, RF_INIT_UNIFORM };
+
+struct rf_init {
+  enum rf_init_kind kind;
+  float value; /* CONST: the value; NORMAL: the standard deviation; UNIFORM: the bound (-b, b) */
+};
+
+/* Bytes and events of communication and copying, per rank. */
+struct rf_counters {
+  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
+  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
+  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
+  uint64_t bytes_copied;   /* bytes copied outside collectives (staging, copy-in/out) */
+  uint64_t bytes_cast;     /* bytes written converting a master shard into its slot */
+  uint64_t bytes_padding;  /* padding bytes moved by collectives */
+  uint64_t collectives;    /* number of collective calls */
+  uint64_t allocations;    /* heap allocations via rf_xmalloc & co, plus arena allocs */
+  uint64_t comm_wait_ns;   /* time blocked waiting on communication */
+};
+
+/* This rank's piece of one tensor: the element range [begin, end) of the
+ * row-major tensor, and where it lives. `starts` (world + 1 entries) gives every
+ * rank's range of the tensor: rank r holds [starts[r], starts[r+1]). */
+struct rf_tensor_view {
+  const char *name;
+  int unit;
+  int ndim;
+  int64_t shape[8];
+  int64_t numel;
+  int64_t block_elems; /* the block the layout keeps whole (1 when it may cut anywhere) */
+  int blocks_whole;    /* 1 when every rank's range is a whole number of blocks */
+  const int64_t *starts;
+  int64_t begin, end;
+  int64_t shard_offset; /* offset of the piece in this rank's shard slab (rf_fsdp_shard) */
+  float *master;        /* end - begin elements: master weights (f32) */
+  float *grad;          /* end - begin elements: the reduced gradient */
+};
+
+#endif
