@@ -65,8 +65,17 @@ static void rf_comm_bf16_min(void *in, void *inout, int *len, MPI_Datatype *type
 
 /* ---- set-up -------------------------------------------------------------- */
 
+/* rf_die's abort hook: a fatal error on one rank ends every rank of the job. */
+static void rf_comm_abort_job(void) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 void rf_comm_mpi_init(int *argc, char ***argv) {
   int provided = 0;
+  rf_die_set_abort_hook(rf_comm_abort_job);
   RF_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   RF_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
@@ -105,6 +114,7 @@ static void rf_comm_tune_mpi(void) {
 
 void rf_comm_init(struct rf_comm *comm, MPI_Comm parent) {
   memset(comm, 0, sizeof *comm);
+  rf_die_set_abort_hook(rf_comm_abort_job);
   rf_comm_tune_mpi();
   RF_MPI_CHECK(MPI_Comm_dup(parent, &comm->comm));
   RF_MPI_CHECK(MPI_Comm_set_errhandler(comm->comm, MPI_ERRORS_RETURN));

@@ -4,8 +4,9 @@
  * a user argument) return int: 0 on success, -1 on failure, after recording a
  * message with RF_FAIL (file, line and reason). The caller either propagates with
  * RF_TRY or reports rf_error_msg(). Failures that no caller can handle (out of
- * memory, an MPI error, a broken invariant) stop the process with a message via
- * rf_die(), which calls MPI_Abort when MPI is running so no rank hangs. */
+ * memory, a communication error, a broken invariant) stop the process with a
+ * message via rf_die(), which then calls the abort hook (src/comm installs one that
+ * ends every rank of the job, so no rank hangs) and exits. src/core knows no MPI. */
 #ifndef RF_CORE_H
 #define RF_CORE_H
 
@@ -39,6 +40,12 @@ void rf_error_clear(void);
 _Noreturn void rf_die(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4))); /* noreturn twice: cppcheck reads only the attribute */
 #define RF_DIE(...) rf_die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* What rf_die calls after printing, before exit(1): ends the whole job (the comm
+ * backend's abort). NULL (the default) exits this process only. Process-wide;
+ * the last installed hook wins. */
+typedef void (*rf_die_abort_hook)(void);
+void rf_die_set_abort_hook(rf_die_abort_hook hook);
 
 /* BLAS argument checks: OpenBLAS (like the reference BLAS) reports an illegal
  * argument (a leading dimension too small, a negative size) by calling xerbla_,

@@ -1,6 +1,5 @@
 /* Error recording, fatal errors and checked allocation. */
 #include <errno.h>
-#include <mpi.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +7,7 @@
 #include "core/core.h"
 
 static _Thread_local char rf_error_text[1024];
+static rf_die_abort_hook rf_die_hook;
 
 int rf_error_set(const char *file, int line, const char *fmt, ...) {
   int n = snprintf(rf_error_text, sizeof rf_error_text, "%s:%d: ", file, line);
@@ -35,12 +35,11 @@ void rf_die(const char *file, int line, const char *fmt, ...) {
   else
     fprintf(stderr, "%s:%d: fatal: %s\n", file, line, text);
   fflush(stderr);
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (rf_die_hook) rf_die_hook();
   exit(1);
 }
+
+void rf_die_set_abort_hook(rf_die_abort_hook hook) { rf_die_hook = hook; }
 
 void xerbla_(const char *name, const int *info, int len) {
   char routine[8] = {0};
