@@ -2,9 +2,11 @@
 #include "options.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/core.h"
 
@@ -20,6 +22,25 @@ static int rf_option_in_choices(const char *value, const char *choices) {
   return 0;
 }
 
+/* 1 when v lies in `range` ("[lo, hi]", either bracket round for an open end; see options.h). */
+static int rf_option_in_range(double v, const char *range) {
+  char open = range[0], close = range[strlen(range) - 1];
+  char *end = NULL;
+  double lo = strtod(range + 1, &end);
+  RF_ASSERT((open == '[' || open == '(') && (close == ']' || close == ')') && *end == ',');
+  double hi = strtod(end + 1, &end);
+  RF_ASSERT(end == range + strlen(range) - 1);
+  return (open == '[' ? v >= lo : v > lo) && (close == ']' ? v <= hi : v < hi);
+}
+
+/* Every number: finite and inside the option's range. */
+static int rf_option_check_number(const struct rf_option *opt, const char *value, double v) {
+  RF_REQUIRE(isfinite(v), "--%s %s: not a finite number", opt->name, value);
+  RF_REQUIRE(!opt->values || rf_option_in_range(v, opt->values), "--%s %s: must be in %s", opt->name, value,
+             opt->values);
+  return 0;
+}
+
 static int rf_option_set(const struct rf_option *opt, const char *value) {
   char *end = NULL;
   errno = 0;
@@ -31,6 +52,7 @@ static int rf_option_set(const struct rf_option *opt, const char *value) {
       long v = strtol(value, &end, 10);
       RF_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= -2147483647L && v <= 2147483647L,
                  "--%s: '%s' is not an integer", opt->name, value);
+      RF_TRY(rf_option_check_number(opt, value, (double)v));
       *(int *)opt->dest = (int)v;
       return 0;
     }
@@ -38,18 +60,20 @@ static int rf_option_set(const struct rf_option *opt, const char *value) {
       long long v = strtoll(value, &end, 10);
       RF_REQUIRE(errno == 0 && end != value && *end == '\0', "--%s: '%s' is not an integer", opt->name,
                  value);
+      RF_TRY(rf_option_check_number(opt, value, (double)v));
       *(int64_t *)opt->dest = (int64_t)v;
       return 0;
     }
     case RF_OPTION_KIND_DOUBLE: {
       double v = strtod(value, &end);
       RF_REQUIRE(errno == 0 && end != value && *end == '\0', "--%s: '%s' is not a number", opt->name, value);
+      RF_TRY(rf_option_check_number(opt, value, v));
       *(double *)opt->dest = v;
       return 0;
     }
     case RF_OPTION_KIND_CHOICE:
-      RF_REQUIRE(rf_option_in_choices(value, opt->choices), "--%s: '%s' is not one of %s", opt->name, value,
-                 opt->choices);
+      RF_REQUIRE(rf_option_in_choices(value, opt->values), "--%s: '%s' is not one of %s", opt->name, value,
+                 opt->values);
       *(const char **)opt->dest = value;
       return 0;
     case RF_OPTION_KIND_STRING:
@@ -82,9 +106,12 @@ void rf_options_print_help(const char *usage, const struct rf_option *options, i
         break;
     }
     const char *arg = o->kind == RF_OPTION_KIND_FLAG     ? ""
-                      : o->kind == RF_OPTION_KIND_CHOICE ? o->choices
+                      : o->kind == RF_OPTION_KIND_CHOICE ? o->values
                                                          : "X";
-    printf("  --%s %s\n      %s%s%s\n", o->name, arg, o->help, def, o->required ? " (required)" : "");
+    char range[64] = "";
+    if (o->values) snprintf(range, sizeof range, " (in %s)", o->values);
+    printf("  --%s %s\n      %s%s%s%s\n", o->name, arg, o->help, range, def,
+           o->required ? " (required)" : "");
   }
 }
 
@@ -124,5 +151,38 @@ int rf_options_parse(int argc, char **argv, const struct rf_option *options, int
   for (int k = 0; k < n_options; k++)
     RF_REQUIRE(!options[k].required || seen[k], "%s: option --%s is required (try --help)", argv[0],
                options[k].name);
+  return 0;
+}
+
+int rf_option_make_dirs(const char *option, const char *path, int whole) {
+  char dir[RF_FILE_PATH_MAX];
+  RF_REQUIRE(path[0] && strlen(path) < sizeof dir, "--%s '%s': an empty or too long path", option, path);
+  snprintf(dir, sizeof dir, "%s", path);
+  if (!whole) {
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0; /* the current folder */
+    *slash = '\0';
+    if (dir[0] == '\0') return 0; /* the root */
+  }
+  /* each prefix ending before a '/', then the whole */
+  for (char *p = dir + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char keep = *p;
+    *p = '\0';
+    struct stat st;
+    if (mkdir(dir, 0755) != 0 && !(errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)))
+      RF_FAIL("--%s %s: cannot create the folder %s: %s", option, path, dir,
+              errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
+    *p = keep;
+    if (keep == '\0') return 0;
+  }
+}
+
+int rf_option_check_distinct(const char *out_option, const char *out, const char *in_name, const char *in) {
+  struct stat a, b;
+  if (stat(out, &a) != 0 || stat(in, &b) != 0) return 0;
+  RF_REQUIRE(a.st_dev != b.st_dev || a.st_ino != b.st_ino,
+             "--%s %s: is the same file as %s %s; writing it would destroy the input", out_option, out,
+             in_name, in);
   return 0;
 }
