@@ -15,15 +15,25 @@ int rf_cmd_prepare(int argc, char **argv) {
       {"out", RF_OPTION_KIND_STRING, &out,
        "output prefix: writes PREFIX.train.tok, PREFIX.val.tok and PREFIX.tokenizer.json", NULL, 1},
       {"val-fraction", RF_OPTION_KIND_DOUBLE, &val_fraction,
-       "share of the text for validation: every round(1/f)-th 16 KiB chunk", NULL, 0},
+       "share of the text for validation: every round(1/f)-th 16 KiB chunk (0: none)", "[0, 1)", 0},
       {"tokenizer", RF_OPTION_KIND_CHOICE, &tokenizer, "byte-level, or a BPE trained on the input",
        "byte|bpe", 0},
-      {"bpe-vocab", RF_OPTION_KIND_INT, &bpe_vocab, "vocabulary size of the BPE (257..65536)", NULL, 0},
+      {"bpe-vocab", RF_OPTION_KIND_INT, &bpe_vocab, "vocabulary size of the BPE", "(256, 65536]", 0},
   };
   int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
                             "usage: rfsdp prepare --input FILE.txt --out PREFIX [--val-fraction 0.05] "
                             "[--tokenizer byte|bpe] [--bpe-vocab 1024]");
   if (rc == 1) return 0;
+  if (rc != 0) {
+    fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
+    return 2;
+  }
+  for (int k = 0; k < 3 && rc == 0; k++) { /* an output must not be the input it is made from */
+    static const char *const suffix[3] = {"train.tok", "val.tok", "tokenizer.json"};
+    char path[RF_FILE_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s.%s", out, suffix[k]);
+    rc = rf_option_check_distinct("out", path, "--input", input);
+  }
   if (rc != 0) {
     fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
     return 2;
@@ -36,6 +46,13 @@ int rf_cmd_prepare(int argc, char **argv) {
     fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
     return 1;
   }
+  if (stats.val_fraction > val_fraction)
+    fprintf(
+        stderr,
+        "prepare: warning: %s is small (%lld bytes): the validation split is %.1f%% of it (%lld tokens in "
+        "%lld-byte chunks spread over the text), not --val-fraction %g\n",
+        input, (long long)stats.input_bytes, 100.0 * stats.val_fraction, (long long)stats.val_tokens,
+        (long long)stats.chunk_bytes, val_fraction);
   printf(
       "prepare: %s: %lld bytes -> %s.train.tok (%lld tokens), %s.val.tok (%lld tokens), "
       "%s.tokenizer.json (%s, %d ids)\n",

@@ -158,6 +158,13 @@ int64_t rf_data_loader_offset(const struct rf_data_loader *loader, uint64_t seed
  * file when floor((i + 1) * f) > floor(i * f) (f the validation fraction), so
  * every round(1/f)-th chunk is validation text, spread evenly over the corpus. */
 #define RF_DATA_SPLIT_CHUNK_BYTES 16384
+/* A small input, whose 16 KiB chunks would give no whole validation chunk, is cut
+ * into smaller chunks (at least RF_DATA_SPLIT_MIN_CHUNK_BYTES) so that the validation
+ * text is RF_DATA_VAL_MIN_CHUNKS chunks spread over the text, and at least
+ * min(RF_DATA_VAL_MIN_BYTES, half the input) bytes: one window of a typical sequence. */
+#define RF_DATA_SPLIT_MIN_CHUNK_BYTES 256
+#define RF_DATA_VAL_MIN_CHUNKS 4
+#define RF_DATA_VAL_MIN_BYTES 4096
 
 struct rf_data_prepare_options {
   double val_fraction; /* in [0, 1) */
@@ -171,13 +178,21 @@ struct rf_data_prepare_stats {
   int64_t train_tokens;
   int64_t val_tokens;
   int vocab_size;
+  int64_t chunk_bytes; /* the split's chunk size (rf_data_split_plan) */
+  double val_fraction; /* the split's fraction: larger than asked for a small input */
 };
 
 /* 1 when chunk `index` belongs to the validation split of fraction `val_fraction`. */
 int rf_data_split_is_val(int64_t index, double val_fraction);
+/* The chunk size and fraction of the split of a `total`-byte input (0: unknown size)
+ * asked for `val_fraction`: 16 KiB and val_fraction, or smaller chunks and a larger
+ * fraction for a small input (see RF_DATA_SPLIT_MIN_CHUNK_BYTES). */
+void rf_data_split_plan(int64_t total, double val_fraction, int64_t *chunk_bytes, double *fraction);
 
 /* Tokenizes the text file `input` into "<prefix>.train.tok" and "<prefix>.val.tok"
- * and writes the tokenizer to "<prefix>.tokenizer.json", each atomically. Byte-level
+ * and writes the tokenizer to "<prefix>.tokenizer.json": all three under temporary
+ * names, renamed into place only when all three are complete (a failure changes
+ * no existing file). Byte-level
  * streams the input; BPE holds it in memory (training needs all of it). Each chunk
  * is tokenized on its own (BPE words are cut at chunk boundaries). */
 int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_prepare_options *opt,

@@ -4,11 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data.h"
 
 int rf_data_split_is_val(int64_t index, double val_fraction) {
   return floor((double)(index + 1) * val_fraction) > floor((double)index * val_fraction);
+}
+
+void rf_data_split_plan(int64_t total, double val_fraction, int64_t *chunk_bytes, double *fraction) {
+  *chunk_bytes = RF_DATA_SPLIT_CHUNK_BYTES;
+  *fraction = val_fraction;
+  if (val_fraction <= 0.0 || total <= 0 || (double)(total / RF_DATA_SPLIT_CHUNK_BYTES) * val_fraction >= 1.0)
+    return; /* no split, an unknown size, or at least one whole 16 KiB chunk */
+  double want = (double)total * val_fraction, floor_bytes = (double)(total / 2);
+  if (floor_bytes > RF_DATA_VAL_MIN_BYTES) floor_bytes = RF_DATA_VAL_MIN_BYTES;
+  if (want < floor_bytes) want = floor_bytes;
+  int64_t chunk = (int64_t)(want / RF_DATA_VAL_MIN_CHUNKS);
+  *chunk_bytes = chunk < RF_DATA_SPLIT_MIN_CHUNK_BYTES ? RF_DATA_SPLIT_MIN_CHUNK_BYTES : chunk;
+  *fraction = want / (double)total;
 }
 
 /* The tokenizer: byte-level, or a BPE trained on the whole input. */
@@ -30,15 +44,17 @@ static int rf_data_prepare_stream(FILE *in, const char *input, const struct rf_t
                                   const struct rf_data_prepare_options *opt, struct rf_token_writer *train,
                                   struct rf_token_writer *val, struct rf_data_prepare_stats *stats) {
   struct stat st;
-  int64_t total = fstat(fileno(in), &st) == 0 ? (int64_t)st.st_size : 0;
-  uint8_t *text = rf_xmalloc(RF_DATA_SPLIT_CHUNK_BYTES);
-  int32_t *ids = rf_xmalloc(RF_DATA_SPLIT_CHUNK_BYTES * sizeof *ids);
+  int64_t total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (int64_t)st.st_size : 0;
+  rf_data_split_plan(total, opt->val_fraction, &stats->chunk_bytes, &stats->val_fraction);
+  size_t chunk_bytes = (size_t)stats->chunk_bytes;
+  uint8_t *text = rf_xmalloc(chunk_bytes);
+  int32_t *ids = rf_xmalloc(chunk_bytes * sizeof *ids);
   int rc = 0, next_tenth = 1;
   for (int64_t chunk = 0; rc == 0; chunk++) {
-    size_t n = fread(text, 1, RF_DATA_SPLIT_CHUNK_BYTES, in);
+    size_t n = fread(text, 1, chunk_bytes, in);
     if (n == 0) break;
     size_t m = rf_tokenizer_encode(tok, text, n, ids);
-    rc = rf_token_writer_append(rf_data_split_is_val(chunk, opt->val_fraction) ? val : train, ids, m);
+    rc = rf_token_writer_append(rf_data_split_is_val(chunk, stats->val_fraction) ? val : train, ids, m);
     stats->input_bytes += (int64_t)n;
     if (opt->progress && total > (16 << 20) && stats->input_bytes * 10 >= total * next_tenth) {
       fprintf(stderr, "prepare: %3d%% (%lld of %lld MB)\n", next_tenth * 10,
@@ -53,6 +69,27 @@ static int rf_data_prepare_stream(FILE *in, const char *input, const struct rf_t
   return rc;
 }
 
+/* The three outputs of a prepare: written under temporary names, renamed into place
+ * only once all three are complete. */
+static const char *const rf_data_prepare_suffix[3] = {"tokenizer.json", "train.tok", "val.tok"};
+
+static int rf_data_prepare_publish(char tmp[3][RF_FILE_PATH_MAX], const char *prefix) {
+  for (int k = 0; k < 3; k++) {
+    char path[RF_FILE_PATH_MAX + 32];
+    /* the token files first: they record the tokenizer's checksum, so a crash between
+     * two renames leaves files that refuse to be used together */
+    int f = (k + 1) % 3;
+    snprintf(path, sizeof path, "%s.%s", prefix, rf_data_prepare_suffix[f]);
+    if (rename(tmp[f], path) != 0) RF_FAIL("%s: rename from %s failed: %s", path, tmp[f], strerror(errno));
+    tmp[f][0] = '\0';
+  }
+  char dir[RF_FILE_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", prefix);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  return rf_file_fsync_dir(slash ? (dir[0] ? dir : "/") : ".");
+}
+
 int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_prepare_options *opt,
                     struct rf_data_prepare_stats *stats) {
   memset(stats, 0, sizeof *stats);
@@ -60,23 +97,21 @@ int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_
     RF_FAIL("validation fraction %g must be in [0, 1)", opt->val_fraction);
   if (opt->bpe_vocab != 0 && (opt->bpe_vocab <= RF_DATA_BYTE_VOCAB || opt->bpe_vocab > 65536))
     RF_FAIL("BPE vocabulary size %d must be in (256, 65536]", opt->bpe_vocab);
+  RF_REQUIRE(strlen(prefix) + 64 < RF_FILE_PATH_MAX, "%s: the output prefix is too long", prefix);
   FILE *in = fopen(input, "rb");
   if (!in) RF_FAIL("%s: cannot open input text: %s", input, strerror(errno));
-  char tok_path[RF_FILE_PATH_MAX], train_path[RF_FILE_PATH_MAX], val_path[RF_FILE_PATH_MAX];
-  snprintf(tok_path, sizeof tok_path, "%s.tokenizer.json", prefix);
-  snprintf(train_path, sizeof train_path, "%s.train.tok", prefix);
-  snprintf(val_path, sizeof val_path, "%s.val.tok", prefix);
+  char tmp[3][RF_FILE_PATH_MAX];
+  for (int k = 0; k < 3; k++)
+    snprintf(tmp[k], sizeof tmp[k], "%s.%s.new-%ld", prefix, rf_data_prepare_suffix[k], (long)getpid());
   struct rf_tokenizer tok;
   if (rf_data_prepare_tokenizer(input, opt->bpe_vocab, &tok) != 0) {
     fclose(in);
     return -1;
   }
-  /* the tokenizer first: the token files record its checksum, so a crash between
-   * the files is detected by rf_token_file_check_tokenizer */
   struct rf_token_writer train, val;
-  int rc = rf_tokenizer_save(&tok, tok_path);
-  if (rc == 0) rc = rf_token_writer_open(&train, train_path, tok.vocab_size);
-  if (rc == 0 && rf_token_writer_open(&val, val_path, tok.vocab_size) != 0) {
+  int rc = rf_tokenizer_save(&tok, tmp[0]);
+  if (rc == 0) rc = rf_token_writer_open(&train, tmp[1], tok.vocab_size);
+  if (rc == 0 && rf_token_writer_open(&val, tmp[2], tok.vocab_size) != 0) {
     rf_token_writer_abort(&train);
     rc = -1;
   }
@@ -96,6 +131,9 @@ int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_
       rc = rf_token_writer_commit(&val);
     }
   }
+  if (rc == 0) rc = rf_data_prepare_publish(tmp, prefix);
+  for (int k = 0; k < 3; k++) /* what a failure left (nothing after a publish) */
+    if (tmp[k][0]) unlink(tmp[k]);
   fclose(in);
   rf_tokenizer_free(&tok);
   return rc;
