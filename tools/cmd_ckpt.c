@@ -99,6 +99,23 @@ static int rf_ckpt_info(const char *dir, int verify) {
   return rc;
 }
 
+/* Fails when --out is one of the checkpoint's own files: the export would destroy
+ * what it reads. */
+static int rf_ckpt_check_out(const char *dir, const char *out) {
+  DIR *d = opendir(dir);
+  if (!d) return 0; /* the export names the missing directory */
+  const struct dirent *e;
+  int rc = 0;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char path[RF_FILE_PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    rc = rf_option_check_distinct("out", out, "the checkpoint's", path);
+  }
+  closedir(d);
+  return rc;
+}
+
 int rf_cmd_ckpt(int argc, char **argv) {
   if (argc >= 2 &&
       (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0)) {
@@ -141,6 +158,10 @@ int rf_cmd_ckpt(int argc, char **argv) {
     return 2;
   }
   if (strcmp(sub, "info") == 0) return rf_ckpt_info(dir, verify);
+  if (rf_ckpt_check_out(dir, out) != 0) {
+    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_error_msg());
+    return 2;
+  }
   enum rf_dtype dt = strcmp(dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
   uint64_t t0 = rf_time_ns();
   if (rf_ckpt_export_safetensors(dir, out, dt) != 0) {

@@ -11,20 +11,30 @@
 #include "options.h"
 #include "train_model.h"
 
+/* The config and the tokens (every rank reads them; the caller agrees). */
+static int rf_logits_read(const char *model, const char *tokens_path, int64_t seq,
+                          struct rf_model_config *cfg, char **bytes, size_t *n) {
+  *bytes = NULL;
+  RF_TRY(rf_model_config_load(cfg, model));
+  RF_TRY(rf_file_read_all(tokens_path, bytes, n));
+  int64_t count = (int64_t)(*n / sizeof(int32_t));
+  RF_REQUIRE(
+      *n % sizeof(int32_t) == 0 && count % seq == 0 && count > 0 && seq <= cfg->max_position_embeddings,
+      "%s: %zu bytes are not batch x %lld int32 tokens (seq at most %d)", tokens_path, *n, (long long)seq,
+      cfg->max_position_embeddings);
+  return 0;
+}
+
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
                          const char *out, int rank) {
   struct rf_model_config cfg;
-  RF_TRY(rf_model_config_load(&cfg, model));
   char *bytes;
   size_t n;
-  RF_TRY(rf_file_read_all(tokens_path, &bytes, &n));
-  int64_t count = (int64_t)(n / sizeof(int32_t));
-  if (seq <= 0 || n % sizeof(int32_t) != 0 || count % seq != 0 || count == 0 ||
-      seq > cfg.max_position_embeddings) {
+  if (rf_train_agree(rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
     free(bytes);
-    RF_FAIL("%s: %zu bytes are not batch x %lld int32 tokens (seq at most %d)", tokens_path, n,
-            (long long)seq, cfg.max_position_embeddings);
+    return -1;
   }
+  int64_t count = (int64_t)(n / sizeof(int32_t));
   int batch = (int)(count / seq);
   struct rf_fsdp_options fo;
   rf_fsdp_options_default(&fo);
@@ -57,7 +67,7 @@ int rf_cmd_logits(int argc, char **argv) {
       {"model", RF_OPTION_KIND_STRING, &model, "model config (Hugging Face config.json)", NULL, 1},
       {"weights", RF_OPTION_KIND_STRING, &weights, "safetensors file (e.g. from rfsdp ckpt export)", NULL, 1},
       {"tokens", RF_OPTION_KIND_STRING, &tokens, "raw little-endian int32 tokens [batch, seq]", NULL, 1},
-      {"seq", RF_OPTION_KIND_I64, &seq, "tokens per sequence", NULL, 1},
+      {"seq", RF_OPTION_KIND_I64, &seq, "tokens per sequence", "[1, inf)", 1},
       {"out", RF_OPTION_KIND_STRING, &out, "raw little-endian f32 logits [batch, seq, vocab]", NULL, 1},
   };
   rf_comm_mpi_init(&argc, &argv);
@@ -67,10 +77,13 @@ int rf_cmd_logits(int argc, char **argv) {
       argc, argv, options, (int)(sizeof options / sizeof options[0]),
       "usage: rfsdp logits --model CONFIG.json --weights F.safetensors --tokens F.i32 --seq T "
       "--out LOGITS.f32");
+  /* the output must not be one of the inputs it is made from */
+  if (rc == 0) rc = rf_option_check_distinct("out", out, "--tokens", tokens);
+  if (rc == 0) rc = rf_option_check_distinct("out", out, "--weights", weights);
+  if (rc == 0) rc = rf_option_check_distinct("out", out, "--model", model);
   int status = rc == 1 ? 0 : 2;
   if (rc == 0) {
-    status = rf_logits_run(model, weights, tokens, seq, out, rank) == 0 ? 0 : 1;
-    if (status != 0 && rank == 0) fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
+    status = rf_train_exit_status(rf_logits_run(model, weights, tokens, seq, out, rank), "rfsdp logits");
   } else if (rc < 0 && rank == 0) {
     fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
   }
