@@ -74,8 +74,9 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
   free(ids);
 }
 
-static void rf_train_report_step(struct rf_train_state *s, int64_t step, double loss, double norm, double lr,
-                                 double ms, double val, const struct rf_counters *d, int skipped) {
+/* The progress line and the log record of a step (rank 0); fails when the log write does. */
+static int rf_train_report_step(struct rf_train_state *s, int64_t step, double loss, double norm, double lr,
+                                double ms, double val, const struct rf_counters *d, int skipped) {
   const struct rf_train_args *a = s->args;
   double tokens = (double)a->batch * (double)a->seq;
   struct rf_train_record rec = {
@@ -96,11 +97,11 @@ static void rf_train_report_step(struct rf_train_state *s, int64_t step, double 
       .allocs = d->allocations,
       .skipped = skipped,
   };
-  if (s->rank != 0) return;
+  if (s->rank != 0) return 0;
   if (a->print_every > 0 &&
       ((step + 1) % a->print_every == 0 || step == 0 || step + 1 == a->steps || !isnan(val)))
     rf_train_print(&rec, (int)a->steps);
-  if (s->log.file) rf_train_log_write(&s->log, &rec);
+  return s->log.file ? rf_train_log_write(&s->log, &rec) : 0;
 }
 
 /* One optimizer step: accum micro-batches, reduce, norm, clip, update. */
@@ -126,7 +127,8 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   return 0;
 }
 
-/* The token files, then the tokenizer they were written with. */
+/* The token files, then the tokenizer they were written with; the validation file
+ * only has to hold a sequence when there is an evaluation. */
 static int rf_train_open_data(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   char path[RF_FILE_PATH_MAX];
@@ -144,28 +146,48 @@ static int rf_train_open_data(struct rf_train_state *s) {
              "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", s->train_file.path,
              (long long)s->train_file.vocab_size, s->model.cfg.vocab_size, a->model);
   RF_TRY(rf_data_loader_init(&s->train, &s->train_file));
-  RF_TRY(rf_data_loader_init(&s->val, &s->val_file));
-  return 0;
+  RF_REQUIRE(s->train_file.n_tokens > a->seq, "%s: %lld tokens are fewer than one sequence of --seq %lld + 1",
+             s->train_file.path, (long long)s->train_file.n_tokens, (long long)a->seq);
+  if (a->eval_every == 0) return 0;
+  RF_REQUIRE(s->val_file.n_tokens > a->seq,
+             "%s: %lld tokens are fewer than one sequence of --seq %lld + 1 for --eval-every: prepare with a "
+             "larger --val-fraction, or train without --eval-every",
+             s->val_file.path, (long long)s->val_file.n_tokens, (long long)a->seq);
+  return rf_data_loader_init(&s->val, &s->val_file);
 }
 
+/* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world) {
-  RF_REQUIRE(a->steps > 0, "--steps must be positive (got %lld)", (long long)a->steps);
-  RF_REQUIRE(a->batch > 0 && a->seq > 0, "--batch and --seq must be positive");
-  RF_REQUIRE(a->accum >= 1, "--accum must be >= 1");
   RF_REQUIRE(a->batch % ((int64_t)world * a->accum) == 0,
              "--batch %lld is not divisible into %d ranks x %d micro-batches: use a multiple of %d",
              (long long)a->batch, world, a->accum, world * a->accum);
-  RF_REQUIRE(a->lr > 0 && isfinite(a->lr), "--lr must be positive");
-  RF_REQUIRE(a->warmup >= 0 && a->warmup <= a->steps, "--warmup must be in [0, steps]");
+  RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
+             (long long)a->steps);
+  RF_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
+  return 0;
+}
+
+/* Rank 0's outputs, before anything is built (the caller agrees on the result): the
+ * folders of --ckpt-dir, --log and --plot made as by mkdir -p, the log opened
+ * (appended to on --resume). */
+static int rf_train_open_outputs(struct rf_train_state *s) {
+  const struct rf_train_args *a = s->args;
+  if (s->rank != 0) return 0;
+  if (a->ckpt_dir) RF_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
+  if (a->plot) RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
+  if (a->log) {
+    RF_TRY(rf_option_make_dirs("log", a->log, 0));
+    RF_TRY(rf_train_log_open(&s->log, a->log, a->resume != NULL));
+  }
   return 0;
 }
 
 /* Everything from the options to the last step. */
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
-  RF_TRY(rf_train_check_args(a, s->world));
+  RF_TRY(rf_train_agree(rf_train_open_outputs(s)));
   struct rf_model_config cfg;
-  RF_TRY(rf_model_config_load(&cfg, a->model));
+  RF_TRY(rf_train_agree(rf_model_config_load(&cfg, a->model)));
   RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
              (long long)a->seq, cfg.max_position_embeddings, a->model);
   struct rf_fsdp_options fo;
@@ -174,7 +196,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, local, (int)a->seq));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  RF_TRY(rf_train_open_data(s));
+  RF_TRY(rf_train_agree(rf_train_open_data(s)));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
@@ -185,7 +207,6 @@ static int rf_train_run(struct rf_train_state *s) {
   for (int t = 0; t < n; t++) rf_fsdp_tensor(s->model.fsdp, t, &s->views[t]);
   RF_TRY(rf_optim_create(&s->optim, &oo, s->views, NULL, n, rf_fsdp_shard_elems(s->model.fsdp), &s->comm));
   RF_TRY(rf_train_ckpt_start(s));
-  if (s->rank == 0 && a->log && rf_train_log_open(&s->log, a->log, s->start_step > 0) != 0) return -1;
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
@@ -205,19 +226,19 @@ static int rf_train_run(struct rf_train_state *s) {
     fflush(stdout);
   }
 
-  int bad_in_a_row = 0;
+  int bad_in_a_row = 0, logged = 0; /* logged: rank 0's log write of a step, agreed at the next */
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;
     uint64_t t0 = rf_time_ns();
     double loss = 0, norm = 0;
     int skipped = rf_train_step(s, step, &loss, &norm);
-    if (rf_train_agree(skipped < 0 ? -1 : 0) != 0) return -1;
+    if (rf_train_agree(skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     double ms = (double)(rf_time_ns() - t0) / 1e6;
     struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
     double val = NAN;
     if (a->eval_every > 0 && ((step + 1) % a->eval_every == 0 || step + 1 == a->steps))
       val = rf_train_eval(s, &s->val, a->eval_batches);
-    rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, val, &d, skipped);
+    logged = rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, val, &d, skipped);
     s->last_loss = loss;
     s->last_val = isnan(val) ? s->last_val : val;
     bad_in_a_row = skipped ? bad_in_a_row + 1 : 0;
@@ -226,10 +247,12 @@ static int rf_train_run(struct rf_train_state *s) {
                (long long)step + 1);
     RF_TRY(rf_train_ckpt_step(s, step + 1));
   }
+  RF_TRY(rf_train_agree(logged));
   if (a->sample > 0) rf_train_sample(s, &s->tok);
-  if (s->rank == 0 && a->log && a->plot) {
+  if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
-    if (rf_train_plot(a->log, a->plot, a->model) == 0) printf("loss curve: %s\n", a->plot);
+    RF_TRY(rf_train_plot(a->log, a->plot, a->model));
+    printf("loss curve: %s\n", a->plot);
   }
   return 0;
 }
@@ -273,41 +296,46 @@ int rf_cmd_train(int argc, char **argv) {
       {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama)",
        NULL, 1},
       {"data", RF_OPTION_KIND_STRING, &a.data, "token files prefix (from rfsdp prepare)", NULL, 1},
-      {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", NULL, 0},
-      {"batch", RF_OPTION_KIND_I64, &a.batch, "global batch in sequences (split across ranks)", NULL, 0},
-      {"seq", RF_OPTION_KIND_I64, &a.seq, "tokens per sequence", NULL, 0},
-      {"lr", RF_OPTION_KIND_DOUBLE, &a.lr, "peak learning rate", NULL, 0},
+      {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", "[1, inf)", 0},
+      {"batch", RF_OPTION_KIND_I64, &a.batch, "global batch in sequences (split across ranks)", "[1, inf)",
+       0},
+      {"seq", RF_OPTION_KIND_I64, &a.seq, "tokens per sequence", "[1, inf)", 0},
+      {"lr", RF_OPTION_KIND_DOUBLE, &a.lr, "peak learning rate", "(0, inf)", 0},
       {"min-lr-ratio", RF_OPTION_KIND_DOUBLE, &a.min_lr_ratio, "cosine decay ends at this fraction of --lr",
-       NULL, 0},
-      {"warmup", RF_OPTION_KIND_I64, &a.warmup, "linear warm-up steps", NULL, 0},
+       "[0, 1]", 0},
+      {"warmup", RF_OPTION_KIND_I64, &a.warmup, "linear warm-up steps", "[0, inf)", 0},
       {"seed", RF_OPTION_KIND_I64, &a.seed, "seed of the initialization and of the data order", NULL, 0},
       {"optim", RF_OPTION_KIND_CHOICE, &a.optim, "optimizer", "adamw|adamw8bit|muon", 0},
-      {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)", NULL, 0},
-      {"clip", RF_OPTION_KIND_DOUBLE, &a.clip, "clip the global gradient norm (0: off)", NULL, 0},
-      {"accum", RF_OPTION_KIND_INT, &a.accum, "micro-batches per step (gradient accumulation)", NULL, 0},
+      {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)",
+       "[0, inf)", 0},
+      {"clip", RF_OPTION_KIND_DOUBLE, &a.clip, "clip the global gradient norm (0: off)", "[0, inf)", 0},
+      {"accum", RF_OPTION_KIND_INT, &a.accum, "micro-batches per step (gradient accumulation)", "[1, inf)",
+       0},
       {"layout", RF_OPTION_KIND_CHOICE, &a.layout, "parameter layout", "planned|fsdp2|flat", 0},
       {"shard", RF_OPTION_KIND_CHOICE, &a.shard, "shard mode of the planned layout", "equal|ragged", 0},
       {"block-rows", RF_OPTION_KIND_I64, &a.block_rows,
-       "rows kept whole on one rank (0: 32 for adamw8bit, else 1)", NULL, 0},
-      {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", NULL, 0},
+       "rows kept whole on one rank (0: 32 for adamw8bit, else 1)", "[0, inf)", 0},
+      {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", "[0, inf)", 0},
       {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
        NULL, 0},
       {"param-dtype", RF_OPTION_KIND_CHOICE, &a.param_dtype, "dtype of gathered parameters", "f32|bf16", 0},
       {"reduce-dtype", RF_OPTION_KIND_CHOICE, &a.reduce_dtype, "dtype of the gradient reduce-scatter",
        "f32|bf16", 0},
-      {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)", NULL, 0},
-      {"eval-batches", RF_OPTION_KIND_INT, &a.eval_batches, "validation batches per evaluation", NULL, 0},
+      {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)",
+       "[0, inf)", 0},
+      {"eval-batches", RF_OPTION_KIND_INT, &a.eval_batches, "validation batches per evaluation", "[1, inf)",
+       0},
       {"log", RF_OPTION_KIND_STRING, &a.log, "JSONL log, one object per step", NULL, 0},
       {"plot", RF_OPTION_KIND_STRING, &a.plot, "loss curve PNG at the end (needs --log)", NULL, 0},
-      {"sample", RF_OPTION_KIND_INT, &a.sample, "tokens of text to generate at the end", NULL, 0},
-      {"temperature", RF_OPTION_KIND_DOUBLE, &a.temperature, "sampling temperature", NULL, 0},
-      {"print-every", RF_OPTION_KIND_I64, &a.print_every, "progress line every N steps", NULL, 0},
+      {"sample", RF_OPTION_KIND_INT, &a.sample, "tokens of text to generate at the end", "[0, inf)", 0},
+      {"temperature", RF_OPTION_KIND_DOUBLE, &a.temperature, "sampling temperature", "[0, inf)", 0},
+      {"print-every", RF_OPTION_KIND_I64, &a.print_every, "progress line every N steps", "[0, inf)", 0},
       {"peak-gflops", RF_OPTION_KIND_DOUBLE, &a.peak_gflops,
-       "sgemm peak per rank for MFU (0: measured, cached)", NULL, 0},
-      {"save-every", RF_OPTION_KIND_I64, &a.save_every, "checkpoint every N steps (needs --ckpt-dir)", NULL,
-       0},
+       "sgemm peak per rank for MFU (0: measured, cached)", "[0, inf)", 0},
+      {"save-every", RF_OPTION_KIND_I64, &a.save_every, "checkpoint every N steps (needs --ckpt-dir)",
+       "[0, inf)", 0},
       {"ckpt-dir", RF_OPTION_KIND_STRING, &a.ckpt_dir, "where checkpoints go: DIR/step-NNNNNNNN", NULL, 0},
-      {"keep", RF_OPTION_KIND_INT, &a.keep, "checkpoints kept (the oldest are removed)", NULL, 0},
+      {"keep", RF_OPTION_KIND_INT, &a.keep, "checkpoints kept (the oldest are removed)", "[1, inf)", 0},
       {"resume", RF_OPTION_KIND_STRING, &a.resume,
        "continue from a checkpoint directory (or a --ckpt-dir: its latest complete one)", NULL, 0},
       {"init", RF_OPTION_KIND_STRING, &a.init, "start from the weights of a safetensors file", NULL, 0},
@@ -327,16 +355,12 @@ int rf_cmd_train(int argc, char **argv) {
     return 0;
   }
   int status = 2;
+  if (rc == 0) rc = rf_train_check_args(&a, s.world);
   if (rc != 0) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {
     rf_comm_init(&s.comm, MPI_COMM_WORLD);
-    rc = rf_train_run(&s);
-    status = rf_train_agree(rc) == 0 ? 0 : 1;
-    if (rc != 0)
-      fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
-    else if (status != 0 && s.rank == 0)
-      fprintf(stderr, "rfsdp train: stopped: another rank failed\n");
+    status = rf_train_exit_status(rf_train_run(&s), "rfsdp train");
     rf_train_state_free(&s);
     rf_comm_free(&s.comm);
   }

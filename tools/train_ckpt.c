@@ -3,10 +3,8 @@
  * its position), keep the last K, resume bit-exactly, start from safetensors. */
 #include <cJSON.h>
 #include <dirent.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -221,9 +219,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
     if (s->rank == 0) printf("initialized from %s\n", a->init);
   }
   if (a->resume) RF_TRY(rf_train_resume(s, a->resume));
-  if (a->ckpt_dir && s->rank == 0 && mkdir(a->ckpt_dir, 0755) != 0 && errno != EEXIST)
-    RF_FAIL("%s: cannot create the checkpoint directory: %s", a->ckpt_dir, strerror(errno));
-  return 0;
+  return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
 }
 
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {

@@ -2,6 +2,7 @@
 #include "train_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,9 +48,27 @@ void rf_train_model_free(struct rf_train_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* Set when an agreement failed because of another rank: this rank's message then
+ * only echoes that failure, and rf_train_exit_status lets the other rank speak. */
+static int rf_train_failed_elsewhere;
+
 int rf_train_agree(int status) {
-  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return status;
+  int all = status;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (status == 0 && all != 0) rf_train_failed_elsewhere = 1;
+  return all;
+}
+
+int rf_train_exit_status(int rc, const char *command) {
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  /* the lowest rank that saw a problem itself, else the lowest that stopped because of another */
+  int speaker = rc == 0 ? 2 * world : rf_train_failed_elsewhere ? world + rank : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &speaker, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (speaker == 2 * world) return 0;
+  if (speaker % world == rank) fprintf(stderr, "%s: %s\n", command, rf_error_msg());
+  return 1;
 }
 
 int rf_train_model_import(struct rf_train_model *m, const char *path) {

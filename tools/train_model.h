@@ -31,6 +31,10 @@ void rf_train_model_free(struct rf_train_model *m);
 /* Every rank's status combined (MPI_COMM_WORLD): 0 only when every rank passed 0.
  * Collective: the tools call it before any branch a failure could take. */
 int rf_train_agree(int status);
+/* The exit status of a command after every rank's result rc (collective, the
+ * command's last): 0 when every rank passed, else 1, and one rank prints its
+ * message once, prefixed by `command`: the lowest rank that saw a problem itself. */
+int rf_train_exit_status(int rc, const char *command);
 
 /* Every rank fills its pieces of the weights from a safetensors file, then the
  * ranks agree: 0 on every rank, or -1 on every rank (the message names the file). */

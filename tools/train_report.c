@@ -16,7 +16,7 @@
 int rf_train_log_open(struct rf_train_log *log, const char *path, int append) {
   log->path = path;
   log->file = fopen(path, append ? "a" : "w");
-  RF_REQUIRE(log->file, "%s: cannot open the log for writing: %s", path, strerror(errno));
+  RF_REQUIRE(log->file, "--log %s: cannot open for writing: %s", path, strerror(errno));
   return 0;
 }
 
@@ -27,7 +27,7 @@ static void rf_train_json_number(FILE *f, const char *key, double v) {
     fprintf(f, ",\"%s\":null", key);
 }
 
-void rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec) {
+int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec) {
   FILE *f = log->file;
   fprintf(f, "{\"step\":%d", rec->step);
   rf_train_json_number(f, "loss", rec->loss);
@@ -45,7 +45,9 @@ void rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *
           (unsigned long long)rec->padding_bytes, (unsigned long long)rec->allocs, rec->skipped);
   if (!isnan(rec->val_loss)) rf_train_json_number(f, "val_loss", rec->val_loss);
   fputs("}\n", f);
-  fflush(f);
+  RF_REQUIRE(fflush(f) == 0 && !ferror(f), "--log %s: cannot write step %d: %s", log->path, rec->step,
+             strerror(errno));
+  return 0;
 }
 
 void rf_train_log_close(struct rf_train_log *log) {

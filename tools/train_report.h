@@ -23,7 +23,8 @@ struct rf_train_log {
 
 /* Opens (truncates, or appends when `append`) the JSONL log. -1 with a message on failure. */
 int rf_train_log_open(struct rf_train_log *log, const char *path, int append);
-void rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
+/* One line per step, flushed; fails naming the log when the write does (a full disk). */
+int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
 void rf_train_log_close(struct rf_train_log *log);
 
 /* The progress line (stdout). */
