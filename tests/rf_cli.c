@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+static double rf_cli_seconds;
 
 const char *rf_cli_binary(void) {
   static char path[4096];
@@ -20,13 +23,12 @@ const char *rf_cli_binary(void) {
   return path;
 }
 
-int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) {
-  char args[8192], cmd[12288];
-  va_list ap;
-  va_start(ap, args_fmt);
-  vsnprintf(args, sizeof args, args_fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s %s 2>&1", rf_cli_binary(), args);
+double rf_cli_last_seconds(void) { return rf_cli_seconds; }
+
+/* Runs a shell command, its output into out; returns its exit code. */
+static int rf_cli_shell(char *out, int out_size, const char *cmd) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   int len = 0;
@@ -43,5 +45,30 @@ int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) {
     }
   }
   int status = pclose(p);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  rf_cli_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) {
+  char args[8192], cmd[12288];
+  va_list ap;
+  va_start(ap, args_fmt);
+  vsnprintf(args, sizeof args, args_fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "%s %s 2>&1", rf_cli_binary(), args);
+  return rf_cli_shell(out, out_size, cmd);
+}
+
+int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *args_fmt, ...) {
+  char args[8192], cmd[12288];
+  va_list ap;
+  va_start(ap, args_fmt);
+  vsnprintf(args, sizeof args, args_fmt, ap);
+  va_end(ap);
+  char mpi[64] = "";
+  if (world > 0) snprintf(mpi, sizeof mpi, "scripts/rfmpirun -np %d", world);
+  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout -k 5 %d %s %s %s 2>&1", limit_s,
+           mpi, rf_cli_binary(), args);
+  return rf_cli_shell(out, out_size, cmd);
 }

@@ -7,6 +7,15 @@
  * exit code; up to out_size-1 bytes of output go to `out`. */
 int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Runs `scripts/rfmpirun -np WORLD rfsdp ARGS` (WORLD 0: `rfsdp ARGS` alone) with one
+ * BLAS/OpenMP thread per rank, killed after `limit_s` seconds (then the exit code is
+ * 124). Returns the exit code; the output as rf_cli_run. */
+int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *args_fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The wall-clock seconds of the last rf_cli_run or rf_cli_run_mpi. */
+double rf_cli_last_seconds(void);
+
 /* The path of the rfsdp binary (static storage). */
 const char *rf_cli_binary(void);
 

@@ -44,7 +44,8 @@ int main(void) {
   RF_CHECK(rc == 2 && strstr(out, "tokenizer"), "bad tokenizer: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --tokenizer bpe --bpe-vocab 100", input,
                   prefix);
-  RF_CHECK(rc == 1 && strstr(out, "(256, 65536]"), "bad BPE size: rc %d '%s'", rc, out);
+  RF_CHECK(rc == 2 && strstr(out, "--bpe-vocab 100") && strstr(out, "(256, 65536]"),
+           "bad BPE size: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "prepare --out %s", prefix);
   RF_CHECK(rc == 2 && strstr(out, "--input is required"), "no input: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "prepare --help");

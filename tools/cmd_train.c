@@ -168,8 +168,8 @@ static int rf_train_check_args(const struct rf_train_args *a, int world) {
 }
 
 /* Rank 0's outputs, before anything is built (the caller agrees on the result): the
- * folders of --ckpt-dir, --log and --plot made as by mkdir -p, the log opened
- * (appended to on --resume). */
+ * folders of --ckpt-dir, --log and --plot made as by mkdir -p, the log opened (and
+ * emptied only when training starts, unless resumed). */
 static int rf_train_open_outputs(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   if (s->rank != 0) return 0;
@@ -177,7 +177,7 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
   if (a->plot) RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
   if (a->log) {
     RF_TRY(rf_option_make_dirs("log", a->log, 0));
-    RF_TRY(rf_train_log_open(&s->log, a->log, a->resume != NULL));
+    RF_TRY(rf_train_log_open(&s->log, a->log));
   }
   return 0;
 }
@@ -226,7 +226,8 @@ static int rf_train_run(struct rf_train_state *s) {
     fflush(stdout);
   }
 
-  int bad_in_a_row = 0, logged = 0; /* logged: rank 0's log write of a step, agreed at the next */
+  /* logged: rank 0's log write of a step, agreed at the next */
+  int bad_in_a_row = 0, logged = s->log.file && !a->resume ? rf_train_log_truncate(&s->log) : 0;
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;
     uint64_t t0 = rf_time_ns();

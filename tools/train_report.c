@@ -13,10 +13,20 @@
 
 #include "core/core.h"
 
-int rf_train_log_open(struct rf_train_log *log, const char *path, int append) {
+int rf_train_log_open(struct rf_train_log *log, const char *path) {
   log->path = path;
-  log->file = fopen(path, append ? "a" : "w");
+  log->file = fopen(path, "a");
   RF_REQUIRE(log->file, "--log %s: cannot open for writing: %s", path, strerror(errno));
+  return 0;
+}
+
+int rf_train_log_truncate(struct rf_train_log *log) {
+  struct stat st;
+  RF_REQUIRE(fflush(log->file) == 0 && fstat(fileno(log->file), &st) == 0, "--log %s: cannot write: %s",
+             log->path, strerror(errno));
+  /* a device or a pipe (/dev/stdout, /dev/full) has nothing to empty */
+  RF_REQUIRE(!S_ISREG(st.st_mode) || ftruncate(fileno(log->file), 0) == 0, "--log %s: cannot empty it: %s",
+             log->path, strerror(errno));
   return 0;
 }
 

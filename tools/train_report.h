@@ -21,8 +21,11 @@ struct rf_train_log {
   const char *path; /* borrowed */
 };
 
-/* Opens (truncates, or appends when `append`) the JSONL log. -1 with a message on failure. */
-int rf_train_log_open(struct rf_train_log *log, const char *path, int append);
+/* Opens the JSONL log for appending, changing nothing in it (a run refused later
+ * leaves an old log as it was). -1 with a message on failure. */
+int rf_train_log_open(struct rf_train_log *log, const char *path);
+/* Empties the log: a new run (not a resumed one) when training starts. */
+int rf_train_log_truncate(struct rf_train_log *log);
 /* One line per step, flushed; fails naming the log when the write does (a full disk). */
 int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
 void rf_train_log_close(struct rf_train_log *log);

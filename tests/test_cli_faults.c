@@ -1,0 +1,327 @@
+/* rf-test: timeout=600
+ * The CLI fault suite (docs/reliability.md): the real rfsdp binary driven through
+ * hostile inputs at W = 1, 2 and 3, as a user would. Every refused command must
+ *  - exit with the documented code (2: a bad command line, 1: a bad file or a
+ *    failure while running),
+ *  - print exactly one message (one "rfsdp CMD:" line, whatever W), naming the
+ *    option or file and the problem,
+ *  - end within the time bound (no rank left waiting in a collective),
+ *  - leave every file that existed before byte-identical, and no temporary file.
+ * And the inputs that used to fail must now work: missing output folders are made,
+ * a small text still gets a validation split, a data set without one trains when no
+ * evaluation is asked for. */
+#include <dirent.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "data/data.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+#define LIMIT_S 30 /* every case ends within this (issue 12: "within 30 s") */
+#define MAX_FILES 512
+
+static char dir[64] = "/tmp/rf_test_cli_faults.XXXXXX";
+static char model[128], data[128], data0[128], text[128], afile[128];
+static const char *common = "--steps 2 --batch 6 --seq 16 --peak-gflops 50 --print-every 0";
+
+/* ---- what is on disk: every regular file under dir, with a hash of its bytes ---- */
+
+struct snapshot {
+  int n;
+  char path[MAX_FILES][200];
+  uint64_t hash[MAX_FILES];
+  int64_t size[MAX_FILES];
+};
+
+static struct snapshot *snap_target;
+
+static uint64_t hash_file(const char *path, int64_t *size) {
+  char *bytes;
+  size_t n;
+  if (rf_file_read_all(path, &bytes, &n) != 0) return 0;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)bytes[i]) * 1099511628211ull;
+  free(bytes);
+  *size = (int64_t)n;
+  return h;
+}
+
+static int snap_visit(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  struct snapshot *s = snap_target;
+  if (type != FTW_F || s->n >= MAX_FILES) return 0;
+  snprintf(s->path[s->n], sizeof s->path[s->n], "%s", path);
+  s->hash[s->n] = hash_file(path, &s->size[s->n]);
+  s->n++;
+  return 0;
+}
+
+static void snap_take(struct snapshot *s) {
+  s->n = 0;
+  snap_target = s;
+  RF_ASSERT(nftw(dir, snap_visit, 16, FTW_PHYS) == 0);
+}
+
+/* Every file of `before` unchanged in `after`, and no temporary file left. */
+static void snap_check(const struct snapshot *before, const struct snapshot *after, const char *what) {
+  for (int i = 0; i < before->n; i++) {
+    int found = -1;
+    for (int j = 0; j < after->n && found < 0; j++)
+      if (strcmp(before->path[i], after->path[j]) == 0) found = j;
+    RF_CHECK(found >= 0, "%s: %s was removed", what, before->path[i]);
+    if (found >= 0)
+      RF_CHECK(before->hash[i] == after->hash[found] && before->size[i] == after->size[found],
+               "%s: %s changed (%lld -> %lld bytes)", what, before->path[i], (long long)before->size[i],
+               (long long)after->size[found]);
+  }
+  for (int j = 0; j < after->n; j++)
+    RF_CHECK(!strstr(after->path[j], ".tmp.") && !strstr(after->path[j], ".new-"), "%s: left %s behind", what,
+             after->path[j]);
+}
+
+/* ---- one case ---- */
+
+/* Lines of out that start with `prefix` (the command's messages). */
+static int count_lines(const char *out, const char *prefix) {
+  int n = 0;
+  size_t len = strlen(prefix);
+  for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, prefix, len) == 0) n++;
+  return n;
+}
+
+/* Runs `rfsdp ARGS` at `world` ranks (0: without mpirun) and checks that it is
+ * refused: exit code want_rc, one message line starting with `prefix` holding every
+ * '|'-separated part of `want`, in time, nothing changed on disk. */
+static void refused(int world, int want_rc, const char *prefix, const char *want, const char *fmt, ...) {
+  char args[2048], out[16384], what[2200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(what, sizeof what, "W=%d rfsdp %s", world, args);
+  static struct snapshot before, after;
+  snap_take(&before);
+  int rc = rf_cli_run_mpi(out, sizeof out, world, LIMIT_S, "%s", args);
+  double seconds = rf_cli_last_seconds();
+  snap_take(&after);
+  RF_CHECK(rc == want_rc, "%s: exit %d, expected %d\n%s", what, rc, want_rc, out);
+  RF_CHECK(rc != 124 && seconds < LIMIT_S, "%s: took %.1f s (a hang)", what, seconds);
+  int lines = count_lines(out, prefix);
+  RF_CHECK(lines == 1, "%s: %d message lines starting '%s', expected one\n%s", what, lines, prefix, out);
+  RF_CHECK(!strstr(out, "another rank failed"), "%s: the message is not the one of the rank that saw it\n%s",
+           what, out);
+  char parts[256];
+  snprintf(parts, sizeof parts, "%s", want);
+  for (char *save = NULL, *part = strtok_r(parts, "|", &save); part; part = strtok_r(NULL, "|", &save))
+    RF_CHECK(strstr(out, part), "%s: the message does not say '%s'\n%s", what, part, out);
+  snap_check(&before, &after, what);
+}
+
+/* Runs `rfsdp ARGS` at `world` ranks and checks that it succeeds in time. */
+static void works(int world, char *out, int out_size, const char *fmt, ...) {
+  char args[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  int rc = rf_cli_run_mpi(out, out_size, world, LIMIT_S, "%s", args);
+  RF_CHECK(rc == 0, "W=%d rfsdp %s: exit %d\n%s", world, args, rc, out);
+}
+
+static int exists(const char *fmt, ...) {
+  char path[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(path, sizeof path, fmt, ap);
+  va_end(ap);
+  return access(path, F_OK) == 0;
+}
+
+/* ---- the cases ---- */
+
+/* Output folders: made when missing; a file in the way, a directory as the log, a
+ * full disk: one message from rank 0, every rank stops. */
+static void check_train_outputs(int w) {
+  char out[16384];
+  works(w, out, sizeof out,
+        "train --model %s --data %s %s --log %s/new%d/a/log.jsonl --ckpt-dir %s/new%d/b/ck "
+        "--save-every 2",
+        model, data, common, dir, w, dir, w);
+  RF_CHECK(exists("%s/new%d/a/log.jsonl", dir, w) && exists("%s/new%d/b/ck/step-00000002/COMPLETE", dir, w),
+           "W=%d: the missing folders of --log and --ckpt-dir were not made", w);
+  const char *t = "rfsdp train:";
+  refused(w, 1, t, "--log|cannot open", "train --model %s --data %s %s --log %s", model, data, common, dir);
+  refused(w, 1, t, "--log|in the way", "train --model %s --data %s %s --log %s/x.jsonl", model, data, common,
+          afile);
+  refused(w, 1, t, "--ckpt-dir|in the way", "train --model %s --data %s %s --ckpt-dir %s/ck --save-every 1",
+          model, data, common, afile);
+  refused(w, 1, t, "--plot|in the way", "train --model %s --data %s %s --log %s/p%d.jsonl --plot %s/p.png",
+          model, data, common, dir, w, afile);
+  refused(w, 1, t, "--log /dev/full|cannot write", "train --model %s --data %s %s --log /dev/full", model,
+          data, common);
+  /* an old log is kept when the run is refused after the log was checked */
+  refused(w, 1, t, "none.train.tok", "train --model %s --data %s/none %s --log %s/new%d/a/log.jsonl", model,
+          dir, common, dir, w);
+}
+
+/* Data: a missing file, no validation tokens for --eval-every; and a data set with
+ * --val-fraction 0 trains when no evaluation is asked for. */
+static void check_train_data(int w) {
+  char out[16384];
+  const char *t = "rfsdp train:";
+  refused(w, 1, t, "val.tok|--eval-every", "train --model %s --data %s %s --eval-every 1", model, data0,
+          common);
+  works(w, out, sizeof out, "train --model %s --data %s %s", model, data0, common);
+  char bad[200];
+  snprintf(bad, sizeof bad, "%s/nomodel.json", dir);
+  refused(w, 1, t, "nomodel.json", "train --model %s --data %s %s", bad, data, common);
+}
+
+/* Every numeric option: finite and in range, the option named; cross-option errors. */
+static void check_train_numbers(int w) {
+  static const char *cases[][2] = {
+      {"--weight-decay nan", "--weight-decay nan|finite"},
+      {"--min-lr-ratio nan", "--min-lr-ratio nan|finite"},
+      {"--min-lr-ratio 2", "--min-lr-ratio 2|[0, 1]"},
+      {"--clip -1", "--clip -1|[0, inf)"},
+      {"--keep 0", "--keep 0|[1, inf)"},
+      {"--eval-batches 0", "--eval-batches 0|[1, inf)"},
+      {"--block-rows -2", "--block-rows -2|[0, inf)"},
+      {"--temperature nan", "--temperature nan|finite"},
+      {"--lr 0", "--lr 0|(0, inf)"},
+      {"--lr inf", "--lr inf|finite"},
+      {"--seq -1", "--seq -1"},
+      {"--accum 0", "--accum 0"},
+      {"--warmup 9", "--warmup 9 exceeds --steps 2"},
+      {"--plot x.png", "--plot needs --log"},
+      {"--batch 7", "--batch 7 is not divisible"},
+      {"--peak-gflops -1", "--peak-gflops"},
+  };
+  int n = (int)(sizeof cases / sizeof cases[0]);
+  for (int i = 0; i < n; i++) {
+    int batch = strncmp(cases[i][0], "--batch", 7) == 0; /* 7 sequences: not on 2 or 3 ranks */
+    if (batch ? w == 1 : i % 3 != w - 1) continue;       /* the others spread over W: keep it fast */
+    refused(w, 2, "rfsdp train:", cases[i][1], "train --model %s --data %s %s %s", model, data, common,
+            cases[i][0]);
+  }
+}
+
+/* prepare: a refused prepare leaves the data set as it was (the tokenizer file
+ * included); an output that is the input; invalid numbers; small inputs. */
+static void check_prepare(void) {
+  char empty[160], small[160], prefix[160], out[16384];
+  snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+  RF_ASSERT(rf_file_write_all(empty, "", 0) == 0);
+  const char *p = "rfsdp prepare:";
+  refused(0, 1, p, "empty.txt|empty", "prepare --input %s --out %s --tokenizer bpe", empty, data);
+  refused(0, 1, p, "empty.txt|empty", "prepare --input %s --out %s", empty, data);
+  refused(0, 1, p, "none.txt|cannot open", "prepare --input %s/none.txt --out %s", dir, data);
+  refused(0, 2, p, "--out|same file|--input", "prepare --input %s.train.tok --out %s", data, data);
+  refused(0, 2, p, "--out|same file|--input", "prepare --input %s.tokenizer.json --out %s", data, data);
+  refused(0, 2, p, "--val-fraction nan|finite", "prepare --input %s --out %s --val-fraction nan", text, data);
+  refused(0, 2, p, "--val-fraction 1|[0, 1)", "prepare --input %s --out %s --val-fraction 1", text, data);
+  refused(0, 2, p, "--bpe-vocab 100|(256, 65536]", "prepare --input %s --out %s --bpe-vocab 100", text, data);
+
+  /* a 2 KB text: a validation split spread over it, a warning, and it trains with evaluation */
+  snprintf(small, sizeof small, "%s/small.txt", dir);
+  snprintf(prefix, sizeof prefix, "%s/small", dir);
+  char *bytes;
+  size_t n;
+  RF_ASSERT(rf_file_read_all(text, &bytes, &n) == 0);
+  RF_ASSERT(rf_file_write_all(small, bytes, 2000) == 0);
+  free(bytes);
+  works(0, out, sizeof out, "prepare --input %s --out %s", small, prefix);
+  RF_CHECK(strstr(out, "warning") && strstr(out, "small.txt"), "no warning for a tiny input\n%s", out);
+  char path[200];
+  snprintf(path, sizeof path, "%s.val.tok", prefix);
+  struct rf_token_file va;
+  RF_ASSERT(rf_token_file_open(&va, path) == 0);
+  RF_CHECK(va.n_tokens >= 17 * RF_DATA_VAL_MIN_CHUNKS / 2 && va.n_tokens <= 1000,
+           "a 2000-byte input: %lld validation tokens", (long long)va.n_tokens);
+  rf_token_file_close(&va);
+  works(2, out, sizeof out, "train --model %s --data %s %s --eval-every 1", model, prefix, common);
+  RF_CHECK(strstr(out, "sample") == NULL, "unexpected output\n%s", out);
+}
+
+/* ckpt export and logits: an --out that is one of their inputs. */
+static void check_ckpt_logits(void) {
+  char out[16384], ck[200], weights[200], tokens[200];
+  snprintf(ck, sizeof ck, "%s/new1/b/ck/step-00000002", dir);
+  snprintf(weights, sizeof weights, "%s/w.safetensors", dir);
+  snprintf(tokens, sizeof tokens, "%s/tokens.i32", dir);
+  refused(0, 2, "rfsdp ckpt export:", "--out|same file", "ckpt export %s --out %s/rank-00000.bin", ck, ck);
+  refused(0, 2, "rfsdp ckpt export:", "--out|same file", "ckpt export %s --out %s/meta.json", ck, ck);
+  works(0, out, sizeof out, "ckpt export %s --out %s", ck, weights);
+  int32_t ids[32];
+  for (int i = 0; i < 32; i++) ids[i] = (i * 37) % 256;
+  RF_ASSERT(rf_file_write_all(tokens, ids, sizeof ids) == 0);
+  for (int w = 1; w <= 3; w++) {
+    const char *l = "rfsdp logits:";
+    refused(w, 2, l, "--out|same file|--tokens",
+            "logits --model %s --weights %s --tokens %s --seq 16 --out %s", model, weights, tokens, tokens);
+    refused(w, 2, l, "--out|same file|--weights",
+            "logits --model %s --weights %s --tokens %s --seq 16 --out %s", model, weights, tokens, weights);
+    refused(w, 2, l, "--seq 0", "logits --model %s --weights %s --tokens %s --seq 0 --out %s/l.f32", model,
+            weights, tokens, dir);
+    refused(w, 1, l, "tokens.i32|int32 tokens",
+            "logits --model %s --weights %s --tokens %s --seq 5 --out %s/l.f32", model, weights, tokens, dir);
+  }
+}
+
+/* plan: the same numbers rule and exit codes as train. */
+static void check_plan(void) {
+  const char *p = "rfsdp plan:";
+  refused(0, 2, p, "--max-padding nan|finite", "plan --model %s --world 2 --max-padding nan", model);
+  refused(0, 2, p, "--block-rows", "plan --model %s --world 2 --block-rows -2", model);
+  refused(0, 1, p, "nomodel.json", "plan --model %s/nomodel.json --world 2", dir);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(data0, sizeof data0, "%s/data0", dir);
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(afile, sizeof afile, "%s/afile", dir);
+  static const char *lines[] = {"In the beginning God created the heaven and the earth.",
+                                "And the earth was without form, and void."};
+  size_t cap = 100000, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 200 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 2]);
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  RF_ASSERT(rf_file_write_all(afile, "x", 1) == 0);
+  const char *tiny =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
+  RF_ASSERT(rf_file_write_all(model, tiny, strlen(tiny)) == 0);
+  char out[16384];
+  works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0", text, data0);
+
+  for (int w = 1; w <= 3; w++) {
+    check_train_outputs(w);
+    check_train_data(w);
+    check_train_numbers(w);
+  }
+  check_prepare();
+  check_ckpt_logits();
+  check_plan();
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_cli_faults");
+}
