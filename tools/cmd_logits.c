@@ -28,8 +28,8 @@ static int rf_logits_read(const char *model, const char *tokens_path, int64_t se
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
                          const char *out, int rank) {
   struct rf_model_config cfg;
-  char *bytes;
-  size_t n;
+  char *bytes = NULL;
+  size_t n = 0;
   if (rf_train_agree(rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
     free(bytes);
     return -1;

@@ -15,9 +15,10 @@ int rf_data_split_is_val(int64_t index, double val_fraction) {
 void rf_data_split_plan(int64_t total, double val_fraction, int64_t *chunk_bytes, double *fraction) {
   *chunk_bytes = RF_DATA_SPLIT_CHUNK_BYTES;
   *fraction = val_fraction;
-  if (val_fraction <= 0.0 || total <= 0 || (double)(total / RF_DATA_SPLIT_CHUNK_BYTES) * val_fraction >= 1.0)
+  int64_t whole_chunks = total / RF_DATA_SPLIT_CHUNK_BYTES, half = total / 2;
+  if (val_fraction <= 0.0 || total <= 0 || (double)whole_chunks * val_fraction >= 1.0)
     return; /* no split, an unknown size, or at least one whole 16 KiB chunk */
-  double want = (double)total * val_fraction, floor_bytes = (double)(total / 2);
+  double want = (double)total * val_fraction, floor_bytes = (double)half;
   if (floor_bytes > RF_DATA_VAL_MIN_BYTES) floor_bytes = RF_DATA_VAL_MIN_BYTES;
   if (want < floor_bytes) want = floor_bytes;
   int64_t chunk = (int64_t)(want / RF_DATA_VAL_MIN_CHUNKS);
