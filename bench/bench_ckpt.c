@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 
 #define MAX_T 160
 

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "core/core.h"
 
 enum { BENCH_REPS = 9, OVERLAP_REPS = 7, GEMM_N = 192 };
@@ -40,7 +40,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Median over repetitions of the slowest rank's time (ms). Collective. */
 static double median_of_max(const struct rf_comm *comm, double *ms, int reps) {
-  MPI_Allreduce(MPI_IN_PLACE, ms, reps, MPI_DOUBLE, MPI_MAX, comm->comm);
+  MPI_Allreduce(MPI_IN_PLACE, ms, reps, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
   qsort(ms, (size_t)reps, sizeof(double), cmp_double);
   return ms[reps / 2];
 }
@@ -137,7 +137,7 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
         uint64_t w0 = rf_time_ns();
         run_op(comm, (enum bench_op)op, dtype, buf, recv, count, starts);
         double warm_ms = (double)(rf_time_ns() - w0) / 1e6;
-        MPI_Allreduce(MPI_IN_PLACE, &warm_ms, 1, MPI_DOUBLE, MPI_MAX, comm->comm);
+        MPI_Allreduce(MPI_IN_PLACE, &warm_ms, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
         int reps = warm_ms > 0 ? (int)(2000.0 / warm_ms) : BENCH_REPS;
         reps = reps < 3 ? 3 : reps > BENCH_REPS ? BENCH_REPS : reps;
         double ms[BENCH_REPS];
@@ -239,14 +239,14 @@ static void bench_overlap(const struct rf_comm *comm, int64_t bytes) {
   qsort(ms_alone, OVERLAP_REPS, sizeof(double), cmp_double);
   double t_alone = ms_alone[OVERLAP_REPS / 2]; /* this rank's */
   double t_alone_max = t_alone;
-  MPI_Allreduce(MPI_IN_PLACE, &t_alone_max, 1, MPI_DOUBLE, MPI_MAX, comm->comm);
+  MPI_Allreduce(MPI_IN_PLACE, &t_alone_max, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
 
   if (comm->rank == 0) {
     printf(
         "\noverlap: non-blocking all-gather of %lld MiB f32, W=%d, with %d x sgemm %d^3 "
         "(thread level %s)\n",
         (long long)(bytes >> 20), world, n_gemm, GEMM_N,
-        comm->thread_level == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "below MULTIPLE");
+        comm->thread_multiple ? "MPI_THREAD_MULTIPLE" : "below MULTIPLE");
     printf("  blocking all-gather alone %.2f ms; gemm loop alone %.2f ms (%.3f ms per gemm)\n", t_comm,
            t_alone_max, t_gemm);
     printf("  %-9s %10s %14s %14s %10s\n", "mode", "total ms", "exposed ms", "exposed/comm", "tests");
@@ -256,7 +256,7 @@ static void bench_overlap(const struct rf_comm *comm, int64_t bytes) {
   rf_comm_req_init(&req, world);
   for (int mode = 0; mode < 4; mode++) {
     int threaded = mode == OVERLAP_MODE_THREAD || mode == OVERLAP_MODE_THREAD_SLEEP;
-    if (threaded && comm->thread_level != MPI_THREAD_MULTIPLE) {
+    if (threaded && !comm->thread_multiple) {
       if (comm->rank == 0)
         printf("  %-9s skipped: MPI does not provide MPI_THREAD_MULTIPLE\n", overlap_mode_names[mode]);
       continue;

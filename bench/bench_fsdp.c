@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "core/core.h"
 #include "rfsdp.h"
 

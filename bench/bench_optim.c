@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "optim/optim.h"
 
 #define MAXT 200

@@ -42,8 +42,15 @@ void rf_fsdp_options_default(struct rf_fsdp_options *opt);
 
 struct rf_fsdp;
 
-/* A new context on `comm` (duplicated). Returns 0, or -1 with rf_fsdp_error(). */
+/* A new context on `comm` (duplicated): parameters are sharded over its ranks.
+ * Returns 0, or -1 with rf_fsdp_error(). */
 int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt);
+/* A new context on a 2-D mesh (both duplicated): parameters sharded over `shard`,
+ * replicated over `replicate` (the ranks that hold the same shard). Hybrid
+ * sharding is not implemented yet: `replicate` must have one rank (MPI_COMM_SELF;
+ * rf_fsdp_create is this with MPI_COMM_SELF). */
+int rf_fsdp_create_mesh(struct rf_fsdp **out, MPI_Comm shard, MPI_Comm replicate,
+                        const struct rf_fsdp_options *opt);
 void rf_fsdp_free(struct rf_fsdp *f);
 /* The last error message of this thread. */
 const char *rf_fsdp_error(void);
@@ -64,7 +71,7 @@ int rf_fsdp_rank(const struct rf_fsdp *f);
 int rf_fsdp_world(const struct rf_fsdp *f);
 int rf_fsdp_n_units(const struct rf_fsdp *f);
 int rf_fsdp_n_tensors(const struct rf_fsdp *f);
-/* The context's communicator (borrowed). */
+/* The context's shard group (borrowed). */
 MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f);
 
 /* ---- one step -------------------------------------------------------------

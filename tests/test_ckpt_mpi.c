@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "rf_test.h"
 
 #define N_TENSORS 3

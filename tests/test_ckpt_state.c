@@ -18,7 +18,7 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "rf_test.h"
 #include "shard/shard.h"
 

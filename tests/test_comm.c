@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "rf_test.h"
 
 static struct rf_comm comm;
@@ -325,7 +325,12 @@ int main(int argc, char **argv) {
   rf_test_mpi_init(&argc, &argv, &world);
   RF_ASSERT(world <= 8);
   rf_comm_init(&comm, MPI_COMM_WORLD);
-  RF_CHECK(comm.world == world && comm.thread_level >= MPI_THREAD_SINGLE, "rf_comm_init fields");
+  int provided = MPI_THREAD_SINGLE, rank = 0;
+  MPI_Query_thread(&provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  RF_CHECK(
+      comm.world == world && comm.rank == rank && comm.thread_multiple == (provided == MPI_THREAD_MULTIPLE),
+      "rf_comm_init fields");
 
   static const enum rf_dtype move_types[] = {RF_DTYPE_F32, RF_DTYPE_BF16, RF_DTYPE_U8, RF_DTYPE_I64};
   static const enum rf_dtype sum_types[] = {RF_DTYPE_F32, RF_DTYPE_BF16};

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "rf_test.h"
 
 static float value_of(int rank, int64_t i) { return (float)rank * 1e6f + (float)(i % 999983); }

@@ -395,6 +395,17 @@ static void check_errors(void) {
   RF_CHECK(rf_fsdp_create(&f, MPI_COMM_WORLD, &opt) != 0 && strstr(rf_fsdp_error(), "prefetch"),
            "bad prefetch");
   rf_fsdp_options_default(&opt);
+  /* A 2-D mesh: the shard group and the replicate group. Replicas are not implemented yet. */
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int rc = rf_fsdp_create_mesh(&f, MPI_COMM_SELF, MPI_COMM_WORLD, &opt);
+  RF_CHECK(
+      world == 1 ? rc == 0 && rf_fsdp_world(f) == 1 : rc != 0 && strstr(rf_fsdp_error(), "replicate group"),
+      "replicate group of %d ranks: %s", world, rc ? rf_fsdp_error() : "accepted");
+  if (rc == 0) rf_fsdp_free(f);
+  RF_ASSERT(rf_fsdp_create_mesh(&f, MPI_COMM_WORLD, MPI_COMM_SELF, &opt) == 0);
+  RF_CHECK(rf_fsdp_world(f) == world, "mesh: shard group of %d ranks", rf_fsdp_world(f));
+  rf_fsdp_free(f);
   RF_ASSERT(rf_fsdp_create(&f, MPI_COMM_WORLD, &opt) == 0);
   int u = rf_fsdp_add_unit(f, "u");
   int64_t bad[2] = {3, 0};

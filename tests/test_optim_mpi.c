@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "optim/optim.h"
 #include "rf_test.h"
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_mpi.h"
 #include "commands.h"
 #include "options.h"
 #include "train.h"

@@ -1,59 +1,94 @@
-/* src/comm: the communicator over MPI. Blocking and non-blocking collectives on
- * flat buffers, with element counts as int64 and element types as rf_dtype.
- * Every MPI call is checked (the communicator has MPI_ERRORS_RETURN set); an MPI
- * error stops all ranks with the MPI error string, the file and the line.
- * Every collective adds to rf_counters_global: collectives (+1 per call, blocking
- * or started), bytes_gathered (bytes received from other ranks), bytes_reduced
- * (input bytes destined to other ranks; the whole buffer for an all-reduce when
- * world > 1), bytes_alltoall (bytes sent to other ranks), comm_wait_ns (time in
- * blocking collectives and in rf_comm_wait).
+/* src/comm: collectives on flat buffers behind a small table of operations, so
+ * that the runtime, the DBuffer and the optimizers never see the library that
+ * moves the bytes. Element counts are int64, element types rf_dtype.
  *
- * Counts above INT_MAX: gathers, bcast and all-to-all send them in units of a
- * contiguous datatype when one divides every count and displacement (else they
- * die with a message); blocking reductions split them into chunks; the
- * non-blocking reduce-scatters die.
+ * Backends. struct rf_comm_ops is the table one backend fills: MPI today
+ * (comm_mpi.c, constructed by rf_comm_init in comm/comm_mpi.h, the only header
+ * that names MPI types); a second backend (NCCL) is one more file that fills the
+ * same table. Errors inside a backend stop every rank (rf_die) with the backend's
+ * description, the file and the line.
+ *
+ * This file's functions (comm.c) are the one place that counts: every collective
+ * adds to rf_counters_global: collectives (+1 per call, blocking or started),
+ * bytes_gathered (bytes received from other ranks), bytes_reduced (input bytes
+ * destined to other ranks; the whole buffer for an all-reduce when world > 1),
+ * bytes_alltoall (bytes sent to other ranks), comm_wait_ns (time in blocking
+ * collectives and in rf_comm_wait).
  *
  * Progress: MPI advances a non-blocking collective only inside MPI calls (no
  * progress thread here), so whoever overlaps compute polls rf_comm_test between
  * kernels.
  *
  * Element types: f32, f64, i32, i64, u8 for every collective; bf16 for
- * all-gather, reduce-scatter and all-reduce (sum through a user-defined op that
- * adds in f32 and rounds to nearest even). */
+ * all-gather, reduce-scatter and all-reduce (sum, max, min in f32 arithmetic,
+ * rounded to nearest even); fp8e4m3 is moved as bytes and never reduced. */
 #ifndef RF_COMM_H
 #define RF_COMM_H
 
-#include <mpi.h>
 #include <stdint.h>
 
 #include "core/core.h"
 
 enum rf_reduce_op { RF_REDUCE_OP_SUM = 0, RF_REDUCE_OP_MAX, RF_REDUCE_OP_MIN };
 
-/* Owns `comm` (a duplicate of the parent), the bf16 datatype and ops, and the
- * scratch count arrays of the blocking collectives; borrows nothing. Collectives
- * on one rf_comm are issued from one thread at a time (as MPI requires). */
-struct rf_comm {
-  MPI_Comm comm;
-  int rank;
-  int world;
-  int thread_level;       /* MPI_Query_thread at init */
-  MPI_Datatype bf16_type; /* owned: 2 contiguous bytes */
-  MPI_Op bf16_ops[3];     /* owned: indexed by enum rf_reduce_op; f32 arithmetic, RNE */
-  int *scratch;           /* owned: 4*world ints for counts/displacements */
+struct rf_comm;
+struct rf_comm_ops;
+
+/* A non-blocking collective in flight. Owns the per-peer count arrays a backend
+ * needs while it runs (MPI: int counts and displacements); filled by rf_comm_i*,
+ * finished by test/wait. Must stay at a fixed address while in flight. */
+struct rf_comm_req {
+  _Alignas(16) unsigned char handle[16]; /* the backend's request object (MPI_Request), opaque here */
+  const struct rf_comm_ops *ops;         /* the backend it was started on (borrowed, static) */
+  int active;
+  int *counts;      /* owned, world entries */
+  int *displs;      /* owned, world entries */
+  int *recv_counts; /* owned, world entries: the receive side of an all-to-all-v */
+  int *recv_displs; /* owned, world entries */
+  int capacity;
+  uint64_t bytes; /* counted into rf_counters_global when started */
 };
 
-/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (falls back to what the library
- * provides); sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. For programs, not libraries. */
-void rf_comm_mpi_init(int *argc, char ***argv);
-void rf_comm_mpi_finalize(void);
+/* What one backend does. `starts` arrays have world + 1 element offsets (rank r's
+ * range is [starts[r], starts[r+1]), starts[0] = 0). `req` NULL: the blocking
+ * collective; else the non-blocking one, started into req (finished by test/wait).
+ * The table does no counting and no argument checks beyond its own limits: comm.c
+ * does both, once, for every backend. */
+struct rf_comm_ops {
+  const char *name;
+  void (*free)(struct rf_comm *comm);
+  void (*barrier)(const struct rf_comm *comm);
+  void (*bcast)(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
+  void (*allreduce)(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                    enum rf_reduce_op op);
+  /* In place: this rank's part is already in buf. */
+  void (*allgather)(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                    struct rf_comm_req *req);
+  void (*allgatherv)(const struct rf_comm *comm, void *buf, const int64_t *starts, enum rf_dtype dtype,
+                     struct rf_comm_req *req);
+  void (*reduce_scatter_block)(const struct rf_comm *comm, const void *send, void *recv, int64_t count,
+                               enum rf_dtype dtype, struct rf_comm_req *req);
+  void (*reduce_scatter)(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
+                         enum rf_dtype dtype, struct rf_comm_req *req);
+  void (*alltoallv)(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
+                    const int64_t *send_displs, void *recv, const int64_t *recv_counts,
+                    const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
+  /* 1 when finished (drives progress); wait blocks until finished. */
+  int (*test)(struct rf_comm_req *req);
+  void (*wait)(struct rf_comm_req *req);
+};
 
-/* Testing hook: the largest count passed to MPI in one argument (default and
- * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
-void rf_comm_set_count_limit(int64_t limit);
+/* A communicator: a group of ranks and the backend that connects them. Owns
+ * `impl` (the backend's state, released by rf_comm_free). Collectives on one
+ * rf_comm are issued from one thread at a time. */
+struct rf_comm {
+  const struct rf_comm_ops *ops; /* static table of the backend */
+  void *impl;                    /* owned: the backend's state */
+  int rank;
+  int world;
+  int thread_multiple; /* 1: several threads may call into the backend at once (MPI_THREAD_MULTIPLE) */
+};
 
-/* Duplicates `parent`, sets MPI_ERRORS_RETURN, sets the log's rank prefix. */
-void rf_comm_init(struct rf_comm *comm, MPI_Comm parent);
 void rf_comm_free(struct rf_comm *comm);
 
 void rf_comm_barrier(const struct rf_comm *comm);
@@ -78,20 +113,6 @@ void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64
                        const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                        const int64_t *recv_displs, enum rf_dtype dtype);
 
-/* A non-blocking collective in flight. Owns the MPI request and the int count
- * arrays MPI needs while it runs; filled by rf_comm_i*, finished by test/wait.
- * Must stay at a fixed address while in flight. */
-struct rf_comm_req {
-  MPI_Request request;
-  int active;
-  int *counts;      /* owned, world entries, or NULL */
-  int *displs;      /* owned, world entries, or NULL */
-  int *recv_counts; /* owned, world entries: the receive side of an all-to-all-v */
-  int *recv_displs; /* owned, world entries */
-  int capacity;
-  uint64_t bytes; /* counted into rf_counters_global when started */
-};
-
 void rf_comm_req_init(struct rf_comm_req *req, int world); /* allocates the count arrays once */
 void rf_comm_req_free(struct rf_comm_req *req);
 
@@ -108,9 +129,19 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
 void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                         const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                         const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
-/* 1 when finished (or never started); drives MPI progress. */
+/* 1 when finished (or never started); drives progress. */
 int rf_comm_test(struct rf_comm_req *req);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */
 void rf_comm_wait(struct rf_comm_req *req);
+
+/* ---- meshes ------------------------------------------------------------------
+ * The ranks of a job as a 2-D grid (world = replicate x shard): parameters are
+ * sharded within a shard group and replicated across the replicate group (the
+ * ranks holding the same shard). 1-D FSDP: replicate has one rank. Owns both. */
+struct rf_comm_mesh {
+  struct rf_comm shard;
+  struct rf_comm replicate;
+};
+void rf_comm_mesh_free(struct rf_comm_mesh *mesh);
 
 #endif

@@ -38,12 +38,24 @@ static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
   return 0;
 }
 
-int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt) {
+int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt) {
   *out = NULL;
-  RF_TRY(rf_fsdp_check_options(opt));
+  if (rf_fsdp_check_options(opt) != 0) {
+    rf_comm_mesh_free(mesh);
+    return -1;
+  }
+  if (mesh->replicate.world != 1) { /* every rank of a replicate group sees the same size */
+    int replicas = mesh->replicate.world;
+    rf_comm_mesh_free(mesh);
+    RF_FAIL(
+        "a replicate group of %d ranks: hybrid sharding is not implemented yet (give a replicate group "
+        "of one rank, MPI_COMM_SELF)",
+        replicas);
+  }
   struct rf_fsdp *f = rf_xcalloc(1, sizeof *f);
   f->opt = *opt;
-  rf_comm_init(&f->comm, comm);
+  f->mesh = *mesh;
+  memset(mesh, 0, sizeof *mesh);
   f->at_create = rf_counters_global;
   *out = f;
   return 0;
@@ -74,7 +86,7 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->pslot_unit);
   free(f->gslot_unit);
   rf_arena_free(&f->arena);
-  rf_comm_free(&f->comm);
+  rf_comm_mesh_free(&f->mesh);
   free(f);
 }
 
@@ -172,7 +184,7 @@ static void rf_fsdp_make_slots(struct rf_fsdp *f) {
 int rf_fsdp_finalize(struct rf_fsdp *f) {
   RF_REQUIRE(!f->finalized, "rf_fsdp_finalize called twice");
   RF_REQUIRE(f->n_units >= 1, "no units declared");
-  int w = f->comm.world, r = f->comm.rank;
+  int w = f->mesh.shard.world, r = f->mesh.shard.rank;
   size_t min_size =
       rf_min_i64((int64_t)rf_dtype_size(f->opt.param_dtype), (int64_t)rf_dtype_size(f->opt.reduce_dtype));
   struct rf_dbuffer_options dopt = {f->opt.layout, f->opt.shard, f->opt.max_buffers,
@@ -207,11 +219,10 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   return 0;
 }
 
-int rf_fsdp_rank(const struct rf_fsdp *f) { return f->comm.rank; }
-int rf_fsdp_world(const struct rf_fsdp *f) { return f->comm.world; }
+int rf_fsdp_rank(const struct rf_fsdp *f) { return f->mesh.shard.rank; }
+int rf_fsdp_world(const struct rf_fsdp *f) { return f->mesh.shard.world; }
 int rf_fsdp_n_units(const struct rf_fsdp *f) { return f->n_units; }
 int rf_fsdp_n_tensors(const struct rf_fsdp *f) { return f->n_tensors; }
-MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f) { return f->comm.comm; }
 
 int rf_fsdp_find_tensor(const struct rf_fsdp *f, const char *name) {
   for (int t = 0; t < f->n_tensors; t++)
@@ -224,7 +235,7 @@ void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *
   const struct rf_fsdp_tensor *t = &f->tensors[tensor];
   const struct rf_fsdp_unit *x = &f->units[t->unit];
   const struct rf_dbuffer_tensor *d = &x->db.tensors[t->index_in_unit];
-  int r = f->comm.rank;
+  int r = f->mesh.shard.rank;
   memset(out, 0, sizeof *out);
   out->name = t->name;
   out->unit = t->unit;

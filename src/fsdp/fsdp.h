@@ -53,11 +53,12 @@ struct rf_fsdp_unit {
   struct rf_comm_req *reduce_reqs;
 };
 
-/* The context. Owns everything: the communicator, the declarations, the slabs,
- * the arena and its slots. */
+/* The context. Owns everything: the mesh, the declarations, the slabs, the arena
+ * and its slots. */
 struct rf_fsdp {
   struct rf_fsdp_options opt;
-  struct rf_comm comm;
+  struct rf_comm_mesh mesh; /* every collective of the runtime runs on mesh.shard; mesh.replicate
+                              has one rank until hybrid sharding (issue 18) */
   int finalized;
   int n_units, cap_units;
   struct rf_fsdp_unit *units;
@@ -79,6 +80,11 @@ struct rf_fsdp {
   struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
   int steps_begun;
 };
+
+/* A context on `mesh`, whatever its backend: the entry points of one backend
+ * (fsdp_mpi.c: rf_fsdp_create) build the mesh and call this. Takes the mesh (it
+ * is freed on failure, and *mesh is cleared on success). */
+int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt);
 
 /* Within the module. */
 void rf_fsdp_init_params(struct rf_fsdp *f);

@@ -33,7 +33,7 @@ double rf_fsdp_grad_norm(struct rf_fsdp *f) {
   double sq = 0;
   rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &sq);
   /* a NaN or Inf on any rank makes the sum non-finite on every rank */
-  rf_comm_allreduce(&f->comm, &sq, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  rf_comm_allreduce(&f->mesh.shard, &sq, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   return sqrt(sq);
 }
 

@@ -25,7 +25,7 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   f->pslot_unit[s] = u;
   x->pslot = s;
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
-  rf_dbuffer_gather_start(&x->db, &f->comm, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
+  rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
                           x->gather_reqs);
   rf_fsdp_note_peak(f);
   return 1;
@@ -122,8 +122,8 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   struct rf_fsdp_unit *x = &f->units[unit];
   RF_ASSERT(x->gslot >= 0 && !x->reducing);
   x->reduce_accumulate = x->has_grad;
-  rf_dbuffer_reduce_start(&x->db, &f->comm, f->gslots[x->gslot], f->grad + x->shard_base, f->opt.reduce_dtype,
-                          x->reduce_accumulate, x->reduce_reqs);
+  rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
+                          f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
   x->reducing = 1;
   x->has_grad = 1;
   rf_fsdp_release(f, unit);

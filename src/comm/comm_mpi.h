@@ -1,0 +1,37 @@
+/* src/comm's MPI backend: the one header that names MPI types. Programs and the
+ * runtime's MPI entry points (rf_fsdp_create) construct communicators here; what
+ * they construct is used through comm/comm.h.
+ *
+ * Counts above INT_MAX: gathers, bcast and all-to-all send them in units of a
+ * contiguous datatype when one divides every count and displacement (else they
+ * die with a message); blocking reductions split them into chunks; the
+ * non-blocking reduce-scatters die. */
+#ifndef RF_COMM_MPI_H
+#define RF_COMM_MPI_H
+
+#include <mpi.h>
+
+#include "comm/comm.h"
+
+/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (falls back to what the library
+ * provides); sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. For programs, not libraries. */
+void rf_comm_mpi_init(int *argc, char ***argv);
+void rf_comm_mpi_finalize(void);
+
+/* Testing hook: the largest count passed to MPI in one argument (default and
+ * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
+void rf_comm_set_count_limit(int64_t limit);
+
+/* An MPI communicator: duplicates `parent` (owned by the rf_comm, with
+ * MPI_ERRORS_RETURN set), makes the bf16 datatype and ops, installs the abort
+ * hook (a fatal error on any rank ends the job: MPI_Abort), and sets the log's
+ * rank prefix to the rank in MPI_COMM_WORLD. Released by rf_comm_free. */
+void rf_comm_init(struct rf_comm *comm, MPI_Comm parent);
+/* The duplicated MPI communicator (borrowed). */
+MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm);
+
+/* A mesh from two MPI communicators: the shard group and the replicate group
+ * (MPI_COMM_SELF for 1-D FSDP). Both are duplicated. */
+void rf_comm_mesh_init(struct rf_comm_mesh *mesh, MPI_Comm shard, MPI_Comm replicate);
+
+#endif
