@@ -114,22 +114,23 @@ int main(int argc, char **argv) {
     return 1;
   }
   struct model_bufs m;
-  m.n_units = rf_model_n_units(&cfg);
+  struct rf_model_desc desc;
+  rf_model_desc_make(&cfg, &desc);
+  m.n_units = desc.n_units;
   m.n_t = rf_xcalloc((size_t)m.n_units, sizeof(int));
   m.w = rf_xcalloc((size_t)m.n_units, sizeof(float **));
   m.g = rf_xcalloc((size_t)m.n_units, sizeof(float **));
   m.wb = rf_xcalloc((size_t)m.n_units, sizeof(uint16_t **));
   m.numel = rf_xcalloc((size_t)m.n_units, sizeof(int64_t *));
   for (int u = 0; u < m.n_units; u++) {
-    int nt = m.n_t[u] = rf_model_unit_n_tensors(&cfg, u);
+    int nt = m.n_t[u] = desc.units[u].n_tensors;
     m.w[u] = rf_xcalloc((size_t)nt, sizeof(float *));
     m.g[u] = rf_xcalloc((size_t)nt, sizeof(float *));
     m.wb[u] = rf_xcalloc((size_t)nt, sizeof(uint16_t *));
     m.numel[u] = rf_xcalloc((size_t)nt, sizeof(int64_t));
     for (int i = 0; i < nt; i++) {
-      struct rf_model_tensor_spec s;
-      rf_model_unit_tensor(&cfg, u, i, &s);
-      int64_t n = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+      const struct rf_model_tensor s = desc.units[u].tensors[i];
+      int64_t n = s.numel;
       m.numel[u][i] = n;
       m.w[u][i] = rf_xmalloc((size_t)n * 4);
       m.g[u][i] = rf_xcalloc((size_t)n, 4);
@@ -164,5 +165,6 @@ int main(int argc, char **argv) {
   }
   free(m.w), free(m.g), free(m.wb), free(m.numel), free(m.n_t), free(tok);
   rf_model_ws_free(&ws);
+  rf_model_desc_free(&desc);
   return 0;
 }

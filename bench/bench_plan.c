@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "model/model.h"
 #include "plan/plan.h"
 
 #define N_MODELS 4
@@ -55,12 +56,10 @@ static void check_aligned(const struct rf_plan_model_result *r) {
 
 /* Ragged targets, per unit: the largest shard exceeds the mean by at most the
  * largest block of the unit, and by at most 1% where the mean holds >= 100 blocks. */
-static void check_ragged(const struct rf_plan_model *m, int64_t block_rows,
-                         const struct rf_plan_model_result *r) {
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)m->max_tensors * sizeof *ts);
+static void check_ragged(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *r) {
   for (int u = 0; u < r->n_units; u++) {
-    struct rf_plan_unit_in in;
-    rf_plan_model_unit_input(&m->units[u], block_rows, ts, &in);
+    const struct rf_plan_unit_in in = units[u];
+    const struct rf_plan_tensor_in *ts = in.tensors;
     const struct rf_plan_unit *p = &r->units[u];
     int64_t gmax = 1;
     for (int i = 0; i < in.n_tensors; i++)
@@ -77,10 +76,9 @@ static void check_ragged(const struct rf_plan_model *m, int64_t block_rows,
       if (excess / mean > ragged_worst_big) ragged_worst_big = excess / mean;
     }
   }
-  free(ts);
 }
 
-static int run(struct rf_plan_model *m, int64_t block_rows, int world, enum rf_shard_mode mode,
+static int run(const struct rf_plan_unit_in *units, int n_units, int world, enum rf_shard_mode mode,
                int max_buffers, int with_peers, struct rf_plan_model_result *r) {
   struct rf_plan_options opt = {.world = world,
                                 .mode = mode,
@@ -89,7 +87,7 @@ static int run(struct rf_plan_model *m, int64_t block_rows, int world, enum rf_s
                                 .buffer_cost_elems = 0,
                                 .allow_sub_padding = 1};
   n_plans++;
-  if (rf_plan_model_make(m, block_rows, &opt, 1e-3, with_peers, r) != 0) {
+  if (rf_plan_model_make(units, n_units, &opt, 1e-3, with_peers, r) != 0) {
     printf("INVALID: %s\n", rf_error_msg());
     n_invalid++;
     return -1;
@@ -149,8 +147,8 @@ int main(void) {
   for (int mi = 0; mi < N_MODELS; mi++) {
     char path[64];
     snprintf(path, sizeof path, "configs/%s.json", models[mi]);
-    struct rf_plan_model m;
-    if (rf_plan_model_load(path, &m) != 0) {
+    struct rf_model_desc m;
+    if (rf_model_desc_load(path, &m) != 0) {
       printf("%s\n", rf_error_msg());
       return 1;
     }
@@ -158,9 +156,14 @@ int main(void) {
       for (int ri = 0; ri < N_ROWS; ri++) {
         struct point *p = &pts[mi][wi][ri];
         struct rf_plan_model_result r1, rm, rr;
-        if (run(&m, rows[ri], worlds[wi], RF_SHARD_MODE_EQUAL, 1, 0, &r1) != 0) continue;
-        if (run(&m, rows[ri], worlds[wi], RF_SHARD_MODE_EQUAL, 4, 1, &rm) != 0) continue;
-        if (run(&m, rows[ri], worlds[wi], RF_SHARD_MODE_RAGGED, 1, 0, &rr) != 0) continue;
+        struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, rows[ri]);
+        int ok = run(units, m.n_units, worlds[wi], RF_SHARD_MODE_EQUAL, 1, 0, &r1) == 0 &&
+                 run(units, m.n_units, worlds[wi], RF_SHARD_MODE_EQUAL, 4, 1, &rm) == 0 &&
+                 run(units, m.n_units, worlds[wi], RF_SHARD_MODE_RAGGED, 1, 0, &rr) == 0;
+        if (!ok) {
+          free(units);
+          continue;
+        }
         p->one = pct(r1.padded_elems, r1.elems);
         p->bound = pct(r1.bound_padded_elems, r1.elems);
         p->multi = pct(rm.padded_elems, rm.elems);
@@ -174,7 +177,8 @@ int main(void) {
           p->peer[k] = pct(rm.peers[k].padded_elems, rm.peers[k].elems);
           p->peer_cut[k] = rm.peers[k].split_blocks;
         }
-        check_ragged(&m, rows[ri], &rr);
+        check_ragged(units, &rr);
+        free(units);
         cases++;
         lb_cases++;
         lb_hit += p->one - p->bound <= 0.1;
@@ -225,7 +229,7 @@ int main(void) {
         printf(" %11.3f (%8lld)", p->peer[k], (long long)p->peer_cut[k]);
       printf("\n");
     }
-    rf_plan_model_free(&m);
+    rf_model_desc_free(&m);
   }
 
   printf("\ntargets (issue 3, \"Numbers to reach\"), measured over %ld sweep points, %ld plans:\n", cases,

@@ -414,10 +414,12 @@ static void test_layer(void) {
   RF_ASSERT(rf_model_ws_init(&c.ws, &c.cfg, B, T) == 0);
   c.emb = rand_buf((size_t)9 * H, 1.0f);
   int64_t numel[9];
+  struct rf_model_desc desc;
+  rf_model_desc_make(&c.cfg, &desc);
+  RF_ASSERT(desc.units[1].n_tensors == 9);
   for (int i = 0; i < 9; i++) {
-    struct rf_model_tensor_spec s;
-    rf_model_unit_tensor(&c.cfg, 1, i, &s);
-    numel[i] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+    const struct rf_model_tensor s = desc.units[1].tensors[i];
+    numel[i] = s.numel;
     c.w[i] = rand_buf((size_t)numel[i], s.ndim == 2 ? 0.5f : 0.3f);
     if (s.ndim == 1)
       for (int64_t j = 0; j < numel[i]; j++) c.w[i][j] += 1.0f;
@@ -445,6 +447,7 @@ static void test_layer(void) {
   for (int i = 0; i < 9; i++) free(c.w[i]), free(g[i]);
   free(c.emb), free(c.r), free(dx), free(demb);
   rf_model_ws_free(&c.ws);
+  rf_model_desc_free(&desc);
 }
 
 /* The vectorizable exp against libm's, over the range the softmax and SiLU use. */

@@ -28,6 +28,7 @@
 
 struct ref {
   struct rf_model_config cfg;
+  struct rf_model_desc desc;
   int B, T;
   double loss;
   int32_t *tokens, *targets;
@@ -92,19 +93,15 @@ static int ref_load(struct ref *ref, const char *path) {
   rd(&r, ref->tokens, nt * 4);
   rd(&r, ref->targets, nt * 4);
   rd(&r, ref->logits, nt * (size_t)c->vocab_size * 4);
-  ref->n_tensors = 0;
-  for (int u = 0; u < rf_model_n_units(c); u++) ref->n_tensors += rf_model_unit_n_tensors(c, u);
+  rf_model_desc_make(c, &ref->desc);
+  ref->n_tensors = ref->desc.n_tensors;
   ref->numel = rf_xcalloc((size_t)ref->n_tensors, sizeof(int64_t));
   ref->w = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
   ref->g = rf_xcalloc((size_t)ref->n_tensors, sizeof(float *));
   int k = 0;
-  for (int u = 0; u < rf_model_n_units(c); u++) {
-    for (int i = 0; i < rf_model_unit_n_tensors(c, u); i++, k++) {
-      struct rf_model_tensor_spec s;
-      rf_model_unit_tensor(c, u, i, &s);
-      ref->numel[k] = s.ndim == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
-    }
-  }
+  for (int u = 0; u < ref->desc.n_units; u++)
+    for (int i = 0; i < ref->desc.units[u].n_tensors; i++, k++)
+      ref->numel[k] = ref->desc.units[u].tensors[i].numel;
   for (int pass = 0; pass < 2; pass++) {
     for (k = 0; k < ref->n_tensors; k++) {
       float **dst = pass == 0 ? &ref->w[k] : &ref->g[k];
@@ -135,6 +132,7 @@ static void ref_free(struct ref *ref) {
   free(ref->w);
   free(ref->g);
   free(ref->numel);
+  rf_model_desc_free(&ref->desc);
   free(ref->tokens);
   free(ref->targets);
   free(ref->logits);
@@ -210,10 +208,9 @@ static void test_against_hf(const struct ref *ref) {
   RF_CHECK(e_logits <= 2e-5, "logits: rel err %.3g > 2e-5", e_logits);
   double worst = 0.0;
   int k = 0;
-  for (int u = 0; u < rf_model_n_units(c); u++) {
-    for (int i = 0; i < rf_model_unit_n_tensors(c, u); i++, k++) {
-      struct rf_model_tensor_spec s;
-      rf_model_unit_tensor(c, u, i, &s);
+  for (int u = 0; u < ref->desc.n_units; u++) {
+    for (int i = 0; i < ref->desc.units[u].n_tensors; i++, k++) {
+      const struct rf_model_tensor s = ref->desc.units[u].tensors[i];
       double e = rel_err(grads[k], ref->g[k], (size_t)ref->numel[k]);
       worst = fmax(worst, e);
       RF_CHECK(max_abs(ref->g[k], (size_t)ref->numel[k]) > 0, "%s: reference gradient is zero", s.name);

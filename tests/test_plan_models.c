@@ -14,12 +14,13 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/model.h"
 #include "plan/plan.h"
 #include "rf_test.h"
 
 static void check_total(const char *path, int64_t total, int n_units) {
-  struct rf_plan_model m;
-  int rc = rf_plan_model_load(path, &m);
+  struct rf_model_desc m;
+  int rc = rf_model_desc_load(path, &m);
   RF_CHECK(rc == 0, "%s: %s", path, rf_error_msg());
   if (rc != 0) return;
   RF_CHECK(m.numel == total, "%s: %lld parameters, published %lld", path, (long long)m.numel,
@@ -29,15 +30,15 @@ static void check_total(const char *path, int64_t total, int n_units) {
   for (int u = 0; u < m.n_units; u++)
     for (int t = 0; t < m.units[u].n_tensors; t++) sum += m.units[u].tensors[t].numel;
   RF_CHECK(sum == total, "%s: tensors sum to %lld", path, (long long)sum);
-  rf_plan_model_free(&m);
+  rf_model_desc_free(&m);
 }
 
 static void expect_error(const char *text, const char *needle) {
-  struct rf_plan_model m;
-  int rc = rf_plan_model_parse(text, "bad.json", &m);
+  struct rf_model_desc m;
+  int rc = rf_model_desc_parse(text, "bad.json", &m);
   RF_CHECK(rc == -1, "accepted: %s", text);
   if (rc == 0) {
-    rf_plan_model_free(&m);
+    rf_model_desc_free(&m);
     return;
   }
   RF_CHECK(strstr(rf_error_msg(), "bad.json") && strstr(rf_error_msg(), needle),
@@ -45,13 +46,13 @@ static void expect_error(const char *text, const char *needle) {
 }
 
 /* Padding ratio (percent) of a peer over the whole model, or over the tensors whose name contains `only`. */
-static double peer_padding(const struct rf_plan_model *m, enum rf_plan_peer peer, int world,
+static double peer_padding(const struct rf_model_desc *m, enum rf_plan_peer peer, int world,
                            const char *only) {
   struct rf_plan_peer_stats st = {0};
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)m->max_tensors * sizeof *ts);
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(m, 1);
   for (int u = 0; u < m->n_units; u++) {
-    struct rf_plan_unit_in in;
-    rf_plan_model_unit_input(&m->units[u], 1, ts, &in);
+    struct rf_plan_unit_in in = units[u];
+    const struct rf_plan_tensor_in *ts = in.tensors;
     if (only) {
       for (int t = 0; t < in.n_tensors; t++) {
         if (!strstr(ts[t].name, only)) continue;
@@ -62,11 +63,11 @@ static double peer_padding(const struct rf_plan_model *m, enum rf_plan_peer peer
       RF_ASSERT(rf_plan_peer_add(peer, &in, world, &st) == 0);
     }
   }
-  free(ts);
+  free(units);
   return 100.0 * (double)(st.padded_elems - st.elems) / (double)st.elems;
 }
 
-static void check_peer(const struct rf_plan_model *m, const char *model, enum rf_plan_peer peer, int world,
+static void check_peer(const struct rf_model_desc *m, const char *model, enum rf_plan_peer peer, int world,
                        const char *only, double expect, double tol) {
   double got = peer_padding(m, peer, world, only);
   RF_CHECK(got >= expect - tol && got <= expect + tol,
@@ -184,11 +185,11 @@ int main(void) {
   check_total("configs/gpt-oss-120b.json", INT64_C(116829156672), 38);
   check_total("configs/deepseek-v3.json", INT64_C(671026419200), 63);
 
-  struct rf_plan_model m;
-  int rc = rf_plan_model_load("configs/nonexistent.json", &m);
+  struct rf_model_desc m;
+  int rc = rf_model_desc_load("configs/nonexistent.json", &m);
   RF_CHECK(rc == -1 && strstr(rf_error_msg(), "configs/nonexistent.json"), "missing file: '%s'",
            rf_error_msg());
-  expect_error("{\"model_type\": \"llama\", ", "malformed JSON");
+  expect_error("{\"model_type\": \"llama\", ", "not valid JSON");
   expect_error("[1, 2]", "not a JSON object");
   expect_error("{\"hidden_size\": 4}", "model_type");
   expect_error("{\"model_type\": \"bert\"}", "unknown model type 'bert'");
@@ -221,25 +222,26 @@ int main(void) {
 
   /* a valid generic file and a small llama: shapes and block sizes */
   snprintf(text, sizeof text, llama, "32");
-  RF_CHECK(rf_plan_model_parse(text, "small.json", &m) == 0, "%s", rf_error_msg());
+  RF_CHECK(rf_model_desc_parse(text, "small.json", &m) == 0, "%s", rf_error_msg());
   /* embed 100*32, per layer 2*32 + 4*32*32 + 3*64*32, norm 32 + head 100*32 */
   RF_CHECK(m.numel == 3200 + 2 * (64 + 4096 + 6144) + 32 + 3200 && m.n_units == 4,
            "small llama: %lld in %d units", (long long)m.numel, m.n_units);
-  rf_plan_model_free(&m);
-  RF_CHECK(rf_plan_model_parse(
+  rf_model_desc_free(&m);
+  RF_CHECK(rf_model_desc_parse(
                "{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\", \"shape\": "
                "[8, 3, 5], \"block_rows\": 4, \"sub_count\": 8}, {\"name\": \"b\", \"shape\": [7]}]}]}",
                "gen.json", &m) == 0,
            "%s", rf_error_msg());
-  struct rf_plan_tensor_in ts[2];
-  struct rf_plan_unit_in in;
-  rf_plan_model_unit_input(&m.units[0], 32, ts, &in);
-  RF_CHECK(in.n_tensors == 2 && ts[0].block_elems == 20 && ts[0].sub_count == 8 && ts[1].block_elems == 1,
-           "generic: blocks %lld %lld", (long long)ts[0].block_elems, (long long)ts[1].block_elems);
-  rf_plan_model_free(&m);
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, 32);
+  const struct rf_plan_tensor_in *ts = units[0].tensors;
+  RF_CHECK(
+      units[0].n_tensors == 2 && ts[0].block_elems == 20 && ts[0].sub_count == 8 && ts[1].block_elems == 1,
+      "generic: blocks %lld %lld", (long long)ts[0].block_elems, (long long)ts[1].block_elems);
+  free(units);
+  rf_model_desc_free(&m);
 
   /* the peers against the numbers computed from their published rules */
-  RF_ASSERT(rf_plan_model_load("configs/llama-3-8b.json", &m) == 0);
+  RF_ASSERT(rf_model_desc_load("configs/llama-3-8b.json", &m) == 0);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 1000, NULL, 13.5, 0.05);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 384, NULL, 2.40, 0.01);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 24, NULL, 0.15, 0.01);
@@ -247,16 +249,16 @@ int main(void) {
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 128, NULL, 0.0, 1e-9);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_DEEPSPEED, 1000, NULL, 0.003, 0.001);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP1, 1000, NULL, 0.0, 0.001);
-  rf_plan_model_free(&m);
-  RF_ASSERT(rf_plan_model_load("configs/llama-3-70b.json", &m) == 0);
+  rf_model_desc_free(&m);
+  RF_ASSERT(rf_model_desc_load("configs/llama-3-70b.json", &m) == 0);
   check_peer(&m, "llama-3-70b", RF_PLAN_PEER_FSDP2, 1000, NULL, 6.6, 0.05);
   check_peer(&m, "llama-3-70b", RF_PLAN_PEER_FSDP2, 1024, NULL, 0.02, 0.01);
-  rf_plan_model_free(&m);
-  RF_ASSERT(rf_plan_model_load("configs/gpt-oss-120b.json", &m) == 0);
+  rf_model_desc_free(&m);
+  RF_ASSERT(rf_model_desc_load("configs/gpt-oss-120b.json", &m) == 0);
   check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 256, "mlp.experts", 100.0, 1e-9);
   check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 256, NULL, 98.0, 0.5);
   check_peer(&m, "gpt-oss-120b", RF_PLAN_PEER_FSDP2, 96, NULL, 49.0, 0.5);
-  rf_plan_model_free(&m);
+  rf_model_desc_free(&m);
 
   check_cuts_random();
   return rf_test_finish("test_plan_models");

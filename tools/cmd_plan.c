@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "core/core.h"
+#include "model/model.h"
 #include "options.h"
 #include "plan/plan.h"
 
@@ -19,7 +20,8 @@
 
 struct rf_plan_cmd {
   const char *model_path;
-  struct rf_plan_model model;
+  struct rf_model_desc model;
+  struct rf_plan_unit_in *units; /* the planner's tensor list (rf_model_desc_plan_units) */
   int64_t block_rows;
   int64_t align_bytes;
   size_t elem_bytes;
@@ -66,11 +68,10 @@ static int rf_plan_cmd_meets(const struct rf_plan_model_result *r, double limit)
 
 /* Why unit u cannot get under the limit: which constraint of the one-buffer
  * lower bound is to blame. Writes a sentence into why. */
-static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, const struct rf_plan_model_unit *mu,
-                            const struct rf_plan_unit *p, double limit, char *why, size_t size) {
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)mu->n_tensors * sizeof *ts);
-  struct rf_plan_unit_in in;
-  rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, int u, const struct rf_plan_unit *p,
+                            double limit, char *why, size_t size) {
+  const struct rf_model_unit *mu = &c->model.units[u];
+  const struct rf_plan_tensor_in *ts = c->units[u].tensors;
   int64_t fair = rf_ceil_div(mu->numel, world);
   int big = 0;
   for (int i = 1; i < mu->n_tensors; i++)
@@ -106,7 +107,6 @@ static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, const struct
         names[0] ? names : "none", (long long)l, (long long)fair, p->n_buffers,
         100.0 * rf_plan_cmd_ratio(p->padded_elems, p->elems));
   }
-  free(ts);
 }
 
 /* The largest divisor G < world of world at which every unit meets the limit (0 if none). */
@@ -116,7 +116,7 @@ static int rf_plan_cmd_suggest(const struct rf_plan_cmd *c, int world, double li
     struct rf_plan_options o = c->opt;
     o.world = g;
     struct rf_plan_model_result r;
-    if (rf_plan_model_make(&c->model, c->block_rows, &o, RF_PLAN_CMD_BUFFER_COST, 0, &r) != 0) return 0;
+    if (rf_plan_model_make(c->units, c->model.n_units, &o, RF_PLAN_CMD_BUFFER_COST, 0, &r) != 0) return 0;
     int ok = rf_plan_cmd_meets(&r, limit);
     rf_plan_model_result_free(&r);
     if (ok) return g;
@@ -173,11 +173,9 @@ static cJSON *rf_plan_cmd_shape(const int64_t *shape, int ndim) {
 static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r,
                                     cJSON *obj) {
   cJSON *bufs = cJSON_AddArrayToObject(obj, "buffers");
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)c->model.max_tensors * sizeof *ts);
   for (int u = 0; u < r->n_units; u++) {
-    const struct rf_plan_model_unit *mu = &c->model.units[u];
-    struct rf_plan_unit_in in;
-    rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+    const struct rf_model_unit *mu = &c->model.units[u];
+    const struct rf_plan_tensor_in *ts = c->units[u].tensors;
     const struct rf_plan_unit *p = &r->units[u];
     for (int b = 0; b < p->n_buffers; b++) {
       const struct rf_plan_buffer *buf = &p->buffers[b];
@@ -213,7 +211,6 @@ static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf
       cJSON_AddItemToArray(bufs, jb);
     }
   }
-  free(ts);
 }
 
 static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r, double limit,
@@ -257,11 +254,9 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
 }
 
 static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r) {
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)c->model.max_tensors * sizeof *ts);
   for (int u = 0; u < r->n_units; u++) {
-    const struct rf_plan_model_unit *mu = &c->model.units[u];
-    struct rf_plan_unit_in in;
-    rf_plan_model_unit_input(mu, c->block_rows, ts, &in);
+    const struct rf_model_unit *mu = &c->model.units[u];
+    const struct rf_plan_tensor_in *ts = c->units[u].tensors;
     const struct rf_plan_unit *p = &r->units[u];
     for (int b = 0; b < p->n_buffers; b++) {
       const struct rf_plan_buffer *buf = &p->buffers[b];
@@ -280,13 +275,12 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
       }
     }
   }
-  free(ts);
 }
 
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   c->opt.world = world;
   struct rf_plan_model_result r;
-  RF_TRY(rf_plan_model_make(&c->model, c->block_rows, &c->opt, RF_PLAN_CMD_BUFFER_COST, 1, &r));
+  RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->opt, RF_PLAN_CMD_BUFFER_COST, 1, &r));
   RF_ASSERT(r.split_blocks == 0); /* the checker passed every unit */
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
@@ -314,7 +308,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
         if (k < shown || shown == 8) continue;
         kinds_n[shown] = c->model.units[u].n_tensors, kinds_x[shown] = x, shown++;
         char why[640];
-        rf_plan_cmd_why(c, world, &c->model.units[u], &r.units[u], limit, why, sizeof why);
+        rf_plan_cmd_why(c, world, u, &r.units[u], limit, why, sizeof why);
         printf("  unit %s: %s %.3f%% > %.3g%%: %s\n", c->model.units[u].name, what, 100.0 * x, c->max_padding,
                why);
       }
@@ -381,10 +375,11 @@ int rf_cmd_plan(int argc, char **argv) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     return 2;
   }
-  if (rf_plan_model_load(c.model_path, &c.model) != 0) {
+  if (rf_model_desc_load(c.model_path, &c.model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     return 1;
   }
+  c.units = rf_model_desc_plan_units(&c.model, c.block_rows);
   c.opt = (struct rf_plan_options){
       .mode = strcmp(c.shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL,
       .align_elems = c.align_bytes / (int64_t)c.elem_bytes,
@@ -404,6 +399,7 @@ int rf_cmd_plan(int argc, char **argv) {
       status = 1;
     }
   }
-  rf_plan_model_free(&c.model);
+  free(c.units);
+  rf_model_desc_free(&c.model);
   return status;
 }

@@ -16,17 +16,16 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   RF_TRY(rf_fsdp_create(&m->fsdp, comm, opt));
-  m->n_units = rf_model_n_units(cfg);
+  rf_model_desc_make(cfg, &m->desc);
+  m->n_units = m->desc.n_units;
   m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
-  char name[RF_MODEL_NAME_MAX];
   for (int u = 0; u < m->n_units; u++) {
-    rf_model_unit_name(cfg, u, name, sizeof name);
-    int unit = rf_fsdp_add_unit(m->fsdp, name);
+    int unit = rf_fsdp_add_unit(m->fsdp, m->desc.units[u].name);
     RF_REQUIRE(unit >= 0, "%s", rf_fsdp_error());
-    for (int i = 0; i < rf_model_unit_n_tensors(cfg, u); i++) {
-      struct rf_model_tensor_spec spec;
-      rf_model_unit_tensor(cfg, u, i, &spec);
-      int t = rf_fsdp_add_tensor(m->fsdp, unit, spec.name, spec.ndim, spec.shape, 0, spec.init);
+    for (int i = 0; i < m->desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *spec = &m->desc.units[u].tensors[i];
+      int t = rf_fsdp_add_tensor(m->fsdp, unit, spec->name, spec->ndim, spec->shape, spec->block_rows,
+                                 spec->init);
       RF_REQUIRE(t >= 0, "%s", rf_fsdp_error());
       if (i == 0) m->first_tensor[u] = t;
     }
@@ -44,6 +43,7 @@ void rf_train_model_free(struct rf_train_model *m) {
   rf_model_ws_free(&m->ws);
   rf_model_ws_free(&m->gen_ws);
   rf_fsdp_free(m->fsdp);
+  rf_model_desc_free(&m->desc);
   free(m->first_tensor);
   memset(m, 0, sizeof *m);
 }
@@ -84,7 +84,7 @@ int rf_train_model_import(struct rf_train_model *m, const char *path) {
 
 /* Points m->w (and m->g when grads) at unit u's views. */
 static const struct rf_model_weight *rf_train_weights(struct rf_train_model *m, int u, int grads) {
-  int n = rf_model_unit_n_tensors(&m->cfg, u);
+  int n = m->desc.units[u].n_tensors;
   for (int i = 0; i < n; i++) {
     int t = m->first_tensor[u] + i;
     m->w[i].f32 = rf_fsdp_param(m->fsdp, t);

@@ -13,7 +13,8 @@
 /* Owns the runtime context and the workspaces; borrows nothing. */
 struct rf_train_model {
   struct rf_model_config cfg;
-  struct rf_fsdp *fsdp; /* owned */
+  struct rf_model_desc desc; /* the units and tensors declared (owned) */
+  struct rf_fsdp *fsdp;      /* owned */
   int n_units;
   int *first_tensor;         /* per unit: the global index of its first tensor */
   struct rf_model_ws ws;     /* the training micro-batch */

@@ -1,11 +1,18 @@
-/* src/model: a LLaMA-style decoder (Hugging Face LlamaForCausalLM's math, tensor
- * names and [out, in] weight layouts), forward and backward on the CPU.
+/* src/model: model families and a LLaMA-style decoder.
  *
- * The model is a user of the library: it knows nothing of MPI or of the runtime.
- * It receives each unit's weights as pointers (f32 or bf16) and ADDS its
- * gradients into f32 buffers it is given (the caller zeroes them).
+ * Families (llama, gpt_oss, deepseek_v3) are read from a Hugging Face
+ * config.json by one reader (config.c) and described as units of tensors (names
+ * and shapes as in their checkpoints, desc.c); a units file describes any other
+ * model (units_file.c). The description is the one source of the planner's
+ * tensor list (`rfsdp plan`) and of the tensors the trainer declares.
  *
- * Units (the trainer declares them, and their tensors, in this order):
+ * The LLaMA decoder (model.c, ops.c) has Hugging Face LlamaForCausalLM's math,
+ * tensor names and [out, in] weight layouts, forward and backward on the CPU. It
+ * is a user of the library: it knows nothing of MPI or of the runtime. It
+ * receives each unit's weights as pointers (f32 or bf16) and ADDS its gradients
+ * into f32 buffers it is given (the caller zeroes them).
+ *
+ * Its units, in the order of rf_model_desc_make:
  *   unit 0        model.embed_tokens.weight                       [vocab, hidden]
  *   unit 1 + l    model.layers.{l}.input_layernorm.weight          [hidden]
  *                 model.layers.{l}.self_attn.q_proj.weight         [heads*hd, hidden]
@@ -39,12 +46,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan/plan.h"     /* RF_PLAN_MAX_DIMS, struct rf_plan_unit_in */
 #include "rfsdp_types.h" /* struct rf_init */
 
-/* ---- configuration ---------------------------------------------------------- */
+/* ---- configuration (config.c) ----------------------------------------------- */
 
-/* Hugging Face config.json fields (plus head_dim = hidden_size / num_attention_heads). */
+/* The model families a Hugging Face config.json may name (model_type). Only
+ * llama is trainable; every family can be described (and planned). */
+enum rf_model_family {
+  RF_MODEL_FAMILY_LLAMA = 0,
+  RF_MODEL_FAMILY_GPT_OSS,     /* fused experts, attention sinks */
+  RF_MODEL_FAMILY_DEEPSEEK_V3, /* multi-head latent attention, routed and shared experts */
+  RF_MODEL_FAMILY_COUNT
+};
+
+#define RF_MODEL_CONFIG_WORD 32
+
+struct rf_model_config_deepseek_v3 {
+  int moe_intermediate_size, n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq;
+  int q_lora_rank; /* 0: no low-rank query projection */
+  int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+};
+
+/* Hugging Face config.json fields. */
 struct rf_model_config {
+  enum rf_model_family family;
   int hidden_size;
   int intermediate_size;
   int num_hidden_layers;
@@ -52,18 +78,39 @@ struct rf_model_config {
   int num_key_value_heads;
   int vocab_size;
   int max_position_embeddings;
-  int head_dim;
+  int head_dim; /* llama: hidden_size / num_attention_heads unless given */
   float rms_norm_eps;
   double rope_theta;
+  int tie_word_embeddings, attention_bias, mlp_bias;
+  char rope_type[RF_MODEL_CONFIG_WORD];  /* "default" unless rope_scaling/rope_parameters names one */
+  const char *rope_field;                /* the field that named it ("" when none did) */
+  char hidden_act[RF_MODEL_CONFIG_WORD]; /* "silu" unless given */
+  struct {
+    int num_local_experts;
+  } gpt_oss;
+  struct rf_model_config_deepseek_v3 deepseek_v3;
 };
 
-/* Reads a Hugging Face config.json. Errors name the file and the field: missing,
- * not a number, non-positive, heads not dividing hidden, kv heads not dividing
- * heads, model_type other than "llama", tie_word_embeddings true (unsupported).
- * num_key_value_heads defaults to num_attention_heads, rms_norm_eps to 1e-6,
- * rope_theta to 10000, max_position_embeddings to 2048 when absent. */
+/* The one reader of a Hugging Face config.json (model_type llama, gpt_oss or
+ * deepseek_v3; absent: llama). Errors name the file and the field: malformed
+ * JSON, an unknown model_type, a missing field, one that is not a positive
+ * integer. Defaults: num_key_value_heads = num_attention_heads, rms_norm_eps
+ * 1e-6, rope_theta 10000, max_position_embeddings 2048, tie_word_embeddings,
+ * attention_bias (gpt_oss: true) and mlp_bias false, hidden_act silu. Reads
+ * what the model's math depends on; rf_model_config_check says whether the
+ * trainable model implements it. */
+int rf_model_config_read(struct rf_model_config *cfg, const char *path);
+/* The same from text (path names the source in messages). */
+int rf_model_config_parse(struct rf_model_config *cfg, const char *text, size_t n, const char *path);
+/* The JSON of a config or units file (NULL with the error set, naming path), and
+ * a config from it: the pieces rf_model_desc_parse shares with the above. */
+struct cJSON *rf_model_json_parse(const char *text, size_t n, const char *path);
+int rf_model_config_from_json(struct rf_model_config *cfg, const struct cJSON *root, const char *path);
+/* rf_model_config_read, then rf_model_config_check: a config the model trains. */
 int rf_model_config_load(struct rf_model_config *cfg, const char *path);
-/* Checks the fields (and sets head_dim); `what` names the source in messages. */
+/* Checks that the trainable model (a llama) implements the config, naming `what`
+ * and the field otherwise: sizes positive, kv heads dividing heads, an even
+ * head_dim (set to hidden_size / num_attention_heads when 0), plain RoPE, SiLU. */
 int rf_model_config_check(struct rf_model_config *cfg, const char *what);
 
 /* All parameters, and those taking part in matmuls (all but the embedding). */
@@ -74,27 +121,61 @@ int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg);
  * values, forward 4*T*hd per head, counted over the full T x T matrices). */
 double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq);
 
-/* ---- units and tensors -------------------------------------------------------- */
+/* ---- descriptions: units and tensors (desc.c, units_file.c) ------------------------ */
 
-#define RF_MODEL_NAME_MAX 96
-
-struct rf_model_tensor_spec {
-  char name[RF_MODEL_NAME_MAX];
-  int ndim;         /* 1 or 2 */
-  int64_t shape[2]; /* row-major; [out, in] for linear weights */
+/* One tensor of a model: Hugging Face name, shape, and what the trainer needs.
+ * Owns name. */
+struct rf_model_tensor {
+  char *name;
+  int ndim;
+  int64_t shape[RF_PLAN_MAX_DIMS]; /* row-major; [out, in] for linear weights */
+  int64_t numel;
+  int64_t sub_count;  /* > 1: sub_count equal sub-tensors fused along dim 0 (experts) */
+  int64_t block_rows; /* > 0: rows per block of its own (units files); 0: the run's */
+  int decay;          /* takes weight decay (linear weights; not norms, biases, embeddings) */
+  int matrix;         /* a matrix between hidden states that Muon may orthogonalize */
   struct rf_init init;
 };
 
-/* num_hidden_layers + 2. */
-int rf_model_n_units(const struct rf_model_config *cfg);
-/* 1 (embedding), 9 (a layer), 2 (final norm + head). */
-int rf_model_unit_n_tensors(const struct rf_model_config *cfg, int unit);
-/* "embed", "layers.{l}", "head". */
-void rf_model_unit_name(const struct rf_model_config *cfg, int unit, char *buf, size_t size);
-/* Tensor i of the unit: HF name, shape and init (norm weights: const 1; others
- * normal std 0.02, o_proj and down_proj scaled by 1/sqrt(2 * layers)). */
-void rf_model_unit_tensor(const struct rf_model_config *cfg, int unit, int i,
-                          struct rf_model_tensor_spec *out);
+/* A unit (what the runtime gathers at once). Owns name and tensors. */
+struct rf_model_unit {
+  char *name;
+  int64_t numel;
+  int n_tensors;
+  struct rf_model_tensor *tensors;
+};
+
+/* A model as units of tensors. Owns everything (rf_model_desc_free). */
+struct rf_model_desc {
+  char *model_type; /* "llama", "gpt_oss", "deepseek_v3" or "generic" (a units file) */
+  int n_units;
+  struct rf_model_unit *units;
+  int64_t numel;   /* parameters */
+  int n_tensors;   /* over all units */
+  int max_tensors; /* of one unit */
+};
+
+/* The description of a config (every family), names and shapes as in the
+ * family's Hugging Face checkpoints. llama: units "embed", "layers.{l}", "head";
+ * norms const 1, other tensors normal std 0.02, o_proj and down_proj scaled by
+ * 1/sqrt(2 * layers). */
+void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc *out);
+/* A Hugging Face config.json (rf_model_config_read) or a units file (an object
+ * with "units": [{"name", "tensors": [{"name", "shape", "block_rows"?,
+ * "sub_count"?}]}]). Errors name the file and the field. */
+int rf_model_desc_load(const char *path, struct rf_model_desc *out);
+/* The same from text (path names the source in messages). */
+int rf_model_desc_parse(const char *text, const char *path, struct rf_model_desc *out);
+void rf_model_desc_free(struct rf_model_desc *desc);
+/* Building one by hand: a unit (it becomes the current one), then its tensors
+ * (sub_count 1, block_rows 0, no decay, init zeros; the caller may set them). */
+void rf_model_desc_add_unit(struct rf_model_desc *desc, const char *name);
+struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, const char *name, int ndim,
+                                                 const int64_t *shape);
+/* The planner's tensor list: every unit as the planner takes it, blocks of
+ * block_rows rows (or a tensor's own), vectors cut anywhere. One allocation:
+ * n_units units followed by their tensors (names borrowed from desc); free() it. */
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, int64_t block_rows);
 
 /* Index of the tensors inside a layer unit. */
 enum rf_model_layer_tensor {

@@ -134,54 +134,6 @@ int rf_plan_orders(const struct rf_plan_item *items, int n, int *perm);
 int64_t rf_plan_ragged_split(const struct rf_plan_item *items, const int64_t *offsets, int n, int world,
                              int64_t align, int64_t *starts);
 
-/* ---- model descriptions (src/plan/model_desc.c) ---- */
-
-/* One tensor of a model. Owns name. */
-struct rf_plan_model_tensor {
-  char *name;
-  int ndim;
-  int64_t shape[RF_PLAN_MAX_DIMS];
-  int64_t numel;
-  int64_t block_rows; /* > 0: this tensor's own block rows (generic files); 0: the requested ones */
-  int64_t sub_count;  /* > 1: fused sub-tensors along dim 0 (MoE experts [E, ...]); else 1 */
-};
-
-/* One unit (gathered and reduced together). Owns name and tensors. */
-struct rf_plan_model_unit {
-  char *name;
-  int n_tensors;
-  struct rf_plan_model_tensor *tensors;
-  int64_t numel;
-};
-
-/* A model as units of tensors. Owns everything. */
-struct rf_plan_model {
-  char *model_type; /* "llama", "gpt_oss", "deepseek_v3" or "generic" */
-  int n_units;
-  struct rf_plan_model_unit *units;
-  int64_t numel;   /* total parameters */
-  int n_tensors;   /* over all units */
-  int max_tensors; /* largest unit's tensor count */
-};
-
-/* Reads a Hugging Face config.json (model_type llama, gpt_oss, deepseek_v3) or
- * a generic file {"units": [{"name", "tensors": [{"name", "shape", "block_rows"?,
- * "sub_count"?}]}]} and expands it into units: the embedding, each decoder
- * layer, the final norm with the head. Returns 0, or -1 with rf_error_msg()
- * naming the file and the field. */
-int rf_plan_model_load(const char *path, struct rf_plan_model *out);
-/* The same from text in memory; `path` only names it in errors. */
-int rf_plan_model_parse(const char *text, const char *path, struct rf_plan_model *out);
-void rf_plan_model_free(struct rf_plan_model *model);
-
-/* The planner's input for unit u with blocks of block_rows rows (a tensor's own
- * block_rows wins): a tensor of 2 or more dimensions is viewed as 2-D (rows =
- * all leading dimensions, a row = the last dimension) and a block is
- * min(R, rows) rows; vectors use element blocks. Fills tensors[u->n_tensors]
- * (names borrowed from u) and *in. */
-void rf_plan_model_unit_input(const struct rf_plan_model_unit *u, int64_t block_rows,
-                              struct rf_plan_tensor_in *tensors, struct rf_plan_unit_in *in);
-
 /* ---- the peers' layouts on the same unit (src/plan/peers.c) ---- */
 
 enum rf_plan_peer {
@@ -235,14 +187,14 @@ struct rf_plan_model_result {
   struct rf_plan_peer_stats peers[RF_PLAN_PEER_COUNT];
 };
 
-/* Plans every unit of `model` with blocks of block_rows rows, checks each plan
+/* Plans every unit of a model (its tensor list: n_units units; src/model's
+ * rf_model_desc_plan_units makes one from a description), checks each plan
  * with rf_plan_unit_check and computes the peers' layouts (skipped when
  * with_peers is 0). A buffer beyond a unit's first costs opt->buffer_cost_elems
  * plus buffer_cost_ratio times the unit's elements. Returns 0, or -1 with
  * rf_error_msg() (bad input, or a plan the checker refuses). */
-int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
-                       const struct rf_plan_options *opt, double buffer_cost_ratio, int with_peers,
-                       struct rf_plan_model_result *out);
+int rf_plan_model_make(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_options *opt,
+                       double buffer_cost_ratio, int with_peers, struct rf_plan_model_result *out);
 void rf_plan_model_result_free(struct rf_plan_model_result *res);
 
 #endif

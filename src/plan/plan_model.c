@@ -14,11 +14,11 @@ static double rf_plan_now_ms(void) {
 }
 
 /* Units u and v have the same planner input (a plan depends on nothing else). */
-static int rf_plan_units_same(const struct rf_plan_model_unit *u, const struct rf_plan_model_unit *v) {
-  if (u->n_tensors != v->n_tensors || u->numel != v->numel) return 0;
+static int rf_plan_units_same(const struct rf_plan_unit_in *u, const struct rf_plan_unit_in *v) {
+  if (u->n_tensors != v->n_tensors) return 0;
   for (int i = 0; i < u->n_tensors; i++) {
-    const struct rf_plan_model_tensor *a = &u->tensors[i], *b = &v->tensors[i];
-    if (a->ndim != b->ndim || a->block_rows != b->block_rows || a->sub_count != b->sub_count) return 0;
+    const struct rf_plan_tensor_in *a = &u->tensors[i], *b = &v->tensors[i];
+    if (a->ndim != b->ndim || a->block_elems != b->block_elems || a->sub_count != b->sub_count) return 0;
     for (int d = 0; d < a->ndim; d++)
       if (a->shape[d] != b->shape[d]) return 0;
   }
@@ -39,54 +39,51 @@ static void rf_plan_unit_copy(const struct rf_plan_unit *src, struct rf_plan_uni
   }
 }
 
-int rf_plan_model_make(const struct rf_plan_model *model, int64_t block_rows,
-                       const struct rf_plan_options *opt, double buffer_cost_ratio, int with_peers,
-                       struct rf_plan_model_result *out) {
+int rf_plan_model_make(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_options *opt,
+                       double buffer_cost_ratio, int with_peers, struct rf_plan_model_result *out) {
   memset(out, 0, sizeof *out);
-  RF_REQUIRE(block_rows >= 1, "block rows must be >= 1 (got %lld)", (long long)block_rows);
-  RF_REQUIRE(model->n_units >= 1, "the model has no units");
+  RF_REQUIRE(n_units >= 1, "the model has no units");
   RF_REQUIRE(buffer_cost_ratio >= 0, "buffer_cost_ratio must be >= 0");
   out->world = opt->world;
   out->mode = opt->mode;
   out->imbalance = 1.0;
-  out->units = rf_xcalloc((size_t)model->n_units, sizeof *out->units);
-  struct rf_plan_tensor_in *ts = rf_xmalloc((size_t)model->max_tensors * sizeof *ts);
-  int *rep = rf_xmalloc((size_t)model->n_units * sizeof *rep), rc = 0;
-  for (int u = 0; u < model->n_units && rc == 0; u++) {
-    struct rf_plan_unit_in in;
-    rf_plan_model_unit_input(&model->units[u], block_rows, ts, &in);
+  out->units = rf_xcalloc((size_t)n_units, sizeof *out->units);
+  int *rep = rf_xmalloc((size_t)n_units * sizeof *rep), rc = 0;
+  for (int u = 0; u < n_units && rc == 0; u++) {
+    const struct rf_plan_unit_in *in = &units[u];
+    int64_t numel = 0;
+    for (int i = 0; i < in->n_tensors; i++) numel += in->tensors[i].numel;
     double t0 = rf_plan_now_ms();
     /* Identical units (the layers of a model) share one plan. */
     int same = -1;
     for (int v = 0; v < u && same < 0; v++)
-      if (rep[v] == v && rf_plan_units_same(&model->units[u], &model->units[v])) same = v;
+      if (rep[v] == v && rf_plan_units_same(in, &units[v])) same = v;
     rep[u] = same < 0 ? u : same;
     if (same >= 0)
       rf_plan_unit_copy(&out->units[same], &out->units[u]);
     else {
       struct rf_plan_options unit_opt = *opt;
-      unit_opt.buffer_cost_elems += buffer_cost_ratio * (double)model->units[u].numel;
-      rc = rf_plan_unit_make(&in, &unit_opt, &out->units[u]);
+      unit_opt.buffer_cost_elems += buffer_cost_ratio * (double)numel;
+      rc = rf_plan_unit_make(in, &unit_opt, &out->units[u]);
     }
     out->plan_ms += rf_plan_now_ms() - t0;
     if (rc != 0) break;
     out->n_units = u + 1;
     const struct rf_plan_unit *p = &out->units[u];
-    rc = rf_plan_unit_check(&in, p, opt->align_elems);
+    rc = rf_plan_unit_check(in, p, opt->align_elems);
     if (rc != 0) break;
     out->elems += p->elems;
     out->padded_elems += p->padded_elems;
     out->bound_padded_elems += p->bound_padded_elems;
     out->max_shard_elems += p->max_shard_elems;
-    out->split_blocks += rf_plan_unit_split_blocks(&in, p);
+    out->split_blocks += rf_plan_unit_split_blocks(in, p);
     out->n_buffers += p->n_buffers;
     out->sub_padding_units += p->used_sub_padding;
     if (p->imbalance > out->imbalance) out->imbalance = p->imbalance;
     for (int k = 0; with_peers && k < RF_PLAN_PEER_COUNT && rc == 0; k++)
-      rc = rf_plan_peer_add((enum rf_plan_peer)k, &in, opt->world, &out->peers[k]);
+      rc = rf_plan_peer_add((enum rf_plan_peer)k, in, opt->world, &out->peers[k]);
   }
   free(rep);
-  free(ts);
   if (rc != 0) {
     rf_plan_model_result_free(out);
     return -1;

@@ -1,0 +1,260 @@
+/* The one reader of a Hugging Face config.json, for every model family
+ * (llama, gpt_oss, deepseek_v3): the planner's descriptions and the trainable
+ * model both read their configuration here. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+
+int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
+  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA,
+             "%s: field 'model_type': only llama models can be trained (this one can be planned)", what);
+  const struct {
+    const char *name;
+    int value;
+  } ints[] = {{"hidden_size", cfg->hidden_size},
+              {"intermediate_size", cfg->intermediate_size},
+              {"num_hidden_layers", cfg->num_hidden_layers},
+              {"num_attention_heads", cfg->num_attention_heads},
+              {"num_key_value_heads", cfg->num_key_value_heads},
+              {"vocab_size", cfg->vocab_size},
+              {"max_position_embeddings", cfg->max_position_embeddings}};
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+    RF_REQUIRE(ints[i].value > 0, "%s: field '%s' must be positive (got %d)", what, ints[i].name,
+               ints[i].value);
+  RF_REQUIRE(cfg->num_attention_heads % cfg->num_key_value_heads == 0,
+             "%s: num_key_value_heads (%d) does not divide num_attention_heads (%d)", what,
+             cfg->num_key_value_heads, cfg->num_attention_heads);
+  if (cfg->head_dim == 0) {
+    RF_REQUIRE(cfg->hidden_size % cfg->num_attention_heads == 0,
+               "%s: num_attention_heads (%d) does not divide hidden_size (%d)", what,
+               cfg->num_attention_heads, cfg->hidden_size);
+    cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+  }
+  RF_REQUIRE(cfg->head_dim * cfg->num_attention_heads == cfg->hidden_size,
+             "%s: field 'head_dim' (%d) other than hidden_size / num_attention_heads is not supported", what,
+             cfg->head_dim);
+  RF_REQUIRE(cfg->head_dim % 2 == 0, "%s: field 'head_dim' (%d) must be even (rotary pairs)", what,
+             cfg->head_dim);
+  RF_REQUIRE(cfg->rms_norm_eps > 0.0f && isfinite(cfg->rms_norm_eps),
+             "%s: field 'rms_norm_eps' must be positive", what);
+  RF_REQUIRE(cfg->rope_theta > 0.0 && isfinite(cfg->rope_theta), "%s: field 'rope_theta' must be positive",
+             what);
+  RF_REQUIRE(!cfg->tie_word_embeddings,
+             "%s: field 'tie_word_embeddings' is true: tied embeddings are not supported", what);
+  RF_REQUIRE(!cfg->attention_bias, "%s: field 'attention_bias' is true: biases are not supported", what);
+  RF_REQUIRE(!cfg->mlp_bias, "%s: field 'mlp_bias' is true: biases are not supported", what);
+  RF_REQUIRE(!cfg->rope_type[0] || strcmp(cfg->rope_type, "default") == 0,
+             "%s: field '%s': rope_type '%s' is not implemented (only 'default')", what, cfg->rope_field,
+             cfg->rope_type);
+  RF_REQUIRE(!cfg->hidden_act[0] || strcmp(cfg->hidden_act, "silu") == 0,
+             "%s: field 'hidden_act': '%s' is not implemented (only 'silu')", what, cfg->hidden_act);
+  return 0;
+}
+
+/* A config being read: the JSON object and the file it came from. */
+struct rf_model_config_json {
+  const cJSON *root;
+  const char *path;
+  const char *assumed; /* appended to "missing" messages (a config without model_type) */
+};
+
+/* Integer field `name`, a positive integer below 2^31 (zero too when zero_ok);
+ * absent or null: *out = dflt, or an error when dflt < 0. */
+static int rf_model_json_int(const struct rf_model_config_json *j, const char *name, int dflt, int zero_ok,
+                             int *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
+  if (!it || cJSON_IsNull(it)) {
+    RF_REQUIRE(dflt >= 0, "%s: field '%s' is missing%s", j->path, name, j->assumed);
+    *out = dflt;
+    return 0;
+  }
+  double v = cJSON_IsNumber(it) ? it->valuedouble : -1.0;
+  RF_REQUIRE((v > 0 || (zero_ok && v == 0)) && v < 2147483648.0 && floor(v) == v,
+             "%s: field '%s' must be a %s integer", j->path, name, zero_ok ? "non-negative" : "positive");
+  *out = (int)v;
+  return 0;
+}
+
+/* A positive finite number; absent or null: dflt. */
+static int rf_model_json_double(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
+                                double dflt, double *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+  if (!it || cJSON_IsNull(it)) {
+    *out = dflt;
+    return 0;
+  }
+  RF_REQUIRE(cJSON_IsNumber(it), "%s: field '%s' is not a number", j->path, name);
+  RF_REQUIRE(it->valuedouble > 0 && isfinite(it->valuedouble), "%s: field '%s' must be positive (got %g)",
+             j->path, name, it->valuedouble);
+  *out = it->valuedouble;
+  return 0;
+}
+
+/* true or false; absent or null: dflt. */
+static int rf_model_json_bool(const struct rf_model_config_json *j, const char *name, int dflt, int *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
+  if (!it || cJSON_IsNull(it)) {
+    *out = dflt;
+    return 0;
+  }
+  RF_REQUIRE(cJSON_IsBool(it), "%s: field '%s' must be true or false", j->path, name);
+  *out = cJSON_IsTrue(it);
+  return 0;
+}
+
+/* A string into buf (size RF_MODEL_CONFIG_WORD); absent or null: dflt. */
+static int rf_model_json_word(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
+                              const char *dflt, char *buf) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+  const char *s = dflt;
+  if (it && !cJSON_IsNull(it)) {
+    RF_REQUIRE(cJSON_IsString(it), "%s: field '%s' must be a string", j->path, name);
+    s = it->valuestring;
+  }
+  RF_REQUIRE(strlen(s) < RF_MODEL_CONFIG_WORD, "%s: field '%s' is too long ('%.40s...')", j->path, name, s);
+  snprintf(buf, RF_MODEL_CONFIG_WORD, "%s", s);
+  return 0;
+}
+
+/* RoPE: rope_theta at the top level or (transformers >= 5) inside
+ * "rope_parameters"; the type from "rope_scaling" or "rope_parameters"
+ * ("rope_type", older "type"); "default" when neither names one. */
+static int rf_model_config_rope(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j->root, "rope_parameters");
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j->root, "rope_scaling");
+  const cJSON *objs[] = {rp, rs};
+  const char *names[] = {"rope_parameters", "rope_scaling"};
+  snprintf(cfg->rope_type, sizeof cfg->rope_type, "default");
+  cfg->rope_field = "";
+  for (int i = 0; i < 2; i++) {
+    if (!objs[i] || cJSON_IsNull(objs[i])) continue;
+    RF_REQUIRE(cJSON_IsObject(objs[i]), "%s: field '%s' must be an object", j->path, names[i]);
+    const char *key = cJSON_GetObjectItemCaseSensitive(objs[i], "rope_type") ? "rope_type" : "type";
+    char type[RF_MODEL_CONFIG_WORD];
+    RF_TRY(rf_model_json_word(j, objs[i], key, "default", type));
+    if (strcmp(type, "default") != 0 || !cfg->rope_field[0]) {
+      snprintf(cfg->rope_type, sizeof cfg->rope_type, "%s", type);
+      cfg->rope_field = i == 0 ? "rope_parameters" : "rope_scaling";
+    }
+  }
+  if (cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") &&
+      !cJSON_GetObjectItemCaseSensitive(j->root, "rope_theta"))
+    return rf_model_json_double(j, rp, "rope_theta", 10000.0, &cfg->rope_theta);
+  return rf_model_json_double(j, j->root, "rope_theta", 10000.0, &cfg->rope_theta);
+}
+
+static int rf_model_config_gpt_oss(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  RF_TRY(rf_model_json_int(j, "head_dim", -1, 0, &cfg->head_dim));
+  RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->gpt_oss.num_local_experts));
+  return rf_model_json_bool(j, "attention_bias", 1, &cfg->attention_bias);
+}
+
+static int rf_model_config_deepseek_v3(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  struct rf_model_config_deepseek_v3 *d = &cfg->deepseek_v3;
+  RF_TRY(rf_model_json_int(j, "moe_intermediate_size", -1, 0, &d->moe_intermediate_size));
+  RF_TRY(rf_model_json_int(j, "n_routed_experts", -1, 0, &d->n_routed_experts));
+  RF_TRY(rf_model_json_int(j, "n_shared_experts", -1, 0, &d->n_shared_experts));
+  RF_TRY(rf_model_json_int(j, "first_k_dense_replace", -1, 1, &d->first_k_dense_replace));
+  RF_TRY(rf_model_json_int(j, "moe_layer_freq", 1, 0, &d->moe_layer_freq));
+  RF_TRY(rf_model_json_int(j, "q_lora_rank", 0, 0, &d->q_lora_rank)); /* null or absent: no low-rank q */
+  RF_TRY(rf_model_json_int(j, "kv_lora_rank", -1, 0, &d->kv_lora_rank));
+  RF_TRY(rf_model_json_int(j, "qk_nope_head_dim", -1, 0, &d->qk_nope_head_dim));
+  RF_TRY(rf_model_json_int(j, "qk_rope_head_dim", -1, 0, &d->qk_rope_head_dim));
+  RF_TRY(rf_model_json_int(j, "v_head_dim", -1, 0, &d->v_head_dim));
+  cfg->head_dim = d->qk_nope_head_dim + d->qk_rope_head_dim;
+  return 0;
+}
+
+/* The llama fields: head_dim defaults to hidden_size / num_attention_heads. */
+static int rf_model_config_llama(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  int dflt =
+      cfg->hidden_size % cfg->num_attention_heads == 0 ? cfg->hidden_size / cfg->num_attention_heads : -1;
+  const cJSON *hd = cJSON_GetObjectItemCaseSensitive(j->root, "head_dim");
+  RF_REQUIRE(dflt > 0 || (hd && !cJSON_IsNull(hd)),
+             "%s: num_attention_heads (%d) does not divide hidden_size (%d) and there is no field 'head_dim'",
+             j->path, cfg->num_attention_heads, cfg->hidden_size);
+  RF_TRY(rf_model_json_int(j, "head_dim", dflt, 0, &cfg->head_dim));
+  RF_TRY(rf_model_json_bool(j, "attention_bias", 0, &cfg->attention_bias));
+  return rf_model_json_bool(j, "mlp_bias", 0, &cfg->mlp_bias);
+}
+
+int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
+  memset(cfg, 0, sizeof *cfg);
+  RF_REQUIRE(cJSON_IsObject(root), "%s: not a JSON object", path);
+  struct rf_model_config_json j = {root, path, ""};
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  if (!mt || cJSON_IsNull(mt)) {
+    j.assumed = " (there is no field 'model_type': read as a llama config)";
+    cfg->family = RF_MODEL_FAMILY_LLAMA;
+  } else {
+    RF_REQUIRE(cJSON_IsString(mt), "%s: field 'model_type' must be a string", path);
+    static const char *const names[RF_MODEL_FAMILY_COUNT] = {"llama", "gpt_oss", "deepseek_v3"};
+    int f = 0;
+    while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, names[f]) != 0) f++;
+    RF_REQUIRE(f < RF_MODEL_FAMILY_COUNT,
+               "%s: field 'model_type': unknown model type '%s' (known: llama, gpt_oss, deepseek_v3)", path,
+               mt->valuestring);
+    cfg->family = (enum rf_model_family)f;
+  }
+  RF_TRY(rf_model_json_int(&j, "hidden_size", -1, 0, &cfg->hidden_size));
+  RF_TRY(rf_model_json_int(&j, "intermediate_size", -1, 0, &cfg->intermediate_size));
+  RF_TRY(rf_model_json_int(&j, "num_hidden_layers", -1, 0, &cfg->num_hidden_layers));
+  if (cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3) RF_TRY(rf_model_config_deepseek_v3(&j, cfg));
+  RF_TRY(rf_model_json_int(&j, "num_attention_heads", -1, 0, &cfg->num_attention_heads));
+  RF_TRY(
+      rf_model_json_int(&j, "num_key_value_heads", cfg->num_attention_heads, 0, &cfg->num_key_value_heads));
+  RF_TRY(rf_model_json_int(&j, "vocab_size", -1, 0, &cfg->vocab_size));
+  RF_TRY(rf_model_json_int(&j, "max_position_embeddings", 2048, 0, &cfg->max_position_embeddings));
+  RF_TRY(rf_model_json_bool(&j, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
+  double eps = 0.0;
+  RF_TRY(rf_model_json_double(&j, root, "rms_norm_eps", 1e-6, &eps));
+  cfg->rms_norm_eps = (float)eps;
+  RF_TRY(rf_model_config_rope(&j, cfg));
+  RF_TRY(rf_model_json_word(&j, root, "hidden_act", "silu", cfg->hidden_act));
+  switch (cfg->family) {
+    case RF_MODEL_FAMILY_LLAMA:
+      return rf_model_config_llama(&j, cfg);
+    case RF_MODEL_FAMILY_GPT_OSS:
+      return rf_model_config_gpt_oss(&j, cfg);
+    case RF_MODEL_FAMILY_DEEPSEEK_V3: /* read above */
+      return 0;
+    case RF_MODEL_FAMILY_COUNT:
+      break;
+  }
+  RF_FAIL("%s: bad model family", path);
+}
+
+cJSON *rf_model_json_parse(const char *text, size_t n, const char *path) {
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+  if (!root)
+    rf_error_set(__FILE__, __LINE__, "%s: not valid JSON (malformed near byte %ld)", path,
+                 end ? (long)(end - text) : -1L);
+  return root;
+}
+
+int rf_model_config_parse(struct rf_model_config *cfg, const char *text, size_t n, const char *path) {
+  cJSON *root = rf_model_json_parse(text, n, path);
+  if (!root) return -1;
+  int rc = rf_model_config_from_json(cfg, root, path);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int rf_model_config_read(struct rf_model_config *cfg, const char *path) {
+  char *text = NULL;
+  size_t n = 0;
+  RF_TRY(rf_file_read_all(path, &text, &n));
+  int rc = rf_model_config_parse(cfg, text, n, path);
+  free(text);
+  return rc;
+}
+
+int rf_model_config_load(struct rf_model_config *cfg, const char *path) {
+  RF_TRY(rf_model_config_read(cfg, path));
+  return rf_model_config_check(cfg, path);
+}

@@ -1,0 +1,311 @@
+/* Model descriptions: every family's units and tensors (names and shapes as in
+ * its Hugging Face checkpoints), the one source of both the planner's tensor
+ * list and the trainer's declared tensors. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+
+/* What a tensor is, which sets its initialization, weight decay and Muon. */
+enum rf_model_desc_kind {
+  RF_MODEL_DESC_KIND_NORM = 0, /* a norm's scale: const 1 */
+  RF_MODEL_DESC_KIND_BIAS,     /* a bias, sinks: zeros */
+  RF_MODEL_DESC_KIND_EMBED,    /* the token embedding: normal, no decay */
+  RF_MODEL_DESC_KIND_OUTPUT,   /* lm_head: normal, decay, not orthogonalized */
+  RF_MODEL_DESC_KIND_LINEAR,   /* a linear weight between hidden states: normal, decay, Muon */
+  RF_MODEL_DESC_KIND_RESIDUAL, /* one writing into the residual stream: normal / sqrt(2 layers) */
+  RF_MODEL_DESC_KIND_EXPERTS   /* fused experts (3-D): normal, decay */
+};
+
+struct rf_model_desc_builder {
+  struct rf_model_desc *d;
+  float std_res; /* the residual projections' std */
+};
+
+static char *rf_model_desc_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = rf_xmalloc(n);
+  memcpy(d, s, n);
+  return d;
+}
+
+/* Arrays grow to 16, 32, 64, ... entries: room is made when n is 0 or such a power of two. */
+static void *rf_model_desc_grow(void *a, int n, size_t size) {
+  if (n != 0 && (n < 16 || (n & (n - 1)) != 0)) return a;
+  size_t cap = n == 0 ? 16 : 2 * (size_t)n;
+  void *b = rf_xcalloc(cap, size);
+  if (n) memcpy(b, a, (size_t)n * size);
+  free(a);
+  return b;
+}
+
+void rf_model_desc_add_unit(struct rf_model_desc *d, const char *name) {
+  d->units = rf_model_desc_grow(d->units, d->n_units, sizeof *d->units);
+  d->units[d->n_units++] = (struct rf_model_unit){rf_model_desc_strdup(name), 0, 0, NULL};
+}
+
+struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *d, const char *name, int ndim,
+                                                 const int64_t *shape) {
+  RF_ASSERT(d->n_units > 0 && ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS);
+  struct rf_model_unit *u = &d->units[d->n_units - 1];
+  u->tensors = rf_model_desc_grow(u->tensors, u->n_tensors, sizeof *u->tensors);
+  struct rf_model_tensor *t = &u->tensors[u->n_tensors++];
+  memset(t, 0, sizeof *t);
+  t->name = rf_model_desc_strdup(name);
+  t->ndim = ndim;
+  t->numel = 1;
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i], t->numel *= shape[i];
+  t->sub_count = 1;
+  u->numel += t->numel;
+  d->numel += t->numel;
+  d->n_tensors++;
+  if (u->n_tensors > d->max_tensors) d->max_tensors = u->n_tensors;
+  return t;
+}
+
+/* A unit named by a format. */
+static void rf_model_desc_unit(struct rf_model_desc_builder *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void rf_model_desc_unit(struct rf_model_desc_builder *b, const char *fmt, ...) {
+  char name[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  rf_model_desc_add_unit(b->d, name);
+}
+
+/* Adds a tensor of `kind` with ndim dims, named by a format. */
+static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b,
+                                                 enum rf_model_desc_kind kind, int ndim, const int64_t *shape,
+                                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b,
+                                                 enum rf_model_desc_kind kind, int ndim, const int64_t *shape,
+                                                 const char *fmt, ...) {
+  char name[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  struct rf_model_tensor *t = rf_model_desc_add_tensor(b->d, name, ndim, shape);
+  const float std = 0.02f;
+  t->init = (struct rf_init){RF_INIT_NORMAL, std};
+  switch (kind) {
+    case RF_MODEL_DESC_KIND_NORM:
+      t->init = (struct rf_init){RF_INIT_CONST, 1.0f};
+      break;
+    case RF_MODEL_DESC_KIND_BIAS:
+      t->init = (struct rf_init){RF_INIT_ZEROS, 0.0f};
+      break;
+    case RF_MODEL_DESC_KIND_EMBED:
+      break;
+    case RF_MODEL_DESC_KIND_OUTPUT:
+    case RF_MODEL_DESC_KIND_EXPERTS:
+      t->decay = 1;
+      break;
+    case RF_MODEL_DESC_KIND_RESIDUAL:
+      t->init.value = b->std_res;
+      t->decay = t->matrix = 1;
+      break;
+    case RF_MODEL_DESC_KIND_LINEAR:
+      t->decay = t->matrix = 1;
+      break;
+  }
+  return t;
+}
+
+#define RF_MODEL_DESC_V(...) ((const int64_t[]){__VA_ARGS__})
+
+/* A linear layer [out, in] under prefix, and its bias [out] when `bias`. */
+static void rf_model_desc_linear(struct rf_model_desc_builder *b, enum rf_model_desc_kind kind, int64_t out,
+                                 int64_t in, int bias, const char *prefix, const char *name) {
+  rf_model_desc_add(b, kind, 2, RF_MODEL_DESC_V(out, in), "%s.%s.weight", prefix, name);
+  if (bias)
+    rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(out), "%s.%s.bias", prefix, name);
+}
+
+/* The input norm and grouped-query attention of a layer (llama, gpt_oss). */
+static void rf_model_desc_gqa(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                              const char *p) {
+  int64_t h = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim;
+  int64_t kd = (int64_t)c->num_key_value_heads * c->head_dim;
+  int bias = c->attention_bias;
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.input_layernorm.weight", p);
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, qd, h, bias, p, "self_attn.q_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, kd, h, bias, p, "self_attn.k_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, kd, h, bias, p, "self_attn.v_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, qd, bias, p, "self_attn.o_proj");
+}
+
+/* A SwiGLU MLP (gate, up: [f, h]; down: [h, f]) under prefix. */
+static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_t f, int bias,
+                              const char *prefix) {
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, f, h, bias, prefix, "gate_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, f, h, bias, prefix, "up_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, f, bias, prefix, "down_proj");
+}
+
+static void rf_model_desc_llama_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                      const char *p) {
+  rf_model_desc_gqa(b, c, p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->hidden_size),
+                    "%s.post_attention_layernorm.weight", p);
+  char e[160];
+  snprintf(e, sizeof e, "%s.mlp", p);
+  rf_model_desc_mlp(b, c->hidden_size, c->intermediate_size, c->mlp_bias, e);
+}
+
+static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                        const char *p) {
+  int64_t h = c->hidden_size, inter = c->intermediate_size, x = c->gpt_oss.num_local_experts;
+  rf_model_desc_gqa(b, c, p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(c->num_attention_heads),
+                    "%s.self_attn.sinks", p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
+                    p);
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, x, h, 1, p, "mlp.router");
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter),
+                    "%s.mlp.experts.gate_up_proj", p)
+      ->sub_count = x;
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, 2 * inter),
+                    "%s.mlp.experts.gate_up_proj_bias", p)
+      ->sub_count = x;
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, inter, h),
+                    "%s.mlp.experts.down_proj", p)
+      ->sub_count = x;
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.experts.down_proj_bias", p)
+      ->sub_count = x;
+}
+
+/* Layer l of DeepSeek-V3: multi-head latent attention, then a dense MLP (the
+ * first first_k_dense_replace layers and those off moe_layer_freq) or routed
+ * experts with shared ones. */
+static void rf_model_desc_deepseek_v3_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                            int l, const char *p) {
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  int64_t h = c->hidden_size, heads = c->num_attention_heads, rope = d->qk_rope_head_dim;
+  int64_t qk = d->qk_nope_head_dim + rope, kv = d->kv_lora_rank;
+  const enum rf_model_desc_kind lin = RF_MODEL_DESC_KIND_LINEAR;
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.input_layernorm.weight", p);
+  if (d->q_lora_rank) {
+    rf_model_desc_linear(b, lin, d->q_lora_rank, h, 0, p, "self_attn.q_a_proj");
+    rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(d->q_lora_rank),
+                      "%s.self_attn.q_a_layernorm.weight", p);
+    rf_model_desc_linear(b, lin, heads * qk, d->q_lora_rank, 0, p, "self_attn.q_b_proj");
+  } else {
+    rf_model_desc_linear(b, lin, heads * qk, h, 0, p, "self_attn.q_proj");
+  }
+  rf_model_desc_linear(b, lin, kv + rope, h, 0, p, "self_attn.kv_a_proj_with_mqa");
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(kv), "%s.self_attn.kv_a_layernorm.weight",
+                    p);
+  rf_model_desc_linear(b, lin, heads * (d->qk_nope_head_dim + d->v_head_dim), kv, 0, p,
+                       "self_attn.kv_b_proj");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, heads * d->v_head_dim, 0, p, "self_attn.o_proj");
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
+                    p);
+  char e[192];
+  if (l < d->first_k_dense_replace || l % d->moe_layer_freq != 0) {
+    snprintf(e, sizeof e, "%s.mlp", p);
+    rf_model_desc_mlp(b, h, c->intermediate_size, 0, e);
+    return;
+  }
+  rf_model_desc_linear(b, lin, d->n_routed_experts, h, 0, p, "mlp.gate");
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(d->n_routed_experts),
+                    "%s.mlp.gate.e_score_correction_bias", p);
+  for (int x = 0; x < d->n_routed_experts; x++) {
+    snprintf(e, sizeof e, "%s.mlp.experts.%d", p, x);
+    rf_model_desc_mlp(b, h, d->moe_intermediate_size, 0, e);
+  }
+  snprintf(e, sizeof e, "%s.mlp.shared_experts", p);
+  rf_model_desc_mlp(b, h, (int64_t)d->moe_intermediate_size * d->n_shared_experts, 0, e);
+}
+
+void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc *out) {
+  static const char *const types[RF_MODEL_FAMILY_COUNT] = {"llama", "gpt_oss", "deepseek_v3"};
+  memset(out, 0, sizeof *out);
+  RF_ASSERT(cfg->family >= 0 && cfg->family < RF_MODEL_FAMILY_COUNT);
+  out->model_type = rf_model_desc_strdup(types[cfg->family]);
+  struct rf_model_desc_builder b = {out, 0.02f / sqrtf(2.0f * (float)cfg->num_hidden_layers)};
+  int64_t h = cfg->hidden_size, v = cfg->vocab_size;
+  rf_model_desc_unit(&b, "embed");
+  rf_model_desc_add(&b, RF_MODEL_DESC_KIND_EMBED, 2, RF_MODEL_DESC_V(v, h), "model.embed_tokens.weight");
+  /* DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers) are not part of the model proper.
+   */
+  for (int l = 0; l < cfg->num_hidden_layers; l++) {
+    rf_model_desc_unit(&b, "layers.%d", l);
+    char p[64];
+    snprintf(p, sizeof p, "model.layers.%d", l);
+    if (cfg->family == RF_MODEL_FAMILY_GPT_OSS)
+      rf_model_desc_gpt_oss_layer(&b, cfg, p);
+    else if (cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3)
+      rf_model_desc_deepseek_v3_layer(&b, cfg, l, p);
+    else
+      rf_model_desc_llama_layer(&b, cfg, p);
+  }
+  rf_model_desc_unit(&b, "head");
+  rf_model_desc_add(&b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "model.norm.weight");
+  if (!cfg->tie_word_embeddings)
+    rf_model_desc_add(&b, RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(v, h), "lm_head.weight");
+}
+
+void rf_model_desc_free(struct rf_model_desc *desc) {
+  for (int u = 0; u < desc->n_units; u++) {
+    for (int t = 0; t < desc->units[u].n_tensors; t++) free(desc->units[u].tensors[t].name);
+    free(desc->units[u].tensors);
+    free(desc->units[u].name);
+  }
+  free(desc->units);
+  free(desc->model_type);
+  memset(desc, 0, sizeof *desc);
+}
+
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, int64_t block_rows) {
+  size_t head = (size_t)desc->n_units * sizeof(struct rf_plan_unit_in);
+  struct rf_plan_unit_in *units =
+      rf_xmalloc(head + (size_t)desc->n_tensors * sizeof(struct rf_plan_tensor_in));
+  struct rf_plan_tensor_in *ts = (struct rf_plan_tensor_in *)((char *)units + head);
+  for (int u = 0; u < desc->n_units; u++) {
+    const struct rf_model_unit *mu = &desc->units[u];
+    units[u] = (struct rf_plan_unit_in){mu->name, mu->n_tensors, ts};
+    for (int i = 0; i < mu->n_tensors; i++, ts++) {
+      const struct rf_model_tensor *t = &mu->tensors[i];
+      memset(ts, 0, sizeof *ts);
+      ts->name = t->name;
+      ts->ndim = t->ndim;
+      memcpy(ts->shape, t->shape, sizeof ts->shape);
+      ts->numel = t->numel;
+      ts->sub_count = t->sub_count;
+      if (t->ndim == 1) {
+        ts->block_elems = 1;
+      } else {
+        int64_t row = t->shape[t->ndim - 1], rows = t->numel / row;
+        ts->block_elems = rf_min_i64(t->block_rows > 0 ? t->block_rows : block_rows, rows) * row;
+      }
+    }
+  }
+  return units;
+}
+
+int64_t rf_model_n_params(const struct rf_model_config *cfg) {
+  struct rf_model_desc d;
+  rf_model_desc_make(cfg, &d);
+  int64_t n = d.numel;
+  rf_model_desc_free(&d);
+  return n;
+}
+
+int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg) {
+  struct rf_model_desc d;
+  rf_model_desc_make(cfg, &d);
+  /* the linear weights (those taking weight decay), and the embedding when it is also the output */
+  int64_t n = cfg->tie_word_embeddings ? (int64_t)cfg->vocab_size * cfg->hidden_size : 0;
+  for (int u = 0; u < d.n_units; u++)
+    for (int i = 0; i < d.units[u].n_tensors; i++)
+      if (d.units[u].tensors[i].decay) n += d.units[u].tensors[i].numel;
+  rf_model_desc_free(&d);
+  return n;
+}
