@@ -4,7 +4,7 @@
  * buffer, no overlap, no block cut by a rank boundary, equal shards or W+1
  * ascending starts), the table, --max-padding's suggestion (checked by
  * planning at the suggested size), and errors on bad input. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
  * to the layouts of FSDP1, FSDP2, DeepSpeed ZeRO-3 and Megatron-FSDP (padding,
  * blocks cut across ranks, bytes copied per step). Every plan printed has
  * passed the independent checker (rf_plan_unit_check). docs/planner.md. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

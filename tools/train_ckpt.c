@@ -1,7 +1,7 @@
 /* rfsdp train's checkpoints: save every N steps (master weights, every optimizer
  * state, the step; the data loader is a function of (seed, step), so the step is
  * its position), keep the last K, resume bit-exactly, start from safetensors. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* Progress line, JSONL log, loss curve, sgemm peak and memory for `rfsdp train`. */
 #include "train_report.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
