@@ -111,6 +111,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   struct rf_fsdp *f = s->model.fsdp;
   double scale = 1.0 / ((double)a->batch * (double)a->seq);
   double loss = 0;
+  rf_comm_watchdog_note(step + 1, "forward and backward");
   rf_fsdp_zero_grad(f);
   for (int m = 0; m < a->accum; m++) {
     RF_TRY(rf_data_loader_batch(&s->train, a->seed, step, a->batch, a->seq, m * s->world + s->rank,
@@ -124,6 +125,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   *norm_out = norm;
   if (!isfinite(norm)) return 1;
   rf_fsdp_clip_grads(f, norm, a->clip);
+  rf_comm_watchdog_note(step + 1, "optimizer");
   rf_optim_step(s->optim, (float)rf_train_lr(a, step));
   return 0;
 }
@@ -234,6 +236,7 @@ static int rf_train_run(struct rf_train_state *s) {
     uint64_t t0 = rf_time_ns();
     double loss = 0, norm = 0;
     int skipped = rf_train_step(s, step, &loss, &norm);
+    rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
     if (rf_train_agree(skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     double ms = (double)(rf_time_ns() - t0) / 1e6;
     struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
@@ -293,6 +296,7 @@ int rf_cmd_train(int argc, char **argv) {
       .temperature = 0.8,
       .print_every = 1,
       .keep = 2,
+      .collective_timeout = 600,
   };
   const struct rf_option options[] = {
       {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama)",
@@ -341,6 +345,9 @@ int rf_cmd_train(int argc, char **argv) {
       {"resume", RF_OPTION_KIND_STRING, &a.resume,
        "continue from a checkpoint directory (or a --ckpt-dir: its latest complete one)", NULL, 0},
       {"init", RF_OPTION_KIND_STRING, &a.init, "start from the weights of a safetensors file", NULL, 0},
+      {"collective-timeout", RF_OPTION_KIND_DOUBLE, &a.collective_timeout,
+       "seconds a rank may wait in one collective before it ends the job with a message (0: off)", "[0, inf)",
+       0},
   };
   rf_comm_mpi_init(&argc, &argv);
   struct rf_train_state s;
@@ -362,7 +369,9 @@ int rf_cmd_train(int argc, char **argv) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {
     rf_comm_init(&s.comm, MPI_COMM_WORLD);
+    rf_comm_watchdog_start(a.collective_timeout);
     status = rf_train_exit_status(rf_train_run(&s), "rfsdp train");
+    rf_comm_watchdog_stop();
     rf_train_state_free(&s);
     rf_comm_free(&s.comm);
   }

@@ -25,7 +25,15 @@ static uint64_t rf_comm_sent(const struct rf_comm *comm, const int64_t *send_cou
   return sent;
 }
 
+/* A blocking collective begins: the watchdog watches it. Returns the time. */
+static uint64_t rf_comm_begin(const char *collective) {
+  uint64_t t0 = rf_time_ns();
+  rf_comm_watch_enter(collective, NULL, t0);
+  return t0;
+}
+
 static void rf_comm_count_done(uint64_t t0) {
+  rf_comm_watch_leave();
   rf_counters_global.collectives++;
   rf_counters_global.comm_wait_ns += rf_time_ns() - t0;
 }
@@ -38,14 +46,14 @@ void rf_comm_free(struct rf_comm *comm) {
 /* ---- blocking ------------------------------------------------------------- */
 
 void rf_comm_barrier(const struct rf_comm *comm) {
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("barrier");
   comm->ops->barrier(comm);
   rf_comm_count_done(t0);
 }
 
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root) {
   RF_ASSERT(count >= 0 && root >= 0 && root < comm->world);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("broadcast");
   comm->ops->bcast(comm, buf, count, dtype, root);
   rf_comm_count_done(t0);
 }
@@ -54,7 +62,7 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
                        enum rf_reduce_op op) {
   RF_ASSERT(count >= 0);
   RF_ASSERT(op == RF_REDUCE_OP_SUM || op == RF_REDUCE_OP_MAX || op == RF_REDUCE_OP_MIN);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("all-reduce");
   comm->ops->allreduce(comm, buf, count, dtype, op);
   if (comm->world > 1) rf_counters_global.bytes_reduced += (uint64_t)count * rf_dtype_size(dtype);
   rf_comm_count_done(t0);
@@ -62,7 +70,7 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
 
 void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype) {
   RF_ASSERT(count >= 0);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("all-gather");
   comm->ops->allgather(comm, buf, count, dtype, NULL);
   rf_counters_global.bytes_gathered += (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype);
   rf_comm_count_done(t0);
@@ -70,7 +78,7 @@ void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enu
 
 void rf_comm_allgatherv(const struct rf_comm *comm, void *buf, const int64_t *starts, enum rf_dtype dtype) {
   rf_comm_check_starts(starts, comm->world);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, NULL);
   rf_counters_global.bytes_gathered += rf_comm_others(comm, starts) * rf_dtype_size(dtype);
   rf_comm_count_done(t0);
@@ -79,7 +87,7 @@ void rf_comm_allgatherv(const struct rf_comm *comm, void *buf, const int64_t *st
 void rf_comm_reduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv, int64_t count,
                                   enum rf_dtype dtype) {
   RF_ASSERT(count >= 0);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, NULL);
   rf_counters_global.bytes_reduced += (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype);
   rf_comm_count_done(t0);
@@ -88,7 +96,7 @@ void rf_comm_reduce_scatter_block(const struct rf_comm *comm, const void *send, 
 void rf_comm_reduce_scatter(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
                             enum rf_dtype dtype) {
   rf_comm_check_starts(starts, comm->world);
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, NULL);
   rf_counters_global.bytes_reduced += rf_comm_others(comm, starts) * rf_dtype_size(dtype);
   rf_comm_count_done(t0);
@@ -97,7 +105,7 @@ void rf_comm_reduce_scatter(const struct rf_comm *comm, const void *send, void *
 void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                        const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                        const int64_t *recv_displs, enum rf_dtype dtype) {
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_comm_begin("all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, NULL);
   rf_counters_global.bytes_alltoall += sent * rf_dtype_size(dtype);
@@ -124,10 +132,11 @@ void rf_comm_req_free(struct rf_comm_req *req) {
   memset(req, 0, sizeof *req);
 }
 
-static void rf_comm_req_start(const struct rf_comm *comm, struct rf_comm_req *req) {
+static void rf_comm_req_start(const struct rf_comm *comm, struct rf_comm_req *req, const char *collective) {
   RF_ASSERT(!req->active);
   RF_ASSERT(req->capacity >= comm->world);
   req->ops = comm->ops;
+  req->collective = collective;
 }
 
 static void rf_comm_req_started(struct rf_comm_req *req, uint64_t bytes, uint64_t *counter) {
@@ -140,7 +149,7 @@ static void rf_comm_req_started(struct rf_comm_req *req, uint64_t bytes, uint64_
 void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                         struct rf_comm_req *req) {
   RF_ASSERT(count >= 0);
-  rf_comm_req_start(comm, req);
+  rf_comm_req_start(comm, req, "all-gather");
   comm->ops->allgather(comm, buf, count, dtype, req);
   rf_comm_req_started(req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_gathered);
@@ -149,7 +158,7 @@ void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, en
 void rf_comm_iallgatherv(const struct rf_comm *comm, void *buf, const int64_t *starts, enum rf_dtype dtype,
                          struct rf_comm_req *req) {
   rf_comm_check_starts(starts, comm->world);
-  rf_comm_req_start(comm, req);
+  rf_comm_req_start(comm, req, "all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, req);
   rf_comm_req_started(req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_gathered);
@@ -158,7 +167,7 @@ void rf_comm_iallgatherv(const struct rf_comm *comm, void *buf, const int64_t *s
 void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv, int64_t count,
                                    enum rf_dtype dtype, struct rf_comm_req *req) {
   RF_ASSERT(count >= 0);
-  rf_comm_req_start(comm, req);
+  rf_comm_req_start(comm, req, "reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, req);
   rf_comm_req_started(req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_reduced);
@@ -167,7 +176,7 @@ void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send,
 void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
                              enum rf_dtype dtype, struct rf_comm_req *req) {
   rf_comm_check_starts(starts, comm->world);
-  rf_comm_req_start(comm, req);
+  rf_comm_req_start(comm, req, "reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, req);
   rf_comm_req_started(req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_reduced);
@@ -176,7 +185,7 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
 void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                         const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                         const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req) {
-  rf_comm_req_start(comm, req);
+  rf_comm_req_start(comm, req, "all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, req);
   rf_comm_req_started(req, sent * rf_dtype_size(dtype), &rf_counters_global.bytes_alltoall);
@@ -192,7 +201,9 @@ int rf_comm_test(struct rf_comm_req *req) {
 void rf_comm_wait(struct rf_comm_req *req) {
   if (!req->active) return;
   uint64_t t0 = rf_time_ns();
+  rf_comm_watch_enter(req->collective, req->label, t0);
   req->ops->wait(req);
+  rf_comm_watch_leave();
   rf_counters_global.comm_wait_ns += rf_time_ns() - t0;
   req->active = 0;
 }

@@ -46,7 +46,9 @@ struct rf_comm_req {
   int *recv_counts; /* owned, world entries: the receive side of an all-to-all-v */
   int *recv_displs; /* owned, world entries */
   int capacity;
-  uint64_t bytes; /* counted into rf_counters_global when started */
+  uint64_t bytes;         /* counted into rf_counters_global when started */
+  const char *collective; /* what was started (static), for the watchdog */
+  const char *label;      /* borrowed, optional: whose request (the runtime: the unit's name) */
 };
 
 /* What one backend does. `starts` arrays have world + 1 element offsets (rank r's
@@ -133,6 +135,20 @@ void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int6
 int rf_comm_test(struct rf_comm_req *req);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */
 void rf_comm_wait(struct rf_comm_req *req);
+
+/* ---- the collective watchdog -------------------------------------------------
+ * A thread that ends the job when this rank waits longer than `seconds` in one
+ * collective (blocking, or rf_comm_wait): it prints what the rank waited in (the
+ * collective, the request's label, the noted step and phase, the seconds) and
+ * stops every rank through rf_die. 0: off. One per process; start once. */
+void rf_comm_watchdog_start(double seconds);
+void rf_comm_watchdog_stop(void);
+/* What the rank works on, for the watchdog's message: the step (-1: before the
+ * first) and a phase ("optimizer", borrowed: a string that outlives the note). */
+void rf_comm_watchdog_note(int64_t step, const char *phase);
+/* Within src/comm: a wait begins (at now_ns) and ends. */
+void rf_comm_watch_enter(const char *collective, const char *label, uint64_t now_ns);
+void rf_comm_watch_leave(void);
 
 /* ---- meshes ------------------------------------------------------------------
  * The ranks of a job as a 2-D grid (world = replicate x shard): parameters are

@@ -148,9 +148,14 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
   return f->n_tensors++;
 }
 
-static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world) {
+/* `label`: the unit's name (borrowed; the units array is fixed after finalize),
+ * which the collective watchdog prints. */
+static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world, const char *label) {
   *reqs = rf_xcalloc((size_t)n, sizeof **reqs);
-  for (int b = 0; b < n; b++) rf_comm_req_init(&(*reqs)[b], world);
+  for (int b = 0; b < n; b++) {
+    rf_comm_req_init(&(*reqs)[b], world);
+    (*reqs)[b].label = label;
+  }
 }
 
 /* Carves the slots out of one arena. */
@@ -205,8 +210,8 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
     slab += x->db.shard_elems;
-    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_buffers, w);
-    rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w);
+    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_buffers, w, x->name);
+    rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w, x->name);
   }
   f->shard_elems = rf_max_i64(slab, 1);
   f->master = rf_xaligned(64, (size_t)f->shard_elems * sizeof(float));
