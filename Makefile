@@ -6,12 +6,14 @@ endif
 PREFIX ?= /usr/local
 BUILD ?= build
 PKGS := mpi openblas libcjson libxxhash
+# oneDNN (libdnnl-dev) ships no pkg-config file
+LIBS_EXTRA := -ldnnl
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) -march=native -fopenmp -fno-strict-aliasing \
   -Wall -Wextra -Werror -Wno-unknown-pragmas -Iinclude -Isrc \
   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
-LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -fopenmp $(SAN) $(LDFLAGS)
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(LIBS_EXTRA) -lm -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
