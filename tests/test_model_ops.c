@@ -5,8 +5,9 @@
  * must give dJ/dinput. Each input element is moved by +-h (h = 1e-2; the ops are
  * smooth, so the truncation error is O(h^2)) and the difference quotient compared:
  *   max_i |fd_i - analytic_i| / max_i |analytic_i| <= 2e-3   (f32 ops).
- * Also: the vectorized exp against libm (rel err < 2e-7), the bf16-weight linear (both the sbgemm and the
- * row-block fallback) against the f32 linear on the same rounded weights, rope's inverse undoing it, and
+ * Also: the vectorized exp against libm (rel err < 2e-7), the bf16-weight linear in f32 compute (row blocks
+ * widened) and the bf16-compute linear against the f32 linear on the same rounded operands, rope's inverse
+ * undoing it, and
  * rmsnorm/linear/embedding backward adding into (not overwriting) their outputs. */
 #include <math.h>
 #include <stdlib.h>
@@ -266,12 +267,19 @@ static void test_linear(void) {
   free(c.x), free(c.w), free(c.r), free(c.y), free(dx), free(dw);
 }
 
-/* bf16 weights (out > RF_MODEL_STAGE_ROWS, so the fallback runs several row
- * blocks) against f32 weights holding the same rounded values. Tolerance: exact
- * up to f32 summation order (1e-5) without sbgemm; 2e-2 with sbgemm (activations
- * rounded to bf16, relative error ~ 2^-8 per product). */
+/* bf16 weights (out > RF_MODEL_STAGE_ROWS, so the f32 compute runs several row
+ * blocks) against f32 weights holding the same rounded values: exact up to f32
+ * summation order (1e-5). bf16 compute (operands rounded to bf16, products exact
+ * in f32, f32 accumulation) against the f32 linear on operands rounded the same
+ * way: again f32 summation order only (1e-5), for f32 and bf16 weights and dW. */
 /* The stage's progress callback (the trainer's MPI polling) counts its calls. */
 static void count_progress(void *ctx) { (*(int *)ctx)++; }
+
+static float *rounded_copy(const float *x, size_t n) {
+  float *y = rf_xmalloc(n * 4);
+  for (size_t i = 0; i < n; i++) y[i] = rf_f32_from_bf16(rf_bf16_from_f32(x[i]));
+  return y;
+}
 
 static void test_linear_bf16(void) {
   int n = 9, in = 40, out = RF_MODEL_STAGE_ROWS + 37;
@@ -281,7 +289,7 @@ static void test_linear_bf16(void) {
   rf_bf16_from_f32_n(wb, wf, (size_t)out * in);
   rf_f32_from_bf16_n(wf, wb, (size_t)out * in);
   int progress_calls = 0;
-  struct rf_model_stage st = {.act = rf_xmalloc((size_t)n * (in > out ? in : out) * 2),
+  struct rf_model_stage st = {.compute = RF_DTYPE_F32,
                               .wf32 = rf_xmalloc((size_t)RF_MODEL_STAGE_ROWS * in * 4),
                               .progress = count_progress,
                               .progress_ctx = &progress_calls};
@@ -289,7 +297,7 @@ static void test_linear_bf16(void) {
   float *ya = rf_xmalloc((size_t)n * out * 4), *yb = rf_xmalloc((size_t)n * out * 4);
   rf_model_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
   rf_model_linear_forward(yb, x, &w16, n, in, out, 0.0f, &st);
-  double tol = rf_model_have_sbgemm() ? 2e-2 : 1e-5;
+  double tol = 1e-5;
   double e = rf_test_max_rel_diff(yb, ya, (size_t)n * out, 1.0);
   RF_CHECK(e <= tol, "bf16 linear forward rel err %.3g > %g", e, tol);
   float *dxa = rf_xmalloc((size_t)n * in * 4), *dxb = rf_xmalloc((size_t)n * in * 4);
@@ -298,10 +306,33 @@ static void test_linear_bf16(void) {
   double e2 = rf_test_max_rel_diff(dxb, dxa, (size_t)n * in, 1.0);
   RF_CHECK(e2 <= tol, "bf16 linear backward rel err %.3g > %g", e2, tol);
   RF_CHECK(progress_calls == 2, "the progress callback ran %d times for 2 linear ops", progress_calls);
-  printf("  bf16 linear (%s): forward rel err %.2g, backward %.2g\n",
-         rf_model_have_sbgemm() ? "cblas_sbgemm" : "row blocks widened to f32", e, e2);
-  free(x), free(wf), free(dy), free(wb), free(st.act), free(st.wf32), free(ya), free(yb), free(dxa),
-      free(dxb);
+  printf("  bf16 weights, f32 compute (row blocks widened): forward rel err %.2g, backward %.2g\n", e, e2);
+
+  /* bf16 compute: reference = f32 products of the rounded operands. */
+  size_t wide = (size_t)n * (in > out ? in : out);
+  struct rf_model_stage sb = {.compute = RF_DTYPE_BF16,
+                              .act = rf_xmalloc(wide * 2),
+                              .act2 = rf_xmalloc(wide * 2),
+                              .wbf16 = rf_xmalloc((size_t)out * in * 2)};
+  float *xr = rounded_copy(x, (size_t)n * in), *dyr = rounded_copy(dy, (size_t)n * out);
+  float *dwa = rf_xcalloc((size_t)out * in, 4), *dwb = rf_xcalloc((size_t)out * in, 4);
+  rf_model_linear_forward(ya, xr, &w32, n, in, out, 0.0f, NULL);
+  rf_model_linear_backward(dxa, dwa, dyr, xr, &w32, n, in, out, 0.0f, NULL);
+  const struct rf_model_weight *ws[] = {&w32, &w16};
+  for (int k = 0; k < 2; k++) {
+    memset(dwb, 0, (size_t)out * in * 4);
+    rf_model_linear_forward(yb, x, ws[k], n, in, out, 0.0f, &sb);
+    rf_model_linear_backward(dxb, dwb, dy, x, ws[k], n, in, out, 0.0f, &sb);
+    double ef = rf_test_max_rel_diff(yb, ya, (size_t)n * out, 1.0);
+    double eb = rf_test_max_rel_diff(dxb, dxa, (size_t)n * in, 1.0);
+    double ew = rf_test_max_rel_diff(dwb, dwa, (size_t)out * in, 1.0);
+    RF_CHECK(ef <= tol && eb <= tol && ew <= tol,
+             "bf16 compute (%s weights) vs f32 on rounded operands: y %.3g, dx %.3g, dw %.3g > %g",
+             k ? "bf16" : "f32", ef, eb, ew, tol);
+    printf("  bf16 compute, %s weights: y %.2g, dx %.2g, dw %.2g\n", k ? "bf16" : "f32", ef, eb, ew);
+  }
+  free(x), free(wf), free(dy), free(wb), free(st.wf32), free(ya), free(yb), free(dxa), free(dxb);
+  free(sb.act), free(sb.act2), free(sb.wbf16), free(xr), free(dyr), free(dwa), free(dwb);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------ */

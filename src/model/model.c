@@ -47,8 +47,6 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   bytes += f * ((size_t)seq * hd);        /* rotary tables */
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
   bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
-  wide = wide > v ? wide : v;
-  if (rf_model_have_sbgemm()) bytes += n * wide * sizeof(uint16_t);
   return bytes;
 }
 
@@ -105,11 +103,46 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
+  ws->stage.compute = RF_DTYPE_F32;
+  return 0;
+}
+
+/* bf16 staging: two activation operands [n, widest] and the largest weight. */
+static void compute_sizes(const struct rf_model_config *c, int batch, int seq, size_t *act, size_t *weight) {
+  size_t h = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
+  size_t qd = (size_t)c->num_attention_heads * c->head_dim;
+  size_t wide = h > inter ? h : inter;
+  wide = wide > qd ? wide : qd;
   wide = wide > v ? wide : v;
-  if (rf_model_have_sbgemm()) {
-    ws->stage.act = rf_xaligned(64, (size_t)rf_round_up((int64_t)(n * wide * sizeof(uint16_t)), 64));
-    ws->bytes += n * wide * sizeof(uint16_t);
+  *act = (size_t)batch * seq * wide;
+  *weight = h * (inter > qd ? (inter > v ? inter : v) : (qd > v ? qd : v));
+}
+
+size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, int seq,
+                                 enum rf_dtype compute) {
+  if (compute != RF_DTYPE_BF16) return 0;
+  size_t act = 0, weight = 0;
+  compute_sizes(cfg, batch, seq, &act, &weight);
+  return (2 * act + weight) * sizeof(uint16_t);
+}
+
+static uint16_t *ws_halves(struct rf_model_ws *ws, size_t n) {
+  ws->bytes += n * sizeof(uint16_t);
+  return rf_xaligned(64, (size_t)rf_round_up((int64_t)(n * sizeof(uint16_t)), 64));
+}
+
+int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute) {
+  RF_REQUIRE(compute == RF_DTYPE_F32 || compute == RF_DTYPE_BF16, "model: compute dtype %s (f32 or bf16)",
+             rf_dtype_name(compute));
+  struct rf_model_stage *st = &ws->stage;
+  if (compute == RF_DTYPE_BF16 && !st->act) {
+    size_t act = 0, weight = 0;
+    compute_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight);
+    st->act = ws_halves(ws, act);
+    st->act2 = ws_halves(ws, act);
+    st->wbf16 = ws_halves(ws, weight);
   }
+  st->compute = compute;
   return 0;
 }
 
@@ -126,6 +159,8 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
                    ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   free(ws->stage.act);
+  free(ws->stage.act2);
+  free(ws->stage.wbf16);
   free(ws->stage.wf32);
   free(ws->tokens);
   free(ws->targets);

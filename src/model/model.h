@@ -35,11 +35,13 @@
  * count) multiplies d(loss_sum)/d(logits), so every gradient added is that of
  * grad_scale * loss_sum. Only the head backward takes it: the rest is linear.
  *
- * Matmuls: cblas_sgemm with f32 weights. With bf16 weights: cblas_sbgemm with the
- * activation operand rounded to bf16 (forward Y = X W^T and backward dX = dY W)
- * when the linked OpenBLAS has it, else the weight widened to f32 a block of rows
- * at a time and sgemm. The weight-gradient products dW += dY^T X always run in f32
- * from f32 activations. */
+ * Matmuls: src/gemm (oneDNN). The compute dtype (rf_model_ws_set_compute) picks the
+ * operands of the linear layers' products: f32, or bf16 (activations and output
+ * gradients rounded to bf16, bf16 weights used as gathered, f32 weights rounded)
+ * with f32 accumulation and f32 outputs. f32 compute with bf16 weights widens the
+ * weight to f32 a block of rows at a time. Everything else (norms, rotary,
+ * attention with its softmax, SwiGLU, the residual stream, the loss) is f32 in
+ * both; docs/precision.md lists it. */
 #ifndef RF_MODEL_H
 #define RF_MODEL_H
 
@@ -203,13 +205,16 @@ struct rf_model_weight {
   const uint16_t *bf16;
 };
 
-/* Staging for bf16 weights. With cblas_sbgemm (OpenBLAS built with BUILD_BFLOAT16):
- * act holds the activation operand rounded to bf16 ([n, max(in, out)]). Without
- * it: wf32 holds RF_MODEL_STAGE_ROWS rows of the weight widened to f32, and the
- * product runs in sgemm, block by block. Borrowed (the workspace owns them). */
+/* How the linear layers multiply, and their staging. compute RF_DTYPE_F32: f32
+ * products; bf16 weights are widened into wf32 RF_MODEL_STAGE_ROWS rows at a time.
+ * compute RF_DTYPE_BF16: act and act2 hold the activation and output-gradient
+ * operands rounded to bf16 ([n, max(hidden, inter, heads*hd, vocab)] each), wbf16
+ * an f32 weight rounded to bf16 (gathered bf16 weights are used in place). Buffers
+ * borrowed (the workspace owns them; NULL when the compute dtype does not use them). */
 #define RF_MODEL_STAGE_ROWS 256
 struct rf_model_stage {
-  uint16_t *act;
+  enum rf_dtype compute;
+  uint16_t *act, *act2, *wbf16;
   float *wf32;
   /* Called after every linear op's matmuls when set (the trainer drives MPI
    * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
@@ -263,8 +268,8 @@ struct rf_model_ws {
   float *s_att;                /* [N, heads*hd] */
   float *s_att_blk;            /* [threads, 2, RF_MODEL_ATT_BLOCK, T] attention blocks (P, dP) */
   float *s_normw;              /* [hidden] a norm weight converted from bf16 */
-  struct rf_model_stage stage; /* bf16 weights: act [N, max(hidden, inter, heads*hd, vocab)] (only
-                                * with cblas_sbgemm), wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter)] */
+  struct rf_model_stage stage; /* f32 compute: wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter, heads*hd)];
+                                * bf16 compute: see rf_model_ws_set_compute */
   int n_threads_att;           /* slices of s_att_blk */
   size_t bytes;                /* total allocated */
 };
@@ -276,6 +281,12 @@ void rf_model_ws_free(struct rf_model_ws *ws);
 /* The bytes rf_model_ws_init would allocate (ws->bytes after it), for memory
  * predictions; depends on omp_get_max_threads() (attention scratch per thread). */
 size_t rf_model_ws_bytes(const struct rf_model_config *cfg, int batch, int seq);
+/* The linear layers' compute dtype (RF_DTYPE_F32, the default, or RF_DTYPE_BF16).
+ * bf16 allocates its staging (rf_model_ws_compute_bytes more bytes, counted in
+ * ws->bytes); call at set-up. -1 on another dtype. */
+int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute);
+size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, int seq,
+                                 enum rf_dtype compute);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix
  * when sampling). Returns -1 when above capacity. */
 int rf_model_ws_set_shape(struct rf_model_ws *ws, int b, int t);
@@ -346,13 +357,11 @@ float rf_model_expf(float x);
 void rf_model_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
                               size_t n);
-/* 1 when the linked OpenBLAS provides cblas_sbgemm. */
-int rf_model_have_sbgemm(void);
-/* y [n, out] = x [n, in] W^T + beta * y, W [out, in] f32 or bf16 (st: staging,
- * used only for bf16 weights). */
+/* y [n, out] = x [n, in] W^T + beta * y (beta 0 or 1), W [out, in] f32 or bf16;
+ * st: the compute dtype and staging (NULL: f32 compute with f32 weights). */
 void rf_model_linear_forward(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                              int out, float beta, const struct rf_model_stage *st);
-/* dx [n, in] = dy W + beta * dx (skipped when dx is NULL); dw [out, in] += dy^T x
+/* dx [n, in] = dy W + beta * dx (beta 0 or 1; skipped when dx is NULL); dw [out, in] += dy^T x
  * (skipped when dw is NULL). */
 void rf_model_linear_backward(float *dx, float *dw, const float *dy, const float *x,
                               const struct rf_model_weight *w, int n, int in, int out, float beta,

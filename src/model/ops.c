@@ -1,12 +1,12 @@
 /* The model's operations: RMSNorm, rotary embedding, causal GQA attention,
- * SwiGLU, linear layers (sgemm / sbgemm), cross-entropy, embedding. Each has a
+ * SwiGLU, linear layers (src/gemm: oneDNN, f32 or bf16 operands), cross-entropy, embedding. Each has a
  * forward and a backward; tests/test_model_ops.c checks every backward against
  * finite differences. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "gemm/gemm.h"
 #include "model/model.h"
 
 #ifdef _OPENMP
@@ -157,13 +157,31 @@ void rf_model_rope_apply(float *x, int batch, int seq, int n_heads, int hd, cons
 
 /* ---- attention --------------------------------------------------------------------- */
 
-/* OpenMP over (batch, kv head) only when BLAS runs single-threaded: a threaded
- * BLAS called from several threads at once would oversubscribe the cores. */
+/* OpenMP over (batch, head) jobs; each job's products run on its own thread
+ * (src/gemm runs a product called inside a parallel region on the caller). */
 static int attention_threads(void) {
 #ifdef _OPENMP
-  if (openblas_get_num_threads() == 1) return omp_get_max_threads();
-#endif
+  return omp_get_max_threads();
+#else
   return 1;
+#endif
+}
+
+/* C = alpha op(A) op(B) (+ C) in f32: attention's products. */
+static void att_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, int accumulate, float *c, int ldc) {
+  struct rf_gemm_desc d = {.m = m,
+                           .n = n,
+                           .k = k,
+                           .trans_a = ta,
+                           .trans_b = tb,
+                           .lda = lda,
+                           .ldb = ldb,
+                           .ldc = ldc,
+                           .dtype = RF_DTYPE_F32,
+                           .alpha = alpha,
+                           .accumulate = accumulate};
+  rf_gemm_run(&d, a, b, c);
 }
 
 /* Causal blocking: query rows go in blocks of RF_MODEL_ATT_BLOCK; block [i0, i0+r)
@@ -175,8 +193,7 @@ static int attention_threads(void) {
 /* S = scale * Q K^T for query rows [i0, i0+rows) and keys [0, cols), into s (ld cols). */
 static void att_scores(float *s, const float *qb, const float *kb, int i0, int rows, int cols, int qs, int ks,
                        int hd, float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb,
-              ks, 0.0f, s, cols);
+  att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb, ks, 0, s, cols);
 }
 
 void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
@@ -222,8 +239,7 @@ void rf_model_attention_forward(float *y, float *lse, const float *q, const floa
         for (int j = i + 1; j < cols; j++) row[j] = 0.0f;
         lb[i] = mx + logf(sum);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, p, cols, vb, ks, 0.0f,
-                  yb + (size_t)i0 * qs, qs);
+      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb, ks, 0, yb + (size_t)i0 * qs, qs);
     }
   }
 }
@@ -268,8 +284,7 @@ void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *d
         int cols = i0 + rows;
         const float *dyi = dyb + (size_t)i0 * qs;
         att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dp,
-                    cols);
+        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0, dp, cols);
         for (int rr = 0; rr < rows; rr++) {
           int i = i0 + rr;
           float *pr = p + (size_t)rr * cols;
@@ -285,12 +300,9 @@ void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *d
           for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
           for (int j = i + 1; j < cols; j++) d[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f,
-                    dvb, ks);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0.0f,
-                    dqb + (size_t)i0 * qs, qs);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, dp, cols,
-                    qb + (size_t)i0 * qs, qs, 1.0f, dkb, ks);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1, dvb, ks);
+        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0, dqb + (size_t)i0 * qs, qs);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1, dkb, ks);
       }
     }
   }
@@ -350,12 +362,6 @@ static void to_bf16(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
 }
 
-/* OpenBLAS has cblas_sbgemm only when built with BUILD_BFLOAT16 (Debian's is
- * not): a weak reference, NULL when the library lacks it. Without it, bf16 weights
- * are widened to f32 RF_MODEL_STAGE_ROWS rows at a time and multiplied by sgemm
- * (f32 activations, so the result is at least as accurate). */
-#pragma weak cblas_sbgemm
-
 /* bf16 -> f32 is a 16-bit shift; a union keeps the loop vectorizable. */
 static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
 #pragma omp simd
@@ -369,53 +375,90 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
   }
 }
 
-int rf_model_have_sbgemm(void) { return cblas_sbgemm != NULL; }
+/* C [m, n] = op(A) op(B) (+ C when acc), row-major, dense rows. */
+static void lin_gemm(enum rf_dtype dt, int ta, int tb, int m, int n, int k, const void *a, const void *b,
+                     int acc, float *c, int ldc) {
+  struct rf_gemm_desc d = {.m = m,
+                           .n = n,
+                           .k = k,
+                           .trans_a = ta,
+                           .trans_b = tb,
+                           .lda = ta ? m : k,
+                           .ldb = tb ? k : n,
+                           .ldc = ldc,
+                           .dtype = dt,
+                           .alpha = 1.0f,
+                           .accumulate = acc};
+  rf_gemm_run(&d, a, b, c);
+}
 
+static int stage_bf16(const struct rf_model_stage *st) { return st && st->compute == RF_DTYPE_BF16; }
+
+/* The weight as bf16 operand: the gathered bf16 weight itself, or the f32 weight
+ * rounded into the stage. */
+static const uint16_t *weight_bf16(const struct rf_model_weight *w, size_t n,
+                                   const struct rf_model_stage *st) {
+  if (w->bf16) return w->bf16;
+  to_bf16(st->wbf16, w->f32, n);
+  return st->wbf16;
+}
+
+/* beta is 0 or 1 (accumulate). */
 static void linear_forward_products(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                                     int out, float beta, const struct rf_model_stage *st) {
+  int acc = beta != 0.0f;
+  if (stage_bf16(st)) {
+    to_bf16(st->act, x, (size_t)n * in);
+    lin_gemm(RF_DTYPE_BF16, 0, 1, n, out, in, st->act, weight_bf16(w, (size_t)out * in, st), acc, y, out);
+    return;
+  }
   if (w->f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w->f32, in, beta, y, out);
+    lin_gemm(RF_DTYPE_F32, 0, 1, n, out, in, x, w->f32, acc, y, out);
     return;
   }
   RF_ASSERT(w->bf16 && st);
-  if (rf_model_have_sbgemm()) {
-    to_bf16(st->act, x, (size_t)n * in);
-    cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, st->act, in, w->bf16, in, beta, y,
-                 out);
-    return;
-  }
   for (int r0 = 0; r0 < out; r0 += RF_MODEL_STAGE_ROWS) {
     int rows = out - r0 < RF_MODEL_STAGE_ROWS ? out - r0 : RF_MODEL_STAGE_ROWS;
     widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, in, 1.0f, x, in, st->wf32, in, beta, y + r0,
-                out);
+    lin_gemm(RF_DTYPE_F32, 0, 1, n, rows, in, x, st->wf32, acc, y + r0, out);
   }
 }
 
 static void linear_backward_products(float *dx, float *dw, const float *dy, const float *x,
                                      const struct rf_model_weight *w, int n, int in, int out, float beta,
                                      const struct rf_model_stage *st) {
-  if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  int acc = beta != 0.0f;
+  if (stage_bf16(st)) {
+    to_bf16(st->act, dy, (size_t)n * out);
+    if (dw) {
+      to_bf16(st->act2, x, (size_t)n * in);
+      lin_gemm(RF_DTYPE_BF16, 1, 0, out, in, n, st->act, st->act2, 1, dw, in);
+    }
+    if (dx)
+      lin_gemm(RF_DTYPE_BF16, 0, 0, n, in, out, st->act, weight_bf16(w, (size_t)out * in, st), acc, dx, in);
+    return;
+  }
+  if (dw) lin_gemm(RF_DTYPE_F32, 1, 0, out, in, n, dy, x, 1, dw, in);
   if (!dx) return;
   if (w->f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w->f32, in, beta, dx,
-                in);
+    lin_gemm(RF_DTYPE_F32, 0, 0, n, in, out, dy, w->f32, acc, dx, in);
     return;
   }
   RF_ASSERT(w->bf16 && st);
-  if (rf_model_have_sbgemm()) {
-    to_bf16(st->act, dy, (size_t)n * out);
-    cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, st->act, out, w->bf16, in, beta,
-                 dx, in);
-    return;
-  }
   /* dx = sum over row blocks of W: dy[:, block] W[block, :] */
   for (int r0 = 0; r0 < out; r0 += RF_MODEL_STAGE_ROWS) {
     int rows = out - r0 < RF_MODEL_STAGE_ROWS ? out - r0 : RF_MODEL_STAGE_ROWS;
     widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, rows, 1.0f, dy + r0, out, st->wf32, in,
-                r0 == 0 ? beta : 1.0f, dx, in);
+    struct rf_gemm_desc d = {.m = n,
+                             .n = in,
+                             .k = rows,
+                             .lda = out,
+                             .ldb = in,
+                             .ldc = in,
+                             .dtype = RF_DTYPE_F32,
+                             .alpha = 1.0f,
+                             .accumulate = r0 > 0 || acc};
+    rf_gemm_run(&d, dy + r0, st->wf32, dx);
   }
 }
 
