@@ -21,13 +21,10 @@
  * whose errors partly cancel: <= 1u. A gradient carries the rounding of its own
  * product (dW: dY and X, 2u; dX: dY and W, 2u (+u)) and the errors of the
  * forward activations and of the output gradient flowing in from above: <= 8u.
- * Measured: logits 2.2u, loss 0.24u, gradients 5.9u (bf16 weights). */
-*Also : gradients are added(a second backward doubles them),
-    greedy generation *picks
-            HF's argmax, the config.json written by transformers loads, and bad configs *fail with messages
-            naming the file and the field
-            .*
-        /
+ * Measured: logits 2.2u, loss 0.24u, gradients 5.9u (bf16 weights).
+ * Also: gradients are added (a second backward doubles them), greedy generation
+ * picks HF's argmax, the config.json written by transformers loads, and bad configs
+ * fail with messages naming the file and the field. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +44,7 @@
 #define BF16_TOL_GRAD (8.0 * BF16_U)
 #define REF_CFG "tests/data/llama_ref_config.json"
 
-        struct ref {
+struct ref {
   struct rf_model_config cfg;
   struct rf_model_desc desc;
   int B, T;
