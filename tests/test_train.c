@@ -3,6 +3,9 @@
  *  - equivalence: the same run (seed, global batch, 30 steps) at W = 1, 2, 3 gives
  *    the same loss at every step within 1e-4 relative, for the planned layout
  *    (equal and ragged shards), fsdp2 and flat; the reference is the one-rank run;
+ *    in f32, and in bf16 (--compute-dtype bf16 --param-dtype bf16) against the
+ *    one-rank bf16 run; no step after the first allocates (the log's "allocs":
+ *    the GEMM primitives are created in the first step and cached);
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses), at W = 2 (AdamW, Muon) and W = 3 (8-bit AdamW);
@@ -43,30 +46,44 @@ static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-/* The "loss" of each step of a JSONL log, in order; returns the count. */
-static int read_losses(const char *path, double *loss, int cap) {
+/* The field `key` ("\"loss\":") of each step of a JSONL log, in order; returns the count. */
+static int read_field(const char *path, const char *key, double *v, int cap) {
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   char line[4096];
   int n = 0;
   while (n < cap && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, "\"loss\":");
-    if (p) loss[n++] = atof(p + 7);
+    const char *p = strstr(line, key);
+    if (p) v[n++] = atof(p + strlen(key));
   }
   fclose(f);
   return n;
 }
 
+static int read_losses(const char *path, double *loss, int cap) {
+  return read_field(path, "\"loss\":", loss, cap);
+}
+
+/* Steps after the first that allocated (the log's "allocs"). */
+static int allocating_steps(const char *path) {
+  double a[STEPS];
+  int n = read_field(path, "\"allocs\":", a, STEPS), bad = 0;
+  for (int s = 1; s < n; s++) bad += a[s] != 0;
+  return n > 1 ? bad : -1;
+}
+
 static const char *common =
     "--steps 30 --batch 6 --seq 16 --lr 3e-3 --warmup 3 --seed 7 --peak-gflops 50 --print-every 0";
 
-static void check_equivalence(const char *model, const char *data) {
+/* dtype: "f32" or "bf16" (compute and gathered parameters). */
+static void check_equivalence(const char *model, const char *data, const char *dtype) {
   static const char *layouts[][2] = {
       {"planned", "equal"}, {"planned", "ragged"}, {"fsdp2", "equal"}, {"flat", "equal"}};
-  char out[16384], log[256];
+  char out[16384], log[256], args[512];
   double ref[STEPS], got[STEPS];
-  snprintf(log, sizeof log, "%s/ref.jsonl", dir);
-  int rc = run_mpi(out, sizeof out, 1, "train --model %s --data %s %s --log %s", model, data, common, log);
+  snprintf(args, sizeof args, "%s --compute-dtype %s --param-dtype %s", common, dtype, dtype);
+  snprintf(log, sizeof log, "%s/ref-%s.jsonl", dir, dtype);
+  int rc = run_mpi(out, sizeof out, 1, "train --model %s --data %s %s --log %s", model, data, args, log);
   RF_CHECK(rc == 0, "reference run: rc %d\n%s", rc, out);
   int n = read_losses(log, ref, STEPS);
   RF_CHECK(n == STEPS, "reference log has %d steps", n);
@@ -75,17 +92,20 @@ static void check_equivalence(const char *model, const char *data) {
   for (int w = 1; w <= 3; w++)
     for (int l = 0; l < 4; l++) {
       if (w == 1 && l == 0) continue;
-      snprintf(log, sizeof log, "%s/%s-%s-%d.jsonl", dir, layouts[l][0], layouts[l][1], w);
+      snprintf(log, sizeof log, "%s/%s-%s-%s-%d.jsonl", dir, dtype, layouts[l][0], layouts[l][1], w);
       rc = run_mpi(out, sizeof out, w, "train --model %s --data %s %s --layout %s --shard %s --log %s", model,
-                   data, common, layouts[l][0], layouts[l][1], log);
+                   data, args, layouts[l][0], layouts[l][1], log);
       RF_CHECK(rc == 0, "%s/%s at W=%d: rc %d\n%s", layouts[l][0], layouts[l][1], w, rc, out);
       int m = read_losses(log, got, STEPS);
       RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layouts[l][0], layouts[l][1], w, m);
       double worst = 0;
       for (int s = 0; s < m && s < n; s++) worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
-      RF_CHECK(worst <= 1e-4, "%s/%s at W=%d: loss differs from the one-rank run by %.3g relative",
+      RF_CHECK(worst <= 1e-4, "%s %s/%s at W=%d: loss differs from the one-rank run by %.3g relative", dtype,
                layouts[l][0], layouts[l][1], w, worst);
-      printf("%-8s %-7s W=%d  max relative loss difference %.2g over %d steps\n", layouts[l][0],
+      int allocs = allocating_steps(log);
+      RF_CHECK(allocs == 0, "%s %s/%s at W=%d: %d steps after the first allocated", dtype, layouts[l][0],
+               layouts[l][1], w, allocs);
+      printf("%-4s %-8s %-7s W=%d  max relative loss difference %.2g over %d steps\n", dtype, layouts[l][0],
              layouts[l][1], w, worst, m);
     }
 }
@@ -221,7 +241,8 @@ int main(void) {
       "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
   RF_ASSERT(rf_file_write_all(model, tiny, strlen(tiny)) == 0);
 
-  check_equivalence(model, data);
+  check_equivalence(model, data, "f32");
+  check_equivalence(model, data, "bf16");
   check_resume(model, data, 2, "adamw");
   check_resume(model, data, 3, "adamw8bit");
   check_resume(model, data, 2, "muon");

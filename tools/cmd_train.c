@@ -1,7 +1,6 @@
 /* rfsdp train: the LLaMA model on token files across MPI ranks, under the
  * runtime, with an optimizer from src/optim; progress line, JSONL log,
  * evaluation, checkpoints, a text sample and the loss curve at the end. */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +88,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .ms = ms,
       .tok_s = tokens / (ms * 1e-3),
       .mfu = s->flops_per_token * tokens / (ms * 1e-3) / (s->peak_gflops * 1e9 * s->world),
+      .mfu_dtype = a->compute_dtype,
       .rss_mb = rf_train_rss_mb(),
       .gather_bytes = d->bytes_gathered,
       .reduce_bytes = d->bytes_reduced,
@@ -189,6 +189,9 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   RF_TRY(rf_train_agree(rf_train_open_outputs(s)));
+  int threads = rf_train_set_threads(MPI_COMM_WORLD);
+  enum rf_dtype compute = RF_DTYPE_F32;
+  RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
   struct rf_model_config cfg;
   RF_TRY(rf_train_agree(rf_model_config_load(&cfg, a->model)));
   RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
@@ -197,6 +200,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
   RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, local, (int)a->seq));
+  RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   RF_TRY(rf_train_agree(rf_train_open_data(s)));
@@ -213,19 +217,19 @@ static int rf_train_run(struct rf_train_state *s) {
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
-  if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_sgemm_peak(openblas_get_num_threads());
+  if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_gemm_peak(compute, threads);
   rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
     struct rf_fsdp_stats st;
     rf_fsdp_get_stats(s->model.fsdp, &st);
     printf(
         "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d, layout %s/%s, optim %s, "
-        "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%, sgemm peak %.0f GFLOP/s per "
-        "rank\n",
+        "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d threads per "
+        "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.1f GFLOP per token\n",
         a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
         a->layout, a->shard, a->optim, (long long)a->batch, (long long)a->seq, (long long)a->steps,
         (long long)s->start_step, 100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems,
-        s->peak_gflops);
+        a->compute_dtype, threads, a->compute_dtype, s->peak_gflops, s->flops_per_token * 1e-9);
     fflush(stdout);
   }
 
@@ -291,6 +295,7 @@ int rf_cmd_train(int argc, char **argv) {
       .prefetch = 1,
       .param_dtype = "f32",
       .reduce_dtype = "f32",
+      .compute_dtype = "f32",
       .eval_batches = 8,
       .sample = 0,
       .temperature = 0.8,
@@ -327,6 +332,8 @@ int rf_cmd_train(int argc, char **argv) {
       {"param-dtype", RF_OPTION_KIND_CHOICE, &a.param_dtype, "dtype of gathered parameters", "f32|bf16", 0},
       {"reduce-dtype", RF_OPTION_KIND_CHOICE, &a.reduce_dtype, "dtype of the gradient reduce-scatter",
        "f32|bf16", 0},
+      {"compute-dtype", RF_OPTION_KIND_CHOICE, &a.compute_dtype,
+       "operands of the linear layers' GEMMs (f32 accumulation and outputs either way)", "f32|bf16", 0},
       {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)",
        "[0, inf)", 0},
       {"eval-batches", RF_OPTION_KIND_INT, &a.eval_batches, "validation batches per evaluation", "[1, inf)",
@@ -337,7 +344,8 @@ int rf_cmd_train(int argc, char **argv) {
       {"temperature", RF_OPTION_KIND_DOUBLE, &a.temperature, "sampling temperature", "[0, inf)", 0},
       {"print-every", RF_OPTION_KIND_I64, &a.print_every, "progress line every N steps", "[0, inf)", 0},
       {"peak-gflops", RF_OPTION_KIND_DOUBLE, &a.peak_gflops,
-       "sgemm peak per rank for MFU (0: measured, cached)", "[0, inf)", 0},
+       "GEMM peak per rank in the compute dtype, for MFU (0: oneDNN's, measured once, cached)", "[0, inf)",
+       0},
       {"save-every", RF_OPTION_KIND_I64, &a.save_every, "checkpoint every N steps (needs --ckpt-dir)",
        "[0, inf)", 0},
       {"ckpt-dir", RF_OPTION_KIND_STRING, &a.ckpt_dir, "where checkpoints go: DIR/step-NNNNNNNN", NULL, 0},

@@ -13,7 +13,7 @@
 
 /* The command line. Strings are borrowed from argv. */
 struct rf_train_args {
-  const char *model, *data, *optim, *layout, *shard, *param_dtype, *reduce_dtype;
+  const char *model, *data, *optim, *layout, *shard, *param_dtype, *reduce_dtype, *compute_dtype;
   const char *log, *plot, *ckpt_dir, *resume, *init;
   int64_t steps, batch, seq, warmup, seed, block_rows, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;

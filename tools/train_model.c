@@ -2,6 +2,8 @@
 #include "train_model.h"
 
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,26 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;
   m->ws.stage.progress_ctx = m->gen_ws.stage.progress_ctx = m->fsdp;
   return 0;
+}
+
+int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute) {
+  RF_TRY(rf_model_ws_set_compute(&m->ws, compute));
+  return rf_model_ws_set_compute(&m->gen_ws, compute);
+}
+
+int rf_train_set_threads(MPI_Comm comm) {
+  MPI_Comm node;
+  int local = 1;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && *env) return omp_get_max_threads();
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
+  int threads = cores / local > 1 ? cores / local : 1;
+  omp_set_num_threads(threads);
+  return threads;
 }
 
 void rf_train_model_free(struct rf_train_model *m) {

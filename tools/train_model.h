@@ -28,6 +28,13 @@ struct rf_train_model {
 int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
                         const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
+/* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
+int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
+
+/* The rank's core budget as OpenMP's thread count: the cores this process may run
+ * on divided by the ranks on its node (at least 1), unless OMP_NUM_THREADS is set.
+ * Returns the count. Collective over comm; call before the model's first product. */
+int rf_train_set_threads(MPI_Comm comm);
 
 /* Every rank's status combined (MPI_COMM_WORLD): 0 only when every rank passed 0.
  * Collective: the tools call it before any branch a failure could take. */

@@ -1,8 +1,7 @@
-/* Progress line, JSONL log, loss curve, sgemm peak and memory for `rfsdp train`. */
+/* Progress line, JSONL log, loss curve, GEMM peak and memory for `rfsdp train`. */
 #include "train_report.h"
 
 #include <cjson/cJSON.h>
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "gemm/gemm.h"
 
 int rf_train_log_open(struct rf_train_log *log, const char *path) {
   log->path = path;
@@ -46,6 +46,7 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   rf_train_json_number(f, "ms", rec->ms);
   rf_train_json_number(f, "tok_s", rec->tok_s);
   rf_train_json_number(f, "mfu", rec->mfu);
+  fprintf(f, ",\"mfu_peak\":\"onednn-%s\"", rec->mfu_dtype);
   rf_train_json_number(f, "rss_mb", rec->rss_mb);
   fprintf(f,
           ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
@@ -69,10 +70,10 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps) {
   char val[32] = "";
   if (!isnan(rec->val_loss)) snprintf(val, sizeof val, " val %.4f", rec->val_loss);
   printf(
-      "step %5d/%d | loss %.4f%s | norm %7.4f | lr %.2e | %7.1f ms | %8.0f tok/s | mfu %5.1f%% | %6.0f "
+      "step %5d/%d | loss %.4f%s | norm %7.4f | lr %.2e | %7.1f ms | %8.0f tok/s | mfu(%s) %5.1f%% | %6.0f "
       "MiB%s\n",
-      rec->step, total_steps, rec->loss, val, rec->grad_norm, rec->lr, rec->ms, rec->tok_s, 100.0 * rec->mfu,
-      rec->rss_mb, rec->skipped ? " | skipped (non-finite gradients)" : "");
+      rec->step, total_steps, rec->loss, val, rec->grad_norm, rec->lr, rec->ms, rec->tok_s, rec->mfu_dtype,
+      100.0 * rec->mfu, rec->rss_mb, rec->skipped ? " | skipped (non-finite gradients)" : "");
   fflush(stdout);
 }
 
@@ -121,51 +122,15 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   return 0;
 }
 
-/* Process CPU time in seconds. */
-static double rf_train_cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The rate of a 1536^3 sgemm with `threads` BLAS threads: the best of 5 timed runs,
- * each timed by wall clock and by CPU time / threads, keeping the faster. On a
- * machine shared with other jobs the wall clock counts the time the threads were
- * not running; CPU time does not, so the peak is not underestimated (which would
- * inflate every MFU printed afterwards). */
-static double rf_train_measure_sgemm(int threads) {
-  const int n = 1536;
-  float *a = rf_xaligned(64, sizeof(float) * n * n), *b = rf_xaligned(64, sizeof(float) * n * n);
-  float *c = rf_xaligned(64, sizeof(float) * n * n);
-  for (int i = 0; i < n * n; i++) {
-    a[i] = (float)((i % 97) - 48) / 64.0f;
-    b[i] = (float)((i % 89) - 44) / 64.0f;
-  }
-  openblas_set_num_threads(threads);
-  double best = 0.0;
-  for (int rep = 0; rep < 6; rep++) {
-    uint64_t t0 = rf_time_ns();
-    double c0 = rf_train_cpu_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double s = (double)(rf_time_ns() - t0) * 1e-9, cpu = (rf_train_cpu_seconds() - c0) / threads;
-    if (cpu > 0 && cpu < s) s = cpu;
-    double gflops = 2.0 * n * n * (double)n / s * 1e-9;
-    if (rep > 0 && gflops > best) best = gflops; /* first run warms up */
-  }
-  free(a);
-  free(b);
-  free(c);
-  return best;
-}
-
-double rf_train_sgemm_peak(int threads) {
+double rf_train_gemm_peak(enum rf_dtype dtype, int threads) {
   char dir[2048], path[2200];
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (xdg && *xdg)
     snprintf(dir, sizeof dir, "%s/rfsdp", xdg);
   else
     snprintf(dir, sizeof dir, "%s/.cache/rfsdp", home ? home : "/tmp");
-  snprintf(path, sizeof path, "%s/sgemm-peak-%s-%d", dir, openblas_get_corename(), threads);
+  snprintf(path, sizeof path, "%s/onednn-%s-peak-%s-%d", dir, rf_dtype_name(dtype), rf_gemm_cpu_name(),
+           threads);
   FILE *f = fopen(path, "r");
   double peak = 0.0;
   if (f) {
@@ -173,7 +138,7 @@ double rf_train_sgemm_peak(int threads) {
     fclose(f);
     if (peak > 0.0) return peak;
   }
-  peak = rf_train_measure_sgemm(threads);
+  peak = rf_gemm_measure_gflops(dtype, RF_TRAIN_PEAK_N, 5);
   char parent[2100];
   snprintf(parent, sizeof parent, "%s/.cache", home ? home : "/tmp");
   mkdir(parent, 0755);

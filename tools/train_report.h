@@ -1,5 +1,5 @@
 /* What `rfsdp train` reports: the progress line on rank 0, the JSONL log (one
- * object per step), the loss curve drawn by gnuplot, the machine's sgemm peak
+ * object per step), the loss curve drawn by gnuplot, the machine's GEMM peak
  * for MFU (measured once and cached) and the process's memory. */
 #ifndef RF_TOOLS_TRAIN_REPORT_H
 #define RF_TOOLS_TRAIN_REPORT_H
@@ -7,12 +7,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rfsdp.h" /* enum rf_dtype */
+
 /* One training step as reported. val_loss is NAN when not evaluated. */
 struct rf_train_record {
   int step;
   double loss, val_loss, lr, grad_norm, ms, tok_s, mfu, rss_mb;
   uint64_t gather_bytes, reduce_bytes, copy_bytes, cast_bytes, padding_bytes, allocs;
-  int skipped; /* 1 when the step was skipped (non-finite gradients on some rank) */
+  int skipped;           /* 1 when the step was skipped (non-finite gradients on some rank) */
+  const char *mfu_dtype; /* mfu is against the oneDNN GEMM peak of this dtype (borrowed) */
 };
 
 /* Owns the FILE. */
@@ -37,10 +40,13 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps);
  * gnuplot. -1 with a message when gnuplot fails. */
 int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title);
 
-/* sgemm GFLOP/s of this machine with `threads` BLAS threads: read from the cache
- * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/sgemm-peak-<core>-<threads>, else measured
- * (a few seconds) and cached. */
-double rf_train_sgemm_peak(int threads);
+/* The oneDNN GEMM rate of this machine in `dtype` (f32 or bf16 operands, f32
+ * accumulation) on `threads` threads (OpenMP's count, set before), in GFLOP/s: a
+ * RF_TRAIN_PEAK_N^3 product (rf_gemm_measure_gflops), read from the cache
+ * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/onednn-<dtype>-peak-<cpu>-<threads>, else
+ * measured (a few seconds) and cached. */
+#define RF_TRAIN_PEAK_N 2048
+double rf_train_gemm_peak(enum rf_dtype dtype, int threads);
 
 /* Resident set size of this process now and its peak, in MiB (from /proc). */
 double rf_train_rss_mb(void);

@@ -205,6 +205,24 @@ const char *rf_gemm_impl_name(const struct rf_gemm_desc *d) {
   return name;
 }
 
+const char *rf_gemm_cpu_name(void) {
+  static const struct {
+    dnnl_cpu_isa_t isa;
+    const char *name;
+  } names[] = {{dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+               {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+               {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+               {dnnl_cpu_isa_avx512_core, "avx512_core"},
+               {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+               {dnnl_cpu_isa_avx2, "avx2"},
+               {dnnl_cpu_isa_avx, "avx"},
+               {dnnl_cpu_isa_sse41, "sse41"}};
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (isa == names[i].isa) return names[i].name;
+  return "other";
+}
+
 /* Process CPU time in seconds. */
 static double gemm_cpu_seconds(void) {
   struct timespec ts;

@@ -45,6 +45,10 @@ struct rf_gemm_stats rf_gemm_stats(void);
 /* The name of the implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"). */
 const char *rf_gemm_impl_name(const struct rf_gemm_desc *d);
 
+/* The instruction set oneDNN uses on this CPU ("avx512_core_bf16", "avx2", ...):
+ * names the machine in the peak's cache. Static storage. */
+const char *rf_gemm_cpu_name(void);
+
 /* The rate of an n x n x n product in `dtype` on omp_get_max_threads() threads, in
  * GFLOP/s: the best of `reps` timed runs after one untimed, each timed by the wall
  * clock and by CPU time / threads, keeping the shorter (on a machine shared with

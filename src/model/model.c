@@ -14,7 +14,7 @@
 /* ---- cost -------------------------------------------------------------------------------- */
 double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq) {
   return 6.0 * (double)rf_model_n_matmul_params(cfg) +
-         12.0 * cfg->num_hidden_layers * cfg->num_attention_heads * cfg->head_dim * (double)seq;
+         6.0 * cfg->num_hidden_layers * cfg->num_attention_heads * cfg->head_dim * (double)(seq + 1);
 }
 
 /* ---- workspace --------------------------------------------------------------------------- */

@@ -118,9 +118,12 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what);
 /* All parameters, and those taking part in matmuls (all but the embedding). */
 int64_t rf_model_n_params(const struct rf_model_config *cfg);
 int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg);
-/* Training FLOPs per token at sequence length T (forward + backward):
- * 6 * matmul params + 12 * layers * heads * head_dim * T (attention scores and
- * values, forward 4*T*hd per head, counted over the full T x T matrices). */
+/* Training FLOPs per token at sequence length T (forward + backward = 3 x forward):
+ * 6 * matmul params + 6 * layers * heads * head_dim * (T + 1). The attention term
+ * is causal: the query at position t meets t + 1 keys, forward 4 * head_dim * (t + 1)
+ * per head (scores and values), which averages to 2 * head_dim * (T + 1) per token.
+ * Recomputation (the backward recomputes the scores) and the causal blocks'
+ * skipped-but-computed upper triangles are not counted (docs/benchmarks.md). */
 double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq);
 
 /* ---- descriptions: units and tensors (desc.c, units_file.c) ------------------------ */
