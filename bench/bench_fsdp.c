@@ -7,7 +7,6 @@
  * time, exposed communication (time blocked in waits), bytes gathered, reduced,
  * copied outside collectives, cast, padding moved; and the runtime's memory per
  * rank (shard slabs + arena). Nothing is asserted. */
-#include <cblas.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include "comm/comm_mpi.h"
 #include "core/core.h"
+#include "gemm/gemm.h"
 #include "rfsdp.h"
 
 #define HIDDEN 768
@@ -88,13 +88,14 @@ static void unit_compute(struct rf_fsdp *f, int u, int backward, float *x, float
     int out = (int)v.shape[0], in = (int)v.shape[1];
     const float *w = rf_fsdp_param(f, t);
     if (!backward) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, TOKENS, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0};
+      rf_gemm_run(&d, x, w, y);
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, TOKENS, in, out, 1.0f, y, out, w, in, 0.0f, x,
-                  in);
+      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0};
+      rf_gemm_run(&dx, y, w, x);
       rf_fsdp_poll(f);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, TOKENS, 1e-3f, y, out, x, in, 1.0f,
-                  rf_fsdp_grad(f, t), in);
+      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1};
+      rf_gemm_run(&dw, y, x, rf_fsdp_grad(f, t));
     }
     rf_fsdp_poll(f);
   }

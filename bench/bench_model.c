@@ -1,10 +1,11 @@
 /* rf-bench: */
 /* Forward + backward of the LLaMA model alone (no runtime, no optimizer) on one
  * process: tokens/s, GFLOP/s (rf_model_flops_per_token) and, for scale, the
- * GFLOP/s of one sgemm of the model's largest shape.
+ * GFLOP/s of one oneDNN GEMM of the model's largest shape in f32 and bf16. Runs
+ * f32 weights in f32 compute, bf16 weights in f32 compute and bf16 weights in bf16
+ * compute.
  * Usage: bench_model [CONFIG.json] [B] [T] [steps]   (default configs/llama-100m.json 4 256 3)
- * Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (the bench runner sets 1). */
-#include <cblas.h>
+ * Threads: OMP_NUM_THREADS (the bench runner sets 1). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "gemm/gemm.h"
 #include "model/model.h"
 
 #ifdef _OPENMP
@@ -37,15 +39,16 @@ static float rnd_normal(void) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-static double sgemm_gflops(int m, int n, int k, double *cpu_gflops) {
+static double gemm_gflops(enum rf_dtype dt, int m, int n, int k, double *cpu_gflops) {
   float *a = rf_xcalloc((size_t)m * k, 4), *b = rf_xcalloc((size_t)n * k, 4),
         *c = rf_xcalloc((size_t)m * n, 4);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+  struct rf_gemm_desc d = {
+      .m = m, .n = n, .k = k, .trans_b = 1, .lda = k, .ldb = k, .ldc = n, .dtype = dt, .alpha = 1.0f};
+  rf_gemm_run(&d, a, b, c); /* zeros: valid in both dtypes */
   int reps = 5;
   uint64_t t0 = rf_time_ns();
   double c0 = cpu_s();
-  for (int i = 0; i < reps; i++)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+  for (int i = 0; i < reps; i++) rf_gemm_run(&d, a, b, c);
   double s = (double)(rf_time_ns() - t0) * 1e-9, cs = cpu_s() - c0;
   free(a), free(b), free(c);
   *cpu_gflops = 2.0 * m * n * k * reps / cs * 1e-9;
@@ -61,7 +64,8 @@ struct model_bufs {
 };
 
 static void run(const struct rf_model_config *cfg, struct rf_model_ws *ws, struct model_bufs *m, int bf16,
-                int steps, const int32_t *tok, const int32_t *tgt) {
+                enum rf_dtype compute, int steps, const int32_t *tok, const int32_t *tgt) {
+  RF_ASSERT(rf_model_ws_set_compute(ws, compute) == 0);
   int L = cfg->num_hidden_layers, N = ws->b * ws->t;
   struct rf_model_weight **uw = rf_xcalloc((size_t)m->n_units, sizeof(struct rf_model_weight *));
   for (int u = 0; u < m->n_units; u++) {
@@ -91,10 +95,11 @@ static void run(const struct rf_model_config *cfg, struct rf_model_ws *ws, struc
   double flops = rf_model_flops_per_token(cfg, ws->t) * N;
   double cpu_per = cpu / steps;
   printf(
-      "weights %-4s  step %8.1f ms (forward %7.1f, backward %7.1f)  %6.0f tokens/s  %6.1f GFLOP/s"
+      "weights %-4s compute %-4s  step %8.1f ms (forward %7.1f, backward %7.1f)  %6.0f tokens/s  %6.1f "
+      "GFLOP/s"
       "  | CPU time: %8.1f ms/step  %6.1f GFLOP/s  | loss %.4f\n",
-      bf16 ? "bf16" : "f32", per * 1e3, fwd / steps * 1e3, bwd / steps * 1e3, N / per, flops / per * 1e-9,
-      cpu_per * 1e3, flops / cpu_per * 1e-9, loss);
+      bf16 ? "bf16" : "f32", rf_dtype_name(compute), per * 1e3, fwd / steps * 1e3, bwd / steps * 1e3, N / per,
+      flops / per * 1e-9, cpu_per * 1e3, flops / cpu_per * 1e-9, loss);
   for (int u = 0; u < m->n_units; u++) free(uw[u]);
   free(uw);
 }
@@ -143,22 +148,22 @@ int main(int argc, char **argv) {
   int N = B * T;
   int32_t *tok = rf_xmalloc((size_t)N * 4 + 4);
   for (int i = 0; i <= N; i++) tok[i] = (int32_t)((uint32_t)(i * 2654435761u) >> 8) % cfg.vocab_size;
-  printf(
-      "bench_model: %s  %.1fM parameters  B=%d T=%d  %.3f GFLOP/token  workspace %.0f MB  threads omp %d "
-      "blas %d\n",
-      path, rf_model_n_params(&cfg) * 1e-6, B, T, rf_model_flops_per_token(&cfg, T) * 1e-9,
-      ws.bytes / 1048576.0,
+  int threads = 1;
 #ifdef _OPENMP
-      omp_get_max_threads(),
-#else
-      1,
+  threads = omp_get_max_threads();
 #endif
-      openblas_get_num_threads());
-  double peak_cpu = 0.0, peak = sgemm_gflops(N, cfg.intermediate_size, cfg.hidden_size, &peak_cpu);
-  printf("sgemm %dx%dx%d: %.1f GFLOP/s (CPU time: %.1f GFLOP/s)\n", N, cfg.intermediate_size, cfg.hidden_size,
-         peak, peak_cpu);
-  run(&cfg, &ws, &m, 0, steps, tok, tok + 1);
-  run(&cfg, &ws, &m, 1, steps, tok, tok + 1);
+  printf("bench_model: %s  %.1fM parameters  B=%d T=%d  %.3f GFLOP/token  workspace %.0f MB  threads %d\n",
+         path, rf_model_n_params(&cfg) * 1e-6, B, T, rf_model_flops_per_token(&cfg, T) * 1e-9,
+         ws.bytes / 1048576.0, threads);
+  for (int d = 0; d < 2; d++) {
+    enum rf_dtype dt = d ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+    double peak_cpu = 0.0, peak = gemm_gflops(dt, N, cfg.intermediate_size, cfg.hidden_size, &peak_cpu);
+    printf("oneDNN %s GEMM %dx%dx%d: %.1f GFLOP/s (CPU time: %.1f GFLOP/s)\n", rf_dtype_name(dt), N,
+           cfg.intermediate_size, cfg.hidden_size, peak, peak_cpu);
+  }
+  run(&cfg, &ws, &m, 0, RF_DTYPE_F32, steps, tok, tok + 1);
+  run(&cfg, &ws, &m, 1, RF_DTYPE_F32, steps, tok, tok + 1);
+  run(&cfg, &ws, &m, 1, RF_DTYPE_BF16, steps, tok, tok + 1);
   for (int u = 0; u < m.n_units; u++) {
     for (int i = 0; i < m.n_t[u]; i++) free(m.w[u][i]), free(m.g[u][i]), free(m.wb[u][i]);
     free(m.w[u]), free(m.g[u]), free(m.wb[u]), free(m.numel[u]);

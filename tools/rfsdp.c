@@ -1,9 +1,7 @@
 /* The rfsdp command: dispatches to its subcommands (tools/cmd_*.c). */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -36,23 +34,14 @@ static void rf_usage(FILE *out) {
   fprintf(out, "\nRun 'rfsdp COMMAND --help' for a command's options.\n");
 }
 
-/* The environment the numeric libraries read when the program starts, set once by
- * restarting the process (before MPI_Init; under mpirun the rank keeps its pid and
- * its environment):
- *  - OpenBLAS 0.3.21 (Debian 12) does not recognise recent x86 CPUs and falls back
- *    to its SSE3 "Prescott" kernels, about 5x slower here: name the core when the CPU
- *    has AVX-512 (SkylakeX) or AVX2 (Haswell);
- *  - OMP_WAIT_POLICY=PASSIVE, so idle OpenMP threads do not spin against BLAS threads.
- * Values the user set are kept. */
+/* The environment OpenMP reads when the program starts, set once by restarting the
+ * process (before MPI_Init; under mpirun the rank keeps its pid and its
+ * environment): OMP_WAIT_POLICY=PASSIVE, so idle OpenMP threads do not spin
+ * against the MPI progress of the main thread or against other ranks. A value the
+ * user set is kept. */
 static void rf_numeric_env(char **argv) {
   if (getenv("RF_NUMERIC_ENV_SET")) return;
   int restart = 0;
-  if (!getenv("OPENBLAS_CORETYPE") && strcasecmp(openblas_get_corename(), "Prescott") == 0) {
-    const char *core = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2")  ? "Haswell"
-                                                         : NULL;
-    if (core) restart |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;
-  }
   if (!getenv("OMP_WAIT_POLICY")) restart |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   if (!restart) return;
   setenv("RF_NUMERIC_ENV_SET", "1", 1);

@@ -15,7 +15,9 @@
  * Threads: a product called outside an OpenMP parallel region runs on
  * omp_get_max_threads() threads (the caller sets the rank's core budget with
  * omp_set_num_threads before the first product); called from inside a parallel
- * region (attention's per-head jobs), it runs on the calling thread alone. */
+ * region (attention's per-head jobs), it runs on the calling thread alone. Products
+ * from several threads at once must come from one OpenMP team (each thread has its
+ * own slot by omp_get_thread_num()). */
 #ifndef RF_GEMM_H
 #define RF_GEMM_H
 
