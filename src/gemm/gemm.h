@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "rfsdp.h" /* enum rf_dtype */
+#include "rfsdp_types.h" /* enum rf_dtype */
 
 struct rf_gemm_desc {
   int m, n, k;
