@@ -28,8 +28,10 @@ static struct rf_fsdp *build(MPI_Comm comm, enum rf_layout layout, enum rf_shard
   rf_fsdp_options_default(&opt);
   opt.layout = layout;
   opt.shard = shard;
-  opt.block_rows = 32;
-  opt.vector_block = 256;
+  struct rf_optim_layout_needs needs; /* as the trainer plans them: 8-bit AdamW's blocks */
+  rf_optim_layout_needs(RF_OPTIM_KIND_ADAMW8BIT, &needs);
+  opt.block_rows = needs.block_rows;
+  opt.vector_block = needs.vector_block;
   opt.seed = 5;
   struct rf_fsdp *f;
   if (rf_fsdp_create(&f, comm, &opt) != 0) RF_DIE("create: %s", rf_fsdp_error());

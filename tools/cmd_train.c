@@ -26,10 +26,13 @@ static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_opt
               : strcmp(a->layout, "flat") == 0 ? RF_LAYOUT_FLAT
                                                : RF_LAYOUT_PLANNED;
   o->shard = strcmp(a->shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL;
-  /* 8-bit AdamW quantizes 32x32 tiles and runs of 256: keep them whole on one rank */
-  int eight = strcmp(a->optim, "adamw8bit") == 0;
-  o->block_rows = a->block_rows > 0 ? a->block_rows : (eight ? 32 : 1);
-  o->vector_block = eight ? 256 : 1;
+  /* the optimizer's blocks (8-bit AdamW: 32-row strips, runs of 256) whole on one rank */
+  enum rf_optim_kind kind;
+  RF_TRY(rf_optim_kind_parse(a->optim, &kind));
+  struct rf_optim_layout_needs needs;
+  rf_optim_layout_needs(kind, &needs);
+  o->block_rows = a->block_rows > 0 ? a->block_rows : needs.block_rows;
+  o->vector_block = needs.vector_block;
   o->prefetch = a->prefetch;
   o->reshard_after_forward = !a->no_reshard;
   RF_TRY(rf_dtype_parse(a->param_dtype, &o->param_dtype));
@@ -325,7 +328,8 @@ int rf_cmd_train(int argc, char **argv) {
       {"layout", RF_OPTION_KIND_CHOICE, &a.layout, "parameter layout", "planned|fsdp2|flat", 0},
       {"shard", RF_OPTION_KIND_CHOICE, &a.shard, "shard mode of the planned layout", "equal|ragged", 0},
       {"block-rows", RF_OPTION_KIND_I64, &a.block_rows,
-       "rows kept whole on one rank (0: 32 for adamw8bit, else 1)", "[0, inf)", 0},
+       "rows kept whole on one rank (0: as the optimizer needs, e.g. adamw8bit's 32-row strips)", "[0, inf)",
+       0},
       {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", "[0, inf)", 0},
       {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
        NULL, 0},

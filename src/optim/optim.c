@@ -94,6 +94,12 @@ const char *rf_optim_kind_name(enum rf_optim_kind kind) {
   return (unsigned)kind < 3 ? rf_optim_kind_names[kind] : "?";
 }
 
+void rf_optim_layout_needs(enum rf_optim_kind kind, struct rf_optim_layout_needs *out) {
+  int eight = kind == RF_OPTIM_KIND_ADAMW8BIT;
+  out->block_rows = eight ? RF_OPTIM_TILE : 1;
+  out->vector_block = eight ? RF_OPTIM_VEC_BLOCK : 1;
+}
+
 int rf_optim_default_flags(const struct rf_tensor_view *view, enum rf_optim_kind kind) {
   const char *nm = view->name ? view->name : "";
   int special = strstr(nm, "norm") || strstr(nm, "embed");

@@ -66,6 +66,17 @@ void rf_optim_options_default(struct rf_optim_options *opt);
 int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out);
 const char *rf_optim_kind_name(enum rf_optim_kind kind);
 
+/* What an optimizer needs the layout to keep whole on one rank: `block_rows` rows
+ * of every matrix (ndim >= 2) and runs of `vector_block` elements of vectors
+ * (1: may be cut anywhere). 8-bit AdamW: its 32-row strips and 256-element runs,
+ * so that its blocks, and so its state, do not depend on W. The runtime options
+ * (rf_fsdp_options block_rows, vector_block) and the planner take them. */
+struct rf_optim_layout_needs {
+  int64_t block_rows;
+  int64_t vector_block;
+};
+void rf_optim_layout_needs(enum rf_optim_kind kind, struct rf_optim_layout_needs *out);
+
 /* The default groups by name and shape: no decay for vectors and for tensors whose
  * name contains "norm", "embed" or "bias"; Muon (kind muon) for 2-D tensors whose
  * name contains none of "embed", "head", "norm". */
