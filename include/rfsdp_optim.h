@@ -1,0 +1,162 @@
+/* rfsdp optimizers: optimizers that run on each rank's pieces of the tensors
+ * (struct rf_tensor_view, rfsdp.h), independent of how the runtime stores
+ * them. The public API of src/optim (installed with rfsdp.h).
+ *
+ *   adamw      AdamW (bias correction, decoupled weight decay), f32 state m, v.
+ *   adamw8bit  AdamW with m and v as 8-bit codes of bitsandbytes' dynamic maps
+ *              (signed for m, unsigned for v) and one f32 absmax per block:
+ *              32x32 tiles of matrices (32-row strips, 32-column tiles, shorter
+ *              last ones), flat runs of 256 elements of vectors. A block cut by
+ *              a rank boundary (blocks_whole == 0 layouts) is quantized per
+ *              local fragment (counted in stats.tiles_cut); otherwise the state
+ *              depends on a rank's strips only, not on W.
+ *   muon       Muon (momentum with Nesterov, 5 quintic Newton-Schulz iterations
+ *              in f32, update scaled to AdamW's RMS) for the views flagged
+ *              RF_OPTIM_FLAG_MUON; AdamW for the rest. Each Muon matrix has one
+ *              owner rank; the momentum pieces go to the owners in one
+ *              all-to-all-v per unit, the orthogonalized updates come back in one.
+ *
+ * State layout: every state slab whose `shard_layout` is 1 has the rank's shard
+ * length and holds a tensor's state at the view's shard_offset, like the master
+ * slab, so a checkpoint saves and reshards it with the same offsets. The 8-bit
+ * scales are per block: a view's blocks in order (strip by strip, tiles left to
+ * right; vectors: runs of 256) start at the view's scale offset
+ * (rf_optim_scales).
+ *
+ * Ownership: struct rf_optim is opaque; it copies the views (their `starts`,
+ * `master` and `grad` pointers stay borrowed and must outlive it), borrows the
+ * communicator, and owns every state slab and workspace, all allocated in
+ * rf_optim_create. rf_optim_step allocates nothing. */
+#ifndef RFSDP_OPTIM_H
+#define RFSDP_OPTIM_H
+
+#include <stdint.h>
+
+#include "rfsdp.h"
+
+struct rf_comm; /* src/comm: the communicator Muon's transfers use */
+
+enum rf_optim_kind { RF_OPTIM_KIND_ADAMW = 0, RF_OPTIM_KIND_ADAMW8BIT, RF_OPTIM_KIND_MUON };
+
+/* Per-view group flags. */
+enum rf_optim_flag {
+  RF_OPTIM_FLAG_DECAY = 1, /* apply weight decay */
+  RF_OPTIM_FLAG_MUON = 2   /* a 2-D hidden matrix that Muon updates (kind muon only) */
+};
+
+/* The learning-rate adjustment of a Muon matrix of A x B (torch.optim.Muon's adjust_lr_fn):
+ *   match_rms_adamw: lr * 0.2 * sqrt(max(A, B))  (Moonlight; shares AdamW's lr; the default)
+ *   original:        lr * sqrt(max(1, A / B))    (Keller Jordan's Muon) */
+enum rf_optim_muon_scale { RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW = 0, RF_OPTIM_MUON_SCALE_ORIGINAL };
+
+struct rf_optim_options {
+  enum rf_optim_kind kind;
+  float beta1, beta2, eps; /* AdamW (default 0.9, 0.95, 1e-8) */
+  float weight_decay;      /* decoupled, for views with RF_OPTIM_FLAG_DECAY (default 0.1) */
+  float muon_momentum;     /* default 0.95 */
+  int muon_nesterov;       /* default 1 */
+  int muon_ns_steps;       /* default 5 */
+  float muon_ns_eps;       /* Frobenius-norm clamp (default 1e-7) */
+  enum rf_optim_muon_scale muon_scale;
+  int muon_overlap; /* 1: a unit's all-to-all-v runs while another unit is orthogonalized (default 1) */
+};
+
+void rf_optim_options_default(struct rf_optim_options *opt);
+/* "adamw", "adamw8bit", "muon". Returns -1 on an unknown name. */
+int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out);
+const char *rf_optim_kind_name(enum rf_optim_kind kind);
+
+/* What an optimizer needs the layout to keep whole on one rank: `block_rows` rows
+ * of every matrix (ndim >= 2) and runs of `vector_block` elements of vectors
+ * (1: may be cut anywhere). 8-bit AdamW: its 32-row strips and 256-element runs,
+ * so that its blocks, and so its state, do not depend on W. The runtime options
+ * (rf_fsdp_options block_rows, vector_block) and the planner take them. */
+struct rf_optim_layout_needs {
+  int64_t block_rows;
+  int64_t vector_block;
+};
+void rf_optim_layout_needs(enum rf_optim_kind kind, struct rf_optim_layout_needs *out);
+
+/* The default groups by name and shape: no decay for vectors and for tensors whose
+ * name contains "norm", "embed" or "bias"; Muon (kind muon) for 2-D tensors whose
+ * name contains none of "embed", "head", "norm". */
+int rf_optim_default_flags(const struct rf_tensor_view *view, enum rf_optim_kind kind);
+
+struct rf_optim;
+
+/* `views[n]` are this rank's pieces (empty pieces allowed), `flags[n]` their
+ * groups (NULL: rf_optim_default_flags), `shard_elems` the rank's shard length.
+ * `comm` is required for muon (NULL allowed otherwise); every rank passes the
+ * same tensors in the same order. Returns 0, or -1 with a message (a piece
+ * outside the shard, a Muon view that is not 2-D or whose starts disagree). */
+int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
+                    const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                    const struct rf_comm *comm);
+void rf_optim_free(struct rf_optim *o);
+/* The same over every tensor of a finalized runtime context (rf_fsdp_tensor
+ * views, default groups, rf_fsdp_shard_elems). `comm` (borrowed; required for
+ * Muon) is e.g. rf_comm_init(&comm, rf_fsdp_comm(f)). */
+int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
+                         const struct rf_comm *comm);
+
+/* One step with learning rate `lr` on every view's master from its grad. Muon:
+ * a collective (every rank calls it). */
+void rf_optim_step(struct rf_optim *o, float lr);
+/* Steps taken (bias correction uses it); set it when resuming from a checkpoint. */
+int64_t rf_optim_get_step(const struct rf_optim *o);
+void rf_optim_set_step(struct rf_optim *o, int64_t step);
+
+/* ---- state, for checkpoints ------------------------------------------------ */
+
+struct rf_optim_state_slab {
+  const char *name; /* "m", "v", "m_code", "v_code", "m_scale", "v_scale" (static string) */
+  void *data;       /* borrowed from the optimizer */
+  enum rf_dtype dtype;
+  int64_t count;    /* elements */
+  int shard_layout; /* 1: shard length, the view's shard_offset; 0: per-block (rf_optim_scales) */
+};
+
+int rf_optim_n_states(const struct rf_optim *o);
+void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab *out);
+
+/* 8-bit: view i's blocks are [*offset, *offset + *count) of the scale slabs; the
+ * first of them is block *first of the tensor (global numbering: strip-major,
+ * ceil(cols/32) tiles per strip; vectors: runs of 256). 0 blocks for other kinds.
+ * The blocks are the consecutive blocks [first, first + count) of the tensor when
+ * the piece covers whole rows (any planned, fsdp2 or whole-block layout); a piece
+ * that starts or ends inside a row touches non-consecutive tiles (count is the
+ * number touched), and its cut tiles are shared with the neighbouring rank. */
+void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
+/* 8-bit: the number of blocks of view i's whole tensor (every rank's), the
+ * index space of its scales. */
+int64_t rf_optim_tensor_blocks(const struct rf_optim *o, int view);
+
+/* ---- what it costs ----------------------------------------------------------- */
+
+struct rf_optim_stats {
+  int64_t state_bytes;      /* state slabs of this rank (allocated; shard length) */
+  int64_t state_bytes_used; /* the part holding state of the views' pieces (Muon matrices: no v) */
+  int64_t workspace_bytes;  /* scratch, Muon staging and Newton-Schulz buffers */
+  int64_t tiles_cut;        /* 8-bit blocks of this rank quantized per fragment */
+  int64_t steps;
+  /* Muon, cumulative on this rank */
+  uint64_t muon_bytes_sent;      /* to other ranks (both trips) */
+  uint64_t muon_bytes_recv;      /* from other ranks (both trips) */
+  double muon_ns_flops;          /* Newton-Schulz FLOPs */
+  int64_t muon_matrices;         /* matrices orthogonalized */
+  double muon_owned_flops;       /* NS FLOPs per step of the matrices this rank owns */
+  uint64_t muon_step_bytes_sent; /* planned per step: to other ranks, both trips */
+  uint64_t muon_step_bytes_recv; /* planned per step: from other ranks, both trips */
+  uint64_t muon_ns_time_ns;      /* time in Newton-Schulz */
+  uint64_t muon_comm_wait_ns;    /* time waiting for the all-to-all-v */
+};
+
+void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
+/* Muon: the owner rank of view i (-1 when not a Muon matrix), and how many times
+ * this rank orthogonalized it. */
+int rf_optim_muon_owner(const struct rf_optim *o, int view);
+int64_t rf_optim_muon_count(const struct rf_optim *o, int view);
+/* Newton-Schulz FLOPs of one A x B matrix with `steps` iterations. */
+double rf_optim_ns_flops(int64_t rows, int64_t cols, int steps);
+
+#endif
