@@ -24,6 +24,7 @@ struct tensor {
   char name[64];
   int unit, ndim;
   int64_t shape[2], numel, block;
+  int flags; /* decay, Muon: as the model's description gives them */
 };
 
 struct model {
@@ -31,7 +32,7 @@ struct model {
   struct tensor t[MAXT];
 };
 
-static void add(struct model *m, int unit, const char *name, int ndim, int64_t d0, int64_t d1) {
+static void add(struct model *m, int unit, const char *name, int ndim, int64_t d0, int64_t d1, int flags) {
   struct tensor *t = &m->t[m->n++];
   snprintf(t->name, sizeof t->name, "%s", name);
   t->unit = unit;
@@ -40,6 +41,7 @@ static void add(struct model *m, int unit, const char *name, int ndim, int64_t d
   t->shape[1] = d1;
   t->numel = ndim == 1 ? d0 : d0 * d1;
   t->block = ndim == 1 ? 256 : 32 * d1;
+  t->flags = flags;
   if (unit + 1 > m->n_units) m->n_units = unit + 1;
 }
 
@@ -47,22 +49,22 @@ static void build_model(struct model *m, int layers, int embed) {
   memset(m, 0, sizeof *m);
   int h = 768, f = 2048, kv = 256, vocab = 256, u = 0;
   char nm[64];
-  if (embed) add(m, u++, "model.embed_tokens.weight", 2, vocab, h);
+  if (embed) add(m, u++, "model.embed_tokens.weight", 2, vocab, h, 0);
   for (int l = 0; l < layers; l++, u++) {
     const char *names[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     int64_t shapes[7][2] = {{h, h}, {kv, h}, {kv, h}, {h, h}, {f, h}, {f, h}, {h, f}};
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-    add(m, u, nm, 1, h, 0);
+    add(m, u, nm, 1, h, 0, 0);
     for (int k = 0; k < 7; k++) {
       snprintf(nm, sizeof nm, "model.layers.%d.%s.%s.weight", l, k < 4 ? "self_attn" : "mlp", names[k]);
-      add(m, u, nm, 2, shapes[k][0], shapes[k][1]);
+      add(m, u, nm, 2, shapes[k][0], shapes[k][1], RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX);
     }
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-    add(m, u, nm, 1, h, 0);
+    add(m, u, nm, 1, h, 0, 0);
   }
   if (embed) {
-    add(m, u, "model.norm.weight", 1, h, 0);
-    add(m, u, "lm_head.weight", 2, vocab, h);
+    add(m, u, "model.norm.weight", 1, h, 0, 0);
+    add(m, u, "lm_head.weight", 2, vocab, h, RF_OPTIM_FLAG_DECAY);
   }
 }
 
@@ -116,7 +118,7 @@ static void build_layout(const struct model *m, int world, int rank, struct layo
 }
 
 static void make_views(const struct model *m, const struct layout *l, int rank, float *master, float *grad,
-                       struct rf_tensor_view *v) {
+                       struct rf_tensor_view *v, int *flags) {
   for (int t = 0; t < m->n; t++) {
     memset(&v[t], 0, sizeof v[t]);
     v[t].name = m->t[t].name;
@@ -133,6 +135,7 @@ static void make_views(const struct model *m, const struct layout *l, int rank, 
     v[t].shard_offset = l->shard_off[t];
     v[t].master = master + l->shard_off[t];
     v[t].grad = grad + l->shard_off[t];
+    flags[t] = m->t[t].flags;
   }
 }
 
@@ -153,7 +156,8 @@ static void whole_model(const struct rf_comm *comm) {
   float *master = calloc((size_t)l.shard_elems + 1, sizeof(float)),
         *grad = calloc((size_t)l.shard_elems + 1, 4);
   static struct rf_tensor_view v[MAXT];
-  make_views(&m, &l, comm->rank, master, grad, v);
+  static int flags[MAXT];
+  make_views(&m, &l, comm->rank, master, grad, v, flags);
   int64_t params = 0;
   for (int t = 0; t < m.n; t++) params += m.t[t].numel;
   if (comm->rank == 0)
@@ -164,7 +168,7 @@ static void whole_model(const struct rf_comm *comm) {
     rf_optim_options_default(&opt);
     opt.kind = (enum rf_optim_kind)kind;
     struct rf_optim *o;
-    if (rf_optim_create(&o, &opt, v, NULL, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
+    if (rf_optim_create(&o, &opt, v, flags, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
     struct rf_optim_stats st;
     rf_optim_get_stats(o, &st);
     double mean, mx = maxmean(comm, (double)st.state_bytes, &mean);
@@ -222,14 +226,15 @@ static void one_layer(const struct rf_comm *comm) {
     grad[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
   }
   static struct rf_tensor_view v[MAXT];
-  make_views(&m, &l, comm->rank, master, grad, v);
+  static int flags[MAXT];
+  make_views(&m, &l, comm->rank, master, grad, v, flags);
   for (int overlap = 0; overlap < 2; overlap++) {
     struct rf_optim_options opt;
     rf_optim_options_default(&opt);
     opt.kind = RF_OPTIM_KIND_MUON;
     opt.muon_overlap = overlap;
     struct rf_optim *o;
-    if (rf_optim_create(&o, &opt, v, NULL, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
+    if (rf_optim_create(&o, &opt, v, flags, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
     rf_comm_barrier(comm);
     uint64_t t0 = rf_time_ns();
     rf_optim_step(o, 1e-3f);

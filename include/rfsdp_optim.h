@@ -1,6 +1,6 @@
 /* rfsdp optimizers: optimizers that run on each rank's pieces of the tensors
- * (struct rf_tensor_view, rfsdp.h), independent of how the runtime stores
- * them. The public API of src/optim (installed with rfsdp.h).
+ * (struct rf_tensor_view, rfsdp_types.h), independent of how the runtime
+ * stores them. The public API of src/optim; MPI-free.
  *
  *   adamw      AdamW (bias correction, decoupled weight decay), f32 state m, v.
  *   adamw8bit  AdamW with m and v as 8-bit codes of bitsandbytes' dynamic maps
@@ -12,7 +12,7 @@
  *              depends on a rank's strips only, not on W.
  *   muon       Muon (momentum with Nesterov, 5 quintic Newton-Schulz iterations
  *              in f32, update scaled to AdamW's RMS) for the views flagged
- *              RF_OPTIM_FLAG_MUON; AdamW for the rest. Each Muon matrix has one
+ *              RF_OPTIM_FLAG_MATRIX; AdamW for the rest. Each Muon matrix has one
  *              owner rank; the momentum pieces go to the owners in one
  *              all-to-all-v per unit, the orthogonalized updates come back in one.
  *
@@ -32,16 +32,19 @@
 
 #include <stdint.h>
 
-#include "rfsdp.h"
+#include "rfsdp_types.h"
 
 struct rf_comm; /* src/comm: the communicator Muon's transfers use */
+struct rf_fsdp; /* rfsdp.h: the runtime context (rf_optim_create_fsdp) */
 
 enum rf_optim_kind { RF_OPTIM_KIND_ADAMW = 0, RF_OPTIM_KIND_ADAMW8BIT, RF_OPTIM_KIND_MUON };
 
-/* Per-view group flags. */
+/* Per-view groups: the caller's decision (the library knows no tensor names; a
+ * model states its own, e.g. rf_llama_optim_flags in src/model). */
 enum rf_optim_flag {
-  RF_OPTIM_FLAG_DECAY = 1, /* apply weight decay */
-  RF_OPTIM_FLAG_MUON = 2   /* a 2-D hidden matrix that Muon updates (kind muon only) */
+  RF_OPTIM_FLAG_DECAY = 1, /* apply decoupled weight decay */
+  RF_OPTIM_FLAG_MATRIX = 2 /* a 2-D hidden matrix that the matrix optimizer (muon) updates whole;
+                              ignored by the element-wise kinds; the other views take AdamW */
 };
 
 /* The learning-rate adjustment of a Muon matrix of A x B (torch.optim.Muon's adjust_lr_fn):
@@ -77,15 +80,10 @@ struct rf_optim_layout_needs {
 };
 void rf_optim_layout_needs(enum rf_optim_kind kind, struct rf_optim_layout_needs *out);
 
-/* The default groups by name and shape: no decay for vectors and for tensors whose
- * name contains "norm", "embed" or "bias"; Muon (kind muon) for 2-D tensors whose
- * name contains none of "embed", "head", "norm". */
-int rf_optim_default_flags(const struct rf_tensor_view *view, enum rf_optim_kind kind);
-
 struct rf_optim;
 
 /* `views[n]` are this rank's pieces (empty pieces allowed), `flags[n]` their
- * groups (NULL: rf_optim_default_flags), `shard_elems` the rank's shard length.
+ * groups (rf_optim_flag bits), `shard_elems` the rank's shard length.
  * `comm` is required for muon (NULL allowed otherwise); every rank passes the
  * same tensors in the same order. Returns 0, or -1 with a message (a piece
  * outside the shard, a Muon view that is not 2-D or whose starts disagree). */
@@ -94,10 +92,10 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_comm *comm);
 void rf_optim_free(struct rf_optim *o);
 /* The same over every tensor of a finalized runtime context (rf_fsdp_tensor
- * views, default groups, rf_fsdp_shard_elems). `comm` (borrowed; required for
+ * views, `flags` one per tensor, rf_fsdp_shard_elems). `comm` (borrowed; required for
  * Muon) is e.g. rf_comm_init(&comm, rf_fsdp_comm(f)). */
 int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
-                         const struct rf_comm *comm);
+                         const int *flags, const struct rf_comm *comm);
 
 /* One step with learning rate `lr` on every view's master from its grad. Muon:
  * a collective (every rank calls it). */

@@ -93,8 +93,12 @@ int main(int argc, char **argv) {
       rf_comm_init(&comm, rf_fsdp_comm(f));
       rf_comm_init(&self, rf_fsdp_comm(ref));
       struct rf_optim *o, *oref;
-      RF_ASSERT(rf_optim_create_fsdp(&o, &opt, f, &comm) == 0);
-      RF_ASSERT(rf_optim_create_fsdp(&oref, &opt, ref, &self) == 0);
+      int flags[2 + 4 * LAYERS] = {0}; /* the groups a model gives them, in build()'s order */
+      for (int l = 0; l < LAYERS; l++) /* norm 0, up and down decay and Muon, bias 0 */
+        flags[2 + 4 * l] = flags[3 + 4 * l] = RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX;
+      flags[1 + 4 * LAYERS] = RF_OPTIM_FLAG_DECAY; /* the head: decay, no Muon */
+      RF_ASSERT(rf_optim_create_fsdp(&o, &opt, f, flags, &comm) == 0);
+      RF_ASSERT(rf_optim_create_fsdp(&oref, &opt, ref, flags, &self) == 0);
       train(f, o);
       train(ref, oref);
       double worst = 0;

@@ -34,23 +34,26 @@ struct spec {
   int unit;
   int ndim;
   int64_t shape[2];
+  int flags; /* the groups a model gives them: decay, Muon */
 };
 
+#define DM (RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX)
+
 static const struct spec specs[NT] = {
-    {"embed", 0, 2, {40, 24}},
-    {"layers.0.attn_norm", 1, 1, {24}},
-    {"layers.0.wq", 1, 2, {40, 24}},
-    {"layers.0.w_up", 1, 2, {67, 250}},
-    {"layers.0.bias", 1, 1, {3}},
-    {"layers.0.tiny", 1, 2, {2, 5}},
-    {"layers.1.w_down", 2, 2, {250, 40}},
-    {"layers.1.wo", 2, 2, {33, 33}},
-    {"layers.1.vec", 2, 1, {300}},
-    {"layers.1.w1", 2, 2, {64, 24}},
-    {"head", 3, 2, {24, 50}},
-    {"final_norm", 3, 1, {24}},
-    {"proj_in", 0, 2, {16, 40}},
-    {"layers.2.wv", 3, 2, {37, 20}},
+    {"embed", 0, 2, {40, 24}, 0},
+    {"layers.0.attn_norm", 1, 1, {24}, 0},
+    {"layers.0.wq", 1, 2, {40, 24}, DM},
+    {"layers.0.w_up", 1, 2, {67, 250}, DM},
+    {"layers.0.bias", 1, 1, {3}, 0},
+    {"layers.0.tiny", 1, 2, {2, 5}, DM},
+    {"layers.1.w_down", 2, 2, {250, 40}, DM},
+    {"layers.1.wo", 2, 2, {33, 33}, DM},
+    {"layers.1.vec", 2, 1, {300}, 0},
+    {"layers.1.w1", 2, 2, {64, 24}, DM},
+    {"head", 3, 2, {24, 50}, RF_OPTIM_FLAG_DECAY},
+    {"final_norm", 3, 1, {24}, 0},
+    {"proj_in", 0, 2, {16, 40}, DM},
+    {"layers.2.wv", 3, 2, {37, 20}, DM},
 };
 #define NUNITS 4
 
@@ -155,7 +158,9 @@ static void run_init(struct run *run, struct layout *l, int rank, const struct r
     for (int64_t i = v->begin; i < v->end; i++)
       v->master[i - v->begin] = 0.5f * hash_f32((uint64_t)t, (uint64_t)i, 1);
   }
-  RF_ASSERT(rf_optim_create(&run->o, opt, run->views, NULL, NT, n, comm) == 0);
+  int flags[NT];
+  for (int t = 0; t < NT; t++) flags[t] = specs[t].flags;
+  RF_ASSERT(rf_optim_create(&run->o, opt, run->views, flags, NT, n, comm) == 0);
 }
 
 static void run_grads(struct run *run, int step) {

@@ -132,7 +132,8 @@ static void test_tiles(void) {
     rf_optim_options_default(&opt);
     opt.kind = RF_OPTIM_KIND_ADAMW8BIT;
     struct rf_optim *o;
-    RF_ASSERT(rf_optim_create(&o, &opt, &v, NULL, 1, cases[k].e - cases[k].b, NULL) == 0);
+    int flags = RF_OPTIM_FLAG_DECAY;
+    RF_ASSERT(rf_optim_create(&o, &opt, &v, &flags, 1, cases[k].e - cases[k].b, NULL) == 0);
     int64_t off, count, first;
     rf_optim_scales(o, 0, &off, &count, &first);
     struct rf_optim_stats st;
@@ -170,7 +171,8 @@ static void quad_run(enum rf_optim_kind kind, float *p, double *losses, int step
   rf_optim_options_default(&opt);
   opt.kind = kind;
   struct rf_optim *o;
-  RF_ASSERT(rf_optim_create(&o, &opt, v, NULL, 2, QN, NULL) == 0);
+  int flags[2] = {RF_OPTIM_FLAG_DECAY, 0}; /* the matrix decays, the norm not */
+  RF_ASSERT(rf_optim_create(&o, &opt, v, flags, 2, QN, NULL) == 0);
   uint64_t rng = 7;
   for (int i = 0; i < QN; i++) p[i] = 0;
   for (int s = 0; s < steps; s++) {
@@ -269,11 +271,14 @@ static void test_errors(void) {
   struct rf_optim_options opt;
   rf_optim_options_default(&opt);
   struct rf_optim *o;
+  int flags = RF_OPTIM_FLAG_DECAY;
   RF_CHECK(
-      rf_optim_create(&o, &opt, &v, NULL, 1, 8, NULL) == -1 && strstr(rf_error_msg(), "outside the shard"),
+      rf_optim_create(&o, &opt, &v, &flags, 1, 8, NULL) == -1 && strstr(rf_error_msg(), "outside the shard"),
       "piece outside the shard: %s", rf_error_msg());
+  RF_CHECK(rf_optim_create(&o, &opt, &v, NULL, 1, 8, NULL) == -1 && strstr(rf_error_msg(), "flags"),
+           "no groups given: %s", rf_error_msg());
   view_piece(&v, "bias", 1, 8, 0, 0, 8, p, g);
-  int flags = RF_OPTIM_FLAG_MUON;
+  flags = RF_OPTIM_FLAG_MATRIX;
   opt.kind = RF_OPTIM_KIND_MUON;
   RF_CHECK(rf_optim_create(&o, &opt, &v, &flags, 1, 8, NULL) == -1 && strstr(rf_error_msg(), "communicator"),
            "muon without comm: %s", rf_error_msg());

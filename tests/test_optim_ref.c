@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "comm/comm_mpi.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "rf_test.h"
 
@@ -127,9 +128,6 @@ static void test_adamw(void) {
   struct rf_optim_options opt;
   rf_optim_options_default(&opt);
   int flags[2] = {RF_OPTIM_FLAG_DECAY, 0};
-  RF_CHECK(
-      rf_optim_default_flags(&v[0], opt.kind) == flags[0] && rf_optim_default_flags(&v[1], opt.kind) == 0,
-      "default groups");
   struct rf_optim *o;
   RF_ASSERT(rf_optim_create(&o, &opt, v, flags, 2, 1360, NULL) == 0);
   for (int s = 0; s < 5; s++) {
@@ -161,6 +159,35 @@ static double change_diff(const float *a, const float *b, const float *p0, int64
   return d / c;
 }
 
+/* The groups the trainer gives the optimizer come from the model's description
+ * (decay, matrix); for LLaMA they are the groups the optimizer used to derive from
+ * the names itself: no decay for vectors and names with "norm", "embed" or
+ * "bias"; Muon for 2-D tensors whose name has none of "embed", "head", "norm". */
+static void test_model_groups(void) {
+  const char *json =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 64, \"max_position_embeddings\": 64}";
+  struct rf_model_config cfg;
+  RF_ASSERT(rf_model_config_parse(&cfg, json, strlen(json), "test") == 0);
+  struct rf_model_desc d;
+  rf_model_desc_make(&cfg, &d);
+  int n = 0, bad = 0;
+  for (int u = 0; u < d.n_units; u++)
+    for (int i = 0; i < d.units[u].n_tensors; i++, n++) {
+      const struct rf_model_tensor *t = &d.units[u].tensors[i];
+      int special = strstr(t->name, "norm") || strstr(t->name, "embed");
+      int decay = t->ndim >= 2 && !special && !strstr(t->name, "bias");
+      int matrix = t->ndim == 2 && !special && !strstr(t->name, "head");
+      if (!!t->decay != decay || !!t->matrix != matrix) {
+        printf("  %s: decay %d matrix %d, expected %d %d\n", t->name, t->decay, t->matrix, decay, matrix);
+        bad++;
+      }
+    }
+  RF_CHECK(n == 2 + 9 * 2 + 1 && bad == 0, "LLaMA groups: %d of %d tensors differ", bad, n);
+  rf_model_desc_free(&d);
+}
+
 static void test_muon(const struct rf_comm *self) {
   const char *names[2] = {"wide", "tall"};
   int64_t shapes[2][2] = {{64, 96}, {96, 64}};
@@ -179,8 +206,7 @@ static void test_muon(const struct rf_comm *self) {
     struct rf_optim_options opt;
     rf_optim_options_default(&opt);
     opt.kind = RF_OPTIM_KIND_MUON;
-    int flags = RF_OPTIM_FLAG_MUON | RF_OPTIM_FLAG_DECAY;
-    RF_CHECK(rf_optim_default_flags(&v, opt.kind) == flags, "default groups of a hidden matrix");
+    int flags = RF_OPTIM_FLAG_MATRIX | RF_OPTIM_FLAG_DECAY;
     struct rf_optim *o;
     RF_ASSERT(rf_optim_create(&o, &opt, &v, &flags, 1, n, self) == 0);
     for (int s = 0; s < 2; s++) {
@@ -302,6 +328,7 @@ int main(void) {
     return rf_test_finish("test_optim_ref");
   }
   test_adamw();
+  test_model_groups();
   test_bnb();
   MPI_Init(NULL, NULL);
   struct rf_comm self;

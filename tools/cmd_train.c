@@ -215,7 +215,17 @@ static int rf_train_run(struct rf_train_state *s) {
   int n = rf_fsdp_n_tensors(s->model.fsdp);
   s->views = rf_xcalloc((size_t)n, sizeof *s->views);
   for (int t = 0; t < n; t++) rf_fsdp_tensor(s->model.fsdp, t, &s->views[t]);
-  RF_TRY(rf_optim_create(&s->optim, &oo, s->views, NULL, n, rf_fsdp_shard_elems(s->model.fsdp), &s->comm));
+  int *flags = rf_xcalloc((size_t)n, sizeof *flags); /* the model's description says which */
+  for (int u = 0; u < s->model.desc.n_units; u++)
+    for (int i = 0; i < s->model.desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *mt = &s->model.desc.units[u].tensors[i];
+      int t = rf_fsdp_find_tensor(s->model.fsdp, mt->name);
+      RF_ASSERT(t >= 0 && t < n);
+      flags[t] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+    }
+  int rc = rf_optim_create(&s->optim, &oo, s->views, flags, n, rf_fsdp_shard_elems(s->model.fsdp), &s->comm);
+  free(flags);
+  RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);

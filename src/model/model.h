@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan/plan.h"     /* RF_PLAN_MAX_DIMS, struct rf_plan_unit_in */
+#include "plan/plan.h"   /* RF_PLAN_MAX_DIMS, struct rf_plan_unit_in */
 #include "rfsdp_types.h" /* struct rf_init */
 
 /* ---- configuration (config.c) ----------------------------------------------- */

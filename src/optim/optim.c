@@ -100,16 +100,6 @@ void rf_optim_layout_needs(enum rf_optim_kind kind, struct rf_optim_layout_needs
   out->vector_block = eight ? RF_OPTIM_VEC_BLOCK : 1;
 }
 
-int rf_optim_default_flags(const struct rf_tensor_view *view, enum rf_optim_kind kind) {
-  const char *nm = view->name ? view->name : "";
-  int special = strstr(nm, "norm") || strstr(nm, "embed");
-  int flags = 0;
-  if (view->ndim >= 2 && !special && !strstr(nm, "bias")) flags |= RF_OPTIM_FLAG_DECAY;
-  if (kind == RF_OPTIM_KIND_MUON && view->ndim == 2 && !special && !strstr(nm, "head"))
-    flags |= RF_OPTIM_FLAG_MUON;
-  return flags;
-}
-
 /* ---- 8-bit blocks ------------------------------------------------------------ */
 
 /* A block intersected with the piece [b, e): up to 32 runs of local offsets. */
@@ -261,7 +251,7 @@ static void rf_optim_muon_plan(struct rf_optim *o) {
     struct rf_optim_view *w = &o->views[i];
     w->owner = -1;
     w->group = -1;
-    if (!(w->flags & RF_OPTIM_FLAG_MUON)) continue;
+    if (!(w->flags & RF_OPTIM_FLAG_MATRIX)) continue;
     int64_t a = w->v.shape[0], b = w->v.shape[1];
     w->ns_flops = rf_optim_ns_flops(a, b, o->opt.muon_ns_steps);
     w->lr_adjust = o->opt.muon_scale == RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW
@@ -358,6 +348,7 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
   RF_REQUIRE(n >= 0 && shard_elems >= 0, "optim: %d views, shard of %lld elements", n,
              (long long)shard_elems);
   RF_REQUIRE((unsigned)opt->kind < 3, "optim: unknown kind %d", (int)opt->kind);
+  RF_REQUIRE(flags || n == 0, "optim: no groups (flags) given for the %d views", n);
   RF_REQUIRE(opt->kind != RF_OPTIM_KIND_MUON || comm, "optim: Muon needs a communicator");
   RF_REQUIRE(opt->muon_ns_steps >= 0 && opt->muon_ns_steps < 100, "optim: %d Newton-Schulz steps",
              opt->muon_ns_steps);
@@ -372,10 +363,10 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
   for (int i = 0; i < n; i++) {
     struct rf_optim_view *w = &o->views[i];
     w->v = views[i];
-    w->flags = flags ? flags[i] : rf_optim_default_flags(&views[i], opt->kind);
-    if (opt->kind != RF_OPTIM_KIND_MUON) w->flags &= ~RF_OPTIM_FLAG_MUON;
+    w->flags = flags[i];
+    if (opt->kind != RF_OPTIM_KIND_MUON) w->flags &= ~RF_OPTIM_FLAG_MATRIX;
     if (rf_optim_check_view(o, &views[i], i) != 0 ||
-        ((w->flags & RF_OPTIM_FLAG_MUON) && rf_optim_check_muon_view(o, &views[i], i) != 0)) {
+        ((w->flags & RF_OPTIM_FLAG_MATRIX) && rf_optim_check_muon_view(o, &views[i], i) != 0)) {
       rf_optim_free(o);
       return -1;
     }
@@ -423,7 +414,7 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
     const struct rf_optim_view *w = &o->views[i];
     int64_t len = w->v.end - w->v.begin;
     o->stats.state_bytes_used += opt->kind == RF_OPTIM_KIND_ADAMW8BIT ? 2 * len + 8 * w->n_blocks
-                                 : (w->flags & RF_OPTIM_FLAG_MUON)    ? 4 * len
+                                 : (w->flags & RF_OPTIM_FLAG_MATRIX)  ? 4 * len
                                                                       : 8 * len;
   }
   if (opt->kind == RF_OPTIM_KIND_MUON) rf_optim_muon_plan(o);
@@ -707,7 +698,7 @@ void rf_optim_step(struct rf_optim *o, float lr) {
   rf_optim_hyper_init(o, lr, &h);
   for (int i = 0; i < o->n; i++) {
     struct rf_optim_view *w = &o->views[i];
-    if (w->flags & RF_OPTIM_FLAG_MUON) continue;
+    if (w->flags & RF_OPTIM_FLAG_MATRIX) continue;
     int64_t len = w->v.end - w->v.begin;
     if (len == 0) continue;
     if (o->opt.kind == RF_OPTIM_KIND_ADAMW8BIT)
@@ -764,7 +755,7 @@ void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out) { 
 
 int rf_optim_muon_owner(const struct rf_optim *o, int view) {
   RF_ASSERT(view >= 0 && view < o->n);
-  return (o->views[view].flags & RF_OPTIM_FLAG_MUON) ? o->views[view].owner : -1;
+  return (o->views[view].flags & RF_OPTIM_FLAG_MATRIX) ? o->views[view].owner : -1;
 }
 
 int64_t rf_optim_muon_count(const struct rf_optim *o, int view) {
