@@ -81,7 +81,6 @@ static void model_split(struct model *md, int world, int rank, int64_t shift, in
                                  .ndim = md->ndim[t],
                                  .numel = numel,
                                  .block_elems = row,
-                                 .blocks_whole = 1,
                                  .starts = md->starts[t]};
     v->shape[0] = md->shape[t][0];
     v->shape[1] = md->shape[t][1];

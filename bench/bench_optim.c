@@ -128,7 +128,6 @@ static void make_views(const struct model *m, const struct layout *l, int rank, 
     v[t].shape[1] = m->t[t].shape[1];
     v[t].numel = m->t[t].numel;
     v[t].block_elems = m->t[t].block;
-    v[t].blocks_whole = 1;
     v[t].starts = l->starts[t];
     v[t].begin = l->starts[t][rank];
     v[t].end = l->starts[t][rank + 1];

@@ -6,10 +6,12 @@
  *   adamw8bit  AdamW with m and v as 8-bit codes of bitsandbytes' dynamic maps
  *              (signed for m, unsigned for v) and one f32 absmax per block:
  *              32x32 tiles of matrices (32-row strips, 32-column tiles, shorter
- *              last ones), flat runs of 256 elements of vectors. A block cut by
- *              a rank boundary (blocks_whole == 0 layouts) is quantized per
- *              local fragment (counted in stats.tiles_cut); otherwise the state
- *              depends on a rank's strips only, not on W.
+ *              last ones), flat runs of 256 elements of vectors. Where the
+ *              layout keeps them whole (the view's block_elems, see
+ *              rf_optim_layout_needs) a cut block is an error and the state
+ *              depends on a rank's strips only, not on W; where it may cut
+ *              (block_elems 1: flat, fsdp2) a cut block is quantized per local
+ *              fragment (counted in stats.tiles_cut).
  *   muon       Muon (momentum with Nesterov, 5 quintic Newton-Schulz iterations
  *              in f32, update scaled to AdamW's RMS) for the views flagged
  *              RF_OPTIM_FLAG_MATRIX; AdamW for the rest. Each Muon matrix has one

@@ -67,8 +67,7 @@ struct rf_tensor_view {
   int ndim;
   int64_t shape[8];
   int64_t numel;
-  int64_t block_elems; /* the block the layout keeps whole (1 when it may cut anywhere) */
-  int blocks_whole;    /* 1 when every rank's range is a whole number of blocks */
+  int64_t block_elems; /* every rank's range is a whole number of these (1: cut anywhere) */
   const int64_t *starts;
   int64_t begin, end;
   int64_t shard_offset; /* offset of the piece in this rank's shard slab (rf_fsdp_shard) */

@@ -73,7 +73,6 @@ static void model_split(struct model *md, int world, uint64_t seed) {
                                    .ndim = md->ndim[t],
                                    .numel = numel,
                                    .block_elems = block,
-                                   .blocks_whole = 1,
                                    .starts = md->starts[t]};
       memcpy(v->shape, md->shape[t], sizeof md->shape[t]);
       rf_shard_local_range(&sh, r, &v->begin, &v->end);

@@ -88,7 +88,6 @@ static void model_init(struct model *md, int world, int rank, const int *mult, u
                                  .ndim = t_ndim[t],
                                  .numel = numel,
                                  .block_elems = block,
-                                 .blocks_whole = 1,
                                  .starts = md->starts[t]};
     v->shape[0] = t_shape[t][0];
     v->shape[1] = t_shape[t][1];

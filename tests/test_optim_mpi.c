@@ -147,8 +147,7 @@ static void run_init(struct run *run, struct layout *l, int rank, const struct r
     v->shape[0] = specs[t].shape[0];
     v->shape[1] = specs[t].shape[1];
     v->numel = numel_of(t);
-    v->block_elems = block_of(t);
-    v->blocks_whole = l->cuts_inside_blocks == 0;
+    v->block_elems = l->cuts_inside_blocks == 0 ? block_of(t) : 1; /* as rf_fsdp_tensor states it */
     v->starts = l->starts[t];
     v->begin = l->starts[t][rank];
     v->end = l->starts[t][rank + 1];

@@ -282,6 +282,14 @@ static void test_errors(void) {
   opt.kind = RF_OPTIM_KIND_MUON;
   RF_CHECK(rf_optim_create(&o, &opt, &v, &flags, 1, 8, NULL) == -1 && strstr(rf_error_msg(), "communicator"),
            "muon without comm: %s", rf_error_msg());
+  /* a layout that promises 32-row strips whole but hands out a piece cutting one */
+  static float bp[67 * 250], bg[67 * 250];
+  view_piece(&v, "w", 2, 67, 250, 0, 40 * 250, bp, bg);
+  v.block_elems = 32 * 250;
+  opt.kind = RF_OPTIM_KIND_ADAMW8BIT;
+  flags = RF_OPTIM_FLAG_DECAY;
+  RF_CHECK(rf_optim_create(&o, &opt, &v, &flags, 1, 67 * 250, NULL) == -1 && strstr(rf_error_msg(), "cuts 8"),
+           "a cut block where the layout keeps blocks whole: %s", rf_error_msg());
   enum rf_optim_kind k;
   RF_CHECK(rf_optim_kind_parse("adam", &k) == -1 && strstr(rf_error_msg(), "adam"), "kind parse");
   RF_CHECK(rf_optim_kind_parse("adamw8bit", &k) == 0 && k == RF_OPTIM_KIND_ADAMW8BIT, "kind parse");

@@ -105,7 +105,6 @@ static void view_whole(struct rf_tensor_view *v, const char *name, int ndim, int
   v->shape[1] = d1;
   v->numel = ndim == 1 ? d0 : d0 * d1;
   v->block_elems = 1;
-  v->blocks_whole = 1;
   starts[0] = 0;
   starts[1] = v->numel;
   v->starts = starts;

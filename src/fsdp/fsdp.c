@@ -248,7 +248,6 @@ void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *
   memcpy(out->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
   out->numel = t->numel;
   out->block_elems = d->blocks_whole ? t->block_elems : 1;
-  out->blocks_whole = d->blocks_whole;
   out->starts = d->starts;
   out->begin = d->starts[r];
   out->end = d->starts[r + 1];

@@ -165,6 +165,23 @@ static int64_t rf_optim_block_full_elems(const struct rf_optim_view *w, int64_t 
   return nr * nc;
 }
 
+/* Where the layout keeps the optimizer's blocks whole (the view's block_elems is
+ * a multiple of a 32-row strip or of a run of 256, or covers the tensor), the
+ * piece must not cut one; elsewhere (flat, fsdp2 layouts) `cut` blocks are
+ * quantized per fragment and counted. */
+static int rf_optim_check_whole(struct rf_optim *o, const struct rf_optim_view *w, int64_t cut) {
+  int64_t blk = w->cols ? RF_OPTIM_TILE * w->cols : RF_OPTIM_VEC_BLOCK;
+  int whole = w->v.block_elems >= w->v.numel || w->v.block_elems % blk == 0;
+  RF_REQUIRE(
+      !whole || cut == 0,
+      "optim: %s: the layout keeps blocks of %lld elements whole, but the piece [%lld, %lld) cuts %lld "
+      "8-bit blocks",
+      w->v.name ? w->v.name : "?", (long long)w->v.block_elems, (long long)w->v.begin, (long long)w->v.end,
+      (long long)cut);
+  o->stats.tiles_cut += cut;
+  return 0;
+}
+
 /* ---- create / free ---------------------------------------------------------- */
 
 static int rf_optim_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
@@ -384,7 +401,7 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
     memset(o->vq, 0, slab);
     for (int i = 0; i < n; i++) {
       struct rf_optim_view *w = &o->views[i];
-      int64_t first, last;
+      int64_t first, last, cut = 0;
       rf_optim_block_span(w, &first, &last);
       w->scale_off = o->n_scales;
       w->first_block = -1;
@@ -394,10 +411,14 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
         if (runs.elems == 0) continue;
         if (w->first_block < 0) w->first_block = blk;
         w->n_blocks++;
-        if (runs.elems != rf_optim_block_full_elems(w, blk)) o->stats.tiles_cut++;
+        if (runs.elems != rf_optim_block_full_elems(w, blk)) cut++;
       }
       if (w->first_block < 0) w->first_block = 0;
       o->n_scales += w->n_blocks;
+      if (rf_optim_check_whole(o, w, cut) != 0) {
+        rf_optim_free(o);
+        return -1;
+      }
     }
     o->ms = rf_xcalloc((size_t)rf_max_i64(o->n_scales, 1), sizeof(float));
     o->vs = rf_xcalloc((size_t)rf_max_i64(o->n_scales, 1), sizeof(float));
