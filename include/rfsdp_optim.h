@@ -42,7 +42,7 @@ struct rf_fsdp; /* rfsdp.h: the runtime context (rf_optim_create_fsdp) */
 enum rf_optim_kind { RF_OPTIM_KIND_ADAMW = 0, RF_OPTIM_KIND_ADAMW8BIT, RF_OPTIM_KIND_MUON };
 
 /* Per-view groups: the caller's decision (the library knows no tensor names; a
- * model states its own, e.g. rf_llama_optim_flags in src/model). */
+ * model states them, e.g. src/model's struct rf_model_tensor decay and matrix). */
 enum rf_optim_flag {
   RF_OPTIM_FLAG_DECAY = 1, /* apply decoupled weight decay */
   RF_OPTIM_FLAG_MATRIX = 2 /* a 2-D hidden matrix that the matrix optimizer (muon) updates whole;
