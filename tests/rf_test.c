@@ -24,14 +24,35 @@ void rf_test_fail_at(const char *file, int line, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+int rf_test_close(double a, double b, double rtol, double atol) {
+  return isfinite(a) && isfinite(b) && fabs(a - b) <= atol + rtol * fabs(b);
+}
+
+double rf_test_max(double worst, double x) {
+  if (!isfinite(worst) || !isfinite(x)) return INFINITY;
+  return x > worst ? x : worst;
+}
+
 double rf_test_max_rel_diff(const float *a, const float *b, size_t n, double floor) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
     double s = fabs((double)b[i]);
-    double r = d / (s > floor ? s : floor);
-    if (!(r <= worst)) worst = r; /* NaN propagates as "worst" */
+    worst = rf_test_max(worst, fabs((double)a[i] - (double)b[i]) / (s > floor ? s : floor));
+    if (!isfinite(worst)) break; /* no later finite value may replace it */
   }
+  return worst;
+}
+
+double rf_test_max_abs_diff(const float *a, const float *b, size_t n) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n && isfinite(worst); i++)
+    worst = rf_test_max(worst, fabs((double)a[i] - (double)b[i]));
+  return worst;
+}
+
+double rf_test_max_abs(const float *a, size_t n) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n && isfinite(worst); i++) worst = rf_test_max(worst, fabs((double)a[i]));
   return worst;
 }
 

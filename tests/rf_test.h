@@ -20,17 +20,29 @@ void rf_test_fail_at(const char *file, int line, const char *fmt, ...) __attribu
     if (!(cond)) rf_test_fail_at(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
-/* |a - b| <= atol + rtol * |b|, with NaN never close. */
+/* 1 when |a - b| <= atol + rtol * |b| and both are finite (a NaN or an infinity is never close). */
+int rf_test_close(double a, double b, double rtol, double atol);
+
 #define RF_CHECK_CLOSE(a, b, rtol, atol, ...)                                                             \
   do {                                                                                                    \
     double rf_a_ = (double)(a), rf_b_ = (double)(b);                                                      \
     rf_test_checks++;                                                                                     \
-    if (!(fabs(rf_a_ - rf_b_) <= (atol) + (rtol)*fabs(rf_b_)))                                            \
+    if (!rf_test_close(rf_a_, rf_b_, (rtol), (atol)))                                                     \
       rf_test_fail_at(__FILE__, __LINE__, "%s = %.9g, expected %.9g: " __VA_ARGS__ "", #a, rf_a_, rf_b_); \
   } while (0)
 
-/* The largest relative difference max|a-b| / max(|b|, floor) over n floats. */
+/* Comparisons that cannot miss a NaN or an infinity: each returns +infinity as soon as any
+ * value it reads (in a or in b) is NaN or infinite, so `result <= tol` fails and so does any
+ * running maximum kept with rf_test_max (fmax drops a NaN; these never do). */
+
+/* The largest relative difference |a[i]-b[i]| / max(|b[i]|, floor) over n floats. */
 double rf_test_max_rel_diff(const float *a, const float *b, size_t n, double floor);
+/* The largest absolute difference |a[i]-b[i]| over n floats. */
+double rf_test_max_abs_diff(const float *a, const float *b, size_t n);
+/* The largest |a[i]| over n floats. */
+double rf_test_max_abs(const float *a, size_t n);
+/* max(worst, x) for a running maximum; +infinity when either is NaN or infinite. */
+double rf_test_max(double worst, double x);
 
 /* 1 when both files can be read and hold the same bytes. */
 int rf_test_files_equal(const char *a, const char *b);

@@ -365,12 +365,8 @@ static void run_variant(const struct variant *v, int rank, int world) {
   for (int t = 0; t < n; t++) {
     struct rf_tensor_view tv;
     rf_fsdp_tensor(f, t, &tv);
-    for (int64_t i = 0; i < tv.numel; i++) {
-      double diff = fabs((double)full[t][i] - (double)ref[t][i]);
-      if (!(diff <= worst)) worst = diff;
-      double c = fabs((double)ref[t][i] - (double)init[t][i]);
-      if (c > change) change = c;
-    }
+    worst = rf_test_max(worst, rf_test_max_abs_diff(full[t], ref[t], (size_t)tv.numel));
+    change = rf_test_max(change, rf_test_max_abs_diff(ref[t], init[t], (size_t)tv.numel));
   }
   RF_CHECK(change > 1e-3, "%s: training changed nothing (%g)", v->name, change);
   RF_CHECK(worst <= v->tol * change, "%s at W=%d: parameters differ from the reference by %.3g (change %.3g)",

@@ -39,8 +39,7 @@ typedef double (*objective_fn)(void *ctx);
 /* Compares analytic[i] with the central difference of f with respect to param[i]. */
 static void fd_check(const char *name, float *param, size_t n, const float *analytic, objective_fn f,
                      void *ctx) {
-  double amax = 0.0, emax = 0.0;
-  for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs((double)analytic[i]));
+  double amax = rf_test_max_abs(analytic, n), emax = 0.0;
   for (size_t i = 0; i < n; i++) {
     float save = param[i];
     param[i] = save + (float)FD_H;
@@ -50,9 +49,9 @@ static void fd_check(const char *name, float *param, size_t n, const float *anal
     param[i] = save;
     double h2 = (double)(save + (float)FD_H) - (double)(save - (float)FD_H);
     double fd = (fp - fm) / h2;
-    emax = fmax(emax, fabs(fd - (double)analytic[i]));
+    emax = rf_test_max(emax, fabs(fd - (double)analytic[i]));
   }
-  double rel = amax > 0 ? emax / amax : emax;
+  double rel = !isfinite(amax) ? INFINITY : amax > 0 ? emax / amax : emax;
   printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
   RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
   RF_CHECK(rel <= FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, FD_TOL);
@@ -192,7 +191,7 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   double *yn = rf_xmalloc(nq * sizeof(double));
   att_naive(&c, yn);
   double e = 0.0;
-  for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(yn[i] - c.y[i]));
+  for (size_t i = 0; i < nq; i++) e = rf_test_max(e, fabs(yn[i] - c.y[i]));
   RF_CHECK(e < 1e-5, "attention forward vs naive causal GQA: %.3g", e);
   float *dq = rf_xcalloc(nq, 4), *dk = rf_xcalloc(nk, 4), *dv = rf_xcalloc(nk, 4);
   rf_model_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, c.scratch, 2);
@@ -487,7 +486,7 @@ static void test_expf(void) {
   for (int i = 0; i <= 200000; i++) {
     float x = -80.0f + 168.0f * (float)i / 200000.0f;
     double e = fabs((double)rf_model_expf(x) - exp((double)x)) / exp((double)x);
-    worst = fmax(worst, e);
+    worst = rf_test_max(worst, e);
   }
   printf("  fast exp: max rel err %.2g over [-80, 88]\n", worst);
   RF_CHECK(worst < 2e-7, "rf_model_expf rel err %.3g", worst);

@@ -108,8 +108,8 @@ int main(int argc, char **argv) {
         rf_fsdp_tensor(ref, t, &rv);
         RF_ASSERT(rv.begin == 0 && rv.end == rv.numel && v.numel == rv.numel);
         if (v.end > v.begin)
-          worst = fmax(worst,
-                       rf_test_max_rel_diff(v.master, rv.master + v.begin, (size_t)(v.end - v.begin), 1e-3));
+          worst = rf_test_max(
+              worst, rf_test_max_rel_diff(v.master, rv.master + v.begin, (size_t)(v.end - v.begin), 1e-3));
       }
       struct rf_optim_stats st;
       rf_optim_get_stats(o, &st);

@@ -196,9 +196,8 @@ static double compare_params(const struct run *d, const struct run *ref, double 
     int64_t len = v->end - v->begin;
     if (len == 0) continue;
     double diff = rf_test_max_rel_diff(v->master, rv->master + v->begin, (size_t)len, 1e-3);
-    if (diff > worst) worst = diff;
-    for (int64_t j = 0; j < len; j++)
-      *abs_diff = fmax(*abs_diff, fabs(v->master[j] - rv->master[v->begin + j]));
+    worst = rf_test_max(worst, diff);
+    *abs_diff = rf_test_max(*abs_diff, rf_test_max_abs_diff(v->master, rv->master + v->begin, (size_t)len));
   }
   return worst;
 }

@@ -199,7 +199,7 @@ static void test_8bit_vs_f32(void) {
   quad_run(RF_OPTIM_KIND_ADAMW, p32, l32, STEPS, &b32);
   quad_run(RF_OPTIM_KIND_ADAMW8BIT, p8, l8, STEPS, &b8);
   double worst = 0, l0 = quad_loss(zero);
-  for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(l8[s] - l32[s]) / l0);
+  for (int s = 0; s < STEPS; s++) worst = rf_test_max(worst, fabs(l8[s] - l32[s]) / l0);
   double dist = 0, travel = 0;
   for (int i = 0; i < QN; i++) {
     dist += (double)(p8[i] - p32[i]) * (p8[i] - p32[i]);

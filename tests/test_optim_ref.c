@@ -152,8 +152,8 @@ static void test_adamw(void) {
 static double change_diff(const float *a, const float *b, const float *p0, int64_t n) {
   double d = 0, c = 0;
   for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    c = fmax(c, fabs((double)b[i] - p0[i]));
+    d = rf_test_max(d, fabs((double)a[i] - b[i]));
+    c = rf_test_max(c, fabs((double)b[i] - p0[i]));
   }
   return d / c;
 }
@@ -233,7 +233,7 @@ static void test_muon(const struct rf_comm *self) {
 
 static double max_abs_diff(const float *a, const float *b, int64_t n) {
   double d = 0;
-  for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+  for (int64_t i = 0; i < n; i++) d = rf_test_max(d, fabs((double)a[i] - b[i]));
   return d;
 }
 
@@ -244,8 +244,8 @@ static long check_step1_codes(const struct rf_optim *o, const float *grad) {
   enum { N = 64 * 128 };
   struct rf_optim_state_slab s[4];
   for (int i = 0; i < 4; i++) rf_optim_state(o, i, &s[i]);
-  double da = fmax(rf_test_max_rel_diff(s[2].data, ref_f32("bnb.absmax1_1", N / 256), N / 256, 1e-30),
-                   rf_test_max_rel_diff(s[3].data, ref_f32("bnb.absmax2_1", N / 256), N / 256, 1e-30));
+  double da = rf_test_max(rf_test_max_rel_diff(s[2].data, ref_f32("bnb.absmax1_1", N / 256), N / 256, 1e-30),
+                          rf_test_max_rel_diff(s[3].data, ref_f32("bnb.absmax2_1", N / 256), N / 256, 1e-30));
   RF_CHECK(da <= 1e-6, "step 1 absmax differs from bitsandbytes: %.3g", da);
   long differ = 0, worse = 0;
   for (int k = 0; k < 2; k++) {

@@ -99,7 +99,7 @@ static void check_equivalence(const char *model, const char *data, const char *d
       int m = read_losses(log, got, STEPS);
       RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layouts[l][0], layouts[l][1], w, m);
       double worst = 0;
-      for (int s = 0; s < m && s < n; s++) worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+      for (int s = 0; s < m && s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
       RF_CHECK(worst <= 1e-4, "%s %s/%s at W=%d: loss differs from the one-rank run by %.3g relative", dtype,
                layouts[l][0], layouts[l][1], w, worst);
       int allocs = allocating_steps(log);
