@@ -26,7 +26,7 @@ BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 HEADERS := $(wildcard include/*.h src/*/*.h tests/*.h)
 
-.PHONY: all setup test test-asan bench demo install clean format lint help
+.PHONY: all setup test test-asan mutate bench demo install clean format lint help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
@@ -34,7 +34,8 @@ all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
 help:
 	@echo "make            build librfsdp.a, the rfsdp command, tests and benchmarks"
 	@echo "make test       set up what is missing, build, run every test"
-	@echo "make test-asan  the tests under address + undefined sanitizers"
+	@echo "make test-asan  every test (multi-rank ones under mpirun) under address + undefined sanitizers"
+	@echo "make mutate     plants each bug of scripts/mutations in a scratch copy; each must fail a test"
 	@echo "make demo       set up, prepare the KJV data, train the default model on 2 ranks"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
@@ -74,8 +75,12 @@ test: setup
 test-asan: setup
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  scripts/run-tests build-asan --unit $(TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 RF_TEST_TIME_SCALE=4 \
+	  scripts/run-tests build-asan $(TESTS)
+
+mutate: setup
+	@$(MAKE) --no-print-directory all
+	@scripts/mutate
 
 bench: setup
 	@$(MAKE) --no-print-directory all
