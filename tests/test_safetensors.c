@@ -153,7 +153,7 @@ static void test_f16(void) {
     }
     if (hm == 0x7bff && ax >= 65520) bad++;
     double d = fabs(got - ax);
-    if (d > fabs(lo - ax) || (hi != INFINITY && d > fabs(hi - ax))) bad++;
+    if (!(d <= fabs(lo - ax)) || (hi != INFINITY && !(d <= fabs(hi - ax)))) bad++; /* a NaN is bad */
     if ((d == fabs(lo - ax) || d == fabs(hi - ax)) && d > 0 && (hm & 1)) bad++;
     if (signbit(x) != signbit(rf_f32_from_f16(h))) bad++;
   }
