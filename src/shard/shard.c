@@ -46,6 +46,14 @@ int rf_shard_init_on_rank(struct rf_shard *shard, int64_t numel, int64_t block_e
   return 0;
 }
 
+int rf_shard_buffer_cut(int64_t numel, int64_t block_elems, int64_t off, const int64_t *starts, int world) {
+  for (int r = 1; r < world; r++) {
+    int64_t cut = starts[r] - off;
+    if (cut > 0 && cut < numel && cut % block_elems != 0) return r;
+  }
+  return 0;
+}
+
 int rf_shard_init_from_buffer(struct rf_shard *shard, int64_t numel, int64_t block_elems, int64_t off,
                               const int64_t *starts, int world) {
   memset(shard, 0, sizeof *shard);
@@ -57,18 +65,16 @@ int rf_shard_init_from_buffer(struct rf_shard *shard, int64_t numel, int64_t blo
   RF_REQUIRE(off + numel <= starts[world], "shard: tensor [%lld, %lld) runs past the buffer of %lld elements",
              (long long)off, (long long)(off + numel), (long long)starts[world]);
   int64_t blocks = rf_ceil_div(numel, block_elems);
-  for (int r = 1; r < world; r++) {
-    int64_t cut = starts[r] - off;
-    RF_REQUIRE(cut <= 0 || cut >= numel || cut % block_elems == 0,
-               "shard: the boundary of rank %d at buffer element %lld cuts the tensor at [%lld, %lld) inside "
-               "block %lld (block of %lld elements)",
-               r, (long long)starts[r], (long long)off, (long long)(off + numel),
-               (long long)(cut / block_elems), (long long)block_elems);
-  }
+  int r = rf_shard_buffer_cut(numel, block_elems, off, starts, world);
+  RF_REQUIRE(r == 0,
+             "shard: the boundary of rank %d at buffer element %lld cuts the tensor at [%lld, %lld) inside "
+             "block %lld (block of %lld elements)",
+             r, (long long)starts[r], (long long)off, (long long)(off + numel),
+             (long long)((starts[r] - off) / block_elems), (long long)block_elems);
   rf_shard_alloc(shard, numel, block_elems, world);
-  for (int r = 0; r <= world; r++) {
-    int64_t cut = r == world ? numel : rf_min_i64(rf_max_i64(starts[r] - off, 0), numel);
-    shard->first_block[r] = cut == numel ? blocks : cut / block_elems;
+  for (int q = 0; q <= world; q++) {
+    int64_t cut = q == world ? numel : rf_min_i64(rf_max_i64(starts[q] - off, 0), numel);
+    shard->first_block[q] = cut == numel ? blocks : cut / block_elems;
   }
   return 0;
 }
@@ -91,6 +97,11 @@ void rf_shard_local_range(const struct rf_shard *shard, int rank, int64_t *begin
   RF_ASSERT(rank >= 0 && rank < shard->world);
   *begin = rf_min_i64(shard->first_block[rank] * shard->block_elems, shard->numel);
   *end = rf_min_i64(shard->first_block[rank + 1] * shard->block_elems, shard->numel);
+}
+
+void rf_shard_starts(const struct rf_shard *shard, int64_t *starts) {
+  for (int r = 0; r <= shard->world; r++)
+    starts[r] = rf_min_i64(shard->first_block[r] * shard->block_elems, shard->numel);
 }
 
 int64_t rf_shard_local_numel(const struct rf_shard *shard, int rank) {

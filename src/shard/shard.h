@@ -38,6 +38,9 @@ int rf_shard_init_on_rank(struct rf_shard *shard, int64_t numel, int64_t block_e
 int rf_shard_init_from_buffer(struct rf_shard *shard, int64_t numel, int64_t block_elems, int64_t off,
                               const int64_t *starts, int world);
 void rf_shard_free(struct rf_shard *shard);
+/* The first rank r in 1..world-1 whose buffer boundary starts[r] falls strictly
+ * inside a block of the tensor at [off, off + numel); 0 when none does. */
+int rf_shard_buffer_cut(int64_t numel, int64_t block_elems, int64_t off, const int64_t *starts, int world);
 
 /* ceil(numel / block_elems). */
 int64_t rf_shard_num_blocks(const struct rf_shard *shard);
@@ -46,6 +49,9 @@ int64_t rf_shard_block_numel(const struct rf_shard *shard, int64_t b);
 /* Rank r's element range [*begin, *end) of the tensor (empty: begin == end). */
 void rf_shard_local_range(const struct rf_shard *shard, int rank, int64_t *begin, int64_t *end);
 int64_t rf_shard_local_numel(const struct rf_shard *shard, int rank);
+/* Every rank's range as element offsets: rank r holds [starts[r], starts[r+1])
+ * (world + 1 entries). */
+void rf_shard_starts(const struct rf_shard *shard, int64_t *starts);
 
 /* Where rank r's piece of a tensor stored at `off` begins inside r's part of the
  * flat buffer [starts[r], starts[r+1]) (meaningful when the piece is non-empty). */
