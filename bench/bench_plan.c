@@ -21,7 +21,7 @@
 static const char *models[N_MODELS] = {"llama-3-8b", "llama-3-70b", "gpt-oss-120b", "deepseek-v3"};
 static const int worlds[N_WORLDS] = {8, 24, 64, 96, 128, 256, 384, 1000, 1024, 4096, 10000, 16384};
 static const int64_t rows[N_ROWS] = {1, 32, 128};
-#define ALIGN_ELEMS 32 /* 64 bytes of bf16 */
+#define ALIGN_ELEMS 32 /* 64 bytes of bf16 (the policy below) */
 #define CHART_MODEL 1
 #define CHART_ROWS 0
 
@@ -47,8 +47,8 @@ static double pct(int64_t padded, int64_t elems) { return 100.0 * (double)(padde
 /* Alignment of every rank start (a start at the buffer's end is an empty range). */
 static void check_aligned(const struct rf_plan_model_result *r) {
   for (int u = 0; u < r->n_units; u++)
-    for (int b = 0; b < r->units[u].n_buffers; b++) {
-      const struct rf_plan_buffer *buf = &r->units[u].buffers[b];
+    for (int b = 0; b < r->units[u].plan.n_buffers; b++) {
+      const struct rf_plan_buffer *buf = &r->units[u].plan.buffers[b];
       for (int k = 0; k <= r->world; k++)
         if (buf->starts[k] % ALIGN_ELEMS != 0 && buf->starts[k] != buf->total_elems) n_unaligned++;
     }
@@ -60,7 +60,7 @@ static void check_ragged(const struct rf_plan_unit_in *units, const struct rf_pl
   for (int u = 0; u < r->n_units; u++) {
     const struct rf_plan_unit_in in = units[u];
     const struct rf_plan_tensor_in *ts = in.tensors;
-    const struct rf_plan_unit *p = &r->units[u];
+    const struct rf_plan_unit *p = &r->units[u].plan;
     int64_t gmax = 1;
     for (int i = 0; i < in.n_tensors; i++)
       gmax = rf_max_i64(gmax, rf_min_i64(ts[i].block_elems, ts[i].numel));
@@ -80,14 +80,15 @@ static void check_ragged(const struct rf_plan_unit_in *units, const struct rf_pl
 
 static int run(const struct rf_plan_unit_in *units, int n_units, int world, enum rf_shard_mode mode,
                int max_buffers, int with_peers, struct rf_plan_model_result *r) {
-  struct rf_plan_options opt = {.world = world,
-                                .mode = mode,
-                                .align_elems = ALIGN_ELEMS,
-                                .max_buffers = max_buffers,
-                                .buffer_cost_elems = 0,
-                                .allow_sub_padding = 1};
+  /* planned layout, bf16 parameters and gradients, 64-byte alignment (the blocks are in units) */
+  struct rf_plan_policy p = {.layout = RF_LAYOUT_PLANNED,
+                             .shard = mode,
+                             .max_buffers = max_buffers,
+                             .align_bytes = 64,
+                             .param_dtype = RF_DTYPE_BF16,
+                             .reduce_dtype = RF_DTYPE_BF16};
   n_plans++;
-  if (rf_plan_model_make(units, n_units, &opt, 1e-3, with_peers, r) != 0) {
+  if (rf_plan_model_make(units, n_units, &p, world, with_peers, r) != 0) {
     printf("INVALID: %s\n", rf_error_msg());
     n_invalid++;
     return -1;
@@ -156,7 +157,8 @@ int main(void) {
       for (int ri = 0; ri < N_ROWS; ri++) {
         struct point *p = &pts[mi][wi][ri];
         struct rf_plan_model_result r1, rm, rr;
-        struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, rows[ri]);
+        const struct rf_plan_policy blocks = {.block_rows = rows[ri], .vector_block = 1};
+        struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, &blocks);
         int ok = run(units, m.n_units, worlds[wi], RF_SHARD_MODE_EQUAL, 1, 0, &r1) == 0 &&
                  run(units, m.n_units, worlds[wi], RF_SHARD_MODE_EQUAL, 4, 1, &rm) == 0 &&
                  run(units, m.n_units, worlds[wi], RF_SHARD_MODE_RAGGED, 1, 0, &rr) == 0;

@@ -146,6 +146,10 @@ struct rf_fsdp_stats {
   int64_t arena_peak_bytes; /* largest part of the arena in use at once */
   int64_t largest_unit_elems;
   int n_buffers; /* collectives per gather of the whole model */
+  /* the layout's, as `rfsdp plan` prints them for the same options: */
+  int64_t max_shard_elems;     /* sum over buffers of the largest rank range */
+  int64_t split_blocks;        /* blocks cut by a rank boundary (0 in the planned layout) */
+  int64_t copy_bytes_per_step; /* bytes copied around the collectives per step (docs/planner.md) */
 };
 void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out);
 

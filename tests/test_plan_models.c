@@ -49,7 +49,8 @@ static void expect_error(const char *text, const char *needle) {
 static double peer_padding(const struct rf_model_desc *m, enum rf_plan_peer peer, int world,
                            const char *only) {
   struct rf_plan_peer_stats st = {0};
-  struct rf_plan_unit_in *units = rf_model_desc_plan_units(m, 1);
+  const struct rf_plan_policy rows1 = {.block_rows = 1, .vector_block = 1};
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(m, &rows1);
   for (int u = 0; u < m->n_units; u++) {
     struct rf_plan_unit_in in = units[u];
     const struct rf_plan_tensor_in *ts = in.tensors;
@@ -232,7 +233,8 @@ int main(void) {
                "[8, 3, 5], \"block_rows\": 4, \"sub_count\": 8}, {\"name\": \"b\", \"shape\": [7]}]}]}",
                "gen.json", &m) == 0,
            "%s", rf_error_msg());
-  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, 32);
+  const struct rf_plan_policy rows32 = {.block_rows = 32, .vector_block = 1};
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, &rows32);
   const struct rf_plan_tensor_in *ts = units[0].tensors;
   RF_CHECK(
       units[0].n_tensors == 2 && ts[0].block_elems == 20 && ts[0].sub_count == 8 && ts[1].block_elems == 1,

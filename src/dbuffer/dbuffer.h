@@ -30,7 +30,7 @@ struct rf_dbuffer_tensor {
   int64_t numel;
   int64_t block_elems;
   int blocks_whole;  /* every rank's range is a whole number of blocks */
-  int64_t *starts;   /* world + 1: rank r holds elements [starts[r], starts[r+1]) of the tensor */
+  int64_t *starts;   /* world + 1: rank r holds elements [starts[r], starts[r+1]) (from its rf_shard) */
   int64_t *piece;    /* world: where rank r's elements begin in the buffer */
   int64_t view_off;  /* elements: the whole tensor's view in the param slot */
   int64_t gview_off; /* elements: the whole tensor's view in the grad slot (f32) */
@@ -55,28 +55,24 @@ struct rf_dbuffer {
   struct rf_dbuffer_buf *bufs;
   int n_tensors;
   struct rf_dbuffer_tensor *tensors;
-  int64_t elems;         /* sum of numel */
-  int64_t padded_elems;  /* sum of the buffers' totals */
-  int64_t shard_elems;   /* this rank's shard (aligned pieces of every buffer) */
-  int64_t slot_elems;    /* param slot elements (buffers; fsdp2: staging + tensor storage) */
-  int64_t gview_elems;   /* f32 elements of the grad slot that the backward writes */
-  int64_t staging_elems; /* grad slot: elements of the reduce-dtype staging buffer (0: none needed) */
-  int used_sub_padding;
+  int64_t elems;           /* sum of numel */
+  int64_t padded_elems;    /* sum of the buffers' totals */
+  int64_t shard_elems;     /* this rank's shard (aligned pieces of every buffer) */
+  int64_t slot_elems;      /* param slot elements (buffers; fsdp2: staging + tensor storage) */
+  int64_t gview_elems;     /* f32 elements of the grad slot that the backward writes */
+  int64_t staging_elems;   /* grad slot: elements of the reduce-dtype staging buffer (0: none needed) */
+  int64_t max_shard_elems; /* the layout's: sum over buffers of the largest rank range */
+  int64_t split_blocks;    /* the layout's: blocks cut by a rank boundary */
+  int64_t copy_bytes;      /* the layout's: bytes copied around the collectives per step (counting rule) */
 };
 
-/* Layout options shared by all units. */
-struct rf_dbuffer_options {
-  enum rf_layout layout;
-  enum rf_shard_mode shard;
-  int max_buffers;
-  int64_t align_elems; /* 64 bytes of the widest dtype moved (16 f32 elements) */
-};
-
-/* Builds a unit's layout from its tensors as the planner takes them (sub_count
- * must be 0 or 1: every tensor stays one run). Returns -1 with a message when the planner fails or a
- * plan does not pass the independent checker. */
+/* Builds a unit's DBuffer on `rank` from the layout the policy gives
+ * (rf_plan_layout_make: the same layout `rfsdp plan` counts); the tensors as the
+ * planner takes them (sub_count must be 0 or 1: every tensor stays one run).
+ * Returns -1 with a message when the planner fails or a plan does not pass the
+ * independent checker. */
 int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
-                    int n_tensors, int world, int rank, const struct rf_dbuffer_options *opt);
+                    int n_tensors, int world, int rank, const struct rf_plan_policy *policy);
 void rf_dbuffer_free(struct rf_dbuffer *db);
 
 /* Bytes of a param slot / grad slot for this unit with these dtypes. */

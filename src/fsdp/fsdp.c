@@ -38,6 +38,17 @@ static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
   return 0;
 }
 
+void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy *out) {
+  *out = (struct rf_plan_policy){.layout = o->layout,
+                                 .shard = o->shard,
+                                 .max_buffers = o->max_buffers,
+                                 .align_bytes = o->align_bytes,
+                                 .param_dtype = o->param_dtype,
+                                 .reduce_dtype = o->reduce_dtype,
+                                 .block_rows = o->block_rows,
+                                 .vector_block = o->vector_block};
+}
+
 int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt) {
   *out = NULL;
   if (rf_fsdp_check_options(opt) != 0) {
@@ -56,6 +67,7 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   f->opt = *opt;
   f->mesh = *mesh;
   memset(mesh, 0, sizeof *mesh);
+  rf_fsdp_plan_policy(opt, &f->policy);
   f->at_create = rf_counters_global;
   *out = f;
   return 0;
@@ -138,12 +150,7 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
   t->numel = numel;
-  if (ndim == 1) {
-    t->block_elems = rf_min_i64(f->opt.vector_block, numel);
-  } else {
-    int64_t rows = block_rows ? block_rows : f->opt.block_rows;
-    t->block_elems = rf_min_i64(rows, numel / shape[ndim - 1]) * shape[ndim - 1];
-  }
+  t->block_elems = rf_plan_block_elems(&f->policy, ndim, shape, block_rows);
   t->init = init;
   return f->n_tensors++;
 }
@@ -190,10 +197,6 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   RF_REQUIRE(!f->finalized, "rf_fsdp_finalize called twice");
   RF_REQUIRE(f->n_units >= 1, "no units declared");
   int w = f->mesh.shard.world, r = f->mesh.shard.rank;
-  size_t min_size =
-      rf_min_i64((int64_t)rf_dtype_size(f->opt.param_dtype), (int64_t)rf_dtype_size(f->opt.reduce_dtype));
-  struct rf_dbuffer_options dopt = {f->opt.layout, f->opt.shard, f->opt.max_buffers,
-                                    rf_max_i64(f->opt.align_bytes / (int64_t)min_size, 1)};
   int64_t slab = 0;
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
@@ -205,7 +208,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
           .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems};
       memcpy(in[i].shape, t->shape, sizeof in[i].shape);
     }
-    int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &dopt);
+    int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &f->policy);
     free(in);
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
@@ -312,6 +315,9 @@ void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out) {
     const struct rf_dbuffer *db = &f->units[u].db;
     out->padded_elems += db->padded_elems;
     out->n_buffers += db->n_buffers;
+    out->max_shard_elems += db->max_shard_elems;
+    out->split_blocks += db->split_blocks;
+    out->copy_bytes_per_step += db->copy_bytes;
     if (db->padded_elems > out->largest_unit_elems) out->largest_unit_elems = db->padded_elems;
   }
   out->shard_elems = f->shard_elems;

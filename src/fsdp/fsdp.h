@@ -59,6 +59,7 @@ struct rf_fsdp {
   struct rf_fsdp_options opt;
   struct rf_comm_mesh mesh; /* every collective of the runtime runs on mesh.shard; mesh.replicate
                               has one rank until hybrid sharding (issue 18) */
+  struct rf_plan_policy policy; /* opt as the planner takes it: every unit's layout comes from it */
   int finalized;
   int n_units, cap_units;
   struct rf_fsdp_unit *units;
@@ -85,6 +86,9 @@ struct rf_fsdp {
  * (fsdp_mpi.c: rf_fsdp_create) build the mesh and call this. Takes the mesh (it
  * is freed on failure, and *mesh is cleared on success). */
 int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt);
+
+/* The planning policy of these options (rfsdp plan lays units out with it too). */
+void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy *out);
 
 /* Within the module. */
 void rf_fsdp_init_params(struct rf_fsdp *f);

@@ -263,7 +263,7 @@ void rf_model_desc_free(struct rf_model_desc *desc) {
   memset(desc, 0, sizeof *desc);
 }
 
-struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, int64_t block_rows) {
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, const struct rf_plan_policy *p) {
   size_t head = (size_t)desc->n_units * sizeof(struct rf_plan_unit_in);
   struct rf_plan_unit_in *units =
       rf_xmalloc(head + (size_t)desc->n_tensors * sizeof(struct rf_plan_tensor_in));
@@ -279,12 +279,7 @@ struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *des
       memcpy(ts->shape, t->shape, sizeof ts->shape);
       ts->numel = t->numel;
       ts->sub_count = t->sub_count;
-      if (t->ndim == 1) {
-        ts->block_elems = 1;
-      } else {
-        int64_t row = t->shape[t->ndim - 1], rows = t->numel / row;
-        ts->block_elems = rf_min_i64(t->block_rows > 0 ? t->block_rows : block_rows, rows) * row;
-      }
+      ts->block_elems = rf_plan_block_elems(p, t->ndim, t->shape, t->block_rows);
     }
   }
   return units;

@@ -177,10 +177,11 @@ void rf_model_desc_free(struct rf_model_desc *desc);
 void rf_model_desc_add_unit(struct rf_model_desc *desc, const char *name);
 struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, const char *name, int ndim,
                                                  const int64_t *shape);
-/* The planner's tensor list: every unit as the planner takes it, blocks of
- * block_rows rows (or a tensor's own), vectors cut anywhere. One allocation:
- * n_units units followed by their tensors (names borrowed from desc); free() it. */
-struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, int64_t block_rows);
+/* The planner's tensor list: every unit as the planner takes it, blocks by the
+ * policy's rule (rf_plan_block_elems; a tensor's own block_rows wins). One
+ * allocation: n_units units followed by their tensors (names borrowed from
+ * desc); free() it. */
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, const struct rf_plan_policy *p);
 
 /* Index of the tensors inside a layer unit. */
 enum rf_model_layer_tensor {

@@ -105,49 +105,55 @@ int rf_plan_peer_add(enum rf_plan_peer peer, const struct rf_plan_unit_in *in, i
   for (int i = 0; i < in->n_tensors; i++) n_elems += in->tensors[i].numel;
   switch (peer) {
     case RF_PLAN_PEER_FSDP1:
+    case RF_PLAN_PEER_FSDP2: {
+      /* The layouts the runtime runs as --layout flat and fsdp2, counted from the
+       * same rf_plan_layout_make (only the layout matters here, not the dtypes). */
+      struct rf_plan_policy p = {.layout = peer == RF_PLAN_PEER_FSDP1 ? RF_LAYOUT_FLAT : RF_LAYOUT_FSDP2,
+                                 .param_dtype = RF_DTYPE_F32,
+                                 .reduce_dtype = RF_DTYPE_F32};
+      struct rf_plan_layout l;
+      RF_TRY(rf_plan_layout_make(&p, world, in, &l));
+      padded = l.plan.padded_elems;
+      cut = l.split_blocks;
+      copy = l.copy_gather_elems + l.copy_reduce_elems;
+      rf_plan_layout_free(&l);
+      break;
+    }
     case RF_PLAN_PEER_MEGATRON: {
-      /* One flat buffer: FSDP1 concatenates the tensors; Megatron-FSDP starts each
-       * at a multiple of its dim-0 row and pads the bucket to W * lcm(rows). */
-      int megatron = peer == RF_PLAN_PEER_MEGATRON;
+      /* One flat buffer: each tensor starts at a multiple of its dim-0 row and the
+       * bucket is padded to W * lcm(rows). */
       struct rf_plan_seg *segs = rf_xmalloc((size_t)in->n_tensors * sizeof *segs);
       int64_t p = 0, chunk = 1;
       for (int i = 0; i < in->n_tensors; i++) {
         const struct rf_plan_tensor_in *t = &in->tensors[i];
-        if (megatron) {
-          int64_t row = rf_plan_dim0_row(t);
-          p = rf_round_up(p, row);
-          chunk = rf_lcm_i64_capped(chunk, row, RF_PLAN_PEER_LCM_CAP / world);
-          RF_ASSERT(chunk > 0);
-        }
+        int64_t row = rf_plan_dim0_row(t);
+        p = rf_round_up(p, row);
+        chunk = rf_lcm_i64_capped(chunk, row, RF_PLAN_PEER_LCM_CAP / world);
+        RF_ASSERT(chunk > 0);
         segs[i] = (struct rf_plan_seg){p, t->numel, 0, rf_min_i64(t->block_elems, t->numel), i};
         p += t->numel;
       }
       padded = rf_round_up(p, (int64_t)world * chunk);
       cut = rf_plan_split_walk(segs, in->n_tensors, NULL, padded / world, world);
-      /* FSDP1: parameters are views of the gathered flat buffer, the flat gradient is
-       * the reduce-scatter input: no copy. Megatron-FSDP: the same on the gather side;
-       * the gradient is copied into the main_grad bucket (no TransformerEngine fusion). */
-      copy = megatron ? n_elems : 0;
+      /* parameters are views of the gathered bucket (no copy); the gradient is
+       * copied into the main_grad bucket (no TransformerEngine fusion) */
+      copy = n_elems;
       free(segs);
       break;
     }
-    case RF_PLAN_PEER_FSDP2:
     case RF_PLAN_PEER_DEEPSPEED:
       for (int i = 0; i < in->n_tensors; i++) {
         const struct rf_plan_tensor_in *t = &in->tensors[i];
-        int64_t shard = peer == RF_PLAN_PEER_FSDP2 ? rf_ceil_div(t->shape[0], world) * rf_plan_dim0_row(t)
-                                                   : rf_ceil_div(t->numel, world);
+        int64_t shard = rf_ceil_div(t->numel, world);
         padded += shard * world;
         cut += rf_plan_split_blocks_uniform(t->numel, rf_min_i64(t->block_elems, t->numel), shard, world);
       }
-      /* Both, per all-gather (two per step): copy-in of the rank's padded shard
+      /* Per all-gather (two per step): `cat` copy-in of the rank's padded shard
        * (padded/W) and copy-out of every element into the unsharded tensors (N).
-       * FSDP2, reduce-scatter: chunk_cat of the gradients into the padded input
-       * (padded). DeepSpeed, reduce-scatter: gradients into the IPG bucket (N), the
-       * interleaved padded input (padded), the reduced partition into the
-       * gradient partition buffer and into the fp32 partition (2 * padded/W). */
-      copy = 2 * (padded / world + n_elems);
-      copy += peer == RF_PLAN_PEER_FSDP2 ? padded : n_elems + padded + 2 * (padded / world);
+       * Reduce-scatter: gradients into the IPG bucket (N), the interleaved padded
+       * input (padded), the reduced partition into the gradient partition buffer
+       * and into the fp32 partition (2 * padded/W). */
+      copy = 2 * (padded / world + n_elems) + n_elems + padded + 2 * (padded / world);
       break;
     default:
       RF_FAIL("peer layout: unknown peer %d", (int)peer);

@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 
-#include "rfsdp_types.h" /* enum rf_shard_mode */
+#include "rfsdp_types.h" /* enum rf_shard_mode, rf_layout, rf_dtype */
+#include "shard/shard.h"
 
 #define RF_PLAN_MAX_DIMS 8
 
@@ -134,6 +135,72 @@ int rf_plan_orders(const struct rf_plan_item *items, int n, int *perm);
 int64_t rf_plan_ragged_split(const struct rf_plan_item *items, const int64_t *offsets, int n, int world,
                              int64_t align, int64_t *starts);
 
+/* ---- the planning policy (src/plan/policy.c): a run's options -> a unit's layout ---- */
+
+/* What a run asks of the layout: the runtime (src/fsdp) and `rfsdp plan` both
+ * turn their options into this and plan every unit with rf_plan_layout_make. */
+struct rf_plan_policy {
+  enum rf_layout layout;      /* planned (the planner), fsdp2 or flat (the peers' layouts, run as they are) */
+  enum rf_shard_mode shard;   /* planned: equal or ragged */
+  int max_buffers;            /* planned, equal: buffers per unit at most */
+  int64_t align_bytes;        /* every rank's range starts on this many bytes */
+  enum rf_dtype param_dtype;  /* dtype of the gathered parameters (all-gather) */
+  enum rf_dtype reduce_dtype; /* dtype of the gradient reduce-scatter */
+  int64_t block_rows;         /* rows per block of a tensor of 2+ dimensions (the optimizer's need) */
+  int64_t vector_block;       /* elements per block of a vector (the optimizer's need) */
+};
+
+/* The block of a tensor: 2+ dimensions are viewed as 2-D (rows = all leading
+ * dimensions, a row = the last dimension) and a block is min(R, rows) rows, R =
+ * own_rows when > 0 (the tensor's own) else the policy's; a vector's block is
+ * min(vector_block, numel) elements. The one place this rule lives. */
+int64_t rf_plan_block_elems(const struct rf_plan_policy *p, int ndim, const int64_t *shape, int64_t own_rows);
+
+/* Elements every rank range is aligned to: align_bytes over the smaller of the
+ * two dtypes moved (both collectives then start on align_bytes), at least 1. */
+int64_t rf_plan_policy_align_elems(const struct rf_plan_policy *p);
+
+/* The planner's options for a unit of unit_elems elements at `world`: a buffer
+ * beyond the first must save at least max(64 Ki elements, 0.1% of the unit) of
+ * padding; fused tensors may take padding between sub-tensors. */
+void rf_plan_policy_options(const struct rf_plan_policy *p, int world, int64_t unit_elems,
+                            struct rf_plan_options *out);
+
+/* One tensor's place in a layout. */
+struct rf_plan_layout_tensor {
+  int buffer;
+  int64_t offset; /* planned, flat: its first element in the buffer; fsdp2: its place in every rank's shard */
+  int64_t chunk;  /* fsdp2: elements per rank (ceil(d0/W) rows; later ranks may hold fewer); else 0 */
+};
+
+/* A unit laid out for `world` ranks under a policy (the same for every rank).
+ * plan holds the buffers (one for flat and fsdp2; fsdp2's has no places: its
+ * tensors are per-rank chunks, see tensors[]). Owns everything. */
+struct rf_plan_layout {
+  enum rf_layout layout;
+  struct rf_plan_unit plan;
+  int n_tensors;
+  struct rf_plan_layout_tensor *tensors;
+  int64_t split_blocks;      /* blocks with a rank boundary strictly inside (0 for planned) */
+  int64_t copy_gather_elems; /* elements one rank copies around the all-gathers of a step */
+  int64_t copy_reduce_elems; /* ... around the reduce-scatter (docs/planner.md: the counting rule) */
+  int64_t copy_bytes;        /* the two in the policy's dtypes */
+};
+
+/* Lays out one unit: planned runs the planner (rf_plan_policy_options) and the
+ * independent checker; flat (FSDP1) and fsdp2 (FSDP2) follow the peers' rules.
+ * Returns 0, or -1 with rf_error_msg() (bad input, a plan the checker refuses). */
+int rf_plan_layout_make(const struct rf_plan_policy *p, int world, const struct rf_plan_unit_in *in,
+                        struct rf_plan_layout *out);
+void rf_plan_layout_free(struct rf_plan_layout *layout);
+/* A deep copy (identical units share one layout). */
+void rf_plan_layout_copy(const struct rf_plan_layout *src, struct rf_plan_layout *dst);
+
+/* Tensor i's rank ranges as a RaggedShard (src/shard): the block kept whole is
+ * the tensor's, or 1 where the layout cuts one (flat). Returns 0 or -1. */
+int rf_plan_layout_tensor_shard(const struct rf_plan_layout *layout, const struct rf_plan_unit_in *in, int i,
+                                struct rf_shard *out);
+
 /* ---- the peers' layouts on the same unit (src/plan/peers.c) ---- */
 
 enum rf_plan_peer {
@@ -170,16 +237,18 @@ int64_t rf_plan_split_blocks_uniform(int64_t e, int64_t g, int64_t shard, int wo
 
 /* ---- a whole model (src/plan/plan_model.c) ---- */
 
-/* Every unit of a model planned at one world size, checked, and compared with
- * the peers. Owns units. */
+/* Every unit of a model laid out at one world size under one policy, and
+ * compared with the peers. Owns units. */
 struct rf_plan_model_result {
   int world;
   enum rf_shard_mode mode;
   int n_units;
-  struct rf_plan_unit *units; /* one per model unit, each passed rf_plan_unit_check */
+  struct rf_plan_layout
+      *units; /* one per model unit (rf_plan_layout_make: planned ones passed the checker) */
   int64_t elems, padded_elems, bound_padded_elems;
   int64_t max_shard_elems; /* sum over units of the largest rank range */
-  int64_t split_blocks;    /* counted from the plans' rank starts (0) */
+  int64_t split_blocks; /* blocks cut by a rank boundary (planned: counted from the plans' rank starts, 0) */
+  int64_t copy_bytes;   /* bytes one rank copies around the collectives per step */
   int n_buffers;
   int sub_padding_units; /* units where a fused tensor took padding between sub-tensors */
   double imbalance;      /* the largest unit imbalance (ragged: largest range over mean) */
@@ -187,14 +256,13 @@ struct rf_plan_model_result {
   struct rf_plan_peer_stats peers[RF_PLAN_PEER_COUNT];
 };
 
-/* Plans every unit of a model (its tensor list: n_units units; src/model's
- * rf_model_desc_plan_units makes one from a description), checks each plan
- * with rf_plan_unit_check and computes the peers' layouts (skipped when
- * with_peers is 0). A buffer beyond a unit's first costs opt->buffer_cost_elems
- * plus buffer_cost_ratio times the unit's elements. Returns 0, or -1 with
- * rf_error_msg() (bad input, or a plan the checker refuses). */
-int rf_plan_model_make(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_options *opt,
-                       double buffer_cost_ratio, int with_peers, struct rf_plan_model_result *out);
+/* Lays out every unit of a model (its tensor list: n_units units; src/model's
+ * rf_model_desc_plan_units makes one from a description) at `world` under
+ * policy p (rf_plan_layout_make) and computes the peers' layouts (skipped when
+ * with_peers is 0). Returns 0, or -1 with rf_error_msg() (bad input, or a plan
+ * the checker refuses). */
+int rf_plan_model_make(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
+                       int world, int with_peers, struct rf_plan_model_result *out);
 void rf_plan_model_result_free(struct rf_plan_model_result *res);
 
 #endif
