@@ -1,6 +1,6 @@
 /* rf-test: timeout=60
  * `rfsdp plan` run as a user would: the JSON fields the issue lists, a layout
- * (--layout) verified here independently of the planner (tensors inside their
+ * (--buffers) verified here independently of the planner (tensors inside their
  * buffer, no overlap, no block cut by a rank boundary, equal shards or W+1
  * ascending starts), the table, --max-padding's suggestion (checked by
  * planning at the suggested size), and errors on bad input. */
@@ -40,7 +40,7 @@ static void check_fields(const cJSON *o) {
   }
 }
 
-/* Independent check of a --layout line: every tensor of `n_expect` appears,
+/* Independent check of a --buffers line: every tensor of `n_expect` appears,
  * inside its buffer, without overlap, and no block holds a rank boundary. */
 static void check_layout(const cJSON *o, int world, int n_expect) {
   const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(o, "buffers");
@@ -117,9 +117,10 @@ int main(void) {
   RF_ASSERT(rf_file_write_all(path, model, strlen(model)) == 0);
   for (int mode = 0; mode < 2; mode++) {
     for (int w = 1; w <= 7; w += 3) {
-      rc = rf_cli_run(out, sizeof out,
-                      "plan --model %s --world %d --block-rows 4 --dtype f32 --shard %s --json --layout",
-                      path, w, mode ? "ragged" : "equal");
+      rc = rf_cli_run(
+          out, sizeof out,
+          "plan --model %s --world %d --block-rows 4 --param-dtype f32 --shard %s --json --buffers", path, w,
+          mode ? "ragged" : "equal");
       cJSON *o = cJSON_Parse(out);
       RF_CHECK(rc == 0 && o, "layout W=%d: rc %d '%.300s'", w, rc, out);
       if (!o) continue;
@@ -176,7 +177,7 @@ int main(void) {
   RF_CHECK(rc == 2 && strstr(out, "--world"), "world 0: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "plan --model %s --world 8,", path);
   RF_CHECK(rc == 2 && strstr(out, "--world"), "world 8,: rc %d '%s'", rc, out);
-  rc = rf_cli_run(out, sizeof out, "plan --model %s --world 8 --dtype f16", path);
+  rc = rf_cli_run(out, sizeof out, "plan --model %s --world 8 --param-dtype f16", path);
   RF_CHECK(rc == 2 && strstr(out, "dtype"), "dtype: rc %d '%s'", rc, out);
   rc = rf_cli_run(out, sizeof out, "plan --model %s --world 8 --align-bytes 3", path);
   RF_CHECK(rc == 2 && strstr(out, "--align-bytes"), "align: rc %d '%s'", rc, out);

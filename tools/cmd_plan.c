@@ -9,28 +9,26 @@
 
 #include "commands.h"
 #include "core/core.h"
+#include "fsdp/fsdp.h"
 #include "model/model.h"
 #include "options.h"
 #include "plan/plan.h"
+#include "plan_args.h"
 
 #define RF_PLAN_CMD_MAX_WORLDS 64
 #define RF_PLAN_CMD_MAX_WORLD (1 << 24)
-/* An extra buffer (collective) of a unit must save this share of the unit's elements. */
-#define RF_PLAN_CMD_BUFFER_COST 1e-3
 
 struct rf_plan_cmd {
   const char *model_path;
   struct rf_model_desc model;
   struct rf_plan_unit_in *units; /* the planner's tensor list (rf_model_desc_plan_units) */
-  int64_t block_rows;
+  struct rf_plan_args args;      /* spelled as in rfsdp train */
   int64_t align_bytes;
-  size_t elem_bytes;
-  const char *dtype;
-  const char *shard;
+  size_t elem_bytes; /* the peers' copies are counted in the parameter dtype */
   int max_buffers;
   double max_padding; /* percent; < 0: off */
-  int json, layout;
-  struct rf_plan_options opt;
+  int json, buffers;
+  struct rf_plan_policy policy; /* what rfsdp train would run with these options */
 };
 
 static int rf_plan_cmd_worlds(const char *text, int *worlds, int *n) {
@@ -62,7 +60,7 @@ static double rf_plan_cmd_unit_excess(const struct rf_plan_unit *p) {
 
 static int rf_plan_cmd_meets(const struct rf_plan_model_result *r, double limit) {
   for (int u = 0; u < r->n_units; u++)
-    if (rf_plan_cmd_unit_excess(&r->units[u]) > limit) return 0;
+    if (rf_plan_cmd_unit_excess(&r->units[u].plan) > limit) return 0;
   return 1;
 }
 
@@ -91,7 +89,7 @@ static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, int u, const
         ts[big].name, (long long)gmax, (long long)fair);
   } else {
     /* tensors holding two shard boundaries force S to a multiple of their block */
-    int64_t lb = p->bound_padded_elems / world, l = c->opt.align_elems;
+    int64_t lb = p->bound_padded_elems / world, l = rf_plan_policy_align_elems(&c->policy);
     char names[256] = "";
     size_t k = 0;
     for (int i = 0; i < mu->n_tensors; i++) {
@@ -113,10 +111,8 @@ static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, int u, const
 static int rf_plan_cmd_suggest(const struct rf_plan_cmd *c, int world, double limit) {
   for (int g = world - 1; g >= 1; g--) {
     if (world % g) continue;
-    struct rf_plan_options o = c->opt;
-    o.world = g;
     struct rf_plan_model_result r;
-    if (rf_plan_model_make(c->units, c->model.n_units, &o, RF_PLAN_CMD_BUFFER_COST, 0, &r) != 0) return 0;
+    if (rf_plan_model_make(c->units, c->model.n_units, &c->policy, g, 0, &r) != 0) return 0;
     int ok = rf_plan_cmd_meets(&r, limit);
     rf_plan_model_result_free(&r);
     if (ok) return g;
@@ -135,17 +131,21 @@ static void rf_plan_cmd_bytes(double bytes, char *out, size_t size) {
 
 static void rf_plan_cmd_table(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r) {
   int ragged = r->mode == RF_SHARD_MODE_RAGGED;
-  printf("\nworld %d, %s shards%s\n", r->world, ragged ? "ragged" : "equal",
-         ragged ? "" : (c->max_buffers > 1 ? ", up to several buffers per unit" : ", one buffer per unit"));
+  int planned = c->policy.layout == RF_LAYOUT_PLANNED;
+  printf("\nworld %d, %s shards, %s layout%s\n", r->world, ragged ? "ragged" : "equal", c->args.layout,
+         ragged || !planned
+             ? ""
+             : (c->max_buffers > 1 ? ", up to several buffers per unit" : ", one buffer per unit"));
   printf("  %-10s %10s %12s %12s %16s %8s %9s\n", "layout", "padding", "lower bound", "cut blocks",
          "copy/step/rank", "buffers", "plan ms");
-  char lb[32];
-  if (ragged)
+  char lb[32], copy_run[32];
+  rf_plan_cmd_bytes((double)r->copy_bytes, copy_run, sizeof copy_run);
+  if (ragged || !planned)
     snprintf(lb, sizeof lb, "-");
   else
     snprintf(lb, sizeof lb, "%.3f%%", 100.0 * rf_plan_cmd_ratio(r->bound_padded_elems, r->elems));
   printf("  %-10s %9.3f%% %12s %12lld %16s %8d %9.2f\n", "rfsdp",
-         100.0 * rf_plan_cmd_ratio(r->padded_elems, r->elems), lb, (long long)r->split_blocks, "0 B",
+         100.0 * rf_plan_cmd_ratio(r->padded_elems, r->elems), lb, (long long)r->split_blocks, copy_run,
          r->n_buffers, r->plan_ms);
   for (int k = 0; k < RF_PLAN_PEER_COUNT; k++) {
     const struct rf_plan_peer_stats *p = &r->peers[k];
@@ -176,7 +176,7 @@ static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf
   for (int u = 0; u < r->n_units; u++) {
     const struct rf_model_unit *mu = &c->model.units[u];
     const struct rf_plan_tensor_in *ts = c->units[u].tensors;
-    const struct rf_plan_unit *p = &r->units[u];
+    const struct rf_plan_unit *p = &r->units[u].plan;
     for (int b = 0; b < p->n_buffers; b++) {
       const struct rf_plan_buffer *buf = &p->buffers[b];
       cJSON *jb = cJSON_CreateObject();
@@ -218,21 +218,23 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", c->model_path);
   cJSON_AddNumberToObject(o, "world", r->world);
+  cJSON_AddStringToObject(o, "layout", c->args.layout);
   cJSON_AddStringToObject(o, "shard", r->mode == RF_SHARD_MODE_RAGGED ? "ragged" : "equal");
-  cJSON_AddNumberToObject(o, "block_rows", (double)c->block_rows);
-  cJSON_AddStringToObject(o, "dtype", c->dtype);
+  cJSON_AddStringToObject(o, "optim", c->args.optim);
+  cJSON_AddNumberToObject(o, "block_rows", (double)c->policy.block_rows);
+  cJSON_AddNumberToObject(o, "vector_block", (double)c->policy.vector_block);
+  cJSON_AddStringToObject(o, "param_dtype", rf_dtype_name(c->policy.param_dtype));
+  cJSON_AddStringToObject(o, "reduce_dtype", rf_dtype_name(c->policy.reduce_dtype));
   cJSON_AddNumberToObject(o, "align_bytes", (double)c->align_bytes);
   cJSON_AddNumberToObject(o, "elems", (double)r->elems);
   cJSON_AddNumberToObject(o, "padded_elems", (double)r->padded_elems);
-  cJSON_AddNumberToObject(o, "padding_ratio", rf_plan_cmd_ratio(r->padded_elems, r->elems));
   cJSON_AddNumberToObject(o, "lower_bound_ratio", rf_plan_cmd_ratio(r->bound_padded_elems, r->elems));
   cJSON_AddNumberToObject(o, "imbalance", r->imbalance);
-  cJSON_AddNumberToObject(o, "buffer_count", r->n_buffers);
-  cJSON_AddNumberToObject(o, "split_blocks", (double)r->split_blocks);
   cJSON_AddNumberToObject(o, "plan_ms", r->plan_ms);
-  cJSON_AddNumberToObject(o, "max_shard_elems", (double)r->max_shard_elems);
   cJSON_AddNumberToObject(o, "sub_padding_units", r->sub_padding_units);
-  cJSON_AddNumberToObject(o, "copy_bytes_per_step", 0);
+  struct rf_plan_summary sum = {r->elems,        r->padded_elems, r->max_shard_elems,
+                                r->split_blocks, r->copy_bytes,   r->n_buffers};
+  rf_plan_summary_json(&sum, o);
   if (limit >= 0) {
     cJSON_AddBoolToObject(o, "max_padding_met", meets);
     if (!meets) cJSON_AddNumberToObject(o, "suggested_group", suggest);
@@ -246,7 +248,7 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
     cJSON_AddNumberToObject(x, "split_blocks", (double)p->split_blocks);
     cJSON_AddNumberToObject(x, "copy_bytes_per_step", (double)p->copy_elems * (double)c->elem_bytes);
   }
-  if (c->layout) rf_plan_cmd_layout_json(c, r, o);
+  if (c->buffers) rf_plan_cmd_layout_json(c, r, o);
   char *text = cJSON_PrintUnformatted(o);
   printf("%s\n", text ? text : "{\"error\": \"out of memory\"}");
   free(text);
@@ -257,7 +259,7 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
   for (int u = 0; u < r->n_units; u++) {
     const struct rf_model_unit *mu = &c->model.units[u];
     const struct rf_plan_tensor_in *ts = c->units[u].tensors;
-    const struct rf_plan_unit *p = &r->units[u];
+    const struct rf_plan_unit *p = &r->units[u].plan;
     for (int b = 0; b < p->n_buffers; b++) {
       const struct rf_plan_buffer *buf = &p->buffers[b];
       printf("  buffer %s/%d: %lld elements, %s %lld\n", mu->name, b, (long long)buf->total_elems,
@@ -278,10 +280,9 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
 }
 
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
-  c->opt.world = world;
   struct rf_plan_model_result r;
-  RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->opt, RF_PLAN_CMD_BUFFER_COST, 1, &r));
-  RF_ASSERT(r.split_blocks == 0); /* the checker passed every unit */
+  RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->policy, world, 1, &r));
+  RF_ASSERT(c->policy.layout != RF_LAYOUT_PLANNED || r.split_blocks == 0); /* the checker passed every unit */
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
   if (c->max_padding >= 0) {
@@ -292,7 +293,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
     rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest);
   } else {
     rf_plan_cmd_table(c, &r);
-    if (c->layout) rf_plan_cmd_layout_text(c, &r);
+    if (c->buffers) rf_plan_cmd_layout_text(c, &r);
     if (c->max_padding >= 0) {
       const char *what = r.mode == RF_SHARD_MODE_RAGGED ? "imbalance" : "padding";
       if (meets) printf("  every unit's %s is at most %.3g%%\n", what, c->max_padding);
@@ -300,7 +301,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
       int shown = 0, over = 0, kinds_n[8];
       double kinds_x[8];
       for (int u = 0; u < r.n_units && !meets; u++) {
-        double x = rf_plan_cmd_unit_excess(&r.units[u]);
+        double x = rf_plan_cmd_unit_excess(&r.units[u].plan);
         if (x <= limit) continue;
         over++;
         int k = 0;
@@ -308,7 +309,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
         if (k < shown || shown == 8) continue;
         kinds_n[shown] = c->model.units[u].n_tensors, kinds_x[shown] = x, shown++;
         char why[640];
-        rf_plan_cmd_why(c, world, u, &r.units[u], limit, why, sizeof why);
+        rf_plan_cmd_why(c, world, u, &r.units[u].plan, limit, why, sizeof why);
         printf("  unit %s: %s %.3f%% > %.3g%%: %s\n", c->model.units[u].name, what, 100.0 * x, c->max_padding,
                why);
       }
@@ -325,26 +326,18 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
 }
 
 int rf_cmd_plan(int argc, char **argv) {
-  struct rf_plan_cmd c = {0};
+  struct rf_plan_cmd c = {.args = RF_PLAN_ARGS_DEFAULT};
   const char *worlds_text = NULL;
-  c.block_rows = 1;
   c.align_bytes = 64;
-  c.dtype = "bf16";
-  c.shard = "equal";
   c.max_buffers = 4;
   c.max_padding = -1;
   const struct rf_option options[] = {
       {"model", RF_OPTION_KIND_STRING, &c.model_path,
        "a Hugging Face config.json (llama, gpt_oss, deepseek_v3) or a generic units file", NULL, 1},
       {"world", RF_OPTION_KIND_STRING, &worlds_text, "world size(s), comma-separated: W[,W...]", NULL, 1},
-      {"block-rows", RF_OPTION_KIND_I64, &c.block_rows,
-       "rows per block of every matrix (leading dims flattened into rows); vectors use element blocks", NULL,
-       0},
+      RF_PLAN_ARGS_OPTIONS(c.args),
       {"align-bytes", RF_OPTION_KIND_I64, &c.align_bytes, "every rank's slice starts on a multiple of this",
        NULL, 0},
-      {"dtype", RF_OPTION_KIND_CHOICE, &c.dtype, "element type (sets bytes per element)", "f32|bf16", 0},
-      {"shard", RF_OPTION_KIND_CHOICE, &c.shard, "equal shards (NCCL) or ragged shards (MPI, no padding)",
-       "equal|ragged", 0},
       {"max-buffers", RF_OPTION_KIND_INT, &c.max_buffers,
        "equal mode: at most this many buffers per unit (1..8)", NULL, 0},
       {"max-padding", RF_OPTION_KIND_DOUBLE, &c.max_padding,
@@ -352,46 +345,51 @@ int rf_cmd_plan(int argc, char **argv) {
        "(negative: off)",
        NULL, 0},
       {"json", RF_OPTION_KIND_FLAG, &c.json, "one JSON object per world size", NULL, 0},
-      {"layout", RF_OPTION_KIND_FLAG, &c.layout, "also print every buffer's tensors and offsets", NULL, 0},
+      {"buffers", RF_OPTION_KIND_FLAG, &c.buffers,
+       "also print every buffer's tensors and offsets (planned and flat layouts)", NULL, 0},
   };
-  int rc =
-      rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
-                       "usage: rfsdp plan --model FILE --world W[,W...] [--block-rows 1] [--align-bytes 64] "
-                       "[--dtype f32|bf16] [--shard equal|ragged] [--max-buffers 4] [--max-padding P] "
-                       "[--json] [--layout]");
+  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
+                            "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
+                            "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
+                            "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
+                            "[--max-buffers 4] [--max-padding P] [--json] [--buffers]");
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
-  if (rc == 0 && c.block_rows < 1) rc = rf_error_set(__FILE__, __LINE__, "--block-rows must be >= 1");
-  c.elem_bytes = strcmp(c.dtype, "f32") == 0 ? 4 : 2;
+  struct rf_fsdp_options fo;
+  rf_fsdp_options_default(&fo);
+  if (rc == 0) rc = rf_plan_args_fsdp_options(&c.args, &fo);
   if (rc == 0 &&
-      (c.align_bytes < 1 || c.align_bytes % (int64_t)c.elem_bytes != 0 || c.align_bytes > (1 << 20)))
-    rc = rf_error_set(__FILE__, __LINE__,
-                      "--align-bytes must be a positive multiple of %zu (the %s size), at most 1 MiB",
-                      c.elem_bytes, c.dtype);
+      (c.align_bytes < 4 || (c.align_bytes & (c.align_bytes - 1)) != 0 || c.align_bytes > (1 << 20)))
+    rc = rf_error_set(__FILE__, __LINE__, "--align-bytes must be a power of two from 4 to 1 MiB (got %lld)",
+                      (long long)c.align_bytes);
   if (rc == 0 && (c.max_buffers < 1 || c.max_buffers > 8))
     rc = rf_error_set(__FILE__, __LINE__, "--max-buffers must be 1..8 (got %d)", c.max_buffers);
+  if (rc == 0 && c.buffers && fo.layout == RF_LAYOUT_FSDP2)
+    rc =
+        rf_error_set(__FILE__, __LINE__,
+                     "--buffers lists the buffers of the planned and flat layouts; --layout fsdp2 keeps each "
+                     "tensor's own rows per rank");
   if (rc != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     return 2;
   }
+  fo.align_bytes = c.align_bytes;
+  fo.max_buffers = c.max_buffers;
+  rf_fsdp_plan_policy(&fo, &c.policy);
+  c.elem_bytes = rf_dtype_size(c.policy.param_dtype);
   if (rf_model_desc_load(c.model_path, &c.model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     return 1;
   }
-  c.units = rf_model_desc_plan_units(&c.model, c.block_rows);
-  c.opt = (struct rf_plan_options){
-      .mode = strcmp(c.shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL,
-      .align_elems = c.align_bytes / (int64_t)c.elem_bytes,
-      .max_buffers = c.max_buffers,
-      .buffer_cost_elems = 0,
-      .allow_sub_padding = 1};
+  c.units = rf_model_desc_plan_units(&c.model, &c.policy);
   if (!c.json)
     printf(
-        "rfsdp plan: %s (%s, %lld parameters, %d units, %d tensors), %s, %lld-row blocks, %lld-byte "
-        "alignment\n",
+        "rfsdp plan: %s (%s, %lld parameters, %d units, %d tensors), %s layout, optim %s, params %s, reduce "
+        "%s, %lld-row blocks, %lld-byte alignment\n",
         c.model_path, c.model.model_type, (long long)c.model.numel, c.model.n_units, c.model.n_tensors,
-        c.dtype, (long long)c.block_rows, (long long)c.align_bytes);
+        c.args.layout, c.args.optim, c.args.param_dtype, c.args.reduce_dtype, (long long)c.policy.block_rows,
+        (long long)c.align_bytes);
   int status = 0;
   for (int i = 0; i < n_worlds && status == 0; i++) {
     if (rf_plan_cmd_world(&c, worlds[i]) != 0) {

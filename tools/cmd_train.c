@@ -22,21 +22,9 @@ static double rf_train_lr(const struct rf_train_args *a, int64_t step) {
 
 static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_options *o) {
   rf_fsdp_options_default(o);
-  o->layout = strcmp(a->layout, "fsdp2") == 0  ? RF_LAYOUT_FSDP2
-              : strcmp(a->layout, "flat") == 0 ? RF_LAYOUT_FLAT
-                                               : RF_LAYOUT_PLANNED;
-  o->shard = strcmp(a->shard, "ragged") == 0 ? RF_SHARD_MODE_RAGGED : RF_SHARD_MODE_EQUAL;
-  /* the optimizer's blocks (8-bit AdamW: 32-row strips, runs of 256) whole on one rank */
-  enum rf_optim_kind kind;
-  RF_TRY(rf_optim_kind_parse(a->optim, &kind));
-  struct rf_optim_layout_needs needs;
-  rf_optim_layout_needs(kind, &needs);
-  o->block_rows = a->block_rows > 0 ? a->block_rows : needs.block_rows;
-  o->vector_block = needs.vector_block;
+  RF_TRY(rf_plan_args_fsdp_options(&a->plan, o));
   o->prefetch = a->prefetch;
   o->reshard_after_forward = !a->no_reshard;
-  RF_TRY(rf_dtype_parse(a->param_dtype, &o->param_dtype));
-  RF_TRY(rf_dtype_parse(a->reduce_dtype, &o->reduce_dtype));
   o->seed = a->seed;
   return 0;
 }
@@ -170,7 +158,8 @@ static int rf_train_check_args(const struct rf_train_args *a, int world) {
   RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
              (long long)a->steps);
   RF_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
-  return 0;
+  struct rf_fsdp_options fo; /* the plan options (--block-rows 0) */
+  return rf_train_setup_fsdp(a, &fo);
 }
 
 /* Rank 0's outputs, before anything is built (the caller agrees on the result): the
@@ -210,7 +199,7 @@ static int rf_train_run(struct rf_train_state *s) {
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
-  RF_TRY(rf_optim_kind_parse(a->optim, &oo.kind));
+  RF_TRY(rf_optim_kind_parse(a->plan.optim, &oo.kind));
   oo.weight_decay = (float)a->weight_decay;
   int n = rf_fsdp_n_tensors(s->model.fsdp);
   s->views = rf_xcalloc((size_t)n, sizeof *s->views);
@@ -227,27 +216,31 @@ static int rf_train_run(struct rf_train_state *s) {
   free(flags);
   RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
+  struct rf_fsdp_stats st;
+  rf_fsdp_get_stats(s->model.fsdp, &st);
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
   if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_gemm_peak(compute, threads);
   rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
-    struct rf_fsdp_stats st;
-    rf_fsdp_get_stats(s->model.fsdp, &st);
     printf(
         "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d, layout %s/%s, optim %s, "
         "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d threads per "
         "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.1f GFLOP per token\n",
         a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
-        a->layout, a->shard, a->optim, (long long)a->batch, (long long)a->seq, (long long)a->steps,
-        (long long)s->start_step, 100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems,
-        a->compute_dtype, threads, a->compute_dtype, s->peak_gflops, s->flops_per_token * 1e-9);
+        a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch, (long long)a->seq,
+        (long long)a->steps, (long long)s->start_step,
+        100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems, a->compute_dtype,
+        threads, a->compute_dtype, s->peak_gflops, s->flops_per_token * 1e-9);
     fflush(stdout);
   }
 
-  /* logged: rank 0's log write of a step, agreed at the next */
+  /* logged: rank 0's log write of a step, agreed at the next; the log starts with the run's plan */
   int bad_in_a_row = 0, logged = s->log.file && !a->resume ? rf_train_log_truncate(&s->log) : 0;
+  struct rf_plan_summary plan = {st.param_elems,  st.padded_elems,        st.max_shard_elems,
+                                 st.split_blocks, st.copy_bytes_per_step, st.n_buffers};
+  if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan);
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;
     uint64_t t0 = rf_time_ns();
@@ -299,15 +292,11 @@ int rf_cmd_train(int argc, char **argv) {
       .lr = 1e-3,
       .min_lr_ratio = 0.1,
       .seed = 1,
-      .optim = "adamw",
+      .plan = RF_PLAN_ARGS_DEFAULT,
       .weight_decay = 0.1,
       .clip = 1.0,
       .accum = 1,
-      .layout = "planned",
-      .shard = "equal",
       .prefetch = 1,
-      .param_dtype = "f32",
-      .reduce_dtype = "f32",
       .compute_dtype = "f32",
       .eval_batches = 8,
       .sample = 0,
@@ -329,23 +318,15 @@ int rf_cmd_train(int argc, char **argv) {
        "[0, 1]", 0},
       {"warmup", RF_OPTION_KIND_I64, &a.warmup, "linear warm-up steps", "[0, inf)", 0},
       {"seed", RF_OPTION_KIND_I64, &a.seed, "seed of the initialization and of the data order", NULL, 0},
-      {"optim", RF_OPTION_KIND_CHOICE, &a.optim, "optimizer", "adamw|adamw8bit|muon", 0},
+      RF_PLAN_ARGS_OPTIONS(a.plan),
       {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)",
        "[0, inf)", 0},
       {"clip", RF_OPTION_KIND_DOUBLE, &a.clip, "clip the global gradient norm (0: off)", "[0, inf)", 0},
       {"accum", RF_OPTION_KIND_INT, &a.accum, "micro-batches per step (gradient accumulation)", "[1, inf)",
        0},
-      {"layout", RF_OPTION_KIND_CHOICE, &a.layout, "parameter layout", "planned|fsdp2|flat", 0},
-      {"shard", RF_OPTION_KIND_CHOICE, &a.shard, "shard mode of the planned layout", "equal|ragged", 0},
-      {"block-rows", RF_OPTION_KIND_I64, &a.block_rows,
-       "rows kept whole on one rank (0: as the optimizer needs, e.g. adamw8bit's 32-row strips)", "[0, inf)",
-       0},
       {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", "[0, inf)", 0},
       {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
        NULL, 0},
-      {"param-dtype", RF_OPTION_KIND_CHOICE, &a.param_dtype, "dtype of gathered parameters", "f32|bf16", 0},
-      {"reduce-dtype", RF_OPTION_KIND_CHOICE, &a.reduce_dtype, "dtype of the gradient reduce-scatter",
-       "f32|bf16", 0},
       {"compute-dtype", RF_OPTION_KIND_CHOICE, &a.compute_dtype,
        "operands of the linear layers' GEMMs (f32 accumulation and outputs either way)", "f32|bf16", 0},
       {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)",

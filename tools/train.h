@@ -8,14 +8,16 @@
 #include "comm/comm.h"
 #include "data/data.h"
 #include "optim/optim.h"
+#include "plan_args.h"
 #include "train_model.h"
 #include "train_report.h"
 
 /* The command line. Strings are borrowed from argv. */
 struct rf_train_args {
-  const char *model, *data, *optim, *layout, *shard, *param_dtype, *reduce_dtype, *compute_dtype;
+  const char *model, *data, *compute_dtype;
+  struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
-  int64_t steps, batch, seq, warmup, seed, block_rows, eval_every, print_every, save_every;
+  int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
 };

@@ -57,7 +57,7 @@ static void rf_train_states_make(const struct rf_train_state *s, struct rf_train
   for (int i = 0; i < st->n; i++) {
     struct rf_optim_state_slab slab;
     rf_optim_state(s->optim, i, &slab);
-    snprintf(st->suffix[i], sizeof st->suffix[i], ".%s.%s", s->args->optim, slab.name);
+    snprintf(st->suffix[i], sizeof st->suffix[i], ".%s.%s", s->args->plan.optim, slab.name);
     struct rf_ckpt_state_desc *d = &st->desc[i];
     d->suffix = st->suffix[i];
     d->dtype = slab.dtype;
@@ -94,7 +94,7 @@ static int rf_train_ckpt_save(struct rf_train_state *s, const char *dir, int64_t
       extra, sizeof extra,
       "{\"step\": %lld, \"seed\": %lld, \"optim\": \"%s\", \"optim_step\": %lld, \"world\": %d, \"model\": "
       "\"%s\"}",
-      (long long)step, (long long)s->args->seed, s->args->optim, (long long)rf_optim_get_step(s->optim),
+      (long long)step, (long long)s->args->seed, s->args->plan.optim, (long long)rf_optim_get_step(s->optim),
       s->world, s->args->model);
   struct rf_ckpt_views_args a = rf_train_views_args(s, &st, dir);
   a.step = step;
@@ -197,12 +197,12 @@ static int rf_train_resume(struct rf_train_state *s, const char *where) {
   free(extra);
   const char *optim = rf_train_json_str(x, "optim");
   const cJSON *ostep = cJSON_GetObjectItemCaseSensitive(x, "optim_step");
-  int ok = optim && strcmp(optim, s->args->optim) == 0 && cJSON_IsNumber(ostep);
+  int ok = optim && strcmp(optim, s->args->plan.optim) == 0 && cJSON_IsNumber(ostep);
   char saved[32];
   snprintf(saved, sizeof saved, "%s", optim ? optim : "?");
   if (ok) rf_optim_set_step(s->optim, (int64_t)ostep->valuedouble);
   cJSON_Delete(x);
-  RF_REQUIRE(ok, "%s: saved with optimizer %s, this run uses --optim %s", dir, saved, s->args->optim);
+  RF_REQUIRE(ok, "%s: saved with optimizer %s, this run uses --optim %s", dir, saved, s->args->plan.optim);
   RF_REQUIRE(step >= 0 && step <= s->args->steps, "%s: saved at step %lld, beyond --steps %lld", dir,
              (long long)step, (long long)s->args->steps);
   s->start_step = step;

@@ -61,6 +61,19 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   return 0;
 }
 
+int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan) {
+  cJSON *o = cJSON_CreateObject();
+  rf_plan_summary_json(plan, cJSON_AddObjectToObject(o, "plan"));
+  char *text = cJSON_PrintUnformatted(o);
+  RF_ASSERT(text);
+  fprintf(log->file, "%s\n", text);
+  free(text);
+  cJSON_Delete(o);
+  RF_REQUIRE(fflush(log->file) == 0 && !ferror(log->file), "--log %s: cannot write the plan: %s", log->path,
+             strerror(errno));
+  return 0;
+}
+
 void rf_train_log_close(struct rf_train_log *log) {
   if (log->file) fclose(log->file);
   log->file = NULL;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "plan_args.h"
 #include "rfsdp.h" /* enum rf_dtype */
 
 /* One training step as reported. val_loss is NAN when not evaluated. */
@@ -31,6 +32,9 @@ int rf_train_log_open(struct rf_train_log *log, const char *path);
 int rf_train_log_truncate(struct rf_train_log *log);
 /* One line per step, flushed; fails naming the log when the write does (a full disk). */
 int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
+/* The line {"plan": {...}} that starts the log: the run's layout with the fields
+ * of `rfsdp plan --json` (rf_plan_summary_json); fails naming the log. */
+int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan);
 void rf_train_log_close(struct rf_train_log *log);
 
 /* The progress line (stdout). */

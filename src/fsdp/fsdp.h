@@ -57,8 +57,8 @@ struct rf_fsdp_unit {
  * and its slots. */
 struct rf_fsdp {
   struct rf_fsdp_options opt;
-  struct rf_comm_mesh mesh; /* every collective of the runtime runs on mesh.shard; mesh.replicate
-                              has one rank until hybrid sharding (issue 18) */
+  struct rf_comm_mesh mesh;     /* every collective of the runtime runs on mesh.shard; mesh.replicate
+                                  has one rank until hybrid sharding (issue 18) */
   struct rf_plan_policy policy; /* opt as the planner takes it: every unit's layout comes from it */
   int finalized;
   int n_units, cap_units;

@@ -263,7 +263,8 @@ void rf_model_desc_free(struct rf_model_desc *desc) {
   memset(desc, 0, sizeof *desc);
 }
 
-struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, const struct rf_plan_policy *p) {
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc,
+                                                 const struct rf_plan_policy *p) {
   size_t head = (size_t)desc->n_units * sizeof(struct rf_plan_unit_in);
   struct rf_plan_unit_in *units =
       rf_xmalloc(head + (size_t)desc->n_tensors * sizeof(struct rf_plan_tensor_in));

@@ -181,7 +181,8 @@ struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, con
  * policy's rule (rf_plan_block_elems; a tensor's own block_rows wins). One
  * allocation: n_units units followed by their tensors (names borrowed from
  * desc); free() it. */
-struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc, const struct rf_plan_policy *p);
+struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc,
+                                                 const struct rf_plan_policy *p);
 
 /* Index of the tensors inside a layer unit. */
 enum rf_model_layer_tensor {
