@@ -58,6 +58,9 @@ struct rf_counters {
   uint64_t comm_wait_ns;   /* time blocked waiting on communication */
 };
 
+/* The most dimensions a tensor has (plans, checkpoints, safetensors files, views). */
+#define RF_MAX_DIMS 8
+
 /* This rank's piece of one tensor: the element range [begin, end) of the
  * row-major tensor, and where it lives. `starts` (world + 1 entries) gives every
  * rank's range of the tensor: rank r holds [starts[r], starts[r+1]). */
@@ -65,7 +68,7 @@ struct rf_tensor_view {
   const char *name;
   int unit;
   int ndim;
-  int64_t shape[8];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   int64_t block_elems; /* every rank's range is a whole number of these (1: cut anywhere) */
   const int64_t *starts;

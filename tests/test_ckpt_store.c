@@ -34,7 +34,7 @@ struct tensor {
   const char *name;
   enum rf_dtype dtype;
   int ndim;
-  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   uint8_t *data;
 };

@@ -100,7 +100,7 @@ static void check_distributions(int64_t numel, int64_t block, int w, uint64_t *r
 
 /* Marks every element of every box; each element of [b, e) exactly once, nothing else. */
 static void check_boxes(int ndim, const int64_t *shape, int64_t numel, int64_t b, int64_t e) {
-  struct rf_shard_box boxes[2 * RF_SHARD_MAX_DIMS];
+  struct rf_shard_box boxes[2 * RF_MAX_DIMS];
   int n = -1;
   RF_CHECK(rf_shard_boxes(ndim, shape, b, e, boxes, rf_shard_max_boxes(ndim), &n) == 0, "boxes: %s",
            rf_error_msg());
@@ -118,7 +118,7 @@ static void check_boxes(int ndim, const int64_t *shape, int64_t numel, int64_t b
     int64_t first = -1, last = -1;
     for (int64_t c = 0; c < cells; c++) {
       int64_t rem = c, flat = 0;
-      int64_t idx[RF_SHARD_MAX_DIMS] = {0};
+      int64_t idx[RF_MAX_DIMS] = {0};
       for (int d = ndim - 1; d >= 0; d--) {
         idx[d] = box->start[d] + rem % box->extent[d];
         rem /= box->extent[d];

@@ -28,7 +28,6 @@
 
 #define RF_CKPT_FORMAT "rfsdp-checkpoint"
 #define RF_CKPT_VERSION 1
-#define RF_CKPT_MAX_DIMS 8
 #define RF_CKPT_DEFAULT_CHUNK_BYTES (1 << 20)
 #define RF_CKPT_RANK_MAGIC "RFCKRANK"
 #define RF_CKPT_RANK_HEADER_BYTES 64
@@ -43,7 +42,7 @@ struct rf_ckpt_piece {
   const char *name;
   enum rf_dtype dtype;
   int ndim;
-  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t begin, end; /* the flat element range held here; begin == end: nothing */
   const void *data;   /* (end - begin) elements of dtype */
 };
@@ -92,7 +91,7 @@ struct rf_ckpt_tensor {
   char *name;
   enum rf_dtype dtype;
   int ndim;
-  int64_t shape[RF_CKPT_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   int n_ranges;
   struct rf_ckpt_range *ranges;

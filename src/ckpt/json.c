@@ -30,9 +30,8 @@ int rf_ckpt_json_tensor_head(const cJSON *obj, const char *file, struct rf_ckpt_
   if (!cJSON_IsString(dtype) || rf_dtype_parse(dtype->valuestring, &t->dtype) != 0)
     RF_FAIL("%s: tensor '%s' has a missing or unknown dtype", file, name->valuestring);
   int ndim = cJSON_GetArraySize(shape);
-  if (!cJSON_IsArray(shape) || ndim > RF_CKPT_MAX_DIMS)
-    RF_FAIL("%s: tensor '%s' has a missing shape or more than %d dims", file, name->valuestring,
-            RF_CKPT_MAX_DIMS);
+  if (!cJSON_IsArray(shape) || ndim > RF_MAX_DIMS)
+    RF_FAIL("%s: tensor '%s' has a missing shape or more than %d dims", file, name->valuestring, RF_MAX_DIMS);
   t->ndim = ndim;
   t->numel = 1;
   for (int d = 0; d < ndim; d++) {

@@ -51,8 +51,7 @@ static int rf_ckpt_refuse_complete(const char *dir) {
 static int rf_ckpt_check_piece(const struct rf_ckpt_save_args *a, int i) {
   const struct rf_ckpt_piece *p = &a->pieces[i];
   if (!p->name || !p->name[0]) RF_FAIL("%s: piece %d has no name", a->dir, i);
-  if (p->ndim < 0 || p->ndim > RF_CKPT_MAX_DIMS)
-    RF_FAIL("%s: tensor '%s': bad ndim %d", a->dir, p->name, p->ndim);
+  if (p->ndim < 0 || p->ndim > RF_MAX_DIMS) RF_FAIL("%s: tensor '%s': bad ndim %d", a->dir, p->name, p->ndim);
   int64_t numel = 1;
   for (int d = 0; d < p->ndim; d++) {
     if (p->shape[d] < 0) RF_FAIL("%s: tensor '%s': negative dimension", a->dir, p->name);
@@ -299,7 +298,7 @@ static cJSON *rf_ckpt_meta_json(const struct rf_ckpt_merge *m, int world, int64_
       /* a scalar (ndim 0) is described as shape [1] */
       static const int64_t scalar_shape[1] = {1};
       int nd = t->ndim ? t->ndim : 1;
-      struct rf_shard_box boxes[2 * RF_SHARD_MAX_DIMS - 1];
+      struct rf_shard_box boxes[2 * RF_MAX_DIMS - 1];
       int nb = 0;
       /* ranges were validated when the ranks' indexes were read */
       RF_ASSERT(rf_shard_boxes(nd, t->ndim ? t->shape : scalar_shape, r->begin, r->end, boxes,

@@ -54,8 +54,7 @@ static int rf_ckpt_views_pieces(const struct rf_ckpt_views_args *a, struct rf_ck
     const struct rf_tensor_view *v = &a->views[i];
     if (!v->name || strlen(v->name) + 64 >= RF_CKPT_NAME_MAX)
       RF_FAIL("%s: view %d: missing or long name", a->dir, i);
-    if (v->ndim < 0 || v->ndim > RF_CKPT_MAX_DIMS)
-      RF_FAIL("%s: view '%s': bad ndim %d", a->dir, v->name, v->ndim);
+    if (v->ndim < 0 || v->ndim > RF_MAX_DIMS) RF_FAIL("%s: view '%s': bad ndim %d", a->dir, v->name, v->ndim);
     struct rf_ckpt_piece *p = &pieces[np++];
     *p = (struct rf_ckpt_piece){.name = v->name,
                                 .dtype = RF_DTYPE_F32,

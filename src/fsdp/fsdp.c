@@ -127,8 +127,7 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
   RF_REQUIRE(unit == f->n_units - 1 && unit >= 0,
              "tensor %s: tensors are declared into the last unit declared (got unit %d of %d)", name, unit,
              f->n_units);
-  RF_REQUIRE(ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS, "tensor %s: ndim %d outside 1..%d", name, ndim,
-             RF_PLAN_MAX_DIMS);
+  RF_REQUIRE(ndim >= 1 && ndim <= RF_MAX_DIMS, "tensor %s: ndim %d outside 1..%d", name, ndim, RF_MAX_DIMS);
   RF_REQUIRE(block_rows >= 0, "tensor %s: block_rows %lld is negative", name, (long long)block_rows);
   RF_REQUIRE(rf_fsdp_find_tensor(f, name) < 0, "tensor %s declared twice", name);
   int64_t numel = 1;

@@ -24,7 +24,7 @@ struct rf_fsdp_tensor {
   int unit;
   int index_in_unit;
   int ndim;
-  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   int64_t block_elems;
   struct rf_init init;

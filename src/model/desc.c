@@ -50,7 +50,7 @@ void rf_model_desc_add_unit(struct rf_model_desc *d, const char *name) {
 
 struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *d, const char *name, int ndim,
                                                  const int64_t *shape) {
-  RF_ASSERT(d->n_units > 0 && ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS);
+  RF_ASSERT(d->n_units > 0 && ndim >= 1 && ndim <= RF_MAX_DIMS);
   struct rf_model_unit *u = &d->units[d->n_units - 1];
   u->tensors = rf_model_desc_grow(u->tensors, u->n_tensors, sizeof *u->tensors);
   struct rf_model_tensor *t = &u->tensors[u->n_tensors++];

@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan/plan.h"   /* RF_PLAN_MAX_DIMS, struct rf_plan_unit_in */
+#include "plan/plan.h"   /* struct rf_plan_unit_in */
 #include "rfsdp_types.h" /* struct rf_init */
 
 /* ---- configuration (config.c) ----------------------------------------------- */
@@ -133,7 +133,7 @@ double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq);
 struct rf_model_tensor {
   char *name;
   int ndim;
-  int64_t shape[RF_PLAN_MAX_DIMS]; /* row-major; [out, in] for linear weights */
+  int64_t shape[RF_MAX_DIMS]; /* row-major; [out, in] for linear weights */
   int64_t numel;
   int64_t sub_count;  /* > 1: sub_count equal sub-tensors fused along dim 0 (experts) */
   int64_t block_rows; /* > 0: rows per block of its own (units files); 0: the run's */

@@ -26,10 +26,10 @@ static int rf_model_units_tensor(const cJSON *t, const char *path, int ui, int t
              "%s: units[%d].tensors[%d].name must be a non-empty string", path, ui, ti);
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
   int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
-  RF_REQUIRE(ndim >= 1 && ndim <= RF_PLAN_MAX_DIMS,
+  RF_REQUIRE(ndim >= 1 && ndim <= RF_MAX_DIMS,
              "%s: units[%d].tensors[%d].shape must be an array of 1 to %d dimensions", path, ui, ti,
-             RF_PLAN_MAX_DIMS);
-  int64_t dims[RF_PLAN_MAX_DIMS] = {0}, numel = 1;
+             RF_MAX_DIMS);
+  int64_t dims[RF_MAX_DIMS] = {0}, numel = 1;
   int d = 0;
   for (const cJSON *v = shape->child; v; v = v->next, d++) {
     RF_REQUIRE(rf_model_units_positive(v, &dims[d]),

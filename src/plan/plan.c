@@ -22,8 +22,8 @@ static int rf_plan_validate(const struct rf_plan_unit_in *in, const struct rf_pl
   for (int i = 0; i < in->n_tensors; i++) {
     const struct rf_plan_tensor_in *t = &in->tensors[i];
     const char *name = t->name ? t->name : "?";
-    RF_REQUIRE(t->ndim >= 1 && t->ndim <= RF_PLAN_MAX_DIMS, "unit %s, tensor %s: ndim %d outside 1..%d", unit,
-               name, t->ndim, RF_PLAN_MAX_DIMS);
+    RF_REQUIRE(t->ndim >= 1 && t->ndim <= RF_MAX_DIMS, "unit %s, tensor %s: ndim %d outside 1..%d", unit,
+               name, t->ndim, RF_MAX_DIMS);
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
       RF_REQUIRE(t->shape[d] > 0, "unit %s, tensor %s: shape[%d] = %lld is not positive", unit, name, d,

@@ -17,13 +17,11 @@
 #include "rfsdp_types.h" /* enum rf_shard_mode, rf_layout, rf_dtype */
 #include "shard/shard.h"
 
-#define RF_PLAN_MAX_DIMS 8
-
 /* One tensor of a unit as the model declares it. Borrowed strings. */
 struct rf_plan_tensor_in {
   const char *name;
   int ndim;
-  int64_t shape[RF_PLAN_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel; /* product of shape */
   int64_t
       block_elems;   /* elements of one block (whole rows times row length); the last block may be shorter */

@@ -124,9 +124,8 @@ static int rf_safetensors_parse_tensor(const struct rf_safetensors_file *f, cons
     RF_FAIL("%s: tensor '%s' has an unknown dtype '%s'", f->path, name, dtype->valuestring);
   if (!cJSON_IsArray(shape)) RF_FAIL("%s: tensor '%s' has no shape", f->path, name);
   t->ndim = cJSON_GetArraySize(shape);
-  if (t->ndim > RF_SAFETENSORS_MAX_DIMS)
-    RF_FAIL("%s: tensor '%s' has %d dims, at most %d are supported", f->path, name, t->ndim,
-            RF_SAFETENSORS_MAX_DIMS);
+  if (t->ndim > RF_MAX_DIMS)
+    RF_FAIL("%s: tensor '%s' has %d dims, at most %d are supported", f->path, name, t->ndim, RF_MAX_DIMS);
   uint64_t numel = 1;
   for (int d = 0; d < t->ndim; d++) {
     uint64_t n;

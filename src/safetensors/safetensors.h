@@ -23,7 +23,6 @@
 
 #include "core/core.h"
 
-#define RF_SAFETENSORS_MAX_DIMS 8
 /* The largest header accepted (the reference implementation's limit). */
 #define RF_SAFETENSORS_MAX_HEADER_BYTES (100u << 20)
 
@@ -62,7 +61,7 @@ struct rf_safetensors_tensor {
   char *name;
   enum rf_safetensors_dtype dtype;
   int ndim;
-  int64_t shape[RF_SAFETENSORS_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   uint64_t begin, end; /* bytes, relative to the start of the data */
 };
@@ -103,7 +102,7 @@ struct rf_safetensors_decl {
   const char *name;
   enum rf_safetensors_dtype dtype;
   int ndim;
-  int64_t shape[RF_SAFETENSORS_MAX_DIMS];
+  int64_t shape[RF_MAX_DIMS];
 };
 
 /* A file being written. Owns its tensors' names and the file writer. */

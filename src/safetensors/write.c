@@ -41,7 +41,7 @@ static int rf_safetensors_writer_header(struct rf_safetensors_writer *w, const c
     const struct rf_safetensors_decl *d = &decls[i];
     struct rf_safetensors_tensor *t = &w->tensors[i];
     int bad = !d->name || !d->name[0] || strcmp(d->name, "__metadata__") == 0 || d->ndim < 0 ||
-              d->ndim > RF_SAFETENSORS_MAX_DIMS || d->dtype < 0 || d->dtype >= RF_SAFETENSORS_DTYPE_COUNT;
+              d->ndim > RF_MAX_DIMS || d->dtype < 0 || d->dtype >= RF_SAFETENSORS_DTYPE_COUNT;
     for (int j = 0; j < i && !bad; j++) bad = strcmp(decls[j].name, d->name) == 0;
     t->numel = 1;
     for (int k = 0; k < d->ndim && !bad; k++) {

@@ -116,8 +116,8 @@ int64_t rf_shard_local_numel(const struct rf_shard *shard, int rank) {
 struct rf_shard_boxer {
   int ndim;
   const int64_t *shape;
-  int64_t stride[RF_SHARD_MAX_DIMS]; /* elements per index step of each dim */
-  int64_t prefix[RF_SHARD_MAX_DIMS];
+  int64_t stride[RF_MAX_DIMS]; /* elements per index step of each dim */
+  int64_t prefix[RF_MAX_DIMS];
   struct rf_shard_box *boxes;
   int cap;
   int n;
@@ -171,7 +171,7 @@ static int rf_shard_split(struct rf_shard_boxer *bx, int dim, int64_t b, int64_t
 int rf_shard_boxes(int ndim, const int64_t *shape, int64_t begin, int64_t end, struct rf_shard_box *boxes,
                    int cap, int *n_boxes) {
   *n_boxes = 0;
-  RF_REQUIRE(ndim >= 1 && ndim <= RF_SHARD_MAX_DIMS, "shard: ndim %d outside 1..%d", ndim, RF_SHARD_MAX_DIMS);
+  RF_REQUIRE(ndim >= 1 && ndim <= RF_MAX_DIMS, "shard: ndim %d outside 1..%d", ndim, RF_MAX_DIMS);
   struct rf_shard_boxer bx = {.ndim = ndim, .shape = shape, .boxes = boxes, .cap = cap};
   int64_t numel = 1;
   for (int d = ndim - 1; d >= 0; d--) {

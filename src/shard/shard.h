@@ -61,12 +61,10 @@ static inline int64_t rf_shard_piece_offset(int64_t off, const int64_t *starts, 
 
 /* ---- boxes -------------------------------------------------------------- */
 
-#define RF_SHARD_MAX_DIMS 8
-
 /* A rectangle of an N-d tensor: indices [start[d], start[d] + extent[d]) in each dim. */
 struct rf_shard_box {
-  int64_t start[RF_SHARD_MAX_DIMS];
-  int64_t extent[RF_SHARD_MAX_DIMS];
+  int64_t start[RF_MAX_DIMS];
+  int64_t extent[RF_MAX_DIMS];
 };
 
 /* The most boxes a range of an ndim-d tensor splits into: 2*ndim - 1. */
