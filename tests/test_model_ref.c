@@ -441,15 +441,13 @@ static void test_config(const struct ref *ref) {
                       "num_key_value_heads");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 0}", "num_attention_heads");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"model_type\": \"gpt2\"}", "model_type");
-  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"tie_word_embeddings\": true}",
-                      "tie_word_embeddings");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"rms_norm_eps\": -1}", "rms_norm_eps");
   expect_config_error(dir, "{" BASE ", \"num_attention_heads\": \"4\"}", "num_attention_heads");
   expect_config_error(dir, "{\"hidden_size\": 64, ", "not valid JSON");
   expect_config_error(dir,
                       "{" BASE ", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\"}}",
                       "rope_scaling");
-  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"head_dim\": 32}", "head_dim");
+  expect_config_error(dir, "{" BASE ", \"num_attention_heads\": 4, \"head_dim\": 7}", "head_dim");
   expect_config_error(
       dir,
       "{\"hidden_size\": 64, \"intermediate_size\": 9.5, \"num_hidden_layers\": 2, \"vocab_size\": 67, "
@@ -463,9 +461,22 @@ static void test_config(const struct ref *ref) {
                    "\"rope_type\": \"default\"}}");
     struct rf_model_config d;
     RF_CHECK(rf_model_config_load(&d, p2) == 0, "minimal config: %s", rf_error_msg());
+    RF_CHECK(!d.tie_word_embeddings && !d.attention_bias && !d.mlp_bias, "defaults: untied, no biases");
     RF_CHECK(d.num_key_value_heads == 4 && d.head_dim == 16 && d.rope_theta == 500000.0 &&
                  d.max_position_embeddings == 2048 && fabsf(d.rms_norm_eps - 1e-6f) < 1e-12f,
              "defaults: kv heads = heads, rope_theta from rope_parameters, max positions 2048, eps 1e-6");
+  }
+  {
+    /* tied embeddings, biases and a head_dim of their own are read (tests/test_model_fields.c runs them) */
+    char p3[600];
+    snprintf(p3, sizeof(p3), "%s/config.json", dir);
+    write_text(p3, "{" BASE
+                   ", \"num_attention_heads\": 4, \"tie_word_embeddings\": true, \"head_dim\": 32, "
+                   "\"attention_bias\": true, \"mlp_bias\": true}");
+    struct rf_model_config d;
+    RF_CHECK(rf_model_config_load(&d, p3) == 0 && d.tie_word_embeddings && d.head_dim == 32 &&
+                 d.attention_bias && d.mlp_bias,
+             "tied, head_dim 32, biases: %s", rf_error_msg());
   }
 #undef BASE
   char path[600];

@@ -34,24 +34,23 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
                cfg->num_attention_heads, cfg->hidden_size);
     cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
   }
-  RF_REQUIRE(cfg->head_dim * cfg->num_attention_heads == cfg->hidden_size,
-             "%s: field 'head_dim' (%d) other than hidden_size / num_attention_heads is not supported", what,
-             cfg->head_dim);
+  RF_REQUIRE(cfg->head_dim > 0, "%s: field 'head_dim' must be positive (got %d)", what, cfg->head_dim);
   RF_REQUIRE(cfg->head_dim % 2 == 0, "%s: field 'head_dim' (%d) must be even (rotary pairs)", what,
              cfg->head_dim);
   RF_REQUIRE(cfg->rms_norm_eps > 0.0f && isfinite(cfg->rms_norm_eps),
              "%s: field 'rms_norm_eps' must be positive", what);
   RF_REQUIRE(cfg->rope_theta > 0.0 && isfinite(cfg->rope_theta), "%s: field 'rope_theta' must be positive",
              what);
-  RF_REQUIRE(!cfg->tie_word_embeddings,
-             "%s: field 'tie_word_embeddings' is true: tied embeddings are not supported", what);
-  RF_REQUIRE(!cfg->attention_bias, "%s: field 'attention_bias' is true: biases are not supported", what);
-  RF_REQUIRE(!cfg->mlp_bias, "%s: field 'mlp_bias' is true: biases are not supported", what);
   RF_REQUIRE(!cfg->rope_type[0] || strcmp(cfg->rope_type, "default") == 0,
              "%s: field '%s': rope_type '%s' is not implemented (only 'default')", what, cfg->rope_field,
              cfg->rope_type);
   RF_REQUIRE(!cfg->hidden_act[0] || strcmp(cfg->hidden_act, "silu") == 0,
              "%s: field 'hidden_act': '%s' is not implemented (only 'silu')", what, cfg->hidden_act);
+  RF_REQUIRE(cfg->attention_dropout == 0.0, "%s: field 'attention_dropout': %g is not implemented (only 0)",
+             what, cfg->attention_dropout);
+  RF_REQUIRE(cfg->partial_rotary_factor == 0.0 || cfg->partial_rotary_factor == 1.0,
+             "%s: field 'partial_rotary_factor': %g is not implemented (only 1)", what,
+             cfg->partial_rotary_factor);
   return 0;
 }
 
@@ -90,6 +89,18 @@ static int rf_model_json_double(const struct rf_model_config_json *j, const cJSO
   RF_REQUIRE(cJSON_IsNumber(it), "%s: field '%s' is not a number", j->path, name);
   RF_REQUIRE(it->valuedouble > 0 && isfinite(it->valuedouble), "%s: field '%s' must be positive (got %g)",
              j->path, name, it->valuedouble);
+  *out = it->valuedouble;
+  return 0;
+}
+
+/* A finite number >= 0; absent or null: dflt. */
+static int rf_model_json_nonneg(const struct rf_model_config_json *j, const char *name, double dflt,
+                                double *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
+  *out = dflt;
+  if (!it || cJSON_IsNull(it)) return 0;
+  RF_REQUIRE(cJSON_IsNumber(it) && it->valuedouble >= 0 && isfinite(it->valuedouble),
+             "%s: field '%s' must be a number >= 0", j->path, name);
   *out = it->valuedouble;
   return 0;
 }
@@ -215,6 +226,8 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
   cfg->rms_norm_eps = (float)eps;
   RF_TRY(rf_model_config_rope(&j, cfg));
   RF_TRY(rf_model_json_word(&j, root, "hidden_act", "silu", cfg->hidden_act));
+  RF_TRY(rf_model_json_nonneg(&j, "attention_dropout", 0.0, &cfg->attention_dropout));
+  RF_TRY(rf_model_json_nonneg(&j, "partial_rotary_factor", 1.0, &cfg->partial_rotary_factor));
   switch (cfg->family) {
     case RF_MODEL_FAMILY_LLAMA:
       return rf_model_config_llama(&j, cfg);

@@ -149,14 +149,53 @@ static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, f, bias, prefix, "down_proj");
 }
 
+int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t) {
+  RF_ASSERT(t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT);
+  int slot = 0;
+  for (int i = 0; i <= (int)t; i++) {
+    int present = i <= RF_MODEL_LAYER_TENSOR_DOWN ||
+                  (i <= RF_MODEL_LAYER_TENSOR_O_BIAS ? cfg->attention_bias : cfg->mlp_bias);
+    if (i == (int)t) return present ? slot : -1;
+    slot += present;
+  }
+  return -1;
+}
+
+void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_units *out) {
+  int tied = cfg->tie_word_embeddings;
+  out->first_layer = tied ? 0 : 1;
+  out->head_unit = out->first_layer + cfg->num_hidden_layers;
+  out->embed_unit = tied ? out->head_unit : 0;
+  out->embed_tensor = tied ? RF_MODEL_HEAD_TENSOR_LM_HEAD : 0;
+}
+
+/* A llama layer: its tensors in the order of enum rf_model_layer_tensor. */
 static void rf_model_desc_llama_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
                                       const char *p) {
-  rf_model_desc_gqa(b, c, p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->hidden_size),
-                    "%s.post_attention_layernorm.weight", p);
-  char e[160];
-  snprintf(e, sizeof e, "%s.mlp", p);
-  rf_model_desc_mlp(b, c->hidden_size, c->intermediate_size, c->mlp_bias, e);
+  int64_t h = c->hidden_size, f = c->intermediate_size, qd = (int64_t)c->num_attention_heads * c->head_dim;
+  int64_t kd = (int64_t)c->num_key_value_heads * c->head_dim;
+  static const char *const names[RF_MODEL_LAYER_TENSOR_COUNT] = {
+      "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+      "self_attn.o_proj.bias",   "mlp.gate_proj.bias",      "mlp.up_proj.bias",
+      "mlp.down_proj.bias"};
+  const int64_t rows[RF_MODEL_LAYER_TENSOR_COUNT] = {h, qd, kd, kd, h, h, f, f, h, qd, kd, kd, h, f, f, h};
+  const int64_t cols[RF_MODEL_LAYER_TENSOR_COUNT] = {0, h, h, h, qd, 0, h, h, f};
+  for (int t = 0; t < RF_MODEL_LAYER_TENSOR_COUNT; t++) {
+    if (rf_model_layer_slot(c, (enum rf_model_layer_tensor)t) < 0) continue;
+    enum rf_model_desc_kind kind = cols[t] == 0 ? RF_MODEL_DESC_KIND_BIAS
+                                   : t == RF_MODEL_LAYER_TENSOR_O || t == RF_MODEL_LAYER_TENSOR_DOWN
+                                       ? RF_MODEL_DESC_KIND_RESIDUAL
+                                       : RF_MODEL_DESC_KIND_LINEAR;
+    if (t == RF_MODEL_LAYER_TENSOR_INPUT_NORM || t == RF_MODEL_LAYER_TENSOR_POST_NORM)
+      kind = RF_MODEL_DESC_KIND_NORM;
+    if (cols[t] == 0)
+      rf_model_desc_add(b, kind, 1, RF_MODEL_DESC_V(rows[t]), "%s.%s", p, names[t]);
+    else
+      rf_model_desc_add(b, kind, 2, RF_MODEL_DESC_V(rows[t], cols[t]), "%s.%s", p, names[t]);
+  }
 }
 
 static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
@@ -231,8 +270,12 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
   out->model_type = rf_model_desc_strdup(types[cfg->family]);
   struct rf_model_desc_builder b = {out, 0.02f / sqrtf(2.0f * (float)cfg->num_hidden_layers)};
   int64_t h = cfg->hidden_size, v = cfg->vocab_size;
-  rf_model_desc_unit(&b, "embed");
-  rf_model_desc_add(&b, RF_MODEL_DESC_KIND_EMBED, 2, RF_MODEL_DESC_V(v, h), "model.embed_tokens.weight");
+  /* tied: the embedding is the head's output matrix (rf_model_units_find) */
+  int tied = cfg->tie_word_embeddings;
+  if (!tied) {
+    rf_model_desc_unit(&b, "embed");
+    rf_model_desc_add(&b, RF_MODEL_DESC_KIND_EMBED, 2, RF_MODEL_DESC_V(v, h), "model.embed_tokens.weight");
+  }
   /* DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers) are not part of the model proper.
    */
   for (int l = 0; l < cfg->num_hidden_layers; l++) {
@@ -248,8 +291,9 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
   }
   rf_model_desc_unit(&b, "head");
   rf_model_desc_add(&b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "model.norm.weight");
-  if (!cfg->tie_word_embeddings)
-    rf_model_desc_add(&b, RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(v, h), "lm_head.weight");
+  /* tied: the embedding (no weight decay, not orthogonalized, as untied) */
+  rf_model_desc_add(&b, tied ? RF_MODEL_DESC_KIND_EMBED : RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(v, h),
+                    tied ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
 void rf_model_desc_free(struct rf_model_desc *desc) {

@@ -47,6 +47,7 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   bytes += f * ((size_t)seq * hd);        /* rotary tables */
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
   bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
+  if (c->attention_bias || c->mlp_bias) bytes += f * wide; /* s_bias */
   return bytes;
 }
 
@@ -103,6 +104,7 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
+  if (c->attention_bias || c->mlp_bias) ws->s_bias = ws_floats(ws, wide);
   ws->stage.compute = RF_DTYPE_F32;
   return 0;
 }
@@ -156,7 +158,7 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
   free(ws->layers);
   float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
                    ws->rope_cos, ws->rope_sin, ws->s_norm,    ws->s_dnorm, ws->s_inner, ws->s_inner2,
-                   ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw};
+                   ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw, ws->s_bias};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   free(ws->stage.act);
   free(ws->stage.act2);
@@ -186,6 +188,27 @@ static const float *norm_weight(struct rf_model_ws *ws, const struct rf_model_we
   RF_ASSERT(w->bf16);
   rf_f32_from_bf16_n(ws->s_normw, w->bf16, (size_t)ws->cfg.hidden_size);
   return ws->s_normw;
+}
+
+/* y [n, out] += the bias of layer tensor t, when the config has it. */
+static void add_bias(struct rf_model_ws *ws, const struct rf_model_weight *w, enum rf_model_layer_tensor t,
+                     float *y, int n, int out) {
+  int slot = rf_model_layer_slot(&ws->cfg, t);
+  if (slot < 0) return;
+  const struct rf_model_weight *b = &w[slot];
+  const float *bf = b->f32;
+  if (!bf) {
+    rf_f32_from_bf16_n(ws->s_bias, b->bf16, (size_t)out);
+    bf = ws->s_bias;
+  }
+  rf_model_bias_forward(y, bf, n, out);
+}
+
+/* Adds the column sums of dy into the gradient of the bias of layer tensor t, when the config has it. */
+static void bias_grad(const struct rf_model_ws *ws, float *const *grads, enum rf_model_layer_tensor t,
+                      const float *dy, int n, int out) {
+  int slot = rf_model_layer_slot(&ws->cfg, t);
+  if (slot >= 0) rf_model_bias_backward(grads[slot], dy, n, out);
 }
 
 static float *layer_output(struct rf_model_ws *ws, int layer) {
@@ -220,22 +243,29 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   rf_model_linear_forward(a->q, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
   rf_model_linear_forward(a->k, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
   rf_model_linear_forward(a->v, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
   rf_model_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_model_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_model_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
                              ws->n_threads_att);
   memcpy(a->x2, a->x, sizeof(float) * (size_t)n * h);
   rf_model_linear_forward(a->x2, a->atty, &w[RF_MODEL_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
 
   /* MLP block */
   rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]),
                            n, h, c->rms_norm_eps);
   rf_model_linear_forward(a->gate, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, st);
   rf_model_linear_forward(a->up, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 0.0f, st);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
   rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter);
   float *out = layer_output(ws, layer);
   memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
   rf_model_linear_forward(out, ws->s_inner, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 1.0f, st);
+  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
 }
 
 double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w,
@@ -292,12 +322,15 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
 
   /* MLP block: out = x2 + down(silu(gate) * up), gate/up = W xn2, xn2 = norm(x2). */
   rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
   rf_model_linear_backward(NULL, grads[RF_MODEL_LAYER_TENSOR_DOWN], dout, ws->s_inner,
                            &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f, sb);
   rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f,
                            sb);
   /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
   rf_model_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
   const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
   renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_GATE], ws->s_inner2, ws->s_norm,
@@ -307,6 +340,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_POST_NORM], ws->s_dnorm, a->x2, a->rstd2, wpost,
                             n, h);
   /* dout now holds d(x2). */
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
   rf_model_linear_backward(ws->s_att, grads[RF_MODEL_LAYER_TENSOR_O], dout, a->atty,
@@ -316,6 +350,9 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
                               ws->s_att_blk, ws->n_threads_att);
   rf_model_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
   rf_model_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
+  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
   const float *win = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]);
   renorm(ws->s_norm, a->x, a->rstd1, win, n, h);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_Q], dq, ws->s_norm,
@@ -362,16 +399,18 @@ int rf_model_generate(struct rf_model_ws *ws, const struct rf_model_weight *cons
   RF_REQUIRE(len >= 1 && total >= len, "generate: prompt length %d and total %d", len, total);
   int L = ws->cfg.num_hidden_layers;
   int b0 = ws->b, t0 = ws->t;
+  struct rf_model_units map;
+  rf_model_units_find(&ws->cfg, &map);
   for (int cur = len; cur < total; cur++) {
     int ctx = cur < ws->cap_t ? cur : ws->cap_t;
     const int32_t *window = tokens + (cur - ctx);
     RF_TRY(rf_model_ws_set_shape(ws, 1, ctx));
-    if (rf_model_embed_forward(ws, units[0], window) != 0) {
+    if (rf_model_embed_forward(ws, &units[map.embed_unit][map.embed_tensor], window) != 0) {
       ws->b = b0, ws->t = t0;
       return -1;
     }
-    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, units[1 + l]);
-    rf_model_head_forward(ws, units[L + 1], NULL);
+    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, units[map.first_layer + l]);
+    rf_model_head_forward(ws, units[map.head_unit], NULL);
     tokens[cur] =
         rf_model_sample_logits(rf_model_ws_logits(ws, ctx - 1), ws->cfg.vocab_size, temperature, rng);
   }

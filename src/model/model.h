@@ -87,6 +87,8 @@ struct rf_model_config {
   char rope_type[RF_MODEL_CONFIG_WORD];  /* "default" unless rope_scaling/rope_parameters names one */
   const char *rope_field;                /* the field that named it ("" when none did) */
   char hidden_act[RF_MODEL_CONFIG_WORD]; /* "silu" unless given */
+  double attention_dropout;              /* 0 unless given */
+  double partial_rotary_factor;          /* 1 unless given (0: unset, as 1) */
   struct {
     int num_local_experts;
   } gpt_oss;
@@ -112,7 +114,9 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const struct cJSON *r
 int rf_model_config_load(struct rf_model_config *cfg, const char *path);
 /* Checks that the trainable model (a llama) implements the config, naming `what`
  * and the field otherwise: sizes positive, kv heads dividing heads, an even
- * head_dim (set to hidden_size / num_attention_heads when 0), plain RoPE, SiLU. */
+ * head_dim (set to hidden_size / num_attention_heads when 0), plain RoPE over
+ * the whole head, SiLU, no attention dropout. Tied embeddings, attention and
+ * MLP biases and any head_dim are implemented (as transformers' LlamaForCausalLM). */
 int rf_model_config_check(struct rf_model_config *cfg, const char *what);
 
 /* All parameters, and those taking part in matmuls (all but the embedding). */
@@ -184,7 +188,9 @@ struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, con
 struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc,
                                                  const struct rf_plan_policy *p);
 
-/* Index of the tensors inside a layer unit. */
+/* The tensors of a llama layer unit, in their order in the unit: the nine
+ * weights, then the attention biases (attention_bias: q, k, v, o) and the MLP
+ * biases (mlp_bias: gate, up, down) when the config has them. */
 enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_INPUT_NORM = 0,
   RF_MODEL_LAYER_TENSOR_Q,
@@ -195,13 +201,36 @@ enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_GATE,
   RF_MODEL_LAYER_TENSOR_UP,
   RF_MODEL_LAYER_TENSOR_DOWN,
+  RF_MODEL_LAYER_TENSOR_Q_BIAS,
+  RF_MODEL_LAYER_TENSOR_K_BIAS,
+  RF_MODEL_LAYER_TENSOR_V_BIAS,
+  RF_MODEL_LAYER_TENSOR_O_BIAS,
+  RF_MODEL_LAYER_TENSOR_GATE_BIAS,
+  RF_MODEL_LAYER_TENSOR_UP_BIAS,
+  RF_MODEL_LAYER_TENSOR_DOWN_BIAS,
   RF_MODEL_LAYER_TENSOR_COUNT
 };
+/* Where tensor t is in a layer unit of this config, or -1 when it has none. */
+int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t);
+
+/* The head unit: the final norm, then the output matrix (lm_head.weight, or
+ * with tie_word_embeddings model.embed_tokens.weight, the embedding itself). */
 enum rf_model_head_tensor {
   RF_MODEL_HEAD_TENSOR_NORM = 0,
   RF_MODEL_HEAD_TENSOR_LM_HEAD,
   RF_MODEL_HEAD_TENSOR_COUNT
 };
+
+/* Where a llama's units are (rf_model_desc_make's order): untied, units
+ * "embed" (0), "layers.{l}" (1 + l), "head" (L + 1); tied, "layers.{l}" (l) and
+ * "head" (L) holding the embedding as its output matrix, so that the one unit
+ * gathered through the step serves the embedding and the output. */
+struct rf_model_units {
+  int embed_unit, embed_tensor; /* the embedding table */
+  int first_layer;              /* layer l is unit first_layer + l */
+  int head_unit;
+};
+void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_units *out);
 
 /* One tensor's weights as the runtime gives them: exactly one pointer is non-NULL
  * (bf16 when parameters are gathered in bf16). Borrowed. */
@@ -265,14 +294,15 @@ struct rf_model_ws {
   float *rope_cos;                    /* [cap_t, hd/2] */
   float *rope_sin;                    /* [cap_t, hd/2] */
   /* scratch, reused by every layer */
-  float *s_norm;               /* [N, hidden] normalized activations (recomputed in backward) */
-  float *s_dnorm;              /* [N, hidden] their gradient */
-  float *s_inner;              /* [N, inter] silu(gate)*up, then dh */
-  float *s_inner2;             /* [N, inter] */
-  float *s_qkv;                /* [N, (heads + 2*kv)*hd] dq, dk, dv */
-  float *s_att;                /* [N, heads*hd] */
-  float *s_att_blk;            /* [threads, 2, RF_MODEL_ATT_BLOCK, T] attention blocks (P, dP) */
-  float *s_normw;              /* [hidden] a norm weight converted from bf16 */
+  float *s_norm;    /* [N, hidden] normalized activations (recomputed in backward) */
+  float *s_dnorm;   /* [N, hidden] their gradient */
+  float *s_inner;   /* [N, inter] silu(gate)*up, then dh */
+  float *s_inner2;  /* [N, inter] */
+  float *s_qkv;     /* [N, (heads + 2*kv)*hd] dq, dk, dv */
+  float *s_att;     /* [N, heads*hd] */
+  float *s_att_blk; /* [threads, 2, RF_MODEL_ATT_BLOCK, T] attention blocks (P, dP) */
+  float *s_normw;   /* [hidden] a norm weight converted from bf16 */
+  float *s_bias;    /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
   struct rf_model_stage stage; /* f32 compute: wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter, heads*hd)];
                                 * bf16 compute: see rf_model_ws_set_compute */
   int n_threads_att;           /* slices of s_att_blk */
@@ -381,5 +411,8 @@ void rf_model_cross_entropy_backward(float *logits, const float *lse, const int3
 void rf_model_embedding_forward(float *out, const struct rf_model_weight *table, const int32_t *tokens, int n,
                                 int dim);
 void rf_model_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n, int dim);
+/* y [n, out] += b (every row); backward: db [out] += the column sums of dy. */
+void rf_model_bias_forward(float *y, const float *b, int n, int out);
+void rf_model_bias_backward(float *db, const float *dy, int n, int out);
 
 #endif

@@ -538,3 +538,27 @@ void rf_model_embedding_backward(float *dtable, const float *dout, const int32_t
     for (int i = 0; i < dim; i++) d[i] += g[i];
   }
 }
+
+/* ---- bias ------------------------------------------------------------------------------------ */
+
+void rf_model_bias_forward(float *y, const float *b, int n, int out) {
+#pragma omp parallel for schedule(static) if ((long)n * out >= 32768)
+  for (int r = 0; r < n; r++) {
+    float *yr = y + (size_t)r * out;
+#pragma omp simd
+    for (int j = 0; j < out; j++) yr[j] += b[j];
+  }
+}
+
+void rf_model_bias_backward(float *db, const float *dy, int n, int out) {
+  /* column blocks: each thread sums its columns over every row, in row order */
+#pragma omp parallel for schedule(static) if ((long)n * out >= 32768)
+  for (int j0 = 0; j0 < out; j0 += 64) {
+    int j1 = j0 + 64 < out ? j0 + 64 : out;
+    for (int r = 0; r < n; r++) {
+      const float *g = dy + (size_t)r * out;
+#pragma omp simd
+      for (int j = j0; j < j1; j++) db[j] += g[j];
+    }
+  }
+}
