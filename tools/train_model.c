@@ -19,6 +19,12 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->cfg = *cfg;
   RF_TRY(rf_fsdp_create(&m->fsdp, comm, opt));
   rf_model_desc_make(cfg, &m->desc);
+  rf_model_units_find(cfg, &m->map);
+  /* tied: the head unit (the embedding) stays gathered through the step while
+   * the layers take turns in another parameter slot */
+  RF_REQUIRE(!cfg->tie_word_embeddings || opt->prefetch >= 1 || !opt->reshard_after_forward,
+             "tie_word_embeddings: the unit holding the embedding stays gathered through the step; "
+             "--prefetch 0 leaves no parameter slot for the layers (use --prefetch 1 or more)");
   m->n_units = m->desc.n_units;
   m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
   for (int u = 0; u < m->n_units; u++) {
@@ -104,56 +110,76 @@ int rf_train_model_import(struct rf_train_model *m, const char *path) {
   return rc;
 }
 
-/* Points m->w (and m->g when grads) at unit u's views. */
-static const struct rf_model_weight *rf_train_weights(struct rf_train_model *m, int u, int grads) {
+/* Points w (and g when non-NULL) at unit u's views. */
+static void rf_train_weights(struct rf_train_model *m, int u, struct rf_model_weight *w, float **g) {
   int n = m->desc.units[u].n_tensors;
   for (int i = 0; i < n; i++) {
     int t = m->first_tensor[u] + i;
-    m->w[i].f32 = rf_fsdp_param(m->fsdp, t);
-    m->w[i].bf16 = m->w[i].f32 ? NULL : rf_fsdp_param_bf16(m->fsdp, t);
-    if (grads) m->g[i] = rf_fsdp_grad(m->fsdp, t);
+    w[i].f32 = rf_fsdp_param(m->fsdp, t);
+    w[i].bf16 = w[i].f32 ? NULL : rf_fsdp_param_bf16(m->fsdp, t);
+    if (g) g[i] = rf_fsdp_grad(m->fsdp, t);
   }
-  return m->w;
+}
+
+/* The embedding table's weights (and gradient): its own unit's, or (tied) the
+ * head's output matrix, which stays gathered from the embedding to the head. */
+static const struct rf_model_weight *rf_train_embed(struct rf_train_model *m, float **g) {
+  const struct rf_model_units *map = &m->map;
+  if (map->embed_unit == map->head_unit) {
+    if (g) *g = m->gh[map->embed_tensor];
+    return &m->wh[map->embed_tensor];
+  }
+  rf_train_weights(m, map->embed_unit, m->w, g ? m->g : NULL);
+  if (g) *g = m->g[map->embed_tensor];
+  return &m->w[map->embed_tensor];
 }
 
 /* Forward through every unit; returns the loss sum (0 without targets), NAN on a bad token. */
 static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws, const int32_t *tokens,
                                const int32_t *targets) {
   struct rf_fsdp *f = m->fsdp;
-  int last = m->n_units - 1;
-  rf_fsdp_forward_begin(f, 0);
-  int bad = rf_model_embed_forward(ws, rf_train_weights(m, 0, 0), tokens);
-  rf_fsdp_forward_end(f, 0);
+  const struct rf_model_units *map = &m->map;
+  int tied = map->embed_unit == map->head_unit;
+  rf_fsdp_forward_begin(f, map->embed_unit);
+  if (tied) rf_train_weights(m, map->head_unit, m->wh, NULL);
+  int bad = rf_model_embed_forward(ws, rf_train_embed(m, NULL), tokens);
+  if (!tied) rf_fsdp_forward_end(f, map->embed_unit);
   for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
-    rf_fsdp_forward_begin(f, 1 + l);
-    rf_model_layer_forward(ws, l, rf_train_weights(m, 1 + l, 0));
-    rf_fsdp_forward_end(f, 1 + l);
+    rf_fsdp_forward_begin(f, map->first_layer + l);
+    rf_train_weights(m, map->first_layer + l, m->w, NULL);
+    rf_model_layer_forward(ws, l, m->w);
+    rf_fsdp_forward_end(f, map->first_layer + l);
   }
-  rf_fsdp_forward_begin(f, last);
-  double loss = rf_model_head_forward(ws, rf_train_weights(m, last, 0), targets);
-  rf_fsdp_forward_end(f, last);
+  if (!tied) {
+    rf_fsdp_forward_begin(f, map->head_unit);
+    rf_train_weights(m, map->head_unit, m->wh, NULL);
+  }
+  double loss = rf_model_head_forward(ws, m->wh, targets);
+  rf_fsdp_forward_end(f, map->head_unit);
   return bad ? NAN : loss;
 }
 
 double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
                                  float grad_scale) {
   struct rf_fsdp *f = m->fsdp;
-  int last = m->n_units - 1;
+  const struct rf_model_units *map = &m->map;
+  int tied = map->embed_unit == map->head_unit;
   double loss = rf_train_forward(m, &m->ws, tokens, targets);
-  rf_fsdp_backward_begin(f, last);
-  rf_train_weights(m, last, 1);
-  rf_model_head_backward(&m->ws, m->w, m->g, grad_scale);
-  rf_fsdp_backward_end(f, last);
+  rf_fsdp_backward_begin(f, map->head_unit);
+  rf_train_weights(m, map->head_unit, m->wh, m->gh);
+  rf_model_head_backward(&m->ws, m->wh, m->gh, grad_scale);
+  if (!tied) rf_fsdp_backward_end(f, map->head_unit);
   for (int l = m->cfg.num_hidden_layers - 1; l >= 0; l--) {
-    rf_fsdp_backward_begin(f, 1 + l);
-    rf_train_weights(m, 1 + l, 1);
+    rf_fsdp_backward_begin(f, map->first_layer + l);
+    rf_train_weights(m, map->first_layer + l, m->w, m->g);
     rf_model_layer_backward(&m->ws, l, m->w, m->g);
-    rf_fsdp_backward_end(f, 1 + l);
+    rf_fsdp_backward_end(f, map->first_layer + l);
   }
-  rf_fsdp_backward_begin(f, 0);
-  rf_train_weights(m, 0, 1);
-  rf_model_embed_backward(&m->ws, m->g);
-  rf_fsdp_backward_end(f, 0);
+  if (!tied) rf_fsdp_backward_begin(f, map->embed_unit);
+  float *gemb = NULL;
+  rf_train_embed(m, &gemb);
+  rf_model_embed_backward(&m->ws, &gemb);
+  rf_fsdp_backward_end(f, map->embed_unit);
   return loss;
 }
 

@@ -19,8 +19,11 @@ struct rf_train_model {
   int *first_tensor;         /* per unit: the global index of its first tensor */
   struct rf_model_ws ws;     /* the training micro-batch */
   struct rf_model_ws gen_ws; /* one sequence, for sampling */
-  struct rf_model_weight w[RF_MODEL_LAYER_TENSOR_COUNT];
+  struct rf_model_units map; /* where the embedding, the layers and the head are */
+  struct rf_model_weight w[RF_MODEL_LAYER_TENSOR_COUNT]; /* the unit at hand (a layer, the embedding) */
   float *g[RF_MODEL_LAYER_TENSOR_COUNT];
+  struct rf_model_weight wh[RF_MODEL_HEAD_TENSOR_COUNT]; /* the head unit (tied: through the step) */
+  float *gh[RF_MODEL_HEAD_TENSOR_COUNT];
 };
 
 /* Declares the model's units and tensors to a new runtime context on comm and
