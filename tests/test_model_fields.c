@@ -1,4 +1,4 @@
-/* rf-test: timeout=60 */
+/* rf-test: timeout=240 */
 /* The LLaMA config fields beyond the plain model, against transformers'
  * LlamaForCausalLM: tests/ref_llama_fields.py wrote, for a tied-embedding model
  * with head_dim 24 (hidden 64, 4 heads) and for a model with attention and MLP
@@ -12,8 +12,13 @@
  *   logits, loss, long logits  max|a-b| / max|ref| <= 2e-5
  *   each gradient              max|a-b| / max|ref| <= 1e-4 (the tied embedding's
  *                              is the sum of its uses as input and output)
- * Greedy generation picks transformers' argmax. Fields that change the math and
- * are not implemented are refused with the file and the field named. */
+ * Greedy generation picks transformers' argmax. Through the runtime (`rfsdp
+ * logits` under mpirun at W = 1, 2, 3, the weights imported from a safetensors
+ * file): logits max|a-b| / max|ref| <= 2e-5. A model with all four fields trains
+ * at W = 2 and 3 (planned ragged, fsdp2) with the losses of the one-rank run
+ * within 1e-4 relative; its export holds the biases and no lm_head (tied) and
+ * gives the trained model's logits back. Fields that change the math and are not
+ * implemented are refused with the file and the field named. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +26,9 @@
 
 #include "core/core.h"
 #include "model/model.h"
+#include "rf_cli.h"
 #include "rf_test.h"
+#include "safetensors/safetensors.h"
 
 struct fref {
   struct rf_model_config cfg;
@@ -156,6 +163,33 @@ static double rel_err(const float *a, const float *b, size_t n) {
   return m > 0 ? e / m : e;
 }
 
+static char tmp[64] = "/tmp/rf_model_fields.XXXXXX";
+
+/* The logits of `rfsdp logits` at W = 1, 2, 3 for tokens [batch, seq], against ref. */
+static void check_cli_logits(const char *name, const char *cfg, const char *weights, const int32_t *tokens,
+                             int batch, int seq, const float *ref, int vocab) {
+  char tok[128], out_path[128], out[8192];
+  snprintf(tok, sizeof tok, "%s/%s.tok", tmp, name);
+  RF_ASSERT(rf_file_write_all(tok, tokens, (size_t)batch * seq * sizeof(int32_t)) == 0);
+  for (int w = 1; w <= 3; w++) {
+    snprintf(out_path, sizeof out_path, "%s/%s-%d.f32", tmp, name, w);
+    int rc =
+        rf_cli_run_mpi(out, sizeof out, w, 60, "logits --model %s --weights %s --tokens %s --seq %d --out %s",
+                       cfg, weights, tok, seq, out_path);
+    RF_CHECK(rc == 0, "%s: rfsdp logits at W=%d: rc %d\n%s", name, w, rc, out);
+    char *got = NULL;
+    size_t n = 0;
+    if (rc != 0 || rf_file_read_all(out_path, &got, &n) != 0) continue;
+    size_t nl = (size_t)batch * seq * vocab;
+    RF_CHECK(n == nl * sizeof(float), "%s: %zu bytes of logits", name, n);
+    if (n == nl * sizeof(float)) {
+      double e = rel_err((const float *)(void *)got, ref, nl);
+      RF_CHECK(e <= 2e-5, "%s: rfsdp logits at W=%d: rel err %.3g > 2e-5", name, w, e);
+    }
+    free(got);
+  }
+}
+
 static void test_variant(const char *name) {
   char bin[128], cfg[128];
   snprintf(bin, sizeof bin, "tests/data/llama_%s.bin", name);
@@ -248,11 +282,127 @@ static void test_variant(const char *name) {
   RF_CHECK(e_long <= 2e-5, "%s: %d-token logits rel err %.3g > 2e-5", name, f.t_long, e_long);
   rf_model_ws_free(&ws);
 
+  /* through the runtime: the reference weights in a safetensors file, imported by rfsdp logits */
+  char st[128];
+  snprintf(st, sizeof st, "%s/%s.safetensors", tmp, name);
+  struct rf_safetensors_decl *decls = rf_xcalloc((size_t)n, sizeof *decls);
+  for (int u = 0; u < f.desc.n_units; u++)
+    for (int i = 0; i < f.desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *t = &f.desc.units[u].tensors[i];
+      struct rf_safetensors_decl *d = &decls[f.first[u] + i];
+      *d = (struct rf_safetensors_decl){.name = t->name, .dtype = RF_SAFETENSORS_DTYPE_F32, .ndim = t->ndim};
+      memcpy(d->shape, t->shape, sizeof d->shape);
+    }
+  struct rf_safetensors_writer sw;
+  RF_ASSERT(rf_safetensors_writer_open(&sw, st, n, decls, NULL) == 0);
+  for (int u = 0; u < f.desc.n_units; u++)
+    for (int i = 0; i < f.desc.units[u].n_tensors; i++)
+      RF_ASSERT(rf_safetensors_writer_write_f32(&sw, f.w[f.first[u] + i], f.desc.units[u].tensors[i].numel) ==
+                0);
+  RF_ASSERT(rf_safetensors_writer_commit(&sw) == 0);
+  free(decls);
+  check_cli_logits(name, cfg, st, f.tokens, f.B, f.T, f.logits, c->vocab_size);
+
   free(uw);
   for (int k = 0; k < n; k++) free(grads[k]);
   free(grads);
   free(wt);
   fref_free(&f);
+}
+
+/* The "loss" of each step of a JSONL log; returns the count. */
+static int read_losses(const char *path, double *loss, int cap) {
+  FILE *fp = fopen(path, "r");
+  if (!fp) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, fp)) {
+    const char *p = strstr(line, "\"loss\":");
+    if (p) loss[n++] = atof(p + 7);
+  }
+  fclose(fp);
+  return n;
+}
+
+static void write_text(const char *path, const char *text);
+
+/* A model with all four fields trained through the runtime. */
+static void test_train(void) {
+  enum { STEPS = 12 };
+  char text[128], data[128], cfg[128], out[16384], log[160];
+  snprintf(text, sizeof text, "%s/text.txt", tmp);
+  snprintf(data, sizeof data, "%s/data", tmp);
+  snprintf(cfg, sizeof cfg, "%s/all.json", tmp);
+  size_t cap = 1 << 18, len = 0;
+  char *buf = rf_xmalloc(cap);
+  for (int i = 0; len + 100 < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%d: And God saw the light, that it was good.\n", i % 17);
+  RF_ASSERT(rf_file_write_all(text, buf, len) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  write_text(
+      cfg,
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, \"num_hidden_layers\": 2, "
+      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 12, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"tie_word_embeddings\": true, \"attention_bias\": true, "
+      "\"mlp_bias\": true}");
+  const char *common =
+      "--steps 12 --batch 6 --seq 16 --lr 3e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
+  static const char *runs[][3] = {
+      {"1", "planned", "equal"}, {"2", "planned", "ragged"}, {"3", "fsdp2", "equal"}};
+  double ref[STEPS] = {0}, got[STEPS] = {0};
+  int n_ref = 0;
+  for (int r = 0; r < 3; r++) {
+    int w = atoi(runs[r][0]);
+    snprintf(log, sizeof log, "%s/train-%d.jsonl", tmp, w);
+    rc = rf_cli_run_mpi(out, sizeof out, w, 120,
+                        "train --model %s --data %s %s --layout %s --shard %s --log %s --ckpt-dir %s/ckpt-%d "
+                        "--save-every 12",
+                        cfg, data, common, runs[r][1], runs[r][2], log, tmp, w);
+    RF_CHECK(rc == 0, "train W=%d %s/%s: rc %d\n%s", w, runs[r][1], runs[r][2], rc, out);
+    int m = read_losses(log, r == 0 ? ref : got, STEPS);
+    if (r == 0) {
+      n_ref = m;
+      RF_CHECK(m == STEPS && ref[m - 1] < ref[0] - 0.5, "the loss does not fall: %d steps, %g -> %g", m,
+               ref[0], m ? ref[m - 1] : 0.0);
+      continue;
+    }
+    double worst = m == n_ref ? 0.0 : INFINITY;
+    for (int k = 0; k < m && k < n_ref; k++) worst = fmax(worst, fabs(got[k] - ref[k]) / fabs(ref[k]));
+    RF_CHECK(worst <= 1e-4, "W=%d %s/%s: losses differ from the one-rank run by %.3g", w, runs[r][1],
+             runs[r][2], worst);
+    printf("tied + biases + head_dim 12: W=%d %s/%s max relative loss difference %.2g over %d steps\n", w,
+           runs[r][1], runs[r][2], worst, m);
+  }
+  /* the export: biases, the tied embedding once, no lm_head; it gives the trained model back */
+  char st[160];
+  snprintf(st, sizeof st, "%s/all.safetensors", tmp);
+  rc = rf_cli_run(out, sizeof out, "ckpt export %s/ckpt-2/step-00000012 --out %s", tmp, st);
+  RF_CHECK(rc == 0, "export: rc %d\n%s", rc, out);
+  struct rf_safetensors_file sf;
+  if (rc == 0 && rf_safetensors_open(&sf, st) == 0) {
+    RF_CHECK(!rf_safetensors_find(&sf, "lm_head.weight") &&
+                 rf_safetensors_find(&sf, "model.embed_tokens.weight") &&
+                 rf_safetensors_find(&sf, "model.layers.1.self_attn.o_proj.bias") &&
+                 rf_safetensors_find(&sf, "model.layers.0.mlp.down_proj.bias") && sf.n_tensors == 2 + 2 * 16,
+             "export of the tied, biased model: %d tensors", sf.n_tensors);
+    rf_safetensors_close(&sf);
+  }
+  char tok[160];
+  snprintf(tok, sizeof tok, "%s/all.tok", tmp);
+  int32_t ids[16];
+  for (int i = 0; i < 16; i++) ids[i] = (i * 37) % 256;
+  RF_ASSERT(rf_file_write_all(tok, ids, sizeof ids) == 0);
+  rc = rf_cli_run_mpi(out, sizeof out, 2, 60,
+                      "logits --model %s --weights %s --tokens %s --seq 16 --out %s/all.f32", cfg, st, tok,
+                      tmp);
+  RF_CHECK(rc == 0, "logits of the export: rc %d\n%s", rc, out);
+  /* tied needs a second parameter slot */
+  rc =
+      rf_cli_run_mpi(out, sizeof out, 2, 60, "train --model %s --data %s %s --prefetch 0", cfg, data, common);
+  RF_CHECK(rc != 0 && strstr(out, "tie_word_embeddings") && strstr(out, "--prefetch"),
+           "--prefetch 0: rc %d\n%s", rc, out);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -307,8 +457,13 @@ static void test_refused(void) {
 }
 
 int main(void) {
+  RF_ASSERT(mkdtemp(tmp));
   test_variant("tied");
   test_variant("bias");
   test_refused();
+  test_train();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
   return rf_test_finish("test_model_fields");
 }
