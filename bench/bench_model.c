@@ -77,17 +77,20 @@ static void run(const struct rf_model_config *cfg, struct rf_model_ws *ws, struc
         uw[u][i].f32 = m->w[u][i];
     }
   }
+  struct rf_model_units mu;
+  rf_model_units_find(cfg, &mu);
+  int E = mu.embed_unit, e = mu.embed_tensor, F = mu.first_layer, H = mu.head_unit;
   double fwd = 0, bwd = 0, loss = 0, cpu = 0;
   for (int s = -1; s < steps; s++) {
     uint64_t t0 = rf_time_ns();
     double c0 = cpu_s();
-    RF_ASSERT(rf_model_embed_forward(ws, uw[0], tok) == 0);
-    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, uw[1 + l]);
-    loss = rf_model_head_forward(ws, uw[L + 1], tgt) / N;
+    RF_ASSERT(rf_model_embed_forward(ws, &uw[E][e], tok) == 0);
+    for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, uw[F + l]);
+    loss = rf_model_head_forward(ws, uw[H], tgt) / N;
     uint64_t t1 = rf_time_ns();
-    rf_model_head_backward(ws, uw[L + 1], m->g[L + 1], 1.0f / (float)N);
-    for (int l = L - 1; l >= 0; l--) rf_model_layer_backward(ws, l, uw[1 + l], m->g[1 + l]);
-    rf_model_embed_backward(ws, m->g[0]);
+    rf_model_head_backward(ws, uw[H], m->g[H], 1.0f / (float)N);
+    for (int l = L - 1; l >= 0; l--) rf_model_layer_backward(ws, l, uw[F + l], m->g[F + l]);
+    rf_model_embed_backward(ws, &m->g[E][e]);
     uint64_t t2 = rf_time_ns();
     if (s >= 0) fwd += (double)(t1 - t0) * 1e-9, bwd += (double)(t2 - t1) * 1e-9, cpu += cpu_s() - c0;
   }
