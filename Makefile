@@ -24,7 +24,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-HEADERS := $(wildcard include/*.h src/*/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
 
 .PHONY: all setup test test-asan mutate bench demo install clean format lint help
 .DEFAULT_GOAL := all
