@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Reference values for tests/test_model_fields.c from transformers' LlamaForCausalLM
-with the config fields beyond the plain LLaMA: tie_word_embeddings, attention_bias,
-mlp_bias and a head_dim other than hidden_size / num_attention_heads.
+with the config fields beyond the plain LLaMA (tie_word_embeddings, attention_bias,
+mlp_bias and a head_dim other than hidden_size / num_attention_heads), and from
+Qwen2ForCausalLM (q, k, v biases, no o bias; tied as Qwen2-0.5B).
 
-For each variant, builds a tiny LlamaForCausalLM (float64, eager attention) with
-weights from a deterministic generator, runs a batch, and writes
-tests/data/llama_<variant>.bin and the config.json transformers writes
-(tests/data/llama_<variant>_config.json), which the C test reads through
-rf_model_config_load.
+For each variant, builds a tiny model (float64, eager attention) with weights from
+a deterministic generator, runs a batch, and writes tests/data/<variant>.bin and
+the config.json transformers writes (tests/data/<variant>_config.json), which the
+C test reads through rf_model_config_load.
 
 Usage: /work/venv/bin/python tests/ref_llama_fields.py   (needs torch, transformers, numpy)
 
-Format of llama_<variant>.bin (little-endian):
+Format of <variant>.bin (little-endian):
   u32 magic 0x4645524c ("LREF"), u32 version 3
   i32 B, T; f64 loss (mean over targets >= 0)
   i32 tokens[B*T], i32 targets[B*T] (-1: ignored)
@@ -30,7 +30,7 @@ import tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 H, I, L, NH, NKV, V, MAXPOS, B, T = 64, 96, 2, 4, 2, 67, 512, 2, 9
@@ -39,9 +39,11 @@ EPS, THETA = 1e-5, 10000.0
 
 VARIANTS = {
     # a tied-embedding LLaMA whose heads are wider than hidden_size / heads
-    "tied": dict(tie_word_embeddings=True, attention_bias=False, mlp_bias=False, head_dim=24),
+    "llama_tied": dict(tie_word_embeddings=True, attention_bias=False, mlp_bias=False, head_dim=24),
     # biases on the attention and the MLP projections, heads narrower than hidden_size / heads
-    "bias": dict(tie_word_embeddings=False, attention_bias=True, mlp_bias=True, head_dim=8),
+    "llama_bias": dict(tie_word_embeddings=False, attention_bias=True, mlp_bias=True, head_dim=8),
+    # Qwen2: q, k, v biases (no o bias, no MLP bias), tied embeddings
+    "qwen2_tied": dict(tie_word_embeddings=True),
 }
 
 LAYER = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -51,36 +53,40 @@ ATT_BIAS = ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.
 MLP_BIAS = ["mlp.gate_proj.bias", "mlp.up_proj.bias", "mlp.down_proj.bias"]
 
 
-def tensor_names(v):
+def tensor_names(name, v):
     """The order of src/model/desc.c: untied, embed / layers / norm + lm_head; tied, layers / norm + embedding."""
     names = [] if v["tie_word_embeddings"] else ["model.embed_tokens.weight"]
     for l in range(L):
         p = f"model.layers.{l}."
         names += [p + n for n in LAYER]
-        if v["attention_bias"]:
+        if name.startswith("qwen2"):
+            names += [p + n for n in ATT_BIAS[:3]]
+        if v.get("attention_bias"):
             names += [p + n for n in ATT_BIAS]
-        if v["mlp_bias"]:
+        if v.get("mlp_bias"):
             names += [p + n for n in MLP_BIAS]
     names += ["model.norm.weight", "model.embed_tokens.weight" if v["tie_word_embeddings"] else "lm_head.weight"]
     return names
 
 
 def run(name, v):
-    out_bin = os.path.join(HERE, "data", f"llama_{name}.bin")
-    out_cfg = os.path.join(HERE, "data", f"llama_{name}_config.json")
-    cfg = LlamaConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
-                      num_key_value_heads=NKV, vocab_size=V, max_position_embeddings=MAXPOS, rms_norm_eps=EPS,
-                      rope_theta=THETA, hidden_act="silu", attention_dropout=0.0, **v)
+    out_bin = os.path.join(HERE, "data", f"{name}.bin")
+    out_cfg = os.path.join(HERE, "data", f"{name}_config.json")
+    qwen2 = name.startswith("qwen2")
+    config_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if qwen2 else (LlamaConfig, LlamaForCausalLM)
+    cfg = config_cls(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+                     num_key_value_heads=NKV, vocab_size=V, max_position_embeddings=MAXPOS, rms_norm_eps=EPS,
+                     rope_theta=THETA, hidden_act="silu", attention_dropout=0.0, **v)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.float64)
+    model = model_cls(cfg).to(torch.float64)
     model.eval()
     if v["tie_word_embeddings"]:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
     rng = np.random.RandomState(20261125)
     params = dict(model.named_parameters())  # a tied weight appears once, as model.embed_tokens.weight
-    names = tensor_names(v)
+    names = tensor_names(name, v)
     assert sorted(names) == sorted(params.keys()), sorted(set(params.keys()) ^ set(names))
     weights = {}
     for n in names:

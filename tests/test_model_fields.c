@@ -4,7 +4,9 @@
  * with head_dim 24 (hidden 64, 4 heads) and for a model with attention and MLP
  * biases and head_dim 8, the config.json transformers writes and, in float64,
  * the weights, tokens, targets, logits, mean loss, every parameter gradient and
- * the logits of a 200-token sequence (tests/data/llama_{tied,bias}*). Here the
+ * the logits of a 200-token sequence (tests/data/llama_{tied,bias}*), and the
+ * same for transformers' Qwen2ForCausalLM (q, k, v biases, tied, as Qwen2-0.5B:
+ * tests/data/qwen2_tied*). Here the
  * config is read by the one reader (rf_model_config_load), the tensors come from
  * the model's description (names and sizes must equal transformers' parameters:
  * what the planner counts is what the model trains), and the C model runs the
@@ -192,8 +194,8 @@ static void check_cli_logits(const char *name, const char *cfg, const char *weig
 
 static void test_variant(const char *name) {
   char bin[128], cfg[128];
-  snprintf(bin, sizeof bin, "tests/data/llama_%s.bin", name);
-  snprintf(cfg, sizeof cfg, "tests/data/llama_%s_config.json", name);
+  snprintf(bin, sizeof bin, "tests/data/%s.bin", name);
+  snprintf(cfg, sizeof cfg, "tests/data/%s_config.json", name);
   struct fref f;
   int rc = fref_load(&f, bin, cfg);
   RF_CHECK(rc == 0, "%s: %s", name, rf_error_msg());
@@ -413,14 +415,14 @@ static void write_text(const char *path, const char *text) {
 }
 
 /* A config that changes the math in a way the model does not implement is refused. */
-static void expect_refused(const char *dir, const char *extra, const char *field) {
+static void expect_refused(const char *dir, const char *type, const char *extra, const char *field) {
   char path[512], text[1024];
   snprintf(path, sizeof path, "%s/config.json", dir);
   snprintf(
       text, sizeof text,
-      "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+      "{\"model_type\": \"%s\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
       "\"num_attention_heads\": 4, \"vocab_size\": 67%s}",
-      extra);
+      type, extra);
   write_text(path, text);
   struct rf_model_config c;
   int rc = rf_model_config_load(&c, path);
@@ -431,15 +433,20 @@ static void expect_refused(const char *dir, const char *extra, const char *field
 static void test_refused(void) {
   char dir[] = "/tmp/rf_model_fields_XXXXXX";
   RF_ASSERT(mkdtemp(dir));
-  expect_refused(dir, ", \"hidden_act\": \"gelu\"", "hidden_act");
-  expect_refused(dir, ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling");
-  expect_refused(dir, ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0}",
+  expect_refused(dir, "llama", ", \"hidden_act\": \"gelu\"", "hidden_act");
+  expect_refused(dir, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
+                 "rope_scaling");
+  expect_refused(dir, "llama", ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0}",
                  "rope_parameters");
-  expect_refused(dir, ", \"attention_dropout\": 0.1", "attention_dropout");
-  expect_refused(dir, ", \"partial_rotary_factor\": 0.5", "partial_rotary_factor");
-  expect_refused(dir, ", \"head_dim\": 7", "head_dim");
-  expect_refused(dir, ", \"tie_word_embeddings\": 1", "tie_word_embeddings");
-  expect_refused(dir, ", \"attention_bias\": \"yes\"", "attention_bias");
+  expect_refused(dir, "llama", ", \"attention_dropout\": 0.1", "attention_dropout");
+  expect_refused(dir, "llama", ", \"partial_rotary_factor\": 0.5", "partial_rotary_factor");
+  expect_refused(dir, "llama", ", \"head_dim\": 7", "head_dim");
+  expect_refused(dir, "llama", ", \"tie_word_embeddings\": 1", "tie_word_embeddings");
+  expect_refused(dir, "llama", ", \"attention_bias\": \"yes\"", "attention_bias");
+  expect_refused(dir, "qwen2", ", \"layer_types\": [\"full_attention\", \"sliding_attention\"]",
+                 "layer_types");
+  expect_refused(dir, "qwen2", ", \"use_sliding_window\": true", "use_sliding_window");
+  expect_refused(dir, "qwen2", ", \"hidden_act\": \"gelu\"", "hidden_act");
   {
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -458,8 +465,9 @@ static void test_refused(void) {
 
 int main(void) {
   RF_ASSERT(mkdtemp(tmp));
-  test_variant("tied");
-  test_variant("bias");
+  test_variant("llama_tied");
+  test_variant("llama_bias");
+  test_variant("qwen2_tied");
   test_refused();
   test_train();
   char cmd[128];

@@ -9,9 +9,18 @@
 #include "core/core.h"
 #include "model/model.h"
 
+static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {"llama", "qwen2", "gpt_oss",
+                                                                         "deepseek_v3"};
+
+const char *rf_model_family_name(enum rf_model_family family) {
+  RF_ASSERT(family >= 0 && family < RF_MODEL_FAMILY_COUNT);
+  return rf_model_family_names[family];
+}
+
 int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
-  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA,
-             "%s: field 'model_type': only llama models can be trained (this one can be planned)", what);
+  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2,
+             "%s: field 'model_type': only llama and qwen2 models can be trained (%s can be planned)", what,
+             rf_model_family_name(cfg->family));
   const struct {
     const char *name;
     int value;
@@ -46,6 +55,9 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
              cfg->rope_type);
   RF_REQUIRE(!cfg->hidden_act[0] || strcmp(cfg->hidden_act, "silu") == 0,
              "%s: field 'hidden_act': '%s' is not implemented (only 'silu')", what, cfg->hidden_act);
+  RF_REQUIRE(!cfg->sliding_field || !cfg->sliding_field[0],
+             "%s: field '%s': sliding-window attention is not implemented (only full attention)", what,
+             cfg->sliding_field);
   RF_REQUIRE(cfg->attention_dropout == 0.0, "%s: field 'attention_dropout': %g is not implemented (only 0)",
              what, cfg->attention_dropout);
   RF_REQUIRE(cfg->partial_rotary_factor == 0.0 || cfg->partial_rotary_factor == 1.0,
@@ -193,8 +205,28 @@ static int rf_model_config_llama(const struct rf_model_config_json *j, struct rf
   return rf_model_json_bool(j, "mlp_bias", 0, &cfg->mlp_bias);
 }
 
+/* qwen2: the llama fields (head_dim, mlp_bias), q, k, v biases always; sliding-window
+ * attention recorded (layer_types other than full_attention, or use_sliding_window). */
+static int rf_model_config_qwen2(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  RF_TRY(rf_model_config_llama(j, cfg));
+  cfg->attention_bias = 1;
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j->root, "layer_types");
+  if (lt && !cJSON_IsNull(lt)) {
+    RF_REQUIRE(cJSON_IsArray(lt), "%s: field 'layer_types' must be an array", j->path);
+    for (const cJSON *x = lt->child; x; x = x->next)
+      if (!cJSON_IsString(x) || strcmp(x->valuestring, "full_attention") != 0)
+        cfg->sliding_field = "layer_types";
+    return 0;
+  }
+  int sliding = 0;
+  RF_TRY(rf_model_json_bool(j, "use_sliding_window", 0, &sliding));
+  if (sliding) cfg->sliding_field = "use_sliding_window";
+  return 0;
+}
+
 int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
   memset(cfg, 0, sizeof *cfg);
+  cfg->sliding_field = "";
   RF_REQUIRE(cJSON_IsObject(root), "%s: not a JSON object", path);
   struct rf_model_config_json j = {root, path, ""};
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
@@ -203,12 +235,11 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
     cfg->family = RF_MODEL_FAMILY_LLAMA;
   } else {
     RF_REQUIRE(cJSON_IsString(mt), "%s: field 'model_type' must be a string", path);
-    static const char *const names[RF_MODEL_FAMILY_COUNT] = {"llama", "gpt_oss", "deepseek_v3"};
     int f = 0;
-    while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, names[f]) != 0) f++;
+    while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, rf_model_family_names[f]) != 0) f++;
     RF_REQUIRE(f < RF_MODEL_FAMILY_COUNT,
-               "%s: field 'model_type': unknown model type '%s' (known: llama, gpt_oss, deepseek_v3)", path,
-               mt->valuestring);
+               "%s: field 'model_type': unknown model type '%s' (known: llama, qwen2, gpt_oss, deepseek_v3)",
+               path, mt->valuestring);
     cfg->family = (enum rf_model_family)f;
   }
   RF_TRY(rf_model_json_int(&j, "hidden_size", -1, 0, &cfg->hidden_size));
@@ -231,6 +262,8 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
   switch (cfg->family) {
     case RF_MODEL_FAMILY_LLAMA:
       return rf_model_config_llama(&j, cfg);
+    case RF_MODEL_FAMILY_QWEN2:
+      return rf_model_config_qwen2(&j, cfg);
     case RF_MODEL_FAMILY_GPT_OSS:
       return rf_model_config_gpt_oss(&j, cfg);
     case RF_MODEL_FAMILY_DEEPSEEK_V3: /* read above */

@@ -153,8 +153,11 @@ int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_t
   RF_ASSERT(t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT);
   int slot = 0;
   for (int i = 0; i <= (int)t; i++) {
-    int present = i <= RF_MODEL_LAYER_TENSOR_DOWN ||
-                  (i <= RF_MODEL_LAYER_TENSOR_O_BIAS ? cfg->attention_bias : cfg->mlp_bias);
+    int present =
+        i <= RF_MODEL_LAYER_TENSOR_DOWN ||
+        (i < RF_MODEL_LAYER_TENSOR_O_BIAS    ? cfg->attention_bias
+         : i == RF_MODEL_LAYER_TENSOR_O_BIAS ? cfg->attention_bias && cfg->family != RF_MODEL_FAMILY_QWEN2
+                                             : cfg->mlp_bias);
     if (i == (int)t) return present ? slot : -1;
     slot += present;
   }
@@ -264,10 +267,8 @@ static void rf_model_desc_deepseek_v3_layer(struct rf_model_desc_builder *b, con
 }
 
 void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc *out) {
-  static const char *const types[RF_MODEL_FAMILY_COUNT] = {"llama", "gpt_oss", "deepseek_v3"};
   memset(out, 0, sizeof *out);
-  RF_ASSERT(cfg->family >= 0 && cfg->family < RF_MODEL_FAMILY_COUNT);
-  out->model_type = rf_model_desc_strdup(types[cfg->family]);
+  out->model_type = rf_model_desc_strdup(rf_model_family_name(cfg->family));
   struct rf_model_desc_builder b = {out, 0.02f / sqrtf(2.0f * (float)cfg->num_hidden_layers)};
   int64_t h = cfg->hidden_size, v = cfg->vocab_size;
   /* tied: the embedding is the head's output matrix (rf_model_units_find) */

@@ -53,14 +53,18 @@
 
 /* ---- configuration (config.c) ----------------------------------------------- */
 
-/* The model families a Hugging Face config.json may name (model_type). Only
- * llama is trainable; every family can be described (and planned). */
+/* The model families a Hugging Face config.json may name (model_type). llama
+ * and qwen2 are trainable; every family can be described (and planned). */
 enum rf_model_family {
   RF_MODEL_FAMILY_LLAMA = 0,
+  RF_MODEL_FAMILY_QWEN2,       /* llama with q, k, v biases (no o bias) */
   RF_MODEL_FAMILY_GPT_OSS,     /* fused experts, attention sinks */
   RF_MODEL_FAMILY_DEEPSEEK_V3, /* multi-head latent attention, routed and shared experts */
   RF_MODEL_FAMILY_COUNT
 };
+
+/* "llama", "qwen2", "gpt_oss", "deepseek_v3" (the model_type). */
+const char *rf_model_family_name(enum rf_model_family family);
 
 #define RF_MODEL_CONFIG_WORD 32
 
@@ -86,6 +90,7 @@ struct rf_model_config {
   int tie_word_embeddings, attention_bias, mlp_bias;
   char rope_type[RF_MODEL_CONFIG_WORD];  /* "default" unless rope_scaling/rope_parameters names one */
   const char *rope_field;                /* the field that named it ("" when none did) */
+  const char *sliding_field;             /* qwen2: the field asking for sliding-window attention, or "" */
   char hidden_act[RF_MODEL_CONFIG_WORD]; /* "silu" unless given */
   double attention_dropout;              /* 0 unless given */
   double partial_rotary_factor;          /* 1 unless given (0: unset, as 1) */
@@ -156,7 +161,7 @@ struct rf_model_unit {
 
 /* A model as units of tensors. Owns everything (rf_model_desc_free). */
 struct rf_model_desc {
-  char *model_type; /* "llama", "gpt_oss", "deepseek_v3" or "generic" (a units file) */
+  char *model_type; /* rf_model_family_name, or "generic" (a units file) */
   int n_units;
   struct rf_model_unit *units;
   int64_t numel;   /* parameters */
@@ -188,9 +193,10 @@ struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, con
 struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc,
                                                  const struct rf_plan_policy *p);
 
-/* The tensors of a llama layer unit, in their order in the unit: the nine
- * weights, then the attention biases (attention_bias: q, k, v, o) and the MLP
- * biases (mlp_bias: gate, up, down) when the config has them. */
+/* The tensors of a llama (or qwen2) layer unit, in their order in the unit: the
+ * nine weights, then the attention biases (attention_bias: q, k, v and, for
+ * llama, o; qwen2 always has q, k, v and never o) and the MLP biases (mlp_bias:
+ * gate, up, down) when the config has them. */
 enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_INPUT_NORM = 0,
   RF_MODEL_LAYER_TENSOR_Q,
