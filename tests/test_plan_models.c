@@ -1,7 +1,8 @@
 /* rf-test: timeout=60
  * Model descriptions and the peers' layouts:
  *  - the shipped configs expand to the published parameter totals exactly
- *    (Hugging Face checkpoints of LLaMA-3-8B/70B, GPT-OSS-120B, DeepSeek-V3);
+ *    (Hugging Face checkpoints of LLaMA-3-8B/70B, GPT-OSS-120B, DeepSeek-V3,
+ *    Qwen2-0.5B);
  *  - bad files (malformed JSON, unknown model_type, a missing or non-positive
  *    dimension, bad generic fields) fail with the file and the field named;
  *  - the peers' padding agrees with the numbers computed from their published
@@ -185,6 +186,8 @@ int main(void) {
   check_total("configs/llama-3-70b.json", INT64_C(70553706496), 82);
   check_total("configs/gpt-oss-120b.json", INT64_C(116829156672), 38);
   check_total("configs/deepseek-v3.json", INT64_C(671026419200), 63);
+  /* tied (no lm_head, no embed unit) with q, k, v biases */
+  check_total("configs/qwen2-0.5b.json", INT64_C(494032768), 25);
 
   struct rf_model_desc m;
   int rc = rf_model_desc_load("configs/nonexistent.json", &m);
