@@ -216,6 +216,16 @@ static void test_variant(const char *name) {
            "%s: planned %lld, described %lld, counted %lld", name, (long long)planned,
            (long long)f.desc.numel, (long long)rf_model_n_params(c));
 
+  /* optimizer groups: biases, norms and the (tied) embedding take no weight decay and no Muon */
+  for (int u = 0; u < f.desc.n_units; u++)
+    for (int i = 0; i < f.desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *t = &f.desc.units[u].tensors[i];
+      int linear = t->ndim == 2 && !strstr(t->name, "embed_tokens") && strcmp(t->name, "lm_head.weight") != 0;
+      int decay = linear || strcmp(t->name, "lm_head.weight") == 0;
+      RF_CHECK(t->decay == decay && t->matrix == linear, "%s: %s: decay %d matrix %d, expected %d %d", name,
+               t->name, t->decay, t->matrix, decay, linear);
+    }
+
   size_t nt = (size_t)f.B * f.T, nl = nt * c->vocab_size;
   int count = 0;
   for (size_t i = 0; i < nt; i++) count += f.targets[i] >= 0;
