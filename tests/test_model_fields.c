@@ -207,7 +207,8 @@ static void test_variant(const char *name) {
   struct rf_model_units map;
   rf_model_units_find(c, &map);
   /* what the planner counts: the same description */
-  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&f.desc, 1);
+  const struct rf_plan_policy rows1 = {.block_rows = 1, .vector_block = 1};
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&f.desc, &rows1);
   int64_t planned = 0;
   for (int u = 0; u < f.desc.n_units; u++)
     for (int i = 0; i < units[u].n_tensors; i++) planned += units[u].tensors[i].numel;
