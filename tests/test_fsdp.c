@@ -360,6 +360,16 @@ static void run_variant(const struct variant *v, int rank, int world) {
       RF_CHECK(fabs(norm - ref_norm) <= 1e-4 * ref_norm,
                "%s: grad norm %.9g with poisoned padding, reference %.9g", v->name, norm, ref_norm);
   }
+  /* Clipping (the last step's gradients): under the bound nothing changes; above it every
+   * gradient is scaled so that the norm becomes the bound. */
+  double gn = rf_fsdp_grad_norm(f);
+  rf_fsdp_clip_grads(f, gn, 2 * gn);
+  double g_under = rf_fsdp_grad_norm(f);
+  rf_fsdp_clip_grads(f, gn, gn / 4);
+  double g_over = rf_fsdp_grad_norm(f);
+  RF_CHECK(gn > 0 && g_under == gn && fabs(g_over - gn / 4) <= 1e-5 * gn,
+           "%s: clipping a norm of %.9g gave %.9g under a bound of twice it, %.9g under a quarter", v->name,
+           gn, g_under, g_over);
   gather_full(f, full);
   double worst = 0, change = 0;
   for (int t = 0; t < n; t++) {
