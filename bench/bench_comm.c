@@ -185,7 +185,7 @@ static void *progress_main(void *p) {
 
 static void gemm(const float *a, const float *b, float *c) {
   /* c = a b + c (the former 0.5 c + a b keeps its cost; values do not matter) */
-  struct rf_gemm_desc d = {GEMM_N, GEMM_N, GEMM_N, 0, 0, GEMM_N, GEMM_N, GEMM_N, RF_DTYPE_F32, 1.0f, 1};
+  struct rf_gemm_desc d = {GEMM_N, GEMM_N, GEMM_N, 0, 0, GEMM_N, GEMM_N, GEMM_N, RF_DTYPE_F32, 1.0f, 1.0f};
   rf_gemm_run(&d, a, b, c);
 }
 

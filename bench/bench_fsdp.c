@@ -88,13 +88,13 @@ static void unit_compute(struct rf_fsdp *f, int u, int backward, float *x, float
     int out = (int)v.shape[0], in = (int)v.shape[1];
     const float *w = rf_fsdp_param(f, t);
     if (!backward) {
-      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0};
+      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0.0f};
       rf_gemm_run(&d, x, w, y);
     } else {
-      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0};
+      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0.0f};
       rf_gemm_run(&dx, y, w, x);
       rf_fsdp_poll(f);
-      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1};
+      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1.0f};
       rf_gemm_run(&dw, y, x, rf_fsdp_grad(f, t));
     }
     rf_fsdp_poll(f);

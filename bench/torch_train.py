@@ -8,7 +8,9 @@ step by step.
 Modes:
   single  one process, --threads threads (torch.set_num_threads)
   fsdp2   --world processes (torch.multiprocessing, gloo, CPU device mesh),
-          fully_shard on every decoder layer and on the root, 1 thread each
+          fully_shard on every decoder layer and on the root, 1 thread each;
+          --param-dtype bf16: MixedPrecisionPolicy(param_dtype=bfloat16,
+          reduce_dtype=float32) (bf16 compute, f32 master weights and reduction)
   fsdp1   --world processes, FullyShardedDataParallel (FSDP1) with one unit
           per decoder layer (transformer_auto_wrap_policy), 1 thread each
 
@@ -17,7 +19,8 @@ Each --run is one training run in the same processes (so the imports are paid
 once; runs go in the order given, the model and optimizer of one are freed
 before the next, so order them by size: the peak RSS is a high-water mark).
 Prints one JSON object per run on stdout (rank 0): the per-step times (ms, the
-slowest rank per step), their median without the first step, tokens/s, every
+slowest rank per step), their median without the first step, rank 0's process CPU
+time per step divided by its threads (step_cpu_ms, median_cpu_ms), tokens/s, every
 rank's peak RSS after the run (resource.getrusage ru_maxrss, i.e. VmHWM) and
 the RSS right after importing torch and transformers (the interpreter's
 floor), the losses.
@@ -104,10 +107,17 @@ def train_one(rank, world, dist, args, spec):
             from torch.distributed.fsdp import fully_shard
         except ImportError:
             from torch.distributed._composable.fsdp import fully_shard
+        kw = {}
+        if args.param_dtype == "bf16":
+            try:
+                from torch.distributed.fsdp import MixedPrecisionPolicy
+            except ImportError:
+                from torch.distributed._composable.fsdp import MixedPrecisionPolicy
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         mesh = init_device_mesh("cpu", (world,))
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
     elif args.mode == "fsdp1":
         import functools
 
@@ -122,13 +132,13 @@ def train_one(rank, world, dist, args, spec):
     if batch % world:
         raise SystemExit(f"batch {batch} is not divisible into {world} ranks")
 
-    times, losses = [], []
+    times, losses, cpu_times = [], [], []
     for step in range(steps):
         x, y = batch_for(tokens, step, rank, world, batch, seq, args.seed)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         logits = model(input_ids=x, use_cache=False).logits  # y is already shifted
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         if args.mode == "fsdp1":
             model.clip_grad_norm_(1.0)
@@ -140,6 +150,7 @@ def train_one(rank, world, dist, args, spec):
             dist.all_reduce(lv)
             lv /= world
         ms = (time.perf_counter() - t0) * 1e3
+        cpu_times.append((time.process_time() - c0) * 1e3 / args.threads)
         if dist is not None:
             t = torch.tensor([ms], dtype=torch.float64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -162,6 +173,7 @@ def train_one(rank, world, dist, args, spec):
     med = statistics.median(timed)
     return {
         "mode": args.mode,
+        "param_dtype": args.param_dtype,
         "config": config,
         "world": world,
         "threads": args.threads,
@@ -172,6 +184,8 @@ def train_one(rank, world, dist, args, spec):
         "seq": seq,
         "step_ms": times,
         "median_ms": med,
+        "step_cpu_ms": cpu_times,
+        "median_cpu_ms": statistics.median(cpu_times[1:] if len(cpu_times) > 1 else cpu_times),
         "tok_s": batch * seq / (med * 1e-3),
         "maxrss_mb": gathered,
         "losses": losses,
@@ -224,6 +238,8 @@ def parse_run(text):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["single", "fsdp2", "fsdp1"], required=True)
+    p.add_argument("--param-dtype", choices=["f32", "bf16"], default="f32",
+                   help="fsdp2 only: bf16 = MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)")
     p.add_argument("--run", type=parse_run, action="append", required=True,
                    help="CONFIG.json:BATCH:SEQ:STEPS, one training run (repeatable; one process for all)")
     p.add_argument("--data", required=True)

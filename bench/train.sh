@@ -5,15 +5,21 @@
 #
 # Models: configs/demo.json (~3M) and configs/llama-100m.json (~101M), AdamW
 # (betas 0.9/0.95, weight decay 0.1, clip 1.0), f32, byte-level KJV tokens.
-#  1. rfsdp at W=1 (2 BLAS threads) and W=2 (1 thread per rank): median step time
-#     of the timed steps (first step excluded), tokens/s, MFU against the sgemm
-#     peak measured in this run (a private cache dir: the trainer measures it
-#     once per thread count), peak RSS of every rank (VmHWM).
+#  1. rfsdp at W=1 (2 threads) and W=2 (1 thread per rank): median step time
+#     of the timed steps (first step excluded), tokens/s, MFU against the oneDNN
+#     f32 GEMM peak measured in this run (a private cache dir: the trainer
+#     measures it once per dtype and thread count), peak RSS of every rank (VmHWM).
 #  2. PyTorch (bench/torch_train.py, HF LlamaForCausalLM from the same config):
 #     one process with 2 threads against rfsdp W=1; FSDP2 (fully_shard, CPU mesh,
 #     gloo) and FSDP1 with 2 processes of 1 thread against rfsdp W=2. The
 #     rfsdp-over-PyTorch ratios of step time and peak RSS.
 #  3. rfsdp peak RSS per rank at W=1, 2, 4 next to a prediction (formula printed).
+#  4. Compute dtype (issue 14), the 100M model at W=2, runs interleaved A/B:
+#     rfsdp --compute-dtype bf16 --param-dtype bf16 against FSDP2 with
+#     MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), rfsdp f32
+#     against FSDP2 f32, rfsdp bf16 at W=1 (2 threads); MFU against the oneDNN bf16
+#     GEMM peak, W=2 over W=1 tokens/s. RF_BENCH_PART=compute runs only this part
+#     (RF_BENCH_COMPUTE="B T STEPS", default 4 128 6).
 #
 # Sizes (global batch, sequence, steps): by default demo 8x128x6 and 100M
 # 4x128x4 (about 5 minutes on an idle 2-core machine). RF_BENCH_LONG=1 runs
@@ -41,14 +47,12 @@ read -r demo_b demo_t demo_s <<<"${RF_BENCH_DEMO:-$demo_size}"
 read -r big_b big_t big_s <<<"${RF_BENCH_100M:-$big_size}"
 demo_cfg=configs/demo.json big_cfg=configs/llama-100m.json
 
-# OpenBLAS's kernels and OpenMP's waiting: scripts/blas-env (the same as `make
-# bench`, `make test` and the rfsdp command itself).
-. scripts/blas-env
-blas_note="OpenBLAS core: $(OPENBLAS_VERBOSE=2 "$rfsdp" version 2>&1 | sed -n 's/^Core: //p' | tail -1)${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # as the rfsdp command sets it for itself
+blas_note="GEMM: oneDNN $(dpkg-query -W -f='${Version}' libdnnl2 2>/dev/null), OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 
 out=runs/bench-train-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out/cache"
-# A fresh sgemm peak, measured in this run (not one cached under another load).
+# Fresh GEMM peaks, measured in this run (not one cached under another load).
 export XDG_CACHE_HOME=$top/$out/cache
 
 if ! scripts/kjv-data "$build" >/dev/null; then
@@ -73,7 +77,7 @@ rf_run() {
   # Each rank's peak RSS (kB) goes to $out/NAME.hwm.RANK: GNU time when present,
   # else polling VmHWM in /proc/PID/status.
   # shellcheck disable=SC2016
-  OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th scripts/rfmpirun -np "$w" bash -c '
+  OMP_NUM_THREADS=$th scripts/rfmpirun -np "$w" bash -c '
     r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}; p=$0
     if [ -x /usr/bin/time ]; then exec /usr/bin/time -f %M -o "$p.$r" "$@"; fi
     "$@" & pid=$!; h=0
@@ -111,7 +115,7 @@ rf_stats() {
   echo "$med $mfu $hw $list"
 }
 
-# ---- the sgemm peaks of this run, and the runtime floors ---------------------------------
+# ---- the GEMM peaks of this run, and the runtime floors ---------------------------------
 
 tiny=$out/tiny.json
 cat >"$tiny" <<'EOF'
@@ -120,15 +124,20 @@ cat >"$tiny" <<'EOF'
  "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
  "tie_word_embeddings": false}
 EOF
-# The peaks are measured by the first run of each thread count; the floors are
-# the peak RSS of a 32-wide one-layer model (binary, MPI, OpenBLAS, token files).
-rf_run floor-w1 "$tiny" 1 2 4 16 2 || exit 1
+# The peaks are measured by the first run of each dtype and thread count; the
+# floors are the peak RSS of a 32-wide one-layer model (binary, MPI, oneDNN, token files).
+part=${RF_BENCH_PART:-all}
+if [ "$part" = all ]; then
+  rf_run floor-w1 "$tiny" 1 2 4 16 2 || exit 1
+  rf_run floor-w2 "$tiny" 2 1 4 16 2 || exit 1
+  rf_run floor-w4 "$tiny" 4 1 4 16 2 || exit 1
+fi
 rf_run floor-w1t1 "$tiny" 1 1 4 16 2 || exit 1
-rf_run floor-w2 "$tiny" 2 1 4 16 2 || exit 1
-rf_run floor-w4 "$tiny" 4 1 4 16 2 || exit 1
-peak2=$(cat "$out"/cache/rfsdp/sgemm-peak-*-2)
-peak1=$(cat "$out"/cache/rfsdp/sgemm-peak-*-1)
-echo "sgemm peak measured now: $peak2 GFLOP/s with 2 threads, $peak1 GFLOP/s with 1 thread" \
+rf_run floor-bf16-w1 "$tiny" 1 2 4 16 2 --compute-dtype bf16 || exit 1
+rf_run floor-bf16-w1t1 "$tiny" 1 1 4 16 2 --compute-dtype bf16 || exit 1
+peak_of() { cat "$out"/cache/rfsdp/onednn-"$1"-peak-*-"$2" 2>/dev/null || echo "?"; }
+echo "oneDNN GEMM peaks measured now (2048^3, CPU time): f32 $(peak_of f32 2) GFLOP/s with 2 threads," \
+  "$(peak_of f32 1) with 1; bf16 $(peak_of bf16 2) with 2 threads, $(peak_of bf16 1) with 1" \
   "(MFU at W=1: against the 2-thread peak; at W=2: against 2 x the 1-thread peak)"
 
 # ---- PyTorch ------------------------------------------------------------------------------
@@ -151,23 +160,26 @@ else
 fi
 [ -n "$torch_note" ] && echo "$torch_note"
 
-# torch_run MODE THREADS: both models in one set of processes; JSON lines in $out/torch-MODE.json
+# torch_run MODE THREADS [TAG ARGS...]: both models (or the --run/--param-dtype ARGS given)
+# in one set of processes; JSON lines in $out/torch-TAG.json (TAG: MODE by default)
 torch_run() {
-  local mode=$1 th=$2
+  local mode=$1 th=$2 tag=${3:-$1}
+  shift 2
+  [ $# -gt 0 ] && shift
+  [ $# -gt 0 ] || set -- --run "$demo_cfg:$demo_b:$demo_t:$demo_s" --run "$big_cfg:$big_b:$big_t:$big_s"
   [ -n "$py" ] || return 1
-  OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th MKL_NUM_THREADS=$th "$py" bench/torch_train.py --mode "$mode" \
-    --threads "$th" --world 2 --data data/kjv --lr 1e-3 --port $((29500 + RANDOM % 400)) \
-    --run "$demo_cfg:$demo_b:$demo_t:$demo_s" --run "$big_cfg:$big_b:$big_t:$big_s" \
-    >"$out/torch-$mode.json" 2>"$out/torch-$mode.err"
+  OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th "$py" bench/torch_train.py --mode "$mode" \
+    --threads "$th" --world 2 --data data/kjv --lr 1e-3 --port $((29500 + RANDOM % 400)) "$@" \
+    >"$out/torch-$tag.json" 2>"$out/torch-$tag.err"
   local rc=$?
   if [ $rc -ne 0 ]; then
-    echo "train.sh: PyTorch $mode failed (exit $rc); see $out/torch-$mode.err:" >&2
-    tail -3 "$out/torch-$mode.err" >&2
+    echo "train.sh: PyTorch $mode failed (exit $rc); see $out/torch-$tag.err:" >&2
+    tail -3 "$out/torch-$tag.err" >&2
   fi
   return $rc
 }
 
-# torch_stats MODE CONFIG: "median_ms max_rss_mb per_rank_mb floor_mb optimizer"
+# torch_stats MODE CONFIG: "median_ms max_rss_mb per_rank_mb floor_mb optimizer median_cpu_ms"
 torch_stats() {
   [ -s "$out/torch-$1.json" ] || return 1
   "$py" - "$out/torch-$1.json" "$2" <<'EOF'
@@ -176,10 +188,63 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["config"] == sys.argv[2]:
         per = ",".join("%.0f" % m for m in r["maxrss_mb"])
-        print("%.2f %.0f %s %.0f %s" % (r["median_ms"], max(r["maxrss_mb"]), per,
-              max(r["import_rss_mb"]), r["optimizer"].replace(" ", "_")))
+        print("%.2f %.0f %s %.0f %s %.2f" % (r["median_ms"], max(r["maxrss_mb"]), per,
+              max(r["import_rss_mb"]), r["optimizer"].replace(" ", "_"), r.get("median_cpu_ms", 0)))
 EOF
 }
+
+# ---- compute dtype (issue 14): the 100M model, A/B interleaved ------------------------------
+
+compute_part() {
+  local b t s bf16="--compute-dtype bf16 --param-dtype bf16" load
+  read -r b t s <<<"${RF_BENCH_COMPUTE:-4 128 6}"
+  load() { uptime | sed 's/.*load average: //'; }
+  echo
+  echo "compute dtype: $big_cfg, global batch $b x $t, $s steps (first excluded), AdamW; load (1/5/15 min) before: $(load)"
+  # shellcheck disable=SC2086
+  rf_run c-bf16-w2 $big_cfg 2 1 "$b" "$t" "$s" $bf16
+  echo "  after rfsdp bf16 W=2: $(load)"
+  torch_run fsdp2 1 c-fsdp2-bf16 --param-dtype bf16 --run "$big_cfg:$b:$t:$s"
+  echo "  after FSDP2 bf16: $(load)"
+  rf_run c-f32-w2 $big_cfg 2 1 "$b" "$t" "$s"
+  echo "  after rfsdp f32 W=2: $(load)"
+  torch_run fsdp2 1 c-fsdp2-f32 --run "$big_cfg:$b:$t:$s"
+  echo "  after FSDP2 f32: $(load)"
+  # shellcheck disable=SC2086
+  rf_run c-bf16-w1 $big_cfg 1 2 "$b" "$t" "$s" $bf16
+  echo "  after rfsdp bf16 W=1: $(load)"
+  local rb rf r1 tb tf cb cf c1
+  rb=$(rf_stats c-bf16-w2) rf=$(rf_stats c-f32-w2) r1=$(rf_stats c-bf16-w1)
+  cb=$(json_num "$out/c-bf16-w2.jsonl" cpu_ms | tail -n +2 | median)
+  cf=$(json_num "$out/c-f32-w2.jsonl" cpu_ms | tail -n +2 | median)
+  c1=$(json_num "$out/c-bf16-w1.jsonl" cpu_ms | tail -n +2 | median)
+  tb=$(torch_stats c-fsdp2-bf16 "$big_cfg") tf=$(torch_stats c-fsdp2-f32 "$big_cfg")
+  awk -v tok=$((b * t)) -v rb="$rb" -v rf="$rf" -v r1="$r1" -v tb="$tb" -v tf="$tf" -v cb="$cb" -v cf="$cf" \
+    -v c1="$c1" '
+  function row(name, wt, ms, cpu, mfu, hw, per, rms, rcpu, rhw) {
+    printf "| %-31s | %-5s | %8.1f | %8.1f | %6.1f | %-10s | %-11s |", name, wt, ms, cpu, tok / (ms / 1000), mfu, per
+    if (rms > 0) printf " %5.2f | %5.2f | %5.2f |\n", rms / ms, rcpu / cpu, rhw / hw; else printf " %5s | %5s | %5s |\n", "", "", ""
+  }
+  BEGIN {
+    split(rb, a); split(rf, f); split(r1, o)
+    print "| run                             | W x t | step ms  | CPU ms   | tok/s  | MFU (wall) | RSS/rank MiB | time ratio | CPU ratio | mem ratio |"
+    print "|---------------------------------|-------|----------|----------|--------|------------|-------------|-------|-------|-------|"
+    row("rfsdp bf16 compute+params", "2 x 1", a[1], cb, sprintf("%.1f%% bf16", 100 * a[2]), a[3], a[4], 0, 0, 0)
+    if (tb != "") { split(tb, s); row("FSDP2 MixedPrecisionPolicy bf16", "2 x 1", s[1], s[6], "", s[2], s[3], a[1], cb, a[3]) }
+    row("rfsdp f32", "2 x 1", f[1], cf, sprintf("%.1f%% f32", 100 * f[2]), f[3], f[4], 0, 0, 0)
+    if (tf != "") { split(tf, s); row("FSDP2 f32", "2 x 1", s[1], s[6], "", s[2], s[3], f[1], cf, f[3]) }
+    row("rfsdp bf16 compute+params", "1 x 2", o[1], c1, sprintf("%.1f%% bf16", 100 * o[2]), o[3], o[4], 0, 0, 0)
+    printf "rfsdp bf16: W=2 over W=1 tokens/s %.3f wall, %.3f CPU time (target >= 0.95); bf16 over f32 step time at W=2 %.3f wall, %.3f CPU\n", o[1] / a[1], c1 / cb, a[1] / f[1], cb / cf
+    printf "MFU by CPU time (the step as on an idle machine): bf16 W=2 %.1f%%, W=1 %.1f%%, f32 W=2 %.1f%%\n", 100 * a[2] * a[1] / cb, 100 * o[2] * o[1] / c1, 100 * f[2] * f[1] / cf
+  }'
+  echo "ratios are rfsdp / PyTorch (wall-clock step, per-thread CPU time of rank 0, peak RSS of the fullest rank);"
+  echo "targets: time <= 0.6 and mem <= 0.6 (bf16), time <= 0.5 (f32); MFU >= 60% of the bf16 peak"
+}
+if [ "$part" = compute ]; then
+  compute_part
+  echo "finished: $(date -u '+%H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
+  exit 0
+fi
 
 # ---- the runs (W=1 pairs, then W=2 triples, then the W=4 memory runs) ---------------------
 
@@ -194,6 +259,7 @@ torch_run fsdp2 1
 torch_run fsdp1 1
 rf_run demo-w4 $demo_cfg 4 1 "$demo_b" "$demo_t" 2
 rf_run big-w4 $big_cfg 4 1 "$big_b" "$big_t" 2
+compute_part
 echo "finished: $(date -u '+%H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 
 # ---- tables ----------------------------------------------------------------------------------
@@ -238,7 +304,7 @@ echo "  predicted = floor + 16 P / W (f32 master + grad + AdamW m, v) + 4 U x 4 
 echo "              + 2 grad slots, U = largest unit) + activations(B/W sequences: the model workspace)"
 echo "  activations = 4 B x [ L (n (2h + 2 + 2q + 2k + 2I) + b H T^2) + n (5h + V + 2I + 2q + 2k + 4)"
 echo "                + threads T^2 + T d + 256 max(h, I, q) ], n = b T, b = B/W, q = H d, k = KV d"
-echo "  floor = peak RSS of a 32-wide one-layer model at the same W and threads (binary, MPI, OpenBLAS)"
+echo "  floor = peak RSS of a 32-wide one-layer model at the same W and threads (binary, MPI, oneDNN)"
 echo "| model | W | batch/rank | measured MiB (per rank) | predicted MiB | floor | state/W | slots | activations |"
 echo "|-------|---|------------|--------------------------|---------------|-------|---------|-------|-------------|"
 mem_row() { # LABEL TAG CONFIG W B T THREADS

@@ -76,7 +76,7 @@ static void case_init(struct case_ *c, const struct rf_gemm_desc *d, uint64_t se
         s += x * y;
         sa += fabs(x * y);
       }
-      double prev = d->accumulate ? c->c0[(size_t)i * d->ldc + j] : 0.0;
+      double prev = d->beta != 0.0f ? d->beta * c->c0[(size_t)i * d->ldc + j] : 0.0;
       double u = 0x1.0p-24, g = d->k * u / (1.0 - d->k * u);
       c->ref[(size_t)i * d->n + j] = d->alpha * s + prev;
       c->bound[(size_t)i * d->n + j] =
@@ -109,9 +109,9 @@ static int case_check(const struct case_ *c, const char *what) {
         if (!bad)
           RF_CHECK(
               0,
-              "%s %s m=%d n=%d k=%d ta=%d tb=%d ld=%d,%d,%d alpha=%g acc=%d: [%d,%d] = %.9g, expected %.9g",
+              "%s %s m=%d n=%d k=%d ta=%d tb=%d ld=%d,%d,%d alpha=%g beta=%g: [%d,%d] = %.9g, expected %.9g",
               what, rf_dtype_name(d->dtype), d->m, d->n, d->k, d->trans_a, d->trans_b, d->lda, d->ldb, d->ldc,
-              d->alpha, d->accumulate, i, j, got, c->ref[(size_t)i * d->n + j]);
+              d->alpha, d->beta, i, j, got, c->ref[(size_t)i * d->n + j]);
         bad++;
       }
     }
@@ -120,16 +120,16 @@ static int case_check(const struct case_ *c, const char *what) {
 }
 
 static struct rf_gemm_desc desc(int m, int n, int k, int ta, int tb, int pad, enum rf_dtype dt, float alpha,
-                                int acc) {
+                                float beta) {
   struct rf_gemm_desc d = {
-      .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .dtype = dt, .alpha = alpha, .accumulate = acc};
+      .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .dtype = dt, .alpha = alpha, .beta = beta};
   d.lda = (ta ? m : k) + pad;
   d.ldb = (tb ? k : n) + pad;
   d.ldc = n + pad;
   return d;
 }
 
-/* Every transpose/padding/alpha/accumulate combination on odd sizes. */
+/* Every transpose/padding/alpha/beta combination on odd sizes. */
 static void check_combinations(void) {
   enum rf_dtype dts[] = {RF_DTYPE_F32, RF_DTYPE_BF16};
   int shapes[][3] = {{7, 5, 3}, {33, 17, 65}, {64, 128, 64}, {1, 9, 40}};
@@ -139,10 +139,11 @@ static void check_combinations(void) {
       for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
           for (int pad = 0; pad < 2; pad++)
-            for (int acc = 0; acc < 2; acc++) {
-              float alpha = acc ? 1.0f : (pad ? 0.125f : 1.0f);
+            for (int bi = 0; bi < 3; bi++) {
+              const float betas[] = {0.0f, 1.0f, -0.75f}; /* Muon's Newton-Schulz scales C */
+              float beta = betas[bi], alpha = bi ? 1.0f : (pad ? 0.125f : 1.0f);
               struct rf_gemm_desc d =
-                  desc(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, pad * 11, dts[dt], alpha, acc);
+                  desc(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, pad * 11, dts[dt], alpha, beta);
               struct case_ c;
               case_init(&c, &d, 1000 + (uint64_t)n++);
               rf_gemm_run(&d, c.a, c.b, c.c);
@@ -160,21 +161,21 @@ static void check_model_shapes(void) {
   const int n = 60, h = 64, inter = 96, v = 80, qs = 64, ks = 32, hd = 16, rows = 64, cols = 96;
   struct rf_gemm_desc ds[] = {
       /* linear (forward, dX, dW accumulated) for in/out = h/h, h/inter, inter/h, h/v */
-      {n, h, h, 0, 1, h, h, h, RF_DTYPE_F32, 1.0f, 0},
-      {n, inter, h, 0, 1, h, h, inter, RF_DTYPE_F32, 1.0f, 0},
-      {n, h, inter, 0, 1, inter, inter, h, RF_DTYPE_F32, 1.0f, 1},
-      {n, v, h, 0, 1, h, h, v, RF_DTYPE_F32, 1.0f, 0},
-      {n, h, inter, 0, 0, inter, h, h, RF_DTYPE_F32, 1.0f, 1},
-      {n, h, v, 0, 0, v, h, h, RF_DTYPE_F32, 1.0f, 0},
-      {inter, h, n, 1, 0, inter, h, h, RF_DTYPE_F32, 1.0f, 1},
-      {v, h, n, 1, 0, v, h, h, RF_DTYPE_F32, 1.0f, 1},
+      {n, h, h, 0, 1, h, h, h, RF_DTYPE_F32, 1.0f, 0.0f},
+      {n, inter, h, 0, 1, h, h, inter, RF_DTYPE_F32, 1.0f, 0.0f},
+      {n, h, inter, 0, 1, inter, inter, h, RF_DTYPE_F32, 1.0f, 1.0f},
+      {n, v, h, 0, 1, h, h, v, RF_DTYPE_F32, 1.0f, 0.0f},
+      {n, h, inter, 0, 0, inter, h, h, RF_DTYPE_F32, 1.0f, 1.0f},
+      {n, h, v, 0, 0, v, h, h, RF_DTYPE_F32, 1.0f, 0.0f},
+      {inter, h, n, 1, 0, inter, h, h, RF_DTYPE_F32, 1.0f, 1.0f},
+      {v, h, n, 1, 0, v, h, h, RF_DTYPE_F32, 1.0f, 1.0f},
       /* attention */
-      {rows, cols, hd, 0, 1, qs, ks, cols, RF_DTYPE_F32, 0.25f, 0},
-      {rows, hd, cols, 0, 0, cols, ks, qs, RF_DTYPE_F32, 1.0f, 0},
-      {rows, cols, hd, 0, 1, qs, ks, cols, RF_DTYPE_F32, 1.0f, 0},
-      {cols, hd, rows, 1, 0, cols, qs, ks, RF_DTYPE_F32, 1.0f, 1},
-      {rows, hd, cols, 0, 0, cols, ks, qs, RF_DTYPE_F32, 1.0f, 0},
-      {cols, hd, rows, 1, 0, cols, qs, ks, RF_DTYPE_F32, 1.0f, 1},
+      {rows, cols, hd, 0, 1, qs, ks, cols, RF_DTYPE_F32, 0.25f, 0.0f},
+      {rows, hd, cols, 0, 0, cols, ks, qs, RF_DTYPE_F32, 1.0f, 0.0f},
+      {rows, cols, hd, 0, 1, qs, ks, cols, RF_DTYPE_F32, 1.0f, 0.0f},
+      {cols, hd, rows, 1, 0, cols, qs, ks, RF_DTYPE_F32, 1.0f, 1.0f},
+      {rows, hd, cols, 0, 0, cols, ks, qs, RF_DTYPE_F32, 1.0f, 0.0f},
+      {cols, hd, rows, 1, 0, cols, qs, ks, RF_DTYPE_F32, 1.0f, 1.0f},
   };
   int nd = (int)(sizeof ds / sizeof ds[0]);
   for (int dt = 0; dt < 2; dt++)

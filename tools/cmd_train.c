@@ -67,7 +67,8 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
 
 /* The progress line and the log record of a step (rank 0); fails when the log write does. */
 static int rf_train_report_step(struct rf_train_state *s, int64_t step, double loss, double norm, double lr,
-                                double ms, double val, const struct rf_counters *d, int skipped) {
+                                double ms, double cpu_ms, double val, const struct rf_counters *d,
+                                int skipped) {
   const struct rf_train_args *a = s->args;
   double tokens = (double)a->batch * (double)a->seq;
   struct rf_train_record rec = {
@@ -77,6 +78,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .lr = lr,
       .grad_norm = norm,
       .ms = ms,
+      .cpu_ms = cpu_ms,
       .tok_s = tokens / (ms * 1e-3),
       .mfu = s->flops_per_token * tokens / (ms * 1e-3) / (s->peak_gflops * 1e9 * s->world),
       .mfu_dtype = a->compute_dtype,
@@ -244,16 +246,17 @@ static int rf_train_run(struct rf_train_state *s) {
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;
     uint64_t t0 = rf_time_ns();
+    double cpu0 = rf_train_cpu_ms();
     double loss = 0, norm = 0;
     int skipped = rf_train_step(s, step, &loss, &norm);
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
     if (rf_train_agree(skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
-    double ms = (double)(rf_time_ns() - t0) / 1e6;
+    double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
     struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
     double val = NAN;
     if (a->eval_every > 0 && ((step + 1) % a->eval_every == 0 || step + 1 == a->steps))
       val = rf_train_eval(s, &s->val, a->eval_batches);
-    logged = rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, val, &d, skipped);
+    logged = rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, cpu_ms, val, &d, skipped);
     s->last_loss = loss;
     s->last_val = isnan(val) ? s->last_val : val;
     bad_in_a_row = skipped ? bad_in_a_row + 1 : 0;

@@ -44,6 +44,7 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   rf_train_json_number(f, "lr", rec->lr);
   rf_train_json_number(f, "grad_norm", rec->grad_norm);
   rf_train_json_number(f, "ms", rec->ms);
+  rf_train_json_number(f, "cpu_ms", rec->cpu_ms);
   rf_train_json_number(f, "tok_s", rec->tok_s);
   rf_train_json_number(f, "mfu", rec->mfu);
   fprintf(f, ",\"mfu_peak\":\"onednn-%s\"", rec->mfu_dtype);
@@ -133,6 +134,12 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   unlink(table);
   RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
   return 0;
+}
+
+double rf_train_cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 double rf_train_gemm_peak(enum rf_dtype dtype, int threads) {

@@ -14,6 +14,8 @@
 struct rf_train_record {
   int step;
   double loss, val_loss, lr, grad_norm, ms, tok_s, mfu, rss_mb;
+  double cpu_ms; /* the process's CPU time in the step / its threads (rank 0): the step time less the
+                  * time other jobs held the cores, on a shared machine */
   uint64_t gather_bytes, reduce_bytes, copy_bytes, cast_bytes, padding_bytes, allocs;
   int skipped;           /* 1 when the step was skipped (non-finite gradients on some rank) */
   const char *mfu_dtype; /* mfu is against the oneDNN GEMM peak of this dtype (borrowed) */
@@ -51,6 +53,9 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
  * measured (a few seconds) and cached. */
 #define RF_TRAIN_PEAK_N 2048
 double rf_train_gemm_peak(enum rf_dtype dtype, int threads);
+
+/* Process CPU time (all threads) in milliseconds. */
+double rf_train_cpu_ms(void);
 
 /* Resident set size of this process now and its peak, in MiB (from /proc). */
 double rf_train_rss_mb(void);

@@ -85,19 +85,20 @@ static void gemm_check_desc(const struct rf_gemm_desc *d) {
 }
 
 static uint64_t gemm_hash(const struct rf_gemm_desc *d) {
-  const int v[] = {d->m,   d->n,   d->k,   d->trans_a,    d->trans_b,
-                   d->lda, d->ldb, d->ldc, (int)d->dtype, d->accumulate};
+  const int v[] = {d->m, d->n, d->k, d->trans_a, d->trans_b, d->lda, d->ldb, d->ldc, (int)d->dtype};
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)(uint32_t)v[i]) * 1099511628211ull;
-  uint32_t alpha;
+  uint32_t alpha, beta;
   memcpy(&alpha, &d->alpha, sizeof alpha);
-  return (h ^ alpha) * 1099511628211ull;
+  memcpy(&beta, &d->beta, sizeof beta);
+  h = (h ^ alpha) * 1099511628211ull;
+  return (h ^ beta) * 1099511628211ull;
 }
 
 static int gemm_desc_equal(const struct rf_gemm_desc *a, const struct rf_gemm_desc *b) {
   return a->m == b->m && a->n == b->n && a->k == b->k && a->trans_a == b->trans_a &&
          a->trans_b == b->trans_b && a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc &&
-         a->dtype == b->dtype && a->accumulate == b->accumulate &&
+         a->dtype == b->dtype && memcmp(&a->beta, &b->beta, sizeof a->beta) == 0 &&
          memcmp(&a->alpha, &b->alpha, sizeof a->alpha) == 0;
 }
 
@@ -122,9 +123,9 @@ static struct rf_gemm_entry *gemm_entry_create(const struct rf_gemm_desc *d) {
   RF_GEMM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
   if (d->alpha != 1.0f) RF_GEMM_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &d->alpha));
   dnnl_post_ops_t post = NULL;
-  if (d->accumulate) {
+  if (d->beta != 0.0f) {
     RF_GEMM_CHECK(dnnl_post_ops_create(&post));
-    RF_GEMM_CHECK(dnnl_post_ops_append_sum(post, 1.0f));
+    RF_GEMM_CHECK(dnnl_post_ops_append_sum(post, d->beta));
     RF_GEMM_CHECK(dnnl_primitive_attr_set_post_ops(attr, post));
   }
   struct rf_gemm_entry *e = rf_xcalloc(1, sizeof(*e));

@@ -1,6 +1,6 @@
 /* src/gemm: every matrix product of the library, through oneDNN's matmul primitive.
  *
- *   C [m, n] = alpha * op(A) op(B) (+ C when accumulate), row-major with leading
+ *   C [m, n] = alpha * op(A) op(B) + beta * C, row-major with leading
  *   dimensions; op(A) = A [m, k] (lda >= k) or A^T with A [k, m] (lda >= m), same
  *   for B [k, n] / [n, k]. A and B are both f32 or both bf16; C, the accumulation
  *   and alpha are f32 (bf16 products accumulate in f32: oneDNN's brgemm kernels on
@@ -31,7 +31,7 @@ struct rf_gemm_desc {
   int lda, ldb, ldc;
   enum rf_dtype dtype; /* of A and B: RF_DTYPE_F32 or RF_DTYPE_BF16 */
   float alpha;
-  int accumulate; /* 1: C += alpha op(A) op(B); 0: C = alpha op(A) op(B) */
+  float beta; /* 0: C is only written (its old contents may be anything, NaN included) */
 };
 
 /* The product described by d (a, b: f32 or uint16_t bf16 as d->dtype says). Dies

@@ -169,7 +169,7 @@ static int attention_threads(void) {
 
 /* C = alpha op(A) op(B) (+ C) in f32: attention's products. */
 static void att_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                     const float *b, int ldb, int accumulate, float *c, int ldc) {
+                     const float *b, int ldb, float beta, float *c, int ldc) {
   struct rf_gemm_desc d = {.m = m,
                            .n = n,
                            .k = k,
@@ -180,7 +180,7 @@ static void att_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
                            .ldc = ldc,
                            .dtype = RF_DTYPE_F32,
                            .alpha = alpha,
-                           .accumulate = accumulate};
+                           .beta = beta};
   rf_gemm_run(&d, a, b, c);
 }
 
@@ -193,7 +193,7 @@ static void att_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 /* S = scale * Q K^T for query rows [i0, i0+rows) and keys [0, cols), into s (ld cols). */
 static void att_scores(float *s, const float *qb, const float *kb, int i0, int rows, int cols, int qs, int ks,
                        int hd, float scale) {
-  att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb, ks, 0, s, cols);
+  att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb, ks, 0.0f, s, cols);
 }
 
 void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
@@ -239,7 +239,7 @@ void rf_model_attention_forward(float *y, float *lse, const float *q, const floa
         for (int j = i + 1; j < cols; j++) row[j] = 0.0f;
         lb[i] = mx + logf(sum);
       }
-      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb, ks, 0, yb + (size_t)i0 * qs, qs);
+      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb, ks, 0.0f, yb + (size_t)i0 * qs, qs);
     }
   }
 }
@@ -284,7 +284,7 @@ void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *d
         int cols = i0 + rows;
         const float *dyi = dyb + (size_t)i0 * qs;
         att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
-        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0, dp, cols);
+        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dp, cols);
         for (int rr = 0; rr < rows; rr++) {
           int i = i0 + rr;
           float *pr = p + (size_t)rr * cols;
@@ -300,9 +300,9 @@ void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *d
           for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
           for (int j = i + 1; j < cols; j++) d[j] = 0.0f;
         }
-        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1, dvb, ks);
-        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0, dqb + (size_t)i0 * qs, qs);
-        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1, dkb, ks);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f, dvb, ks);
+        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0.0f, dqb + (size_t)i0 * qs, qs);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1.0f, dkb, ks);
       }
     }
   }
@@ -375,9 +375,9 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
   }
 }
 
-/* C [m, n] = op(A) op(B) (+ C when acc), row-major, dense rows. */
+/* C [m, n] = op(A) op(B) + beta C, row-major, dense rows. */
 static void lin_gemm(enum rf_dtype dt, int ta, int tb, int m, int n, int k, const void *a, const void *b,
-                     int acc, float *c, int ldc) {
+                     float beta, float *c, int ldc) {
   struct rf_gemm_desc d = {.m = m,
                            .n = n,
                            .k = k,
@@ -388,7 +388,7 @@ static void lin_gemm(enum rf_dtype dt, int ta, int tb, int m, int n, int k, cons
                            .ldc = ldc,
                            .dtype = dt,
                            .alpha = 1.0f,
-                           .accumulate = acc};
+                           .beta = beta};
   rf_gemm_run(&d, a, b, c);
 }
 
@@ -403,45 +403,42 @@ static const uint16_t *weight_bf16(const struct rf_model_weight *w, size_t n,
   return st->wbf16;
 }
 
-/* beta is 0 or 1 (accumulate). */
 static void linear_forward_products(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                                     int out, float beta, const struct rf_model_stage *st) {
-  int acc = beta != 0.0f;
   if (stage_bf16(st)) {
     to_bf16(st->act, x, (size_t)n * in);
-    lin_gemm(RF_DTYPE_BF16, 0, 1, n, out, in, st->act, weight_bf16(w, (size_t)out * in, st), acc, y, out);
+    lin_gemm(RF_DTYPE_BF16, 0, 1, n, out, in, st->act, weight_bf16(w, (size_t)out * in, st), beta, y, out);
     return;
   }
   if (w->f32) {
-    lin_gemm(RF_DTYPE_F32, 0, 1, n, out, in, x, w->f32, acc, y, out);
+    lin_gemm(RF_DTYPE_F32, 0, 1, n, out, in, x, w->f32, beta, y, out);
     return;
   }
   RF_ASSERT(w->bf16 && st);
   for (int r0 = 0; r0 < out; r0 += RF_MODEL_STAGE_ROWS) {
     int rows = out - r0 < RF_MODEL_STAGE_ROWS ? out - r0 : RF_MODEL_STAGE_ROWS;
     widen_bf16(st->wf32, w->bf16 + (size_t)r0 * in, (size_t)rows * in);
-    lin_gemm(RF_DTYPE_F32, 0, 1, n, rows, in, x, st->wf32, acc, y + r0, out);
+    lin_gemm(RF_DTYPE_F32, 0, 1, n, rows, in, x, st->wf32, beta, y + r0, out);
   }
 }
 
 static void linear_backward_products(float *dx, float *dw, const float *dy, const float *x,
                                      const struct rf_model_weight *w, int n, int in, int out, float beta,
                                      const struct rf_model_stage *st) {
-  int acc = beta != 0.0f;
   if (stage_bf16(st)) {
     to_bf16(st->act, dy, (size_t)n * out);
     if (dw) {
       to_bf16(st->act2, x, (size_t)n * in);
-      lin_gemm(RF_DTYPE_BF16, 1, 0, out, in, n, st->act, st->act2, 1, dw, in);
+      lin_gemm(RF_DTYPE_BF16, 1, 0, out, in, n, st->act, st->act2, 1.0f, dw, in);
     }
     if (dx)
-      lin_gemm(RF_DTYPE_BF16, 0, 0, n, in, out, st->act, weight_bf16(w, (size_t)out * in, st), acc, dx, in);
+      lin_gemm(RF_DTYPE_BF16, 0, 0, n, in, out, st->act, weight_bf16(w, (size_t)out * in, st), beta, dx, in);
     return;
   }
-  if (dw) lin_gemm(RF_DTYPE_F32, 1, 0, out, in, n, dy, x, 1, dw, in);
+  if (dw) lin_gemm(RF_DTYPE_F32, 1, 0, out, in, n, dy, x, 1.0f, dw, in);
   if (!dx) return;
   if (w->f32) {
-    lin_gemm(RF_DTYPE_F32, 0, 0, n, in, out, dy, w->f32, acc, dx, in);
+    lin_gemm(RF_DTYPE_F32, 0, 0, n, in, out, dy, w->f32, beta, dx, in);
     return;
   }
   RF_ASSERT(w->bf16 && st);
@@ -457,7 +454,7 @@ static void linear_backward_products(float *dx, float *dw, const float *dy, cons
                              .ldc = in,
                              .dtype = RF_DTYPE_F32,
                              .alpha = 1.0f,
-                             .accumulate = r0 > 0 || acc};
+                             .beta = r0 > 0 ? 1.0f : beta};
     rf_gemm_run(&d, dy + r0, st->wf32, dx);
   }
 }
