@@ -1,10 +1,10 @@
 /* src/optim: the 8-bit dynamic quantization maps of bitsandbytes and the
  * block quantizer; the Newton-Schulz orthogonalization of Muon. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/gemm.h"
 #include "optim/optim.h"
 
 /* ---- dynamic maps ---------------------------------------------------------- */
@@ -113,15 +113,18 @@ double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, f
   float norm = fmaxf((float)sqrt(ss), eps);
   for (int64_t i = 0; i < n * m; i++) y[i] /= norm;
   int ni = (int)n, mi = (int)m;
+  const struct rf_gemm_desc yyt = {ni, ni, mi, 0, 1, mi, mi, ni, RF_DTYPE_F32, 1.0f, 0.0f};
+  const struct rf_gemm_desc hgg = {ni, ni, ni, 0, 0, ni, ni, ni, RF_DTYPE_F32, c, b};
+  const struct rf_gemm_desc zhy = {ni, mi, ni, 0, 0, ni, mi, mi, RF_DTYPE_F32, 1.0f, a};
   for (int it = 0; it < steps; it++) {
     /* g = y y^T; h = b g + c g g; z = a y + h y */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, ni, mi, 1.0f, y, mi, y, mi, 0.0f, g, ni);
+    rf_gemm_run(&yyt, y, y, g);
     if (poll) poll(poll_arg);
     memcpy(h, g, (size_t)(n * n) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, c, g, ni, g, ni, b, h, ni);
+    rf_gemm_run(&hgg, g, g, h);
     if (poll) poll(poll_arg);
     memcpy(z, y, (size_t)(n * m) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, mi, ni, 1.0f, h, ni, y, mi, a, z, mi);
+    rf_gemm_run(&zhy, h, y, z);
     if (poll) poll(poll_arg);
     float *t = y;
     y = z;
