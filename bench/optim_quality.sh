@@ -38,10 +38,8 @@ warmup=$((steps / 10))
 cfg=configs/demo.json
 w=2
 
-# OpenBLAS's kernels and OpenMP's waiting: scripts/blas-env (the same as `make
-# bench`, `make test` and the rfsdp command itself).
-. scripts/blas-env
-blas_note="OpenBLAS core: $(OPENBLAS_VERBOSE=2 "$rfsdp" version 2>&1 | sed -n 's/^Core: //p' | tail -1)${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # as the rfsdp command sets it for itself
+blas_note="GEMM: oneDNN $(dpkg-query -W -f='${Version}' libdnnl2 2>/dev/null), OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 
 out=runs/bench-optim-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
@@ -55,7 +53,7 @@ cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "$cfg" --data data/kjv --s
   --peak-gflops 1 --print-every 1000 --optim OPTIM --log "$out/OPTIM.jsonl")
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 echo "$blas_note"
-echo "command (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1): ${cmd[*]}"
+echo "command (OMP_NUM_THREADS=1): ${cmd[*]}"
 
 json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
@@ -65,7 +63,7 @@ for opt in adamw adamw8bit muon; do
   rm -f "$out/$opt".hwm.*
   # Each rank's peak RSS (kB) in $out/OPTIM.hwm.RANK (GNU time, else polling /proc).
   # shellcheck disable=SC2016
-  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${run[@]:0:3}" bash -c '
+  OMP_NUM_THREADS=1 "${run[@]:0:3}" bash -c '
     r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}; p=$0
     if [ -x /usr/bin/time ]; then exec /usr/bin/time -f %M -o "$p.$r" "$@"; fi
     "$@" & pid=$!; h=0

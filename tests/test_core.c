@@ -1,6 +1,6 @@
 /* rf-test: timeout=30
  * src/core: the arena (alignment, zero-fill, mark/release, peak, counts; running
- * out is fatal, checked in a forked child; so are RF_ASSERT and a BLAS argument
+ * out is fatal, checked in a forked child; so are RF_ASSERT and a GEMM argument
  * error), error recording and propagation,
  * gcd/lcm against brute force, dtype names, counters. */
 #include <stdlib.h>
@@ -8,9 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "core/core.h"
+#include "gemm/gemm.h"
 #include "rf_test.h"
 
 /* ---- fatal paths run in a child ------------------------------------------ */
@@ -56,7 +55,8 @@ static void failing_assert(void) {
 /* lda = 1 < k = 2 for a row-major A: illegal. */
 static void bad_gemm(void) {
   float a[4] = {0}, b[4] = {0}, c[4] = {0};
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 1, b, 2, 0.0f, c, 2);
+  struct rf_gemm_desc d = {2, 2, 2, 0, 0, 1, 2, 2, RF_DTYPE_F32, 1.0f, 0.0f};
+  rf_gemm_run(&d, a, b, c);
 }
 
 static void check_fatal(void) {
@@ -69,8 +69,8 @@ static void check_fatal(void) {
   RF_CHECK(strstr(err, "test_core.c:") && strstr(err, "x == 2"),
            "assert message names file and condition: %s", err);
   rc = run_in_child(bad_gemm, err, sizeof err);
-  RF_CHECK(rc == 1, "a BLAS argument error exits with 1, got %d", rc);
-  RF_CHECK(strstr(err, "BLAS SGEMM") && strstr(err, "illegal"), "BLAS error message: %s", err);
+  RF_CHECK(rc == 1, "a GEMM argument error exits with 1, got %d", rc);
+  RF_CHECK(strstr(err, "gemm.c:") && strstr(err, "lda=1"), "GEMM error message: %s", err);
 }
 
 /* ---- arena ------------------------------------------------------------- */

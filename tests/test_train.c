@@ -36,7 +36,7 @@ static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s 2>&1",
+  snprintf(cmd, sizeof cmd, "%s OMP_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s 2>&1",
            run_env, world, rf_cli_binary(), args);
   FILE *p = popen(cmd, "r");
   RF_ASSERT(p);

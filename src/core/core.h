@@ -47,13 +47,6 @@ _Noreturn void rf_die(const char *file, int line, const char *fmt, ...)
 typedef void (*rf_die_abort_hook)(void);
 void rf_die_set_abort_hook(rf_die_abort_hook hook);
 
-/* BLAS argument checks: OpenBLAS (like the reference BLAS) reports an illegal
- * argument (a leading dimension too small, a negative size) by calling xerbla_,
- * which prints a line and returns, leaving the output unwritten. src/core defines
- * xerbla_ (the program's definition takes the library's place): it dies naming the
- * routine and the parameter. Linked in with rf_die, i.e. into every program. */
-void xerbla_(const char *name, const int *info, int len);
-
 /* An assert that stays on in release builds. */
 #define RF_ASSERT(cond)                                                     \
   do {                                                                      \

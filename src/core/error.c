@@ -41,13 +41,6 @@ void rf_die(const char *file, int line, const char *fmt, ...) {
 
 void rf_die_set_abort_hook(rf_die_abort_hook hook) { rf_die_hook = hook; }
 
-void xerbla_(const char *name, const int *info, int len) {
-  char routine[8] = {0};
-  for (int i = 0; i < 7 && i < len && name[i] && name[i] != ' '; i++) routine[i] = name[i];
-  RF_DIE("BLAS %s: parameter %d has an illegal value (a size, a leading dimension or a flag)", routine,
-         info ? *info : 0);
-}
-
 void *rf_xmalloc_at(size_t bytes, const char *file, int line) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) rf_die(file, line, "out of memory allocating %zu bytes", bytes);
