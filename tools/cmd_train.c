@@ -229,7 +229,7 @@ static int rf_train_run(struct rf_train_state *s) {
     printf(
         "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d, layout %s/%s, optim %s, "
         "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d threads per "
-        "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.1f GFLOP per token\n",
+        "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.4g GFLOP per token\n",
         a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
         a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch, (long long)a->seq,
         (long long)a->steps, (long long)s->start_step,
