@@ -9,7 +9,9 @@
  *    rules (../shared/references/peers.md section 8: FSDP2 pads LLaMA-3-8B 13.5%
  *    at W = 1000, GPT-OSS-120B's 128-expert tensors about 98% at W = 256, ...);
  *  - the cut-block counts (closed form and boundary walk) equal a brute force
- *    over every element of small random layouts. */
+ *    over every element of small random layouts;
+ *  - identical units (decoder layers) planned once and copied get the layout
+ *    each would get planned afresh (LLaMA-3-8B, the 1T Kimi-K2-like MoE). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,54 @@ static void check_cuts_random(void) {
   printf("cut-block counts: %d peer layouts agree with brute force\n", n_cases);
 }
 
+/* rf_plan_model_make plans identical units once and copies the layout: every
+ * copy equals the layout planned afresh for that unit. */
+static void check_memo(const char *path, int world, enum rf_shard_mode mode, int64_t rows) {
+  struct rf_model_desc m;
+  RF_ASSERT(rf_model_desc_load(path, &m) == 0);
+  const struct rf_plan_policy p = {.layout = RF_LAYOUT_PLANNED,
+                                   .shard = mode,
+                                   .max_buffers = 4,
+                                   .align_bytes = 64,
+                                   .param_dtype = RF_DTYPE_BF16,
+                                   .reduce_dtype = RF_DTYPE_BF16,
+                                   .block_rows = rows,
+                                   .vector_block = 1};
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&m, &p);
+  struct rf_plan_model_result r;
+  RF_ASSERT(rf_plan_model_make(units, m.n_units, &p, world, 0, &r) == 0);
+  int differ = 0;
+  for (int u = 0; u < m.n_units; u++) {
+    struct rf_plan_layout fresh;
+    RF_ASSERT(rf_plan_layout_make(&p, world, &units[u], &fresh) == 0);
+    const struct rf_plan_unit *a = &r.units[u].plan, *b = &fresh.plan;
+    int same = a->n_buffers == b->n_buffers && a->padded_elems == b->padded_elems &&
+               a->max_shard_elems == b->max_shard_elems && r.units[u].split_blocks == fresh.split_blocks;
+    for (int k = 0; same && k < a->n_buffers; k++) {
+      const struct rf_plan_buffer *x = &a->buffers[k], *y = &b->buffers[k];
+      same = x->n_places == y->n_places && x->total_elems == y->total_elems &&
+             x->shard_elems == y->shard_elems &&
+             memcmp(x->starts, y->starts, (size_t)(world + 1) * sizeof *x->starts) == 0;
+      for (int q = 0; same && q < x->n_places; q++) {
+        const struct rf_plan_place *c = &x->places[q], *d = &y->places[q];
+        same = c->tensor == d->tensor && c->offset == d->offset && c->sub_stride == d->sub_stride &&
+               c->sub_first == d->sub_first && c->sub_n == d->sub_n;
+      }
+    }
+    for (int i = 0; same && i < fresh.n_tensors; i++) {
+      const struct rf_plan_layout_tensor *c = &r.units[u].tensors[i], *d = &fresh.tensors[i];
+      same = c->buffer == d->buffer && c->offset == d->offset && c->chunk == d->chunk;
+    }
+    differ += !same;
+    rf_plan_layout_free(&fresh);
+  }
+  RF_CHECK(differ == 0, "%s W=%d: %d of %d units' shared layouts differ from planning them afresh", path,
+           world, differ, m.n_units);
+  rf_plan_model_result_free(&r);
+  free(units);
+  rf_model_desc_free(&m);
+}
+
 int main(void) {
   /* published totals (../shared/models/README.md) */
   check_total("configs/llama-3-8b.json", INT64_C(8030261248), 34);
@@ -247,6 +297,9 @@ int main(void) {
 
   /* the peers against the numbers computed from their published rules */
   RF_ASSERT(rf_model_desc_load("configs/llama-3-8b.json", &m) == 0);
+  check_memo("configs/llama-3-8b.json", 1000, RF_SHARD_MODE_EQUAL, 32);
+  check_memo("configs/llama-3-8b.json", 96, RF_SHARD_MODE_RAGGED, 1);
+  check_memo("configs/kimi-k2.json", 16384, RF_SHARD_MODE_EQUAL, 32);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 1000, NULL, 13.5, 0.05);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 384, NULL, 2.40, 0.01);
   check_peer(&m, "llama-3-8b", RF_PLAN_PEER_FSDP2, 24, NULL, 0.15, 0.01);
