@@ -7,7 +7,8 @@
  *    and the lower bound never exceeds the global optimum (over all orders);
  *  - ragged mode: the largest shard equals the optimal split found by a DP over
  *    every sequence of legal cuts;
- *  - every plan (one buffer, several buffers, sub-padding, ragged) passes the checker.
+ *  - every plan (one buffer, several buffers, sub-padding, ragged) passes the checker;
+ *  - the same on units whose tensors repeat (identical neighbours, like experts).
  * Prints how often the planner's S is the global optimum over all orders. */
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,8 @@ static int64_t rnd(uint64_t *st, int64_t lo, int64_t hi) {
 
 int main(void) {
   uint64_t st = 12345;
-  int instances = 20000, optimal = 0, ordered_checks = 0;
+  /* the last 5000 instances repeat tensors (MoE experts: identical neighbours) */
+  int instances = 25000, optimal = 0, ordered_checks = 0;
   for (int inst = 0; inst < instances; inst++) {
     int n = (int)rnd(&st, 1, MAXT), W = (int)rnd(&st, 1, 8);
     int64_t align = rnd(&st, 1, 4);
@@ -114,6 +116,10 @@ int main(void) {
       }
       tin[t].numel = rows * cols;
       tin[t].sub_count = 1;
+      if (inst >= 20000 && t > 0 && rnd(&st, 0, 2) > 0) { /* a copy of the tensor before */
+        tin[t] = tin[t - 1];
+        tin[t].name = names[t];
+      }
       it[t] = (struct rf_plan_item){tin[t].numel, rf_min_i64(tin[t].block_elems, tin[t].numel), t, 0, 1};
     }
     struct rf_plan_unit_in unit = {"u", n, tin};

@@ -133,6 +133,59 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
+/* Neighbours: consecutive items a, b of the order that share a block g with
+ * numel(a) a whole number of blocks. When both are longer than S, each holds a
+ * boundary, and a legal placement starts each a whole number of blocks before
+ * its first boundary (at most S after its start); so the padding between them is
+ * congruent to jS (mod g), j >= 1 the shards between those boundaries, and larger
+ * than jS - numel(a) - S. The smallest such padding, summed over the order's
+ * neighbours, must fit in the slack W*S - N: a necessary condition that skips
+ * most candidates S of a unit of many big identical tensors (MoE experts)
+ * without placing anything; the plan found is the same. Neighbours with the same
+ * (numel(a), g, shorter of the two) are counted together; up to
+ * RF_PLAN_NEIGHBOUR_KINDS kinds (further ones are left out: a weaker bound). */
+#define RF_PLAN_NEIGHBOUR_KINDS 64
+
+struct rf_plan_neighbours {
+  int n;
+  int64_t numel[RF_PLAN_NEIGHBOUR_KINDS], block[RF_PLAN_NEIGHBOUR_KINDS], shorter[RF_PLAN_NEIGHBOUR_KINDS];
+  int64_t count[RF_PLAN_NEIGHBOUR_KINDS];
+};
+
+static void rf_plan_neighbours_init(struct rf_plan_neighbours *nb, const struct rf_plan_item *items, int n) {
+  nb->n = 0;
+  for (int i = 0; i + 1 < n; i++) {
+    int64_t e = items[i].numel, g = items[i].block_elems, m = rf_min_i64(e, items[i + 1].numel);
+    if (g <= 1 || items[i + 1].block_elems != g || e % g != 0) continue;
+    int k = 0;
+    while (k < nb->n && !(nb->numel[k] == e && nb->block[k] == g && nb->shorter[k] == m)) k++;
+    if (k == RF_PLAN_NEIGHBOUR_KINDS) continue;
+    if (k == nb->n) nb->numel[k] = e, nb->block[k] = g, nb->shorter[k] = m, nb->count[k] = 0, nb->n++;
+    nb->count[k]++;
+  }
+}
+
+/* The least padding between neighbours (numel(a) = e, block g) at shard size S. */
+static int64_t rf_plan_neighbour_pad(int64_t e, int64_t g, int64_t S) {
+  int64_t best = INT64_MAX;
+  for (int64_t j = 1;; j++) {
+    int64_t lo = rf_max_i64(0, j * S - e - S + 1);
+    if (lo >= best) break;
+    int64_t r = (j % g) * (S % g) % g;
+    best = rf_min_i64(best, lo + ((r - lo % g) % g + g) % g);
+  }
+  return best;
+}
+
+/* 0 when the neighbours' least padding exceeds the slack of S (no placement fits). */
+static int rf_plan_neighbours_allow(const struct rf_plan_neighbours *nb, int world, int64_t elems,
+                                    int64_t S) {
+  int64_t slack = (int64_t)world * S - elems, pad = 0;
+  for (int k = 0; k < nb->n && pad <= slack; k++)
+    if (nb->shorter[k] > S) pad += nb->count[k] * rf_plan_neighbour_pad(nb->numel[k], nb->block[k], S);
+  return pad <= slack;
+}
+
 /* The smallest aligned S in (lo, hi] that fits, given that lo fails, hi fits
  * (hi < 0: unknown), no S at or below `limit` matters (limit < 0: none), and
  * feasibility is monotone from lo on; -1 if none below limit. */
@@ -166,9 +219,12 @@ int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, i
   rf_plan_pairs_init(&p, items, n, align);
   int64_t max_numel = 0;
   for (int i = 0; i < n; i++) max_numel = rf_max_i64(max_numel, items[i].numel);
-  int64_t s = rf_plan_pairs_next(&p, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
+  int64_t elems = rf_plan_items_elems(items, n), s = rf_plan_pairs_next(&p, align, rf_ceil_div(elems, world));
+  struct rf_plan_neighbours nb;
+  rf_plan_neighbours_init(&nb, items, n);
   /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, NULL)) {
+  while ((limit < 0 || s < limit) &&
+         !(rf_plan_neighbours_allow(&nb, world, elems, s) && rf_plan_items_fit(items, n, world, s, NULL))) {
     if (s >= max_numel) {
       /* No item can hold a whole shard any more: feasibility is monotone in S
        * (../shared/DESIGN.md), and every aligned S is a candidate, so search. */
