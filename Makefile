@@ -26,7 +26,7 @@ BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 HEADERS := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
 
-.PHONY: all setup test test-asan mutate bench demo install clean format lint help
+.PHONY: all setup test test-asan mutate fuzz bench demo install clean format lint help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
@@ -36,6 +36,7 @@ help:
 	@echo "make test       set up what is missing, build, run every test"
 	@echo "make test-asan  every test (multi-rank ones under mpirun) under address + undefined sanitizers"
 	@echo "make mutate     plants each bug of scripts/mutations in a scratch copy; each must fail a test"
+	@echo "make fuzz       each parser's libFuzzer target for FUZZ_SECONDS (clang; fuzz/)"
 	@echo "make demo       set up, prepare the KJV data, train the default model on 2 ranks"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
@@ -61,7 +62,20 @@ $(BUILD)/rfsdp: $(TOOL_OBJ) $(BUILD)/librfsdp.a
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
-	@$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+	@$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_EXTRA) $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+# the fuzz entry points, fed the committed inputs without libFuzzer
+$(BUILD)/tests/test_fuzz_regress: fuzz/rf_fuzz.c fuzz/rf_fuzz.h
+$(BUILD)/tests/test_fuzz_regress: TEST_EXTRA = -Ifuzz fuzz/rf_fuzz.c
+
+# libFuzzer drivers: one binary per target (make fuzz builds them with clang)
+FUZZ_TARGETS ?= hf_config units token_file tokenizer safetensors ckpt_open ckpt_index
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_main.c fuzz/rf_fuzz.c fuzz/rf_fuzz.h $(BUILD)/librfsdp.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $@"
+	@$(CC) $(CFLAGS_ALL) -Ifuzz -DRF_FUZZ_TARGET='"$*"' -fsanitize=fuzzer fuzz/fuzz_main.c fuzz/rf_fuzz.c \
+	  $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -81,6 +95,12 @@ test-asan: setup
 mutate: setup
 	@$(MAKE) --no-print-directory all
 	@scripts/mutate
+
+fuzz: setup
+	@$(MAKE) --no-print-directory CC=clang BUILD=build-fuzz OPT="-O1 -g" CFLAGS=-Wno-pass-failed \
+	  SAN="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+	  $(FUZZ_TARGETS:%=build-fuzz/fuzz/fuzz_%)
+	@scripts/run-fuzz build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: setup
 	@$(MAKE) --no-print-directory all
@@ -109,4 +129,4 @@ lint:
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
-	rm -rf build build-asan build-clang
+	rm -rf build build-asan build-clang build-fuzz
