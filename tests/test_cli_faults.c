@@ -286,6 +286,23 @@ static void check_plan(void) {
   refused(0, 1, p, "nomodel.json", "plan --model %s/nomodel.json --world 2", dir);
 }
 
+/* The binary runs under gdb as it is (no self-restart under a debugger; valgrind:
+ * docs/reliability.md). */
+static void check_tools(void) {
+  char cmd[1024], out[8192];
+  if (access("/usr/bin/gdb", X_OK) == 0) {
+    snprintf(cmd, sizeof cmd, "timeout 120 gdb -q -batch -ex run --args %s version 2>&1", rf_cli_binary());
+    FILE *p = popen(cmd, "r");
+    RF_ASSERT(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    RF_CHECK(
+        strstr(out, "rfsdp ") && strstr(out, "exited normally") && !strstr(out, "is executing new program"),
+        "gdb rfsdp version:\n%s", out);
+  }
+}
+
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
   snprintf(model, sizeof model, "%s/tiny.json", dir);
@@ -319,6 +336,7 @@ int main(void) {
   check_prepare();
   check_ckpt_logits();
   check_plan();
+  check_tools();
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

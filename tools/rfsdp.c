@@ -34,13 +34,29 @@ static void rf_usage(FILE *out) {
   fprintf(out, "\nRun 'rfsdp COMMAND --help' for a command's options.\n");
 }
 
+/* 1 under valgrind (its preload library) or a debugger (a tracer): a restart would
+ * leave the tool (valgrind cannot run /proc/self/exe; gdb would stop in a new
+ * program), and both run fine without the tuned environment. */
+static int rf_under_tool(void) {
+  const char *preload = getenv("LD_PRELOAD");
+  if (preload && strstr(preload, "vgpreload")) return 1;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  int traced = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "TracerPid:", 10) == 0) traced = atoi(line + 10) != 0;
+  fclose(f);
+  return traced;
+}
+
 /* The environment OpenMP reads when the program starts, set once by restarting the
  * process (before MPI_Init; under mpirun the rank keeps its pid and its
  * environment): OMP_WAIT_POLICY=PASSIVE, so idle OpenMP threads do not spin
  * against the MPI progress of the main thread or against other ranks. A value the
  * user set is kept. */
 static void rf_numeric_env(char **argv) {
-  if (getenv("RF_NUMERIC_ENV_SET")) return;
+  if (getenv("RF_NUMERIC_ENV_SET") || rf_under_tool()) return;
   int restart = 0;
   if (!getenv("OMP_WAIT_POLICY")) restart |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   if (!restart) return;
