@@ -167,6 +167,8 @@ static void check_train_outputs(int w) {
           model, data, common, afile);
   refused(w, 1, t, "--plot|in the way", "train --model %s --data %s %s --log %s/p%d.jsonl --plot %s/p.png",
           model, data, common, dir, w, afile);
+  refused(w, 1, t, "--plot|is a folder", "train --model %s --data %s %s --log %s/p%d.jsonl --plot %s", model,
+          data, common, dir, w, dir);
   refused(w, 1, t, "--log /dev/full|cannot write", "train --model %s --data %s %s --log /dev/full", model,
           data, common);
   /* an old log is kept when the run is refused after the log was checked */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "comm/comm_mpi.h"
 #include "commands.h"
@@ -171,7 +172,12 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   if (s->rank != 0) return 0;
   if (a->ckpt_dir) RF_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
-  if (a->plot) RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
+  if (a->plot) {
+    struct stat st;
+    RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
+    RF_REQUIRE(stat(a->plot, &st) != 0 || !S_ISDIR(st.st_mode), "--plot %s: is a folder, not a file name",
+               a->plot);
+  }
   if (a->log) {
     RF_TRY(rf_option_make_dirs("log", a->log, 0));
     RF_TRY(rf_train_log_open(&s->log, a->log));
