@@ -12,14 +12,24 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "model/model.h"
-#include "plan/plan.h"
 #include "safetensors/safetensors.h"
 
 static char rf_fuzz_dir[64];
 
-static const char *const rf_fuzz_files[] = {
-    "config.json", "x.tok",          "tok.json",       "x.safetensors",   "meta.json",
-    "COMPLETE",    "rank-00000.bin", "rank-00001.bin", "rank-00000.json", "rank-00001.json"};
+/* Every file a target writes (removed at exit). */
+enum {
+  RF_FUZZ_TOK,
+  RF_FUZZ_TOKENIZER,
+  RF_FUZZ_ST,
+  RF_FUZZ_META,
+  RF_FUZZ_MARKER,
+  RF_FUZZ_BIN0,
+  RF_FUZZ_BIN1,
+  RF_FUZZ_IDX0
+};
+static const char *const rf_fuzz_files[] = {"x.tok",          "tok.json",        "x.safetensors",
+                                            "meta.json",      "COMPLETE",        "rank-00000.bin",
+                                            "rank-00001.bin", "rank-00000.json", "rank-00001.json"};
 enum { RF_FUZZ_N_FILES = (int)(sizeof rf_fuzz_files / sizeof rf_fuzz_files[0]) };
 
 static void rf_fuzz_cleanup(void) {
@@ -73,29 +83,35 @@ static int rf_fuzz_split(const uint8_t *data, size_t size, const uint8_t **part,
   return n;
 }
 
+/* The HF config reader, the trainable model's check, and the description of every family. */
 static int rf_fuzz_hf_config(const uint8_t *data, size_t size) {
-  char path[128];
-  rf_fuzz_write("config.json", data, size, path, sizeof path);
   struct rf_model_config cfg;
-  if (rf_model_config_load(&cfg, path) == 0) (void)rf_model_n_params(&cfg);
+  if (rf_model_config_parse(&cfg, (const char *)data, size, "config.json") != 0) return 0;
+  struct rf_model_desc d;
+  rf_model_desc_make(&cfg, &d);
+  rf_model_desc_free(&d);
+  if (rf_model_config_check(&cfg, "config.json") == 0) (void)rf_model_n_params(&cfg);
   return 0;
 }
 
-/* The planner's reader of Hugging Face configs and units files, then its plan. */
+/* The description reader (HF configs and units files), then the planner's tensor list. */
 static int rf_fuzz_units(const uint8_t *data, size_t size) {
   char *text = malloc(size + 1);
   if (!text) abort();
   memcpy(text, data, size);
   text[size] = '\0';
-  struct rf_plan_model m;
-  if (rf_plan_model_parse(text, "units.json", &m) == 0) rf_plan_model_free(&m);
+  struct rf_model_desc d;
+  if (rf_model_desc_parse(text, "units.json", &d) == 0) {
+    free(rf_model_desc_plan_units(&d, 1));
+    rf_model_desc_free(&d);
+  }
   free(text);
   return 0;
 }
 
 static int rf_fuzz_token_file(const uint8_t *data, size_t size) {
   char path[128];
-  rf_fuzz_write("x.tok", data, size, path, sizeof path);
+  rf_fuzz_write(rf_fuzz_files[RF_FUZZ_TOK], data, size, path, sizeof path);
   struct rf_token_file f;
   if (rf_token_file_open(&f, path) == 0) {
     int64_t sum = 0;
@@ -108,7 +124,7 @@ static int rf_fuzz_token_file(const uint8_t *data, size_t size) {
 
 static int rf_fuzz_tokenizer(const uint8_t *data, size_t size) {
   char path[128];
-  rf_fuzz_write("tok.json", data, size, path, sizeof path);
+  rf_fuzz_write(rf_fuzz_files[RF_FUZZ_TOKENIZER], data, size, path, sizeof path);
   struct rf_tokenizer tok;
   if (rf_tokenizer_load(&tok, path) != 0) return 0;
   static const char text[] = "In the beginning God created the heaven and the earth. 1:2 \xc3\xa9t\xc3\xa9!";
@@ -125,7 +141,7 @@ static int rf_fuzz_tokenizer(const uint8_t *data, size_t size) {
 
 static int rf_fuzz_safetensors(const uint8_t *data, size_t size) {
   char path[128];
-  rf_fuzz_write("x.safetensors", data, size, path, sizeof path);
+  rf_fuzz_write(rf_fuzz_files[RF_FUZZ_ST], data, size, path, sizeof path);
   struct rf_safetensors_file f;
   if (rf_safetensors_open(&f, path) != 0) return 0;
   float buf[256];
@@ -145,17 +161,17 @@ static int rf_fuzz_ckpt_open(const uint8_t *data, size_t size) {
   size_t len[4];
   int n = rf_fuzz_split(data, size, part, len, 4);
   char path[128], marker[96];
-  for (int i = 4; i < 8; i++) rf_fuzz_remove(rf_fuzz_files[i]);
-  rf_fuzz_write("meta.json", part[0], len[0], path, sizeof path);
+  for (int i = RF_FUZZ_META; i < RF_FUZZ_IDX0; i++) rf_fuzz_remove(rf_fuzz_files[i]);
+  rf_fuzz_write(rf_fuzz_files[RF_FUZZ_META], part[0], len[0], path, sizeof path);
   if (n < 2 || len[1] == 0) {
     int m =
         snprintf(marker, sizeof marker, "{\"meta_xxh3\": \"%016" PRIx64 "\"}", XXH3_64bits(part[0], len[0]));
-    rf_fuzz_write("COMPLETE", marker, (size_t)m, path, sizeof path);
+    rf_fuzz_write(rf_fuzz_files[RF_FUZZ_MARKER], marker, (size_t)m, path, sizeof path);
   } else {
-    rf_fuzz_write("COMPLETE", part[1], len[1], path, sizeof path);
+    rf_fuzz_write(rf_fuzz_files[RF_FUZZ_MARKER], part[1], len[1], path, sizeof path);
   }
   for (int r = 0; r < 2 && 2 + r < n; r++)
-    rf_fuzz_write(rf_fuzz_files[6 + r], part[2 + r], len[2 + r], path, sizeof path);
+    rf_fuzz_write(rf_fuzz_files[RF_FUZZ_BIN0 + r], part[2 + r], len[2 + r], path, sizeof path);
   struct rf_ckpt ck;
   if (rf_ckpt_open(&ck, rf_fuzz_dir) == 0) {
     (void)rf_ckpt_verify(&ck);
@@ -171,9 +187,10 @@ static int rf_fuzz_ckpt_index(const uint8_t *data, size_t size) {
   size_t len[4];
   int n = rf_fuzz_split(data, size, part, len, 4);
   char path[128];
-  for (int i = 4; i < RF_FUZZ_N_FILES; i++) rf_fuzz_remove(rf_fuzz_files[i]);
+  for (int i = RF_FUZZ_META; i < RF_FUZZ_N_FILES; i++) rf_fuzz_remove(rf_fuzz_files[i]);
   for (int i = 0; i < n; i++)
-    rf_fuzz_write(rf_fuzz_files[i % 2 ? 6 + i / 2 : 8 + i / 2], part[i], len[i], path, sizeof path);
+    rf_fuzz_write(rf_fuzz_files[(i % 2 ? RF_FUZZ_BIN0 : RF_FUZZ_IDX0) + i / 2], part[i], len[i], path,
+                  sizeof path);
   (void)rf_ckpt_save_finish(rf_fuzz_dir, n > 2 ? 2 : 1, 2, NULL);
   return 0;
 }
