@@ -286,6 +286,13 @@ static void check_plan(void) {
   refused(0, 2, p, "--max-padding nan|finite", "plan --model %s --world 2 --max-padding nan", model);
   refused(0, 2, p, "--block-rows", "plan --model %s --world 2 --block-rows -2", model);
   refused(0, 1, p, "nomodel.json", "plan --model %s/nomodel.json --world 2", dir);
+  /* sizes whose products overflow int64 (UBSan's signed overflow before), names given twice */
+  refused(0, 1, p, "llama_huge_dims.json|too large",
+          "plan --model fuzz/regress/units/llama_huge_dims.json --world 2");
+  refused(0, 1, p, "gpt_oss_huge_experts.json|too large",
+          "plan --model fuzz/regress/units/gpt_oss_huge_experts.json --world 2");
+  refused(0, 1, p, "duplicate_names.json|'w' appears twice",
+          "plan --model fuzz/regress/units/duplicate_names.json --world 2");
 }
 
 /* The binary runs under gdb as it is (no self-restart under a debugger; valgrind:

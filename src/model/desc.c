@@ -58,11 +58,17 @@ struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *d, const 
   t->name = rf_model_desc_strdup(name);
   t->ndim = ndim;
   t->numel = 1;
-  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i], t->numel *= shape[i];
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    if (__builtin_mul_overflow(t->numel, shape[i], &t->numel) || t->numel > RF_MODEL_MAX_ELEMS)
+      d->too_large = 1;
+  }
+  if (d->too_large) t->numel = 0; /* no sum may overflow either */
   t->sub_count = 1;
   u->numel += t->numel;
   d->numel += t->numel;
   d->n_tensors++;
+  if (d->numel > RF_MODEL_MAX_ELEMS || d->n_tensors > RF_MODEL_MAX_TENSORS) d->too_large = 1;
   if (u->n_tensors > d->max_tensors) d->max_tensors = u->n_tensors;
   return t;
 }
@@ -258,7 +264,7 @@ static void rf_model_desc_deepseek_v3_layer(struct rf_model_desc_builder *b, con
   rf_model_desc_linear(b, lin, d->n_routed_experts, h, 0, p, "mlp.gate");
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(d->n_routed_experts),
                     "%s.mlp.gate.e_score_correction_bias", p);
-  for (int x = 0; x < d->n_routed_experts; x++) {
+  for (int x = 0; x < d->n_routed_experts && !b->d->too_large; x++) {
     snprintf(e, sizeof e, "%s.mlp.experts.%d", p, x);
     rf_model_desc_mlp(b, h, d->moe_intermediate_size, 0, e);
   }
@@ -279,7 +285,7 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
   }
   /* DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers) are not part of the model proper.
    */
-  for (int l = 0; l < cfg->num_hidden_layers; l++) {
+  for (int l = 0; l < cfg->num_hidden_layers && !out->too_large; l++) {
     rf_model_desc_unit(&b, "layers.%d", l);
     char p[64];
     snprintf(p, sizeof p, "model.layers.%d", l);

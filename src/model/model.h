@@ -167,7 +167,14 @@ struct rf_model_desc {
   int64_t numel;   /* parameters */
   int n_tensors;   /* over all units */
   int max_tensors; /* of one unit */
+  int too_large;   /* more than RF_MODEL_MAX_ELEMS parameters or RF_MODEL_MAX_TENSORS tensors: the
+                    * description stopped there (readers refuse it) */
 };
+
+/* What a description may hold: beyond, rf_model_desc_make stops and sets too_large
+ * (a config's sizes are only bounded one by one; their products overflow). */
+#define RF_MODEL_MAX_ELEMS (INT64_C(1) << 50)
+#define RF_MODEL_MAX_TENSORS (1 << 20)
 
 /* The description of a config (every family), names and shapes as in the
  * family's Hugging Face checkpoints. llama: units "embed", "layers.{l}", "head";

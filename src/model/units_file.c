@@ -53,6 +53,27 @@ static int rf_model_units_tensor(const cJSON *t, const char *path, int ui, int t
   return 0;
 }
 
+static int rf_model_units_name_cmp(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every tensor name once (sorted, neighbours compared). */
+static int rf_model_units_check_names(const struct rf_model_desc *d, const char *path) {
+  const char **names = rf_xcalloc((size_t)d->n_tensors + 1, sizeof *names);
+  int n = 0;
+  for (int u = 0; u < d->n_units; u++)
+    for (int i = 0; i < d->units[u].n_tensors; i++) names[n++] = d->units[u].tensors[i].name;
+  qsort(names, (size_t)n, sizeof *names, rf_model_units_name_cmp);
+  int dup = -1;
+  for (int i = 1; i < n && dup < 0; i++)
+    if (strcmp(names[i - 1], names[i]) == 0) dup = i;
+  char name[128] = "";
+  if (dup >= 0) snprintf(name, sizeof name, "%s", names[dup]);
+  free(names);
+  RF_REQUIRE(dup < 0, "%s: tensor '%s' appears twice", path, name);
+  return 0;
+}
+
 static int rf_model_units_read(const cJSON *units, const char *path, struct rf_model_desc *out) {
   RF_REQUIRE(cJSON_IsArray(units) && cJSON_GetArraySize(units) > 0,
              "%s: field 'units' must be a non-empty array", path);
@@ -69,19 +90,23 @@ static int rf_model_units_read(const cJSON *units, const char *path, struct rf_m
                "%s: units[%d].tensors must be a non-empty array", path, ui);
     rf_model_desc_add_unit(out, name->valuestring);
     int ti = 0;
-    for (const cJSON *t = tensors->child; t; t = t->next, ti++)
+    for (const cJSON *t = tensors->child; t && !out->too_large; t = t->next, ti++)
       RF_TRY(rf_model_units_tensor(t, path, ui, ti, out));
   }
-  return 0;
+  return rf_model_units_check_names(out, path);
 }
 
 static int rf_model_desc_from_json(const cJSON *root, const char *path, struct rf_model_desc *out) {
   RF_REQUIRE(cJSON_IsObject(root), "%s: not a JSON object", path);
   const cJSON *units = cJSON_GetObjectItemCaseSensitive(root, "units");
-  if (units) return rf_model_units_read(units, path, out);
-  struct rf_model_config cfg;
-  RF_TRY(rf_model_config_from_json(&cfg, root, path));
-  rf_model_desc_make(&cfg, out);
+  if (units) {
+    RF_TRY(rf_model_units_read(units, path, out));
+  } else {
+    struct rf_model_config cfg;
+    RF_TRY(rf_model_config_from_json(&cfg, root, path));
+    rf_model_desc_make(&cfg, out);
+  }
+  RF_REQUIRE(!out->too_large, "%s: the model is too large: more than 2^50 parameters or 2^20 tensors", path);
   return 0;
 }
 
