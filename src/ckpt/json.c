@@ -108,7 +108,8 @@ static int rf_ckpt_range_cmp(const void *a, const void *b) {
 }
 
 int rf_ckpt_tensor_check_ranges(struct rf_ckpt_tensor *t, const char *file) {
-  qsort(t->ranges, (size_t)t->n_ranges, sizeof *t->ranges, rf_ckpt_range_cmp);
+  if (t->n_ranges > 1) /* no ranges: NULL, which qsort must not be given */
+    qsort(t->ranges, (size_t)t->n_ranges, sizeof *t->ranges, rf_ckpt_range_cmp);
   int64_t covered = 0;
   for (int i = 0; i < t->n_ranges; i++) {
     const struct rf_ckpt_range *r = &t->ranges[i];
