@@ -19,7 +19,7 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->cfg = *cfg;
   RF_TRY(rf_fsdp_create(&m->fsdp, comm, opt));
   rf_model_desc_make(cfg, &m->desc);
-  RF_REQUIRE(!m->desc.too_large, "the model is too large: more than 2^50 parameters or 2^20 tensors");
+  RF_REQUIRE(!m->desc.too_large, "the model is too large: more than 2^50 parameters or 2^18 tensors");
   rf_model_units_find(cfg, &m->map);
   /* tied: the head unit (the embedding) stays gathered through the step while
    * the layers take turns in another parameter slot */

@@ -174,7 +174,7 @@ struct rf_model_desc {
 /* What a description may hold: beyond, rf_model_desc_make stops and sets too_large
  * (a config's sizes are only bounded one by one; their products overflow). */
 #define RF_MODEL_MAX_ELEMS (INT64_C(1) << 50)
-#define RF_MODEL_MAX_TENSORS (1 << 20)
+#define RF_MODEL_MAX_TENSORS (1 << 18)
 
 /* The description of a config (every family), names and shapes as in the
  * family's Hugging Face checkpoints. llama: units "embed", "layers.{l}", "head";

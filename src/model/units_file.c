@@ -106,7 +106,7 @@ static int rf_model_desc_from_json(const cJSON *root, const char *path, struct r
     RF_TRY(rf_model_config_from_json(&cfg, root, path));
     rf_model_desc_make(&cfg, out);
   }
-  RF_REQUIRE(!out->too_large, "%s: the model is too large: more than 2^50 parameters or 2^20 tensors", path);
+  RF_REQUIRE(!out->too_large, "%s: the model is too large: more than 2^50 parameters or 2^18 tensors", path);
   return 0;
 }
 
