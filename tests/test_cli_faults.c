@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -233,6 +234,29 @@ static void check_prepare(void) {
   refused(0, 2, p, "--val-fraction nan|finite", "prepare --input %s --out %s --val-fraction nan", text, data);
   refused(0, 2, p, "--val-fraction 1|[0, 1)", "prepare --input %s --out %s --val-fraction 1", text, data);
   refused(0, 2, p, "--bpe-vocab 100|(256, 65536]", "prepare --input %s --out %s --bpe-vocab 100", text, data);
+
+  /* a full disk while the token files are written (a file size limit: writes fail with
+   * EFBIG): the old data set, its BPE tokenizer included, stays as it was */
+  {
+    static struct snapshot before, after;
+    char cmd[1024], full[16384];
+    snprintf(
+        cmd, sizeof cmd,
+        "sh -c \"trap '' XFSZ; ulimit -f 16; exec timeout 30 %s prepare --input %s --out %s --tokenizer bpe "
+        "--bpe-vocab 300\" 2>&1",
+        rf_cli_binary(), text, data);
+    snap_take(&before);
+    FILE *pipe = popen(cmd, "r");
+    RF_ASSERT(pipe);
+    size_t got = fread(full, 1, sizeof full - 1, pipe);
+    full[got] = 0;
+    int status = pclose(pipe);
+    snap_take(&after);
+    RF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && count_lines(full, p) == 1 &&
+                 strstr(full, "File too large"),
+             "prepare on a full disk: status %d\n%s", status, full);
+    snap_check(&before, &after, "prepare on a full disk");
+  }
 
   /* a 2 KB text: a validation split spread over it, a warning, and it trains with evaluation */
   snprintf(small, sizeof small, "%s/small.txt", dir);
