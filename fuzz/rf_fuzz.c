@@ -12,6 +12,7 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "model/model.h"
+#include "plan/plan.h"
 #include "safetensors/safetensors.h"
 
 static char rf_fuzz_dir[64];
@@ -102,7 +103,9 @@ static int rf_fuzz_units(const uint8_t *data, size_t size) {
   text[size] = '\0';
   struct rf_model_desc d;
   if (rf_model_desc_parse(text, "units.json", &d) == 0) {
-    free(rf_model_desc_plan_units(&d, 1));
+    const struct rf_plan_policy policy = {
+        .block_rows = 1, .vector_block = 1, .max_buffers = 4, .align_bytes = 64};
+    free(rf_model_desc_plan_units(&d, &policy));
     rf_model_desc_free(&d);
   }
   free(text);
