@@ -1,5 +1,13 @@
-/* src/optim: the optimizers' internal header: the public API (rfsdp_optim.h)
- * and the building blocks exposed for tests. See rfsdp_optim.h and docs/optim.md. */
+/* src/optim: the optimizers' internal header. The public API is rfsdp_optim.h;
+ * here are what the module's files share (the ops table every optimizer
+ * implements, the optimizer's common part, AdamW's arithmetic, the matrix-owner
+ * transport) and the building blocks tests use. See docs/optim.md.
+ *
+ * Files: optim.c (the kinds, the common create/step/state entry points),
+ * adamw.c, adamw8bit.c, muon.c (one optimizer each, behind struct
+ * rf_optim_ops), owners.c (the matrix-owner transport: Muon, later Shampoo),
+ * quant.c (8-bit maps and quantizer), newton_schulz.c (Muon's orthogonalization,
+ * its GEMMs in one place), fsdp.c (create over a runtime context). */
 #ifndef RF_OPTIM_H
 #define RF_OPTIM_H
 
@@ -9,6 +17,130 @@
 #include "core/core.h"
 #include "rfsdp.h"
 #include "rfsdp_optim.h"
+
+/* ---- one optimizer: the ops table ------------------------------------------------ */
+
+/* What every optimizer implements. `create` allocates its state (o->impl) and
+ * every workspace, or returns -1 with a message (the caller then calls `free`,
+ * which must accept a half-built state); `step` allocates nothing. */
+struct rf_optim_ops {
+  const char *name;   /* as --optim spells it */
+  int64_t block_rows; /* rf_optim_layout_needs */
+  int64_t vector_block;
+  int n_states;       /* state slabs, for checkpoints */
+  int takes_matrices; /* 1: updates the views flagged MATRIX whole (else the flag is cleared) */
+  int (*create)(struct rf_optim *o);
+  void (*step)(struct rf_optim *o, float lr);
+  void (*state)(const struct rf_optim *o, int i, struct rf_optim_state_slab *out);
+  void (*free)(struct rf_optim *o);
+  /* optional (NULL: none) */
+  void (*scales)(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
+  int64_t (*tensor_blocks)(const struct rf_optim *o, int view);
+  int (*owner)(const struct rf_optim *o, int view);
+  int64_t (*owner_count)(const struct rf_optim *o, int view);
+  void (*stats)(const struct rf_optim *o, struct rf_optim_stats *out); /* adds its counters */
+};
+
+extern const struct rf_optim_ops rf_optim_adamw_ops, rf_optim_adamw8bit_ops, rf_optim_muon_ops;
+
+/* One view as the optimizers see it. */
+struct rf_optim_view {
+  struct rf_tensor_view v; /* copy; starts/master/grad borrowed */
+  int flags;               /* RF_OPTIM_FLAG_*; MATRIX cleared for the element-wise kinds */
+  int64_t rows, cols;      /* as 2-D: cols = the last dimension; cols 0: a vector */
+};
+
+/* The common part; `impl` is the optimizer's own state (owned, freed by ops->free). */
+struct rf_optim {
+  struct rf_optim_options opt;
+  const struct rf_optim_ops *ops;
+  const struct rf_comm *comm; /* borrowed; NULL allowed for the element-wise kinds */
+  int rank, world;
+  int n;
+  struct rf_optim_view *views; /* owned */
+  int64_t shard_elems;
+  int64_t step;
+  struct rf_optim_stats stats;
+  void *impl;
+};
+
+/* ---- AdamW's arithmetic, shared by adamw, adamw8bit and muon's other views ------------ */
+
+struct rf_optim_hyper {
+  float lr, b1, b2, eps;
+  float step_size; /* lr / (1 - b1^t) */
+  float bc2_sqrt;  /* sqrt(1 - b2^t) */
+  float decay;     /* 1 - lr * wd */
+  float one_m_b1, one_m_b2;
+};
+
+void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyper *h);
+
+/* f32 AdamW state over the shard (m, v at the views' shard offsets). */
+struct rf_optim_adamw_state {
+  float *m, *v;
+};
+
+void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a);
+void rf_optim_adamw_state_free(struct rf_optim_adamw_state *a);
+/* AdamW on every view not flagged MATRIX. */
+void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *a, float lr);
+/* Slab i (0: "m", 1: "v"). */
+void rf_optim_adamw_state_slab(const struct rf_optim *o, const struct rf_optim_adamw_state *a, int i,
+                               struct rf_optim_state_slab *out);
+
+/* ---- the matrix-owner transport (owners.c) --------------------------------------------- */
+
+/* Whole matrices for an optimizer that needs each one on one rank (Muon's
+ * orthogonalization; Shampoo's preconditioners). Each matrix has one owner,
+ * chosen by cost; the matrices are batched in groups (e.g. a unit): per group
+ * one all-to-all-v carries every rank's pieces to the owners ("out") and one
+ * carries the owners' results back ("back"); with overlap, group g+1 travels out
+ * and group g-1 back while group g is computed. Every rank describes the same
+ * matrices in the same order and runs the same calls. Allocates everything at
+ * create; rf_optim_owners_run allocates nothing. */
+struct rf_optim_owners;
+
+struct rf_optim_owners_matrix {
+  int64_t rows, cols;    /* the whole matrix, row-major */
+  const int64_t *starts; /* every rank's range (world + 1 entries), borrowed */
+  int group;             /* matrices of one group travel together; groups run in order of first appearance */
+  double cost;           /* the owner's compute cost (e.g. FLOPs), for balancing */
+  int64_t work;          /* scratch elements the owner's compute needs beside the matrix */
+};
+
+/* What the user of the transport does at each stage of rf_optim_owners_run. */
+struct rf_optim_owners_fns {
+  /* this rank's piece of matrix k (its starts range) into `out`, before it travels out */
+  void (*pack)(void *ctx, int k, float *out);
+  /* the owner's computation on the whole matrix k (rows x cols, in place) with
+   * `work` elements of scratch; `poll(poll_arg)` progresses transfers in flight */
+  void (*compute)(void *ctx, int k, float *matrix, float *work, void (*poll)(void *), void *poll_arg);
+  /* this rank's piece of matrix k's result, after it came back */
+  void (*unpack)(void *ctx, int k, const float *in);
+};
+
+struct rf_optim_owners_stats {
+  uint64_t bytes_sent, bytes_recv;           /* cumulative, to / from other ranks, both trips */
+  uint64_t step_bytes_sent, step_bytes_recv; /* planned per run */
+  uint64_t wait_ns;                          /* time waiting for the all-to-all-v */
+  double owned_cost;                         /* the cost of the matrices this rank owns */
+  int64_t workspace_bytes;                   /* staging and the owner's matrix + scratch */
+};
+
+/* Owners: matrices by decreasing cost (ties: order); each goes to the rank
+ * holding most of it among those whose load is within half the matrix's cost of
+ * the least loaded rank (ties: lower load, lower rank): max load <= mean + 1.5 *
+ * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one. */
+void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm,
+                            const struct rf_optim_owners_matrix *mats, int n, int overlap);
+void rf_optim_owners_free(struct rf_optim_owners *t);
+/* The owner rank of matrix k. */
+int rf_optim_owners_owner(const struct rf_optim_owners *t, int k);
+/* pack every matrix, move the pieces to the owners, compute, move the results
+ * back, unpack; collective. */
+void rf_optim_owners_run(struct rf_optim_owners *t, const struct rf_optim_owners_fns *fns, void *ctx);
+void rf_optim_owners_get_stats(const struct rf_optim_owners *t, struct rf_optim_owners_stats *out);
 
 /* ---- building blocks (exposed for tests) -------------------------------------- */
 
@@ -23,9 +155,11 @@ void rf_optim_dequantize_block(int is_signed, const uint8_t *codes, int64_t n, f
 /* Orthogonalizes the A x B row-major matrix x in place with `steps` quintic
  * Newton-Schulz iterations (a, b, c) = (3.4445, -4.7750, 2.0315), after dividing
  * by max(Frobenius norm, eps); transposes when A > B. `work` holds at least
- * 2*A*B + 2*min(A,B)^2 floats. `poll(poll_arg)` (may be NULL) runs after every
- * gemm (to progress communication in flight). Returns the FLOPs. */
+ * rf_optim_newton_schulz_work(A, B) floats. `poll(poll_arg)` (may be NULL) runs
+ * after every gemm (to progress communication in flight). Returns the FLOPs. */
 double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
                               void (*poll)(void *), void *poll_arg);
+/* 2*A*B + 2*min(A,B)^2. */
+int64_t rf_optim_newton_schulz_work(int64_t rows, int64_t cols);
 
 #endif

@@ -1,0 +1,102 @@
+/* src/optim: AdamW with f32 state (torch.optim.AdamW's arithmetic), and the
+ * pieces of it that 8-bit AdamW and Muon's other views share. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "optim/optim.h"
+
+void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyper *h) {
+  double t = (double)o->step;
+  h->lr = lr;
+  h->b1 = o->opt.beta1;
+  h->b2 = o->opt.beta2;
+  h->eps = o->opt.eps;
+  h->one_m_b1 = 1.0f - o->opt.beta1;
+  h->one_m_b2 = 1.0f - o->opt.beta2;
+  h->step_size = (float)((double)lr / (1.0 - pow((double)o->opt.beta1, t)));
+  h->bc2_sqrt = (float)sqrt(1.0 - pow((double)o->opt.beta2, t));
+  h->decay = 1.0f - lr * o->opt.weight_decay;
+}
+
+/* torch.optim.AdamW's arithmetic: m.lerp_(g, 1 - b1); v = b2 v + (1 - b2) g^2;
+ * p = p (1 - lr wd) - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, float *restrict p,
+                                 const float *restrict g, float *restrict m, float *restrict v, int64_t len) {
+  float dec = decay ? h->decay : 1.0f;
+  /* element-wise: the same bits with any number of threads */
+#pragma omp parallel for schedule(static) if (len > 65536)
+  for (int64_t i = 0; i < len; i++) {
+    float gi = g[i];
+    float mi = m[i] + h->one_m_b1 * (gi - m[i]);
+    float vi = h->b2 * v[i] + h->one_m_b2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
+  }
+}
+
+void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a) {
+  size_t slab = (size_t)rf_max_i64(o->shard_elems, 1);
+  a->m = rf_xcalloc(slab, sizeof(float));
+  a->v = rf_xcalloc(slab, sizeof(float));
+  o->stats.state_bytes = 2 * o->shard_elems * (int64_t)sizeof(float);
+}
+
+void rf_optim_adamw_state_free(struct rf_optim_adamw_state *a) {
+  free(a->m);
+  free(a->v);
+}
+
+void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *a, float lr) {
+  struct rf_optim_hyper h;
+  rf_optim_hyper_init(o, lr, &h);
+  for (int i = 0; i < o->n; i++) {
+    const struct rf_optim_view *w = &o->views[i];
+    int64_t len = w->v.end - w->v.begin;
+    if ((w->flags & RF_OPTIM_FLAG_MATRIX) || len == 0) continue;
+    rf_optim_adamw_piece(&h, w->flags & RF_OPTIM_FLAG_DECAY, w->v.master, w->v.grad, a->m + w->v.shard_offset,
+                         a->v + w->v.shard_offset, len);
+  }
+}
+
+void rf_optim_adamw_state_slab(const struct rf_optim *o, const struct rf_optim_adamw_state *a, int i,
+                               struct rf_optim_state_slab *out) {
+  out->name = i == 0 ? "m" : "v";
+  out->data = i == 0 ? a->m : a->v;
+  out->dtype = RF_DTYPE_F32;
+  out->count = o->shard_elems;
+  out->shard_layout = 1;
+}
+
+/* ---- the optimizer ------------------------------------------------------------ */
+
+static int rf_optim_adamw_create(struct rf_optim *o) {
+  struct rf_optim_adamw_state *a = rf_xcalloc(1, sizeof *a);
+  o->impl = a;
+  rf_optim_adamw_state_init(o, a);
+  for (int i = 0; i < o->n; i++) o->stats.state_bytes_used += 8 * (o->views[i].v.end - o->views[i].v.begin);
+  return 0;
+}
+
+static void rf_optim_adamw_step(struct rf_optim *o, float lr) { rf_optim_adamw_state_step(o, o->impl, lr); }
+
+static void rf_optim_adamw_state(const struct rf_optim *o, int i, struct rf_optim_state_slab *out) {
+  rf_optim_adamw_state_slab(o, o->impl, i, out);
+}
+
+static void rf_optim_adamw_free(struct rf_optim *o) {
+  if (!o->impl) return;
+  rf_optim_adamw_state_free(o->impl);
+  free(o->impl);
+}
+
+const struct rf_optim_ops rf_optim_adamw_ops = {
+    .name = "adamw",
+    .block_rows = 1,
+    .vector_block = 1,
+    .n_states = 2,
+    .create = rf_optim_adamw_create,
+    .step = rf_optim_adamw_step,
+    .state = rf_optim_adamw_state,
+    .free = rf_optim_adamw_free,
+};

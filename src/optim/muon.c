@@ -1,0 +1,195 @@
+/* src/optim: Muon (torch.optim.Muon's arithmetic: momentum with Nesterov, the
+ * update orthogonalized by Newton-Schulz and scaled to AdamW's RMS) on the views
+ * flagged MATRIX, each matrix whole on its owner rank through the matrix-owner
+ * transport (owners.c); AdamW with f32 state on the other views. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "optim/optim.h"
+
+struct rf_optim_muon_matrix {
+  int view;
+  float lr_adjust; /* adjusted lr = lr * lr_adjust */
+  int64_t ns_count;
+};
+
+struct rf_optim_muon {
+  struct rf_optim_adamw_state s; /* m: the momentum of MATRIX views, AdamW's m elsewhere; v: AdamW's */
+  struct rf_optim_muon_matrix *mats;
+  int n_mats;
+  int *matrix_of; /* o->n: the matrix index of a view, or -1 */
+  struct rf_optim_owners *owners;
+  float lr; /* of the step in progress */
+  struct rf_optim *o;
+};
+
+static int rf_optim_muon_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
+  const char *nm = v->name ? v->name : "?";
+  RF_REQUIRE(v->ndim == 2, "optim: Muon view %d (%s) is %d-D; Muon takes 2-D matrices", i, nm, v->ndim);
+  RF_REQUIRE(v->starts, "optim: Muon view %d (%s) has no starts", i, nm);
+  RF_REQUIRE(v->starts[0] == 0 && v->starts[o->world] == v->numel,
+             "optim: Muon view %d (%s): starts do not cover the tensor", i, nm);
+  for (int r = 0; r < o->world; r++)
+    RF_REQUIRE(v->starts[r] <= v->starts[r + 1], "optim: Muon view %d (%s): starts decrease at rank %d", i,
+               nm, r);
+  RF_REQUIRE(v->starts[o->rank] == v->begin && v->starts[o->rank + 1] == v->end,
+             "optim: Muon view %d (%s): starts disagree with the local range", i, nm);
+  RF_REQUIRE(v->shape[0] <= INT32_MAX && v->shape[1] <= INT32_MAX, "optim: Muon view %d (%s) too large", i,
+             nm);
+  return 0;
+}
+
+static int rf_optim_muon_create(struct rf_optim *o) {
+  RF_REQUIRE(o->comm, "optim: Muon needs a communicator");
+  RF_REQUIRE(o->opt.muon_ns_steps >= 0 && o->opt.muon_ns_steps < 100, "optim: %d Newton-Schulz steps",
+             o->opt.muon_ns_steps);
+  for (int i = 0; i < o->n; i++)
+    if ((o->views[i].flags & RF_OPTIM_FLAG_MATRIX) && rf_optim_muon_check_view(o, &o->views[i].v, i) != 0)
+      return -1;
+  struct rf_optim_muon *mu = rf_xcalloc(1, sizeof *mu);
+  o->impl = mu;
+  mu->o = o;
+  rf_optim_adamw_state_init(o, &mu->s);
+  size_t nn = (size_t)(o->n > 0 ? o->n : 1);
+  mu->mats = rf_xcalloc(nn, sizeof *mu->mats);
+  mu->matrix_of = rf_xmalloc(nn * sizeof(int));
+  struct rf_optim_owners_matrix *desc = rf_xcalloc(nn, sizeof *desc);
+  for (int i = 0; i < o->n; i++) {
+    const struct rf_optim_view *w = &o->views[i];
+    int64_t len = w->v.end - w->v.begin;
+    mu->matrix_of[i] = -1;
+    if (!(w->flags & RF_OPTIM_FLAG_MATRIX)) {
+      o->stats.state_bytes_used += 8 * len;
+      continue;
+    }
+    o->stats.state_bytes_used += 4 * len;
+    int64_t a = w->v.shape[0], b = w->v.shape[1];
+    struct rf_optim_muon_matrix *x = &mu->mats[mu->n_mats];
+    x->view = i;
+    x->lr_adjust = o->opt.muon_scale == RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW
+                       ? (float)(0.2 * sqrt((double)rf_max_i64(a, b)))
+                       : (float)sqrt(fmax(1.0, (double)a / (double)b));
+    desc[mu->n_mats] = (struct rf_optim_owners_matrix){.rows = a,
+                                                       .cols = b,
+                                                       .starts = w->v.starts,
+                                                       .group = w->v.unit,
+                                                       .cost = rf_optim_ns_flops(a, b, o->opt.muon_ns_steps),
+                                                       .work = rf_optim_newton_schulz_work(a, b)};
+    mu->matrix_of[i] = mu->n_mats++;
+  }
+  rf_optim_owners_create(&mu->owners, o->comm, desc, mu->n_mats, o->opt.muon_overlap);
+  free(desc);
+  struct rf_optim_owners_stats ts;
+  rf_optim_owners_get_stats(mu->owners, &ts);
+  o->stats.workspace_bytes += ts.workspace_bytes;
+  return 0;
+}
+
+static void rf_optim_muon_free(struct rf_optim *o) {
+  struct rf_optim_muon *mu = o->impl;
+  if (!mu) return;
+  rf_optim_adamw_state_free(&mu->s);
+  rf_optim_owners_free(mu->owners);
+  free(mu->mats);
+  free(mu->matrix_of);
+  free(mu);
+}
+
+/* ---- the three stages the transport calls ---------------------------------------- */
+
+/* Momentum (torch.optim.Muon: buf.lerp_(g, 1 - mu); update = g.lerp(buf, mu) with
+ * Nesterov, else buf) of this rank's piece, into the transport's staging. */
+static void rf_optim_muon_pack(void *ctx, int k, float *u) {
+  struct rf_optim_muon *mu = ctx;
+  const struct rf_optim *o = mu->o;
+  const struct rf_optim_view *w = &o->views[mu->mats[k].view];
+  int64_t len = w->v.end - w->v.begin;
+  float m = o->opt.muon_momentum, om = 1.0f - m;
+  const float *g = w->v.grad;
+  float *buf = mu->s.m + w->v.shard_offset;
+  for (int64_t i = 0; i < len; i++) {
+    float b = buf[i] + om * (g[i] - buf[i]);
+    buf[i] = b;
+    u[i] = o->opt.muon_nesterov ? b - (b - g[i]) * om : b;
+  }
+}
+
+static void rf_optim_muon_compute(void *ctx, int k, float *x, float *work, void (*poll)(void *),
+                                  void *poll_arg) {
+  struct rf_optim_muon *mu = ctx;
+  struct rf_optim *o = mu->o;
+  const struct rf_optim_view *w = &o->views[mu->mats[k].view];
+  uint64_t t0 = rf_time_ns();
+  o->stats.muon_ns_flops += rf_optim_newton_schulz(x, w->v.shape[0], w->v.shape[1], o->opt.muon_ns_steps,
+                                                   o->opt.muon_ns_eps, work, poll, poll_arg);
+  o->stats.muon_ns_time_ns += rf_time_ns() - t0;
+  o->stats.muon_matrices++;
+  mu->mats[k].ns_count++;
+}
+
+/* p = p (1 - lr wd) - adjusted lr * orthogonalized update. */
+static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
+  struct rf_optim_muon *mu = ctx;
+  const struct rf_optim *o = mu->o;
+  const struct rf_optim_view *w = &o->views[mu->mats[k].view];
+  int64_t len = w->v.end - w->v.begin;
+  float *p = w->v.master;
+  float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - mu->lr * o->opt.weight_decay : 1.0f;
+  float alr = mu->lr * mu->mats[k].lr_adjust;
+  for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
+}
+
+static void rf_optim_muon_step(struct rf_optim *o, float lr) {
+  struct rf_optim_muon *mu = o->impl;
+  rf_optim_adamw_state_step(o, &mu->s, lr);
+  mu->lr = lr;
+  static const struct rf_optim_owners_fns fns = {
+      .pack = rf_optim_muon_pack, .compute = rf_optim_muon_compute, .unpack = rf_optim_muon_unpack};
+  rf_optim_owners_run(mu->owners, &fns, mu);
+}
+
+/* ---- state and stats ------------------------------------------------------------ */
+
+static void rf_optim_muon_state(const struct rf_optim *o, int i, struct rf_optim_state_slab *out) {
+  const struct rf_optim_muon *mu = o->impl;
+  rf_optim_adamw_state_slab(o, &mu->s, i, out);
+}
+
+static int rf_optim_muon_view_owner(const struct rf_optim *o, int view) {
+  const struct rf_optim_muon *mu = o->impl;
+  int k = mu->matrix_of[view];
+  return k < 0 ? -1 : rf_optim_owners_owner(mu->owners, k);
+}
+
+static int64_t rf_optim_muon_view_count(const struct rf_optim *o, int view) {
+  const struct rf_optim_muon *mu = o->impl;
+  int k = mu->matrix_of[view];
+  return k < 0 ? 0 : mu->mats[k].ns_count;
+}
+
+static void rf_optim_muon_stats(const struct rf_optim *o, struct rf_optim_stats *out) {
+  const struct rf_optim_muon *mu = o->impl;
+  struct rf_optim_owners_stats ts;
+  rf_optim_owners_get_stats(mu->owners, &ts);
+  out->muon_bytes_sent = ts.bytes_sent;
+  out->muon_bytes_recv = ts.bytes_recv;
+  out->muon_owned_flops = ts.owned_cost;
+  out->muon_step_bytes_sent = ts.step_bytes_sent;
+  out->muon_step_bytes_recv = ts.step_bytes_recv;
+  out->muon_comm_wait_ns = ts.wait_ns;
+}
+
+const struct rf_optim_ops rf_optim_muon_ops = {
+    .name = "muon",
+    .block_rows = 1,
+    .vector_block = 1,
+    .n_states = 2,
+    .takes_matrices = 1,
+    .create = rf_optim_muon_create,
+    .step = rf_optim_muon_step,
+    .state = rf_optim_muon_state,
+    .free = rf_optim_muon_free,
+    .owner = rf_optim_muon_view_owner,
+    .owner_count = rf_optim_muon_view_count,
+    .stats = rf_optim_muon_stats,
+};
