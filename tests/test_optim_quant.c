@@ -6,6 +6,12 @@
  *     magnitudes over 9 decades, zeros, constants, one spike): the scale is the
  *     exact absmax, every code is the nearest map value (brute force over 256),
  *     so the round-trip error is at most half the gap around the value times absmax;
+ *   - the direct-lookup quantizer equals the binary search over the map, code for
+ *     code, on both maps for: every map value and its neighbouring floats, the
+ *     f32 midpoints between neighbouring codes (the ties) and 4 floats either
+ *     side, the edges of every lookup bucket, zeros, subnormals, FLT_MIN,
+ *     values just outside [-1, 1], huge values, infinities, NaNs, 10^6 random
+ *     values in [-1.1, 1.1] and 10^6 random bit patterns;
  *   - tile geometry: 67 x 250 has 3 x 8 tiles, pieces cut at strips, inside a
  *     strip and inside a row give the expected block counts and cut tiles;
  *   - 8-bit AdamW against f32 AdamW on a fixed noisy quadratic (curvatures over
@@ -17,6 +23,8 @@
  *     (bit for bit), and brings every singular value into (0.5, 1.5);
  *   - bad input: a piece outside the shard, Muon without a communicator, an
  *     unknown kind. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +109,89 @@ static void view_piece(struct rf_tensor_view *v, const char *name, int ndim, int
   v->end = e;
   v->master = master;
   v->grad = grad;
+}
+
+static float f32_of_bits(uint32_t b) {
+  float x;
+  memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+/* Counts the floats where the lookup and the search disagree (prints the first). */
+static int64_t quantize_diff(int sgn, float x, int64_t *checked) {
+  uint8_t fast = rf_optim_quantize(sgn, x), ref = rf_optim_quantize_search(sgn, x);
+  (*checked)++;
+  if (fast == ref) return 0;
+  printf("  map %s, x = %a: lookup %d, search %d\n", sgn ? "signed" : "unsigned", (double)x, fast, ref);
+  return 1;
+}
+
+static void test_quantize_exact(void) {
+  for (int sgn = 0; sgn < 2; sgn++) {
+    const float *map = rf_optim_qmap(sgn);
+    int64_t bad = 0, checked = 0, ties = 0;
+    for (int c = 0; c < 256; c++) {
+      bad += quantize_diff(sgn, map[c], &checked);
+      bad += quantize_diff(sgn, nextafterf(map[c], -INFINITY), &checked);
+      bad += quantize_diff(sgn, nextafterf(map[c], INFINITY), &checked);
+      if (c == 255) continue;
+      float mid = (map[c] + map[c + 1]) / 2.0f, lo = mid, hi = mid;
+      ties += map[c + 1] - mid == mid - map[c];
+      bad += quantize_diff(sgn, mid, &checked);
+      for (int k = 0; k < 4; k++) {
+        lo = nextafterf(lo, -INFINITY);
+        hi = nextafterf(hi, INFINITY);
+        bad += quantize_diff(sgn, lo, &checked) + quantize_diff(sgn, hi, &checked);
+      }
+    }
+    /* the lookup's buckets: 7 mantissa bits of every exponent, both signs */
+    for (uint32_t key = 0; key <= 0x7f80; key++)
+      for (uint32_t s = 0; s < 2; s++) {
+        uint32_t b = (key << 16) | (s << 31);
+        bad += quantize_diff(sgn, f32_of_bits(b), &checked);
+        if (key > 0) bad += quantize_diff(sgn, f32_of_bits(b - 1), &checked);
+      }
+    const float special[] = {0.0f,
+                             -0.0f,
+                             FLT_TRUE_MIN,
+                             -FLT_TRUE_MIN,
+                             f32_of_bits(0x007fffff),
+                             f32_of_bits(0x807fffff),
+                             FLT_MIN,
+                             -FLT_MIN,
+                             1e-30f,
+                             -1e-30f,
+                             1.0000001f,
+                             -1.0000001f,
+                             1.5f,
+                             -1.5f,
+                             2.0f,
+                             -2.0f,
+                             1e30f,
+                             -1e30f,
+                             FLT_MAX,
+                             -FLT_MAX,
+                             INFINITY,
+                             -INFINITY,
+                             NAN,
+                             -NAN,
+                             f32_of_bits(0x7f800001),
+                             f32_of_bits(0xffc00001)};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+      bad += quantize_diff(sgn, special[i], &checked);
+    uint64_t rng = 11 + (uint64_t)sgn;
+    for (int i = 0; i < 1000000; i++) {
+      bad += quantize_diff(sgn, 2.2f * rf_test_rand_f32(&rng) - 1.1f, &checked);
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      bad += quantize_diff(sgn, f32_of_bits((uint32_t)(rng >> 32)), &checked);
+    }
+    printf(
+        "quantizer, %s map: lookup = search on %lld floats (%lld exact ties among the midpoints), %lld "
+        "differ\n",
+        sgn ? "signed" : "unsigned", (long long)checked, (long long)ties, (long long)bad);
+    RF_CHECK(bad == 0, "%s map: %lld floats where the lookup differs from the search",
+             sgn ? "signed" : "unsigned", (long long)bad);
+  }
 }
 
 static void test_tiles(void) {
@@ -298,6 +389,7 @@ static void test_errors(void) {
 int main(void) {
   test_maps();
   test_roundtrip();
+  test_quantize_exact();
   test_tiles();
   test_8bit_vs_f32();
   test_newton_schulz();

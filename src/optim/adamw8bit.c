@@ -25,7 +25,8 @@ struct rf_optim_8bit {
   float *ms, *vs;                   /* absmax per block, n_scales */
   int64_t n_scales;
   uint8_t zero_code_m;
-  float *blk_m, *blk_v; /* RF_OPTIM_BLOCK_MAX each: one block's moments in f32 */
+  float *blk_m, *blk_v;     /* RF_OPTIM_BLOCK_MAX each: one block's moments in f32 */
+  uint8_t *blk_cm, *blk_cv; /* RF_OPTIM_BLOCK_MAX each: their new codes */
 };
 
 /* ---- blocks ------------------------------------------------------------------ */
@@ -148,8 +149,10 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
   q->blk_m = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
   q->blk_v = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
+  q->blk_cm = rf_xaligned(64, RF_OPTIM_BLOCK_MAX);
+  q->blk_cv = rf_xaligned(64, RF_OPTIM_BLOCK_MAX);
   o->stats.state_bytes = 2 * o->shard_elems + 2 * q->n_scales * (int64_t)sizeof(float);
-  o->stats.workspace_bytes = 2 * RF_OPTIM_BLOCK_MAX * (int64_t)sizeof(float);
+  o->stats.workspace_bytes = 2 * RF_OPTIM_BLOCK_MAX * ((int64_t)sizeof(float) + 1);
   return 0;
 }
 
@@ -163,6 +166,8 @@ static void rf_optim_8bit_free(struct rf_optim *o) {
   free(q->vs);
   free(q->blk_m);
   free(q->blk_v);
+  free(q->blk_cm);
+  free(q->blk_cv);
   free(q);
 }
 
@@ -193,12 +198,15 @@ static void rf_optim_8bit_block(struct rf_optim_8bit *q, const struct rf_optim_h
       p[i] = p[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
     }
   float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
+  uint8_t *cm = q->blk_cm, *cv = q->blk_cv;
+  rf_optim_quantize_scaled(1, bm, t, im, cm);
+  rf_optim_quantize_scaled(0, bv, t, iv, cv);
   t = 0;
   for (int r = 0; r < runs->n; r++)
     for (int64_t i = runs->lo[r]; i < runs->hi[r]; i++, t++) {
-      mq[i] = rf_optim_quantize(1, bm[t] * im);
-      uint8_t cv = rf_optim_quantize(0, bv[t] * iv);
-      vq[i] = cv == 0 && bv[t] > 0.0f ? 1 : cv; /* a positive v never decodes to 0 (no m / eps blow-up) */
+      mq[i] = cm[t];
+      vq[i] =
+          cv[t] == 0 && bv[t] > 0.0f ? 1 : cv[t]; /* a positive v never decodes to 0 (no m / eps blow-up) */
     }
   q->ms[k] = am;
   q->vs[k] = av;

@@ -146,8 +146,14 @@ void rf_optim_owners_get_stats(const struct rf_optim_owners *t, struct rf_optim_
 
 /* bitsandbytes' create_dynamic_map(signed, 7, 8): 256 sorted values in [-1, 1]. */
 const float *rf_optim_qmap(int is_signed);
-/* The code of the map value nearest to x (x normalized to [-1, 1]). */
+/* The code of the map value nearest to x (x normalized to [-1, 1]; a tie goes to
+ * the lower code; NaN and x below the map: 0): a direct lookup. */
 uint8_t rf_optim_quantize(int is_signed, float x);
+/* The same by binary search over the map: the reference the lookup is built
+ * from and tested against. */
+uint8_t rf_optim_quantize_search(int is_signed, float x);
+/* codes[i] = rf_optim_quantize(is_signed, x[i] * scale). */
+void rf_optim_quantize_scaled(int is_signed, const float *x, int64_t n, float scale, uint8_t *codes);
 /* Quantizes n floats with their absmax: codes[i] = nearest(x[i] / absmax). */
 void rf_optim_quantize_block(int is_signed, const float *x, int64_t n, uint8_t *codes, float *absmax);
 void rf_optim_dequantize_block(int is_signed, const uint8_t *codes, int64_t n, float absmax, float *x);
