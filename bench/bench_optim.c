@@ -9,7 +9,10 @@
  *      FLOPs per rank and the redundancy factor (FLOPs in the world / FLOPs of
  *      the matrices: 1.0 here, W for the naive pattern); owner balance max/mean.
  *   2. One transformer layer, measured: time of a Muon step (blocking and
- *      overlapped all-to-all-v), bytes counted, NS time. */
+ *      overlapped all-to-all-v), bytes counted, NS time.
+ *   3. Two layers, measured on each rank's own shard: nanoseconds per parameter of
+ *      an adamw and an adamw8bit step (median of 7 repeats of 2 steps, rank 0's
+ *      shard; threads as OMP_NUM_THREADS) and their ratio (issue 14: <= 3). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +261,56 @@ static void one_layer(const struct rf_comm *comm) {
   free(l.shard_off);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void elementwise(const struct rf_comm *comm) {
+  static struct model m;
+  build_model(&m, 2, 0);
+  struct layout l;
+  build_layout(&m, comm->world, comm->rank, &l);
+  float *master = calloc((size_t)l.shard_elems + 1, sizeof(float)),
+        *grad = calloc((size_t)l.shard_elems + 1, 4);
+  uint64_t s = 7;
+  for (int64_t i = 0; i < l.shard_elems; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    grad[i] = 1e-3f * ((float)((s >> 40) & 0xffff) / 65536.0f - 0.5f);
+  }
+  static struct rf_tensor_view v[MAXT];
+  static int flags[MAXT];
+  make_views(&m, &l, comm->rank, master, grad, v, flags);
+  enum { REPEATS = 7, STEPS = 2 };
+  double ns[2];
+  for (int k = 0; k < 2; k++) {
+    struct rf_optim_options opt;
+    rf_optim_options_default(&opt);
+    opt.kind = k ? RF_OPTIM_KIND_ADAMW8BIT : RF_OPTIM_KIND_ADAMW;
+    struct rf_optim *o;
+    if (rf_optim_create(&o, &opt, v, flags, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
+    rf_optim_step(o, 1e-3f); /* warm-up: pages touched, maps built */
+    double per[REPEATS];
+    for (int r = 0; r < REPEATS; r++) {
+      uint64_t t0 = rf_time_ns();
+      for (int i = 0; i < STEPS; i++) rf_optim_step(o, 1e-3f);
+      per[r] = (double)(rf_time_ns() - t0) / ((double)STEPS * (double)rf_max_i64(l.shard_elems, 1));
+    }
+    qsort(per, REPEATS, sizeof per[0], cmp_double);
+    ns[k] = per[REPEATS / 2];
+    rf_optim_free(o);
+  }
+  if (comm->rank == 0)
+    printf(
+        "element-wise step, 2 layers, rank 0's %.2fM parameters: adamw %.2f ns/param, adamw8bit %.2f "
+        "ns/param, ratio %.2f (target <= 3; median of %d x %d steps)\n",
+        (double)l.shard_elems / 1e6, ns[0], ns[1], ns[1] / ns[0], REPEATS, STEPS);
+  free(master);
+  free(grad);
+  free(l.starts);
+  free(l.shard_off);
+}
+
 int main(int argc, char **argv) {
   rf_comm_mpi_init(&argc, &argv);
   struct rf_comm comm;
@@ -265,6 +318,7 @@ int main(int argc, char **argv) {
   if (comm.world > MAXW) RF_DIE("at most %d ranks", MAXW);
   whole_model(&comm);
   one_layer(&comm);
+  elementwise(&comm);
   rf_comm_free(&comm);
   rf_comm_mpi_finalize();
   return 0;
