@@ -25,8 +25,7 @@ struct rf_optim_8bit {
   float *ms, *vs;                   /* absmax per block, n_scales */
   int64_t n_scales;
   uint8_t zero_code_m;
-  float *blk_m, *blk_v;     /* RF_OPTIM_BLOCK_MAX each: one block's moments in f32 */
-  uint8_t *blk_cm, *blk_cv; /* RF_OPTIM_BLOCK_MAX each: their new codes */
+  float *blk_m, *blk_v; /* RF_OPTIM_BLOCK_MAX each: one block's moments in f32 */
 };
 
 /* ---- blocks ------------------------------------------------------------------ */
@@ -149,10 +148,8 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
   q->blk_m = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
   q->blk_v = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
-  q->blk_cm = rf_xaligned(64, RF_OPTIM_BLOCK_MAX);
-  q->blk_cv = rf_xaligned(64, RF_OPTIM_BLOCK_MAX);
   o->stats.state_bytes = 2 * o->shard_elems + 2 * q->n_scales * (int64_t)sizeof(float);
-  o->stats.workspace_bytes = 2 * RF_OPTIM_BLOCK_MAX * ((int64_t)sizeof(float) + 1);
+  o->stats.workspace_bytes = 2 * RF_OPTIM_BLOCK_MAX * (int64_t)sizeof(float);
   return 0;
 }
 
@@ -166,8 +163,6 @@ static void rf_optim_8bit_free(struct rf_optim *o) {
   free(q->vs);
   free(q->blk_m);
   free(q->blk_v);
-  free(q->blk_cm);
-  free(q->blk_cv);
   free(q);
 }
 
@@ -181,33 +176,43 @@ static void rf_optim_8bit_block(struct rf_optim_8bit *q, const struct rf_optim_h
   float *p = w->v.master;
   const float *g = w->v.grad;
   uint8_t *mq = q->mq + w->v.shard_offset, *vq = q->vq + w->v.shard_offset;
-  float ms = q->ms[k], vs = q->vs[k], am = 0.0f, av = 0.0f;
+  float ms = q->ms[k], vs = q->vs[k];
+  float am = 0.0f, av = 0.0f;
   float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? h->decay : 1.0f;
   float *bm = q->blk_m, *bv = q->blk_v;
   int64_t t = 0;
-  for (int r = 0; r < runs->n; r++)
-    for (int64_t i = runs->lo[r]; i < runs->hi[r]; i++, t++) {
-      float gi = g[i];
-      float mi = qs[mq[i]] * ms, vi = qu[vq[i]] * vs;
+  for (int r = 0; r < runs->n; r++) {
+    int64_t lo = runs->lo[r], n = runs->hi[r] - lo;
+    float *restrict pr = p + lo, *restrict bmr = bm + t, *restrict bvr = bv + t;
+    const float *restrict gr = g + lo;
+    const uint8_t *restrict mqr = mq + lo, *restrict vqr = vq + lo;
+    for (int64_t i = 0; i < n; i++) {
+      float gi = gr[i];
+      float mi = qs[mqr[i]] * ms, vi = qu[vqr[i]] * vs;
       mi = mi + h->one_m_b1 * (gi - mi);
       vi = h->b2 * vi + h->one_m_b2 * (gi * gi);
-      bm[t] = mi;
-      bv[t] = vi;
-      am = fmaxf(am, fabsf(mi));
-      av = fmaxf(av, vi);
-      p[i] = p[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
+      bmr[i] = mi;
+      bvr[i] = vi;
+      float ai = fabsf(mi);
+      am = ai > am ? ai : am; /* fmaxf here (no NaN in am), without the call */
+      av = vi > av ? vi : av;
+      pr[i] = pr[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
     }
+    t += n;
+  }
   float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
-  uint8_t *cm = q->blk_cm, *cv = q->blk_cv;
-  rf_optim_quantize_scaled(1, bm, t, im, cm);
-  rf_optim_quantize_scaled(0, bv, t, iv, cv);
   t = 0;
-  for (int r = 0; r < runs->n; r++)
-    for (int64_t i = runs->lo[r]; i < runs->hi[r]; i++, t++) {
-      mq[i] = cm[t];
-      vq[i] =
-          cv[t] == 0 && bv[t] > 0.0f ? 1 : cv[t]; /* a positive v never decodes to 0 (no m / eps blow-up) */
-    }
+  for (int r = 0; r < runs->n; r++) {
+    int64_t lo = runs->lo[r], n = runs->hi[r] - lo;
+    uint8_t *restrict vqr = vq + lo;
+    const float *restrict bvr = bv + t;
+    rf_optim_quantize_scaled(1, bm + t, n, im, mq + lo);
+    rf_optim_quantize_scaled(0, bvr, n, iv, vqr);
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) /* a positive v never decodes to 0 (no m / eps blow-up) */
+      vqr[i] = (uint8_t)(vqr[i] | ((vqr[i] == 0) & (bvr[i] > 0.0f)));
+    t += n;
+  }
   q->ms[k] = am;
   q->vs[k] = av;
 }

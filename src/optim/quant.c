@@ -62,7 +62,7 @@ static void rf_optim_map_build(float *map, int is_signed) {
 struct rf_optim_qtable {
   float map[256];
   float thr[257];                       /* T[0..254], then NaN, NaN (never <= x) */
-  uint8_t start[2 * RF_OPTIM_QBUCKETS]; /* [sign][bucket]: the code at the bucket's lower end */
+  int32_t start[2 * RF_OPTIM_QBUCKETS]; /* [sign][bucket]: the code at the bucket's lower end */
 };
 
 static struct rf_optim_qtable rf_optim_qtables[2]; /* [is_signed] */
@@ -146,11 +146,12 @@ const float *rf_optim_qmap(int is_signed) {
 
 static inline uint8_t rf_optim_quantize_fast(const struct rf_optim_qtable *t, float x) {
   uint32_t b = rf_optim_bits_of(x);
-  int32_t i = (int32_t)((b & 0x7fffffffu) >> 16) - RF_OPTIM_QKEY_LO;
-  i = i < 0 ? 0 : i > RF_OPTIM_QBUCKETS - 1 ? RF_OPTIM_QBUCKETS - 1 : i;
-  int c = t->start[(b >> 31) * RF_OPTIM_QBUCKETS + (uint32_t)i];
+  int32_t k = (int32_t)((b & 0x7fffffffu) >> 16) - RF_OPTIM_QKEY_LO;
+  k = k > 0 ? k : 0;
+  k = k < RF_OPTIM_QBUCKETS - 1 ? k : RF_OPTIM_QBUCKETS - 1;
+  int32_t c = t->start[(int32_t)(b >> 31) * RF_OPTIM_QBUCKETS + k];
   c += (t->thr[c] <= x) + (t->thr[c + 1] <= x);
-  return x == x ? (uint8_t)c : 0; /* NaN: 0, as the search */
+  return (uint8_t)(c * (x == x)); /* NaN: 0, as the search */
 }
 
 uint8_t rf_optim_quantize(int is_signed, float x) {
@@ -165,6 +166,7 @@ uint8_t rf_optim_quantize_search(int is_signed, float x) {
 void rf_optim_quantize_scaled(int is_signed, const float *x, int64_t n, float scale, uint8_t *codes) {
   rf_optim_maps_init();
   const struct rf_optim_qtable *t = &rf_optim_qtables[is_signed != 0];
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) codes[i] = rf_optim_quantize_fast(t, x[i] * scale);
 }
 
