@@ -40,11 +40,11 @@ int main(void) {
     RF_CHECK(got_bytes == want_bytes, "W=%d: %zu bytes of logits, expected %zu", w, got_bytes, want_bytes);
     if (got_bytes == want_bytes) {
       size_t n = want_bytes / sizeof(float);
-      double d = rf_test_max_abs_diff((const float *)got, (const float *)want, n);
+      double d = rf_test_max_abs_diff((const float *)(void *)got, (const float *)(void *)want, n);
       printf(
           "rfsdp logits at W=%d vs transformers on the export: max |diff| %.3g over %zu logits (largest "
           "|logit| %.3g)\n",
-          w, d, n, rf_test_max_abs((const float *)want, n));
+          w, d, n, rf_test_max_abs((const float *)(void *)want, n));
       RF_CHECK(d <= 2e-5, "W=%d: logits differ from transformers' by %.3g > 2e-5", w, d);
     }
     free(got);

@@ -156,7 +156,7 @@ static int check_measured_table(const char *path) {
 int main(void) {
   DIR *d = opendir("docs");
   RF_ASSERT(d);
-  char *paths[128];
+  char *paths[128] = {0};
   int n_paths = 0;
   struct dirent *e;
   while ((e = readdir(d)) && n_paths < 128) {
