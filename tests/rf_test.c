@@ -97,6 +97,28 @@ float rf_test_rand_f32(uint64_t *state) {
   return (float)((double)(rf_test_rand_u64(state) >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
+void rf_test_random_cuts(int64_t numel, int world, uint64_t seed, int64_t *cuts) {
+  cuts[0] = 0;
+  cuts[world] = numel;
+  for (int r = 1; r < world; r++) cuts[r] = (int64_t)(rf_test_rand_u64(&seed) % (uint64_t)(numel + 1));
+  for (int r = 1; r < world; r++)
+    for (int s = r + 1; s < world; s++)
+      if (cuts[s] < cuts[r]) {
+        int64_t x = cuts[r];
+        cuts[r] = cuts[s];
+        cuts[s] = x;
+      }
+}
+
+FILE *rf_test_fopen(const char *path, const char *mode) {
+  FILE *f = fopen(path, mode);
+  if (!f) {
+    perror(path);
+    abort();
+  }
+  return f;
+}
+
 int rf_test_files_equal(const char *a, const char *b) {
   char *x, *y;
   size_t nx, ny;

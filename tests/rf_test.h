@@ -58,5 +58,11 @@ int rf_test_finish(const char *name);
 uint64_t rf_test_rand_u64(uint64_t *state);
 /* Uniform in [-1, 1). */
 float rf_test_rand_f32(uint64_t *state);
+/* world + 1 cut points of [0, numel) from `seed`: random, sorted, empty ranges allowed
+ * (identical on every rank given the same seed). */
+void rf_test_random_cuts(int64_t numel, int world, uint64_t seed, int64_t *cuts);
+
+/* fopen or stop the test (abort: a broken test environment, not a failed check). */
+FILE *rf_test_fopen(const char *path, const char *mode);
 
 #endif

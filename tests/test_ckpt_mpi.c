@@ -19,20 +19,6 @@ static int agree_mpi(void *ctx, int status) {
   return s;
 }
 
-/* Identical on every rank: world + 1 sorted random cut points of [0, numel). */
-static void split(int64_t numel, int world, uint64_t seed, int64_t *cuts) {
-  cuts[0] = 0;
-  cuts[world] = numel;
-  for (int r = 1; r < world; r++) cuts[r] = (int64_t)(rf_test_rand_u64(&seed) % (uint64_t)(numel + 1));
-  for (int r = 1; r < world; r++)
-    for (int s = r + 1; s < world; s++)
-      if (cuts[s] < cuts[r]) {
-        int64_t x = cuts[r];
-        cuts[r] = cuts[s];
-        cuts[s] = x;
-      }
-}
-
 int main(int argc, char **argv) {
   int world;
   int rank = rf_test_mpi_init(&argc, &argv, &world);
@@ -59,7 +45,7 @@ int main(int argc, char **argv) {
   struct rf_ckpt_piece pieces[N_TENSORS];
   for (int i = 0; i < N_TENSORS; i++) {
     int64_t cuts[8];
-    split(shapes[i][0] * shapes[i][1], world, 100 + (uint64_t)i, cuts);
+    rf_test_random_cuts(shapes[i][0] * shapes[i][1], world, 100 + (uint64_t)i, cuts);
     pieces[i] = (struct rf_ckpt_piece){.name = names[i],
                                        .dtype = dtypes[i],
                                        .ndim = 2,
@@ -86,7 +72,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < N_TENSORS; i++) {
     int64_t numel = shapes[i][0] * shapes[i][1], cuts[8];
     size_t es = rf_dtype_size(dtypes[i]);
-    split(numel, world, 900 + (uint64_t)i, cuts);
+    rf_test_random_cuts(numel, world, 900 + (uint64_t)i, cuts);
     uint8_t *buf = malloc((size_t)numel * es);
     int rc = rf_ckpt_read(&ck, names[i], dtypes[i], 2, shapes[i], cuts[rank], cuts[rank + 1], buf);
     RF_CHECK(rc == 0 && memcmp(buf, data[i] + (size_t)cuts[rank] * es,

@@ -14,16 +14,6 @@
 #include "ckpt/ckpt.h"
 #include "rf_test.h"
 
-/* fopen or stop the test (abort: a broken test environment, not a failed check). */
-static FILE *xfopen(const char *path, const char *mode) {
-  FILE *f = fopen(path, mode);
-  if (!f) {
-    perror(path);
-    abort();
-  }
-  return f;
-}
-
 #define N_TENSORS 6
 #define CHUNK 256
 
@@ -59,20 +49,6 @@ static void make_tensors(void) {
   }
 }
 
-/* world + 1 cut points of [0, numel): random, sorted, empty ranges allowed. */
-static void split(int64_t numel, int world, uint64_t seed, int64_t *cuts) {
-  cuts[0] = 0;
-  cuts[world] = numel;
-  for (int r = 1; r < world; r++) cuts[r] = (int64_t)(rf_test_rand_u64(&seed) % (uint64_t)(numel + 1));
-  for (int r = 1; r < world; r++)
-    for (int s = r + 1; s < world; s++)
-      if (cuts[s] < cuts[r]) {
-        int64_t x = cuts[r];
-        cuts[r] = cuts[s];
-        cuts[s] = x;
-      }
-}
-
 static const char *extra = "{\"rng\":[1,2,3],\"data_step\":17}";
 
 static int agree_local(void *ctx, int status) { return *(int *)ctx ? -1 : status; }
@@ -83,7 +59,7 @@ static int save(const char *dir, int world, int stop, int64_t step, uint64_t see
     struct rf_ckpt_piece pieces[N_TENSORS];
     for (int i = 0; i < N_TENSORS; i++) {
       int64_t cuts[16];
-      split(tensors[i].numel, world, seed + (uint64_t)i, cuts);
+      rf_test_random_cuts(tensors[i].numel, world, seed + (uint64_t)i, cuts);
       struct rf_ckpt_piece *p = &pieces[i];
       memset(p, 0, sizeof *p);
       p->name = tensors[i].name;
@@ -119,7 +95,7 @@ static int load_and_compare(const char *dir, int world, uint64_t seed) {
     struct tensor *t = &tensors[i];
     size_t es = rf_dtype_size(t->dtype);
     int64_t cuts[16];
-    split(t->numel, world, seed + (uint64_t)i, cuts);
+    rf_test_random_cuts(t->numel, world, seed + (uint64_t)i, cuts);
     for (int r = 0; r < world; r++) {
       int64_t b = cuts[r], e = cuts[r + 1];
       uint8_t *buf = malloc((size_t)(e - b) * es + 1);
@@ -188,7 +164,7 @@ static void fresh_copy(const char *good, const char *bad) {
 }
 
 static void patch(const char *path, long offset, uint8_t xor_with) {
-  FILE *f = xfopen(path, "r+b");
+  FILE *f = rf_test_fopen(path, "r+b");
   RF_ASSERT(fseek(f, offset, SEEK_SET) == 0);
   int c = fgetc(f);
   RF_ASSERT(c != EOF && fseek(f, offset, SEEK_SET) == 0);
@@ -203,7 +179,7 @@ static void replace_in_file(const char *path, const char *from, const char *to) 
   char *at = strstr(buf, from);
   if (!at || strlen(from) != strlen(to)) abort();
   memcpy(at, to, strlen(to));
-  FILE *f = xfopen(path, "wb");
+  FILE *f = rf_test_fopen(path, "wb");
   RF_ASSERT(fwrite(buf, 1, n, f) == n);
   fclose(f);
   free(buf);

@@ -10,16 +10,6 @@
 #include "data/data.h"
 #include "rf_test.h"
 
-/* fopen or stop the test (abort: a broken test environment, not a failed check). */
-static FILE *xfopen(const char *path, const char *mode) {
-  FILE *f = fopen(path, mode);
-  if (!f) {
-    perror(path);
-    abort();
-  }
-  return f;
-}
-
 static char dir[64];
 
 static void path_in_dir(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
@@ -36,14 +26,14 @@ static void copy_file(const char *from, const char *to) {
   char *buf;
   size_t n;
   RF_ASSERT(rf_file_read_all(from, &buf, &n) == 0);
-  FILE *f = xfopen(to, "wb");
+  FILE *f = rf_test_fopen(to, "wb");
   RF_ASSERT(fwrite(buf, 1, n, f) == n);
   fclose(f);
   free(buf);
 }
 
 static void patch_file(const char *path, long offset, const void *bytes, size_t n) {
-  FILE *f = xfopen(path, "r+b");
+  FILE *f = rf_test_fopen(path, "r+b");
   RF_ASSERT(fseek(f, offset, SEEK_SET) == 0 && fwrite(bytes, 1, n, f) == n);
   fclose(f);
 }
@@ -123,7 +113,7 @@ static void test_bad_files(void) {
   expect_error(rf_token_file_open(&f, bad), bad, "does not match the file size",
                "count larger than the file");
   copy_file(good, bad);
-  FILE *fp = xfopen(bad, "ab");
+  FILE *fp = rf_test_fopen(bad, "ab");
   RF_ASSERT(fwrite("zz", 1, 2, fp) == 2);
   fclose(fp);
   expect_error(rf_token_file_open(&f, bad), bad, "does not match the file size", "trailing bytes");
@@ -225,7 +215,7 @@ static void test_prepare(void) {
   uint8_t *text = malloc(BYTES);
   uint64_t rng = 99;
   for (int i = 0; i < BYTES; i++) text[i] = (uint8_t)rf_test_rand_u64(&rng);
-  FILE *fp = xfopen(input, "wb");
+  FILE *fp = rf_test_fopen(input, "wb");
   RF_ASSERT(fwrite(text, 1, BYTES, fp) == BYTES);
   fclose(fp);
 
