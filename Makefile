@@ -26,6 +26,11 @@ TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 HEADERS := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
+# what format and lint cover: every folder holding C (fuzz/ and docs/example/ are built by their own rules)
+C_DIRS := $(wildcard src tools tests bench fuzz docs/example)
+EXTRA_SRC := $(sort $(wildcard fuzz/*.c docs/example/*.c))
+ALL_C := $(sort $(wildcard include/*.h src/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch] fuzz/*.[ch] \
+  docs/example/*.[ch]))
 
 .PHONY: all setup test test-asan mutate fuzz bench demo install clean format lint help
 .DEFAULT_GOAL := all
@@ -120,13 +125,13 @@ install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 
 format:
 	@scripts/setup --dev
-	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(TEST_SUPPORT) $(BENCH_SRC) $(HEADERS)
+	clang-format -i $(ALL_C)
 
 lint:
 	@scripts/setup --dev
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	  --suppress=missingIncludeSystem -Iinclude -Isrc src tools tests bench
-	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) -- -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc \
+	  --suppress=missingIncludeSystem -Iinclude -Isrc $(C_DIRS)
+	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) $(EXTRA_SRC) -- -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc \
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
