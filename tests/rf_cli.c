@@ -1,5 +1,6 @@
 /* Runs the rfsdp command from a test (see rf_cli.h). */
 #include "rf_cli.h"
+#include "core/core.h"
 
 #include <libgen.h>
 #include <stdarg.h>
@@ -71,4 +72,12 @@ int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *
   snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout -k 5 %d %s %s %s 2>&1", limit_s,
            mpi, rf_cli_binary(), args);
   return rf_cli_shell(out, out_size, cmd);
+}
+
+void rf_cli_write_tiny_model(const char *path) {
+  const char *tiny =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
+  RF_ASSERT(rf_file_write_all(path, tiny, strlen(tiny)) == 0);
 }

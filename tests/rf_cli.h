@@ -19,4 +19,8 @@ double rf_cli_last_seconds(void);
 /* The path of the rfsdp binary (static storage). */
 const char *rf_cli_binary(void);
 
+/* Writes the tiny llama config the CLI tests train to `path` (26240 parameters: embedding
+ * 256x32, 2 layers, final norm, head 256x32); aborts when it cannot. */
+void rf_cli_write_tiny_model(const char *path);
+
 #endif

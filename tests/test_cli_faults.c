@@ -352,11 +352,7 @@ int main(void) {
   RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
   free(buf);
   RF_ASSERT(rf_file_write_all(afile, "x", 1) == 0);
-  const char *tiny =
-      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
-      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
-      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
-  RF_ASSERT(rf_file_write_all(model, tiny, strlen(tiny)) == 0);
+  rf_cli_write_tiny_model(model);
   char out[16384];
   works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0", text, data0);

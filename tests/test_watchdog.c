@@ -141,11 +141,7 @@ int main(void) {
   free(buf);
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  const char *tiny =
-      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
-      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
-      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
-  RF_ASSERT(rf_file_write_all(model, tiny, strlen(tiny)) == 0);
+  rf_cli_write_tiny_model(model);
 
   check_bad_option(model, data);
   check_stopped_rank(model, data);
