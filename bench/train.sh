@@ -135,7 +135,7 @@ fi
 rf_run floor-w1t1 "$tiny" 1 1 4 16 2 || exit 1
 rf_run floor-bf16-w1 "$tiny" 1 2 4 16 2 --compute-dtype bf16 || exit 1
 rf_run floor-bf16-w1t1 "$tiny" 1 1 4 16 2 --compute-dtype bf16 || exit 1
-peak_of() { cat "$out"/cache/rfsdp/onednn-"$1"-peak-*-"$2" 2>/dev/null || echo "?"; }
+peak_of() { cat "$out"/cache/rfsdp/onednn-"$1"-peak-*-"$2" 2>/dev/null || echo "(not run)"; }
 echo "oneDNN GEMM peaks measured now (2048^3, CPU time): f32 $(peak_of f32 2) GFLOP/s with 2 threads," \
   "$(peak_of f32 1) with 1; bf16 $(peak_of bf16 2) with 2 threads, $(peak_of bf16 1) with 1" \
   "(MFU at W=1: against the 2-thread peak; at W=2: against 2 x the 1-thread peak)"
