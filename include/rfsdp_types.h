@@ -47,15 +47,17 @@ struct rf_init {
 
 /* Bytes and events of communication and copying, per rank. */
 struct rf_counters {
-  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
-  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
-  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
-  uint64_t bytes_copied;   /* bytes copied outside collectives (staging, copy-in/out) */
-  uint64_t bytes_cast;     /* bytes written converting a master shard into its slot */
-  uint64_t bytes_padding;  /* padding bytes moved by collectives */
-  uint64_t collectives;    /* number of collective calls */
-  uint64_t allocations;    /* heap allocations via rf_xmalloc & co, plus arena allocs */
-  uint64_t comm_wait_ns;   /* time blocked waiting on communication */
+  uint64_t bytes_gathered;  /* bytes received by all-gathers (per rank) */
+  uint64_t bytes_reduced;   /* bytes sent into reduce-scatters / all-reduces */
+  uint64_t bytes_alltoall;  /* bytes sent by all-to-all-v */
+  uint64_t bytes_copied;    /* bytes copied outside collectives (staging, copy-in/out, packing) */
+  uint64_t bytes_cast;      /* bytes written converting between f32 and bf16 outside collectives */
+  uint64_t bytes_own_shard; /* bytes of this rank's master shard written into the buffer an
+                               all-gather fills (once per gather, every layout; f32 copy or bf16 cast) */
+  uint64_t bytes_padding;   /* padding bytes moved by collectives */
+  uint64_t collectives;     /* number of collective calls */
+  uint64_t allocations;     /* heap allocations via rf_xmalloc & co, plus arena allocs */
+  uint64_t comm_wait_ns;    /* time blocked waiting on communication */
 };
 
 /* The most dimensions a tensor has (plans, checkpoints, safetensors files, views). */

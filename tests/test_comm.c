@@ -310,6 +310,8 @@ static void check_alltoallv(int test, int64_t scale) {
   struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
   RF_CHECK(d.bytes_alltoall == (uint64_t)(stotal - (int64_t)w * scale - sc[me]) * 8, "alltoallv bytes %llu",
            (unsigned long long)d.bytes_alltoall);
+  RF_CHECK(d.bytes_copied == (uint64_t)sc[me] * 8,
+           "alltoallv: the piece to itself counted as %llu copied bytes", (unsigned long long)d.bytes_copied);
   int bad = 0;
   for (int q = 0; q < w; q++) {
     for (int64_t i = 0; i < rc[q]; i++) bad += recv[rd[q] + i] != a2a_value(q, me, i);

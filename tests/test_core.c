@@ -188,6 +188,35 @@ static void check_dtype_parse(void) {
   RF_CHECK(rf_dtype_parse("", &d) == -1 && rf_dtype_parse("F32x", &d) == -1, "empty and near names rejected");
 }
 
+/* The counted helpers move the data and count each kind of byte. */
+static void check_moves(void) {
+  const float src[3] = {1.0f, -2.5f, 1.00390625f}; /* the last rounds to 1.0 in bf16 (ties to even) */
+  float f[3] = {0}, acc[3] = {10, 20, 30};
+  uint16_t b[3] = {0}, own[3] = {0};
+  uint8_t z[5] = {1, 2, 3, 4, 5};
+  struct rf_counters before = rf_counters_global;
+  rf_move_copy(f, src, sizeof f);
+  rf_move_zero(z, sizeof z);
+  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  RF_CHECK(
+      memcmp(f, src, sizeof f) == 0 && z[0] == 0 && z[4] == 0 && d.bytes_copied == 17 && d.bytes_cast == 0,
+      "copy and zero: %llu copied bytes", (unsigned long long)d.bytes_copied);
+  before = rf_counters_global;
+  rf_move_convert(f, RF_DTYPE_F32, src, 3);
+  rf_move_convert(b, RF_DTYPE_BF16, src, 3);
+  rf_move_convert_back(acc, b, RF_DTYPE_BF16, 3, 1);
+  rf_move_own_shard(own, RF_DTYPE_BF16, src, 2);
+  d = rf_counters_diff(&rf_counters_global, &before);
+  RF_CHECK(b[0] == 0x3f80 && b[1] == 0xc020 && b[2] == 0x3f80 && acc[0] == 11 && acc[1] == 17.5f &&
+               acc[2] == 31 && own[0] == 0x3f80 && own[1] == 0xc020 && own[2] == 0,
+           "conversions: bf16 %04x %04x %04x, accumulated %g %g %g", b[0], b[1], b[2], acc[0], acc[1],
+           acc[2]);
+  RF_CHECK(d.bytes_copied == 12 && d.bytes_cast == 6 + 12 && d.bytes_own_shard == 4,
+           "conversions counted: %llu copied (f32 to f32), %llu cast, %llu own shard",
+           (unsigned long long)d.bytes_copied, (unsigned long long)d.bytes_cast,
+           (unsigned long long)d.bytes_own_shard);
+}
+
 static void check_counters(void) {
   struct rf_counters before = rf_counters_global;
   rf_counters_global.bytes_gathered += 10;
@@ -195,6 +224,7 @@ static void check_counters(void) {
   rf_counters_global.bytes_alltoall += 30;
   rf_counters_global.bytes_copied += 40;
   rf_counters_global.bytes_cast += 50;
+  rf_counters_global.bytes_own_shard += 55;
   rf_counters_global.bytes_padding += 60;
   rf_counters_global.collectives += 7;
   rf_counters_global.comm_wait_ns += 80;
@@ -203,8 +233,8 @@ static void check_counters(void) {
   free(rf_xaligned(64, 100));
   struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
   RF_CHECK(d.bytes_gathered == 10 && d.bytes_reduced == 20 && d.bytes_alltoall == 30 &&
-               d.bytes_copied == 40 && d.bytes_cast == 50 && d.bytes_padding == 60 && d.collectives == 7 &&
-               d.comm_wait_ns == 80,
+               d.bytes_copied == 40 && d.bytes_cast == 50 && d.bytes_own_shard == 55 &&
+               d.bytes_padding == 60 && d.collectives == 7 && d.comm_wait_ns == 80,
            "diff of every byte field");
   RF_CHECK(d.allocations == 3, "three checked allocations counted, got %llu",
            (unsigned long long)d.allocations);
@@ -222,6 +252,7 @@ int main(void) {
   check_errors();
   check_gcd_lcm();
   check_dtype_parse();
+  check_moves();
   check_counters();
   return rf_test_finish("test_core");
 }

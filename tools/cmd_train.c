@@ -88,6 +88,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .reduce_bytes = d->bytes_reduced,
       .copy_bytes = d->bytes_copied,
       .cast_bytes = d->bytes_cast,
+      .own_shard_bytes = d->bytes_own_shard,
       .padding_bytes = d->bytes_padding,
       .allocs = d->allocations,
       .skipped = skipped,

@@ -138,6 +138,25 @@ void rf_counters_reset(void);
 /* Fields of `now - before`, for per-step numbers. */
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
 
+/* ---- counted data movement (move.c) ---------------------------------------
+ * Every local copy, conversion and own-shard write of the library goes through
+ * these functions, which count each kind of byte in one place (the collectives'
+ * payloads are counted in src/comm/comm.c):
+ *   bytes_copied     rf_move_copy; rf_move_zero (zeroes written into a buffer a
+ *                    collective sends); a conversion between equal dtypes (f32)
+ *   bytes_cast       a conversion between f32 and bf16 (the bytes written)
+ *   bytes_own_shard  rf_move_own_shard: this rank's master shard written into its
+ *                    range of the buffer an in-place all-gather fills; every layout
+ *                    does it once per gather (a copy in f32, a cast in bf16) */
+void rf_move_copy(void *dst, const void *src, size_t bytes);
+void rf_move_zero(void *dst, size_t bytes);
+/* dst (dtype: f32 or bf16) = src (f32), n elements. */
+void rf_move_convert(void *dst, enum rf_dtype dtype, const float *src, size_t n);
+/* dst (f32) = src (dtype: f32 or bf16), or += with accumulate; counts the f32 bytes written. */
+void rf_move_convert_back(float *dst, const void *src, enum rf_dtype dtype, size_t n, int accumulate);
+/* As rf_move_convert, counted as bytes_own_shard. */
+void rf_move_own_shard(void *dst, enum rf_dtype dtype, const float *src, size_t n);
+
 /* ---- time --------------------------------------------------------------- */
 
 /* Monotonic time in nanoseconds. */

@@ -15,6 +15,7 @@ struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct 
   d.bytes_alltoall = now->bytes_alltoall - before->bytes_alltoall;
   d.bytes_copied = now->bytes_copied - before->bytes_copied;
   d.bytes_cast = now->bytes_cast - before->bytes_cast;
+  d.bytes_own_shard = now->bytes_own_shard - before->bytes_own_shard;
   d.bytes_padding = now->bytes_padding - before->bytes_padding;
   d.collectives = now->collectives - before->collectives;
   d.allocations = now->allocations - before->allocations;

@@ -1,38 +1,14 @@
 /* Gather and reduce over a unit's DBuffer. The planned and flat layouts move data
- * in place: the only pass over the data outside MPI is the cast of this rank's
- * master shard into its range of the slot (counted as cast bytes). The fsdp2
- * layout adds the copies PyTorch FSDP2 makes (counted as copied bytes). */
+ * in place: the only pass over the data outside the collectives is the write of
+ * this rank's master shard into its range of the slot (own-shard bytes). The fsdp2
+ * layout adds the copies PyTorch FSDP2 makes (copied bytes). Every byte moved here
+ * goes through src/core's counted helpers (rf_move_*). */
 #include <string.h>
 
 #include "dbuffer/dbuffer.h"
 
 static inline uint8_t *rf_dbuffer_at(void *base, int64_t elems, size_t size) {
   return (uint8_t *)base + (size_t)elems * size;
-}
-
-/* dst (dtype) = src (f32), n elements. */
-static void rf_dbuffer_cast(void *dst, const float *src, int64_t n, enum rf_dtype dtype) {
-  if (dtype == RF_DTYPE_F32)
-    memcpy(dst, src, (size_t)n * sizeof(float));
-  else
-    rf_bf16_from_f32_n(dst, src, (size_t)n);
-}
-
-/* dst (f32) = or += src (dtype), n elements. */
-static void rf_dbuffer_uncast(float *dst, const void *src, int64_t n, enum rf_dtype dtype, int accumulate) {
-  if (dtype == RF_DTYPE_F32) {
-    const float *s = src;
-    if (accumulate)
-      for (int64_t i = 0; i < n; i++) dst[i] += s[i];
-    else
-      memcpy(dst, s, (size_t)n * sizeof(float));
-  } else {
-    const uint16_t *s = src;
-    if (accumulate)
-      for (int64_t i = 0; i < n; i++) dst[i] += rf_f32_from_bf16(s[i]);
-    else
-      rf_f32_from_bf16_n(dst, s, (size_t)n);
-  }
 }
 
 size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype param_dtype) {
@@ -68,8 +44,8 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     int64_t own = buf->starts[r + 1] - buf->starts[r];
     void *base = rf_dbuffer_at(slot, buf->slot_off, ps);
-    rf_dbuffer_cast(rf_dbuffer_at(base, buf->starts[r], ps), shard + buf->shard_off, own, param_dtype);
-    rf_counters_global.bytes_cast += (uint64_t)own * ps;
+    rf_move_own_shard(rf_dbuffer_at(base, buf->starts[r], ps), param_dtype, shard + buf->shard_off,
+                      (size_t)own);
     rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * ps;
     if (buf->equal > 0)
       rf_comm_iallgather(comm, base, buf->equal, param_dtype, &reqs[b]);
@@ -89,10 +65,9 @@ void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_d
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
     for (int q = 0; q < db->world; q++) {
       int64_t n = x->starts[q + 1] - x->starts[q];
-      memcpy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps), rf_dbuffer_at(slot, x->piece[q], ps),
-             (size_t)n * ps);
+      rf_move_copy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps), rf_dbuffer_at(slot, x->piece[q], ps),
+                   (size_t)n * ps);
     }
-    rf_counters_global.bytes_copied += (uint64_t)x->numel * ps;
   }
 }
 
@@ -109,10 +84,9 @@ static void rf_dbuffer_copy_in(const struct rf_dbuffer *db, void *gslot, void *s
     for (int q = 0; q < db->world; q++) {
       int64_t n = x->starts[q + 1] - x->starts[q];
       uint8_t *dst = rf_dbuffer_at(staging, x->piece[q], rs);
-      rf_dbuffer_cast(dst, g + x->starts[q], n, reduce_dtype);
-      memset(dst + (size_t)n * rs, 0, (size_t)(padded - n) * rs);
+      rf_move_convert(dst, reduce_dtype, g + x->starts[q], (size_t)n);
+      rf_move_zero(dst + (size_t)n * rs, (size_t)(padded - n) * rs);
     }
-    rf_counters_global.bytes_copied += (uint64_t)x->numel * rs;
   }
 }
 
@@ -125,9 +99,12 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
   uint8_t *scratch = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_scratch_offset(db, reduce_dtype);
   if (db->layout == RF_LAYOUT_FSDP2) {
     rf_dbuffer_copy_in(db, gslot, staging, reduce_dtype);
-  } else if (reduce_dtype != RF_DTYPE_F32) {
-    rf_dbuffer_cast(staging, gslot, db->gview_elems, reduce_dtype);
-    rf_counters_global.bytes_cast += (uint64_t)db->gview_elems * rs;
+  } else if (reduce_dtype != RF_DTYPE_F32) { /* each buffer (not the alignment gaps between them) */
+    for (int b = 0; b < db->n_buffers; b++) {
+      const struct rf_dbuffer_buf *buf = &db->bufs[b];
+      rf_move_convert(rf_dbuffer_at(staging, buf->slot_off, rs), reduce_dtype,
+                      (const float *)gslot + buf->slot_off, (size_t)buf->total);
+    }
   }
   const void *send_base = rf_dbuffer_needs_staging(db, reduce_dtype) ? (const void *)staging : gslot;
   for (int b = 0; b < db->n_buffers; b++) {
@@ -151,12 +128,8 @@ void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *g
   for (int b = 0; b < db->n_buffers; b++) {
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     int64_t own = buf->starts[db->rank + 1] - buf->starts[db->rank];
-    rf_dbuffer_uncast(grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs), own,
-                      reduce_dtype, accumulate);
-    if (reduce_dtype != RF_DTYPE_F32)
-      rf_counters_global.bytes_cast += (uint64_t)own * sizeof(float);
-    else
-      rf_counters_global.bytes_copied += (uint64_t)own * sizeof(float);
+    rf_move_convert_back(grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs),
+                         reduce_dtype, (size_t)own, accumulate);
   }
 }
 

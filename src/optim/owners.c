@@ -273,11 +273,11 @@ static void rf_optim_owners_compute(struct rf_optim_owners *t, int g, const stru
     if (t->owner[x] != t->rank) continue;
     const int64_t *st = t->mats[x].starts;
     for (int s = 0; s < world; s++)
-      memcpy(t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
+      rf_move_copy(t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
     fns->compute(ctx, x, t->full, t->full + t->mats[x].rows * t->mats[x].cols,
                  t->n_slots > 1 ? rf_optim_owners_poll : NULL, t);
     for (int s = 0; s < world; s++) {
-      memcpy(rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
+      rf_move_copy(rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
       t->cursor[s] += st[s + 1] - st[s];
     }
   }
