@@ -5,7 +5,8 @@
  * buffers over all ranks, N: its real elements, own: this rank's range, with the
  * padding inside it) come from the plan the DBuffer runs; fsdp2's and flat's P
  * and fsdp2's copies are also checked against the planner's peer layouts
- * (rf_plan_peer_add), the numbers `rfsdp plan` prints.
+ * (rf_plan_peer_add), the numbers `rfsdp plan` prints, and the copies against the
+ * run's own plan (the DBuffer's copy_bytes, summed in the log's first line).
  *
  * The step, resharding after forward: every unit is gathered twice (forward and
  * backward) except the last, which the backward uses at once (1 gather), and
@@ -124,7 +125,9 @@ static void check_variant(const struct variant *v, int rank, int world) {
 
   uint64_t ps = rf_dtype_size(v->pdtype), rs = rf_dtype_size(v->rdtype);
   uint64_t own_shard = 0, gathered = 0, reduced = 0, padding = 0, copied = 0, cast = 0, collectives = 0;
-  int64_t plan_copy = 0; /* the planner's fsdp2 rule, elements */
+  int64_t plan_copy = 0; /* the planner's peer rule (fsdp2, flat), elements */
+  uint64_t layout_copy =
+      0; /* the run's plan: rf_fsdp_stats.copy_bytes_per_step, less the last unit's 2nd gather */
   for (int u = 0; u < N_UNITS; u++) {
     const struct rf_dbuffer *db = &f->units[u].db;
     uint64_t g = u == N_UNITS - 1 ? 1 : 2;
@@ -146,6 +149,7 @@ static void check_variant(const struct variant *v, int rank, int world) {
     reduced += (uint64_t)(P - own) * rs;
     padding += (g * ps + rs) * (uint64_t)pad_other;
     collectives += (g + 1) * (uint64_t)db->n_buffers;
+    layout_copy += (uint64_t)db->copy_bytes - (g == 1 && v->layout == RF_LAYOUT_FSDP2 ? (uint64_t)N * ps : 0);
     if (v->layout == RF_LAYOUT_FSDP2) {
       copied += g * (uint64_t)N * ps + (rs == 4 ? (uint64_t)P * 4 : (uint64_t)(P - N) * rs);
       if (rs == 2) cast += (uint64_t)N * 2 + (uint64_t)own * 4;
@@ -161,7 +165,7 @@ static void check_variant(const struct variant *v, int rank, int world) {
                v->name, world, u, (long long)pe.padded_elems, (long long)pe.elems, (long long)P,
                (long long)N);
       /* the planner charges 2 gathers per unit; the last unit is gathered once */
-      plan_copy += pe.copy_elems - (g == 1 ? P / world + N : 0);
+      plan_copy += pe.copy_elems - (g == 1 && v->layout == RF_LAYOUT_FSDP2 ? N : 0);
     }
   }
   RF_CHECK(d.bytes_own_shard == own_shard, "%s W=%d rank %d: own-shard bytes %llu, predicted %llu", v->name,
@@ -178,10 +182,16 @@ static void check_variant(const struct variant *v, int rank, int world) {
            (unsigned long long)d.bytes_cast, (unsigned long long)cast);
   RF_CHECK(d.collectives == collectives && d.bytes_alltoall == 0, "%s W=%d: %llu collectives, predicted %llu",
            v->name, world, (unsigned long long)d.collectives, (unsigned long long)collectives);
-  if (v->layout == RF_LAYOUT_FSDP2 && v->pdtype == RF_DTYPE_F32 && v->rdtype == RF_DTYPE_F32)
-    RF_CHECK(d.bytes_copied + d.bytes_own_shard == (uint64_t)plan_copy * 4,
-             "fsdp2 W=%d: copies and own-shard writes %llu bytes, the planner's FSDP2 rule %llu", world,
-             (unsigned long long)(d.bytes_copied + d.bytes_own_shard), (unsigned long long)plan_copy * 4);
+  if ((v->layout == RF_LAYOUT_FSDP2 || v->layout == RF_LAYOUT_FLAT) && v->pdtype == RF_DTYPE_F32 &&
+      v->rdtype == RF_DTYPE_F32)
+    RF_CHECK(
+        d.bytes_copied == (uint64_t)plan_copy * 4,
+        "%s W=%d: %llu bytes copied, the planner's peer rule %llu (own-shard writes not counted as copies)",
+        v->name, world, (unsigned long long)d.bytes_copied, (unsigned long long)plan_copy * 4);
+  if (v->pdtype == RF_DTYPE_F32 && v->rdtype == RF_DTYPE_F32)
+    RF_CHECK(d.bytes_copied == layout_copy,
+             "%s W=%d: %llu bytes copied, the run's plan (copy_bytes_per_step) %llu", v->name, world,
+             (unsigned long long)d.bytes_copied, (unsigned long long)layout_copy);
   rf_fsdp_free(f);
 }
 

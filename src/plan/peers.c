@@ -148,12 +148,13 @@ int rf_plan_peer_add(enum rf_plan_peer peer, const struct rf_plan_unit_in *in, i
         padded += shard * world;
         cut += rf_plan_split_blocks_uniform(t->numel, rf_min_i64(t->block_elems, t->numel), shard, world);
       }
-      /* Per all-gather (two per step): `cat` copy-in of the rank's padded shard
-       * (padded/W) and copy-out of every element into the unsharded tensors (N).
-       * Reduce-scatter: gradients into the IPG bucket (N), the interleaved padded
-       * input (padded), the reduced partition into the gradient partition buffer
-       * and into the fp32 partition (2 * padded/W). */
-      copy = 2 * (padded / world + n_elems) + n_elems + padded + 2 * (padded / world);
+      /* Per all-gather (two per step): copy-out of every element into the unsharded
+       * tensors (N); the `cat` copy-in of the rank's shard is the own-shard write
+       * every layout makes (not a copy here). Reduce-scatter: gradients into the
+       * IPG bucket (N), the interleaved padded input (padded), the reduced
+       * partition into the gradient partition buffer and into the fp32 partition
+       * (2 * padded/W). */
+      copy = 2 * n_elems + n_elems + padded + 2 * (padded / world);
       break;
     default:
       RF_FAIL("peer layout: unknown peer %d", (int)peer);

@@ -90,9 +90,10 @@ static void rf_plan_layout_fsdp2(struct rf_plan_layout *l, int world, const stru
     shard += chunk;
   }
   rf_plan_layout_one_buffer(l, world, shard, 0);
-  /* per all-gather (two per step): copy-in of the shard and copy-out of every
-   * element; per reduce-scatter: chunk_cat of the gradients into the padded input */
-  l->copy_gather_elems = 2 * (shard + l->plan.elems);
+  /* per all-gather (two per step): copy-out of every element (the copy-in of the
+   * rank's shard is the own-shard write every layout makes: not a copy here); per
+   * reduce-scatter: chunk_cat of the gradients into the padded input */
+  l->copy_gather_elems = 2 * l->plan.elems;
   l->copy_reduce_elems = world * shard;
 }
 
