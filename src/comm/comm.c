@@ -71,6 +71,12 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
   rf_comm_count_done(t0);
 }
 
+int rf_comm_agree(const struct rf_comm *comm, int status) {
+  int32_t all = status;
+  rf_comm_allreduce(comm, &all, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
+  return all;
+}
+
 void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype) {
   RF_ASSERT(count >= 0);
   uint64_t t0 = rf_comm_begin("all-gather");

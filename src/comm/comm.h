@@ -97,6 +97,10 @@ void rf_comm_barrier(const struct rf_comm *comm);
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
 void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                        enum rf_reduce_op op);
+/* Every rank's status combined: 0 on every rank when every rank passed 0, else the
+ * smallest status (e.g. -1) on every rank. A barrier: call it before any branch a
+ * failure on one rank could take (checked like every collective). */
+int rf_comm_agree(const struct rf_comm *comm, int status);
 
 /* In-place all-gather: rank r's data is already at buf + r*count; fills the rest. */
 void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype);
