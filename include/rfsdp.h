@@ -123,6 +123,9 @@ void rf_fsdp_clip_grads(struct rf_fsdp *f, double norm, double max_norm);
 
 /* This rank's piece of one tensor (struct rf_tensor_view: rfsdp_types.h). */
 void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *out);
+/* Every tensor's view on this rank, rf_fsdp_n_tensors entries in declaration
+ * order: built once by rf_fsdp_finalize, owned by the context. */
+const struct rf_tensor_view *rf_fsdp_views(const struct rf_fsdp *f);
 /* Index of the tensor called `name`, or -1. */
 int rf_fsdp_find_tensor(const struct rf_fsdp *f, const char *name);
 /* This rank's whole shard slab: every tensor piece at its shard_offset, padding

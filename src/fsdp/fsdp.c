@@ -91,6 +91,7 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   }
   free(f->units);
   free(f->tensors);
+  free(f->views);
   free(f->master);
   free(f->grad);
   free(f->pslots);
@@ -222,6 +223,8 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
   rf_fsdp_make_slots(f);
   f->finalized = 1;
+  f->views = rf_xcalloc((size_t)f->n_tensors, sizeof *f->views);
+  for (int t = 0; t < f->n_tensors; t++) rf_fsdp_tensor(f, t, &f->views[t]);
   rf_fsdp_init_params(f);
   return 0;
 }
@@ -256,6 +259,11 @@ void rf_fsdp_tensor(const struct rf_fsdp *f, int tensor, struct rf_tensor_view *
   out->shard_offset = x->shard_base + d->shard_off;
   out->master = f->master + out->shard_offset;
   out->grad = f->grad + out->shard_offset;
+}
+
+const struct rf_tensor_view *rf_fsdp_views(const struct rf_fsdp *f) {
+  RF_ASSERT(f->finalized);
+  return f->views;
 }
 
 int64_t rf_fsdp_shard_elems(const struct rf_fsdp *f) { return f->shard_elems; }

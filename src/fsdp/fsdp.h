@@ -66,7 +66,8 @@ struct rf_fsdp {
   int n_tensors, cap_tensors;
   struct rf_fsdp_tensor *tensors;
   int64_t shard_elems;
-  float *master; /* owned slab, shard_elems */
+  struct rf_tensor_view *views; /* owned: n_tensors, built at finalize (rf_fsdp_views) */
+  float *master;                /* owned slab, shard_elems */
   float *grad;   /* owned slab, shard_elems */
   struct rf_arena arena;
   int n_pslots, n_gslots;
