@@ -93,9 +93,9 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                     const struct rf_comm *comm);
 void rf_optim_free(struct rf_optim *o);
-/* The same over every tensor of a finalized runtime context (rf_fsdp_tensor
- * views, `flags` one per tensor, rf_fsdp_shard_elems). `comm` (borrowed; required for
- * Muon) is e.g. rf_comm_init(&comm, rf_fsdp_comm(f)). */
+/* The same over every tensor of a finalized runtime context (rf_fsdp_views,
+ * `flags` one per tensor, rf_fsdp_shard_elems). `comm` (borrowed) may be NULL:
+ * the context's own communicator (Muon's transfers then run on it). */
 int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
                          const int *flags, const struct rf_comm *comm);
 
@@ -104,6 +104,7 @@ int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *o
 void rf_optim_step(struct rf_optim *o, float lr);
 /* Steps taken (bias correction uses it); set it when resuming from a checkpoint. */
 int64_t rf_optim_get_step(const struct rf_optim *o);
+enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o);
 void rf_optim_set_step(struct rf_optim *o, int64_t step);
 
 /* ---- state, for checkpoints ------------------------------------------------ */

@@ -68,7 +68,7 @@ struct rf_fsdp {
   int64_t shard_elems;
   struct rf_tensor_view *views; /* owned: n_tensors, built at finalize (rf_fsdp_views) */
   float *master;                /* owned slab, shard_elems */
-  float *grad;   /* owned slab, shard_elems */
+  float *grad;                  /* owned slab, shard_elems */
   struct rf_arena arena;
   int n_pslots, n_gslots;
   void **pslots; /* borrowed views into the arena */

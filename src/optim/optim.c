@@ -119,6 +119,7 @@ void rf_optim_step(struct rf_optim *o, float lr) {
   o->ops->step(o, lr);
 }
 
+enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o) { return o->opt.kind; }
 int64_t rf_optim_get_step(const struct rf_optim *o) { return o->step; }
 void rf_optim_set_step(struct rf_optim *o, int64_t step) { o->step = step; }
 
