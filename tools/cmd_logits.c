@@ -26,11 +26,11 @@ static int rf_logits_read(const char *model, const char *tokens_path, int64_t se
 }
 
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
-                         const char *out, int rank) {
+                         const char *out, const struct rf_comm *comm) {
   struct rf_model_config cfg;
   char *bytes = NULL;
   size_t n = 0;
-  if (rf_train_agree(rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
+  if (rf_train_agree(comm, rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
     free(bytes);
     return -1;
   }
@@ -40,13 +40,13 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   rf_fsdp_options_default(&fo);
   struct rf_train_model m;
   int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, batch, (int)seq);
-  if (rc == 0) rc = rf_train_model_import(&m, weights);
+  if (rc == 0) rc = rf_train_model_import(&m, comm, weights);
   if (rc == 0) {
     double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
     if (bad != bad)
       rc = rf_error_set(__FILE__, __LINE__, "%s: a token is outside the vocabulary", tokens_path);
   }
-  if (rc == 0 && rank == 0) {
+  if (rc == 0 && comm->rank == 0) {
     size_t row = (size_t)cfg.vocab_size * sizeof(float);
     float *logits = rf_xmalloc((size_t)count * row);
     for (int64_t i = 0; i < count; i++)
@@ -83,7 +83,11 @@ int rf_cmd_logits(int argc, char **argv) {
   if (rc == 0) rc = rf_option_check_distinct("out", out, "--model", model);
   int status = rc == 1 ? 0 : 2;
   if (rc == 0) {
-    status = rf_train_exit_status(rf_logits_run(model, weights, tokens, seq, out, rank), "rfsdp logits");
+    struct rf_comm comm;
+    rf_comm_init(&comm, MPI_COMM_WORLD);
+    status =
+        rf_train_exit_status(&comm, rf_logits_run(model, weights, tokens, seq, out, &comm), "rfsdp logits");
+    rf_comm_free(&comm);
   } else if (rc < 0 && rank == 0) {
     fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
   }

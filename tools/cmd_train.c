@@ -189,12 +189,12 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
 /* Everything from the options to the last step. */
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
-  RF_TRY(rf_train_agree(rf_train_open_outputs(s)));
+  RF_TRY(rf_train_agree(&s->comm, rf_train_open_outputs(s)));
   int threads = rf_train_set_threads(MPI_COMM_WORLD);
   enum rf_dtype compute = RF_DTYPE_F32;
   RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
   struct rf_model_config cfg;
-  RF_TRY(rf_train_agree(rf_model_config_load(&cfg, a->model)));
+  RF_TRY(rf_train_agree(&s->comm, rf_model_config_load(&cfg, a->model)));
   RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
              (long long)a->seq, cfg.max_position_embeddings, a->model);
   struct rf_fsdp_options fo;
@@ -204,15 +204,13 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  RF_TRY(rf_train_agree(rf_train_open_data(s)));
+  RF_TRY(rf_train_agree(&s->comm, rf_train_open_data(s)));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
   RF_TRY(rf_optim_kind_parse(a->plan.optim, &oo.kind));
   oo.weight_decay = (float)a->weight_decay;
   int n = rf_fsdp_n_tensors(s->model.fsdp);
-  s->views = rf_xcalloc((size_t)n, sizeof *s->views);
-  for (int t = 0; t < n; t++) rf_fsdp_tensor(s->model.fsdp, t, &s->views[t]);
   int *flags = rf_xcalloc((size_t)n, sizeof *flags); /* the model's description says which */
   for (int u = 0; u < s->model.desc.n_units; u++)
     for (int i = 0; i < s->model.desc.units[u].n_tensors; i++) {
@@ -221,7 +219,7 @@ static int rf_train_run(struct rf_train_state *s) {
       RF_ASSERT(t >= 0 && t < n);
       flags[t] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
     }
-  int rc = rf_optim_create(&s->optim, &oo, s->views, flags, n, rf_fsdp_shard_elems(s->model.fsdp), &s->comm);
+  int rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags, &s->comm);
   free(flags);
   RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
@@ -257,7 +255,7 @@ static int rf_train_run(struct rf_train_state *s) {
     double loss = 0, norm = 0;
     int skipped = rf_train_step(s, step, &loss, &norm);
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
-    if (rf_train_agree(skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
+    if (rf_train_agree(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
     struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
     double val = NAN;
@@ -272,7 +270,7 @@ static int rf_train_run(struct rf_train_state *s) {
                (long long)step + 1);
     RF_TRY(rf_train_ckpt_step(s, step + 1));
   }
-  RF_TRY(rf_train_agree(logged));
+  RF_TRY(rf_train_agree(&s->comm, logged));
   if (a->sample > 0) rf_train_sample(s, &s->tok);
   if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
@@ -284,7 +282,6 @@ static int rf_train_run(struct rf_train_state *s) {
 
 static void rf_train_state_free(struct rf_train_state *s) {
   if (s->optim) rf_optim_free(s->optim);
-  free(s->views);
   if (s->model.fsdp) rf_train_model_free(&s->model);
   if (s->train_open) rf_token_file_close(&s->train_file);
   if (s->val_open) rf_token_file_close(&s->val_file);
@@ -383,7 +380,7 @@ int rf_cmd_train(int argc, char **argv) {
   } else {
     rf_comm_init(&s.comm, MPI_COMM_WORLD);
     rf_comm_watchdog_start(a.collective_timeout);
-    status = rf_train_exit_status(rf_train_run(&s), "rfsdp train");
+    status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     rf_comm_watchdog_stop();
     rf_train_state_free(&s);
     rf_comm_free(&s.comm);

@@ -1,5 +1,5 @@
 /* rfsdp train's options and state, shared by tools/cmd_train.c (the loop) and
- * tools/train_ckpt.c (save, resume, --init). */
+ * tools/train_ckpt.c (--init, --resume, the checkpoint series). */
 #ifndef RF_TOOLS_TRAIN_H
 #define RF_TOOLS_TRAIN_H
 
@@ -29,7 +29,6 @@ struct rf_train_state {
   struct rf_comm comm; /* for the optimizer's collectives */
   struct rf_train_model model;
   struct rf_optim *optim;
-  struct rf_tensor_view *views; /* every tensor's piece on this rank */
   struct rf_tokenizer tok;
   int tok_loaded;
   struct rf_token_file train_file, val_file;
@@ -38,7 +37,6 @@ struct rf_train_state {
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
   int64_t start_step;
-  int64_t saving_step; /* the step of the save in progress */
   double flops_per_token, peak_gflops, last_loss, last_val;
 };
 

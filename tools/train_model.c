@@ -81,32 +81,25 @@ void rf_train_model_free(struct rf_train_model *m) {
  * only echoes that failure, and rf_train_exit_status lets the other rank speak. */
 static int rf_train_failed_elsewhere;
 
-int rf_train_agree(int status) {
-  int all = status;
-  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+int rf_train_agree(const struct rf_comm *comm, int status) {
+  int all = rf_comm_agree(comm, status);
   if (status == 0 && all != 0) rf_train_failed_elsewhere = 1;
   return all;
 }
 
-int rf_train_exit_status(int rc, const char *command) {
-  int rank, world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+int rf_train_exit_status(const struct rf_comm *comm, int rc, const char *command) {
+  int rank = comm->rank, world = comm->world;
   /* the lowest rank that saw a problem itself, else the lowest that stopped because of another */
-  int speaker = rc == 0 ? 2 * world : rf_train_failed_elsewhere ? world + rank : rank;
-  MPI_Allreduce(MPI_IN_PLACE, &speaker, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int32_t speaker = rc == 0 ? 2 * world : rf_train_failed_elsewhere ? world + rank : rank;
+  rf_comm_allreduce(comm, &speaker, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
   if (speaker == 2 * world) return 0;
   if (speaker % world == rank) fprintf(stderr, "%s: %s\n", command, rf_error_msg());
   return 1;
 }
 
-int rf_train_model_import(struct rf_train_model *m, const char *path) {
-  int n = rf_fsdp_n_tensors(m->fsdp);
-  struct rf_tensor_view *views = rf_xcalloc((size_t)n, sizeof *views);
-  for (int t = 0; t < n; t++) rf_fsdp_tensor(m->fsdp, t, &views[t]);
-  int rc = rf_ckpt_import_views(path, views, n);
-  free(views);
-  int all = rf_train_agree(rc);
+int rf_train_model_import(struct rf_train_model *m, const struct rf_comm *comm, const char *path) {
+  int rc = rf_ckpt_import_views(path, rf_fsdp_views(m->fsdp), rf_fsdp_n_tensors(m->fsdp));
+  int all = rf_train_agree(comm, rc);
   RF_REQUIRE(all == 0 || rc != 0, "%s: another rank could not import it", path);
   return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "model/model.h"
 #include "rfsdp.h"
 
@@ -39,17 +40,18 @@ int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
  * Returns the count. Collective over comm; call before the model's first product. */
 int rf_train_set_threads(MPI_Comm comm);
 
-/* Every rank's status combined (MPI_COMM_WORLD): 0 only when every rank passed 0.
- * Collective: the tools call it before any branch a failure could take. */
-int rf_train_agree(int status);
+/* Every rank's status combined (src/comm's checked rf_comm_agree): 0 only when
+ * every rank passed 0. Collective: the tools call it before any branch a failure
+ * could take. */
+int rf_train_agree(const struct rf_comm *comm, int status);
 /* The exit status of a command after every rank's result rc (collective, the
  * command's last): 0 when every rank passed, else 1, and one rank prints its
  * message once, prefixed by `command`: the lowest rank that saw a problem itself. */
-int rf_train_exit_status(int rc, const char *command);
+int rf_train_exit_status(const struct rf_comm *comm, int rc, const char *command);
 
 /* Every rank fills its pieces of the weights from a safetensors file, then the
  * ranks agree: 0 on every rank, or -1 on every rank (the message names the file). */
-int rf_train_model_import(struct rf_train_model *m, const char *path);
+int rf_train_model_import(struct rf_train_model *m, const struct rf_comm *comm, const char *path);
 
 /* Forward and backward of one micro-batch (tokens, targets: batch*seq each);
  * gradients of grad_scale * loss_sum are reduced into the shards. Returns this

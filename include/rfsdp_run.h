@@ -1,0 +1,75 @@
+/* rfsdp run layer: what every training program needs around its step loop.
+ *
+ * A run's whole state is the runtime context's master weights, every optimizer
+ * state (AdamW's m and v; 8-bit AdamW's codes and per-block scales; Muon's
+ * momentum), the optimizer's step count, and the few numbers below (step, data
+ * position, seed, RNG). rf_run_save writes all of it into one checkpoint
+ * directory (the format of docs/checkpoint.md); rf_run_resume reads it back at
+ * any world size and layout (resharding), bit-exactly: a run saved at step N and
+ * resumed continues exactly as the uninterrupted run would.
+ *
+ * A checkpoint series is a directory of checkpoints SERIES/step-NNNNNNNN (8 digits,
+ * the step): rf_run_series_save saves the next one and keeps the last K; resuming
+ * from a series takes its latest complete checkpoint. A checkpoint directory
+ * without its COMPLETE marker (a save cut short) is never resumed from.
+ *
+ * Every function here is collective over the context's communicator: every rank
+ * calls it, and every rank gets the same result (0, or -1 with the message in
+ * rf_fsdp_error() on the rank that saw the problem and "another rank failed"
+ * elsewhere). Nothing is allocated in a training step: these run between steps.
+ *
+ * Ownership: struct rf_run borrows the context and the optimizer. */
+#ifndef RFSDP_RUN_H
+#define RFSDP_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rfsdp.h"
+#include "rfsdp_optim.h"
+
+/* What is saved and resumed. The program keeps its RNG and data reader in these
+ * numbers (e.g. data_pos = samples consumed, rng = its generator's state). */
+struct rf_run {
+  struct rf_fsdp *fsdp;   /* the parameters (master weights) */
+  struct rf_optim *optim; /* every optimizer state and its step count; NULL: none */
+  int64_t step;           /* optimizer steps finished */
+  int64_t data_pos;       /* the data position, in the program's unit */
+  uint64_t seed;          /* the run's seed */
+  uint64_t rng;           /* the program's RNG state */
+};
+
+/* Every rank's status combined over the context's communicator: 0 on every rank
+ * when every rank passed 0, else the smallest status on every rank. Call it
+ * before any branch that a failure seen by one rank could take. */
+int rf_run_agree(const struct rf_fsdp *f, int status);
+
+/* Saves the whole state into `dir` (created with its parents; it must not hold a
+ * complete checkpoint). `program_json` (NULL: none) is a JSON object of the
+ * program's own that is stored with it and handed back by rf_run_resume. */
+int rf_run_save(const struct rf_run *run, const char *dir, const char *program_json);
+
+/* Restores the whole state from `where`: a checkpoint directory, or a series (its
+ * latest complete checkpoint). Refuses a checkpoint of another model (names,
+ * shapes) or of another optimizer, leaving memory untouched; run->optim NULL
+ * restores the parameters and the numbers only. The directory read is copied to
+ * `resumed` (cap bytes; may be NULL); `program_json` (may be NULL) gets the saved
+ * program object (caller frees; "{}" when none). */
+int rf_run_resume(struct rf_run *run, const char *where, char *resumed, size_t cap, char **program_json);
+
+/* ---- checkpoint series ------------------------------------------------------ */
+
+#define RF_RUN_STEP_PREFIX "step-"
+
+/* SERIES/step-NNNNNNNN of `step`. */
+void rf_run_series_path(char *out, size_t cap, const char *series, int64_t step);
+/* The steps of the series' complete checkpoints, ascending (*steps: caller frees;
+ * NULL when there are none). Returns their count (0 when the directory is absent).
+ * Local to the calling rank. */
+int rf_run_series_list(const char *series, int64_t **steps);
+/* Saves the state as SERIES/step-<run->step>, then removes the oldest complete
+ * checkpoints of the series beyond the last `keep` (0: keep all) among those of
+ * lower steps: a checkpoint of a higher step is never removed. */
+int rf_run_series_save(const struct rf_run *run, const char *series, int keep, const char *program_json);
+
+#endif

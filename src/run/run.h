@@ -1,0 +1,31 @@
+/* src/run: the run layer behind include/rfsdp_run.h: the whole training state
+ * saved and resumed through src/ckpt (save.c), the optimizer's states as
+ * checkpoint states (states.c), and the checkpoint series (series.c). */
+#ifndef RF_RUN_H
+#define RF_RUN_H
+
+#include "ckpt/ckpt.h"
+#include "fsdp/fsdp.h"
+#include "optim/optim.h"
+#include "rfsdp_run.h"
+
+#define RF_RUN_MAX_STATES 8
+
+/* The optimizer's state slabs as checkpoint states, saved as the tensor name +
+ * ".<optimizer>.<slab>" (e.g. "layers.0.wq.adamw8bit.m_code"). Slabs in the shard
+ * layout are addressed like the master weights; per-block scales (8-bit AdamW)
+ * through rf_optim_scales. Borrows the optimizer. */
+struct rf_run_states {
+  int n;
+  struct rf_ckpt_state_desc desc[RF_RUN_MAX_STATES];
+  char suffix[RF_RUN_MAX_STATES][40];
+  struct rf_run_scale_ctx {
+    const struct rf_optim *optim;
+    float *slab;
+  } scale[RF_RUN_MAX_STATES];
+};
+
+/* Fills st for optimizer o (NULL: no states). */
+void rf_run_states_make(const struct rf_optim *o, struct rf_run_states *st);
+
+#endif

@@ -1,0 +1,206 @@
+/* The whole training state saved into one checkpoint and resumed from it: the
+ * master weights and optimizer states through src/ckpt (resharding on load), the
+ * run's numbers in the checkpoint's "extra" object:
+ *   {"step": N, "data_pos": N, "seed": "S", "rng": "R", "world": W,
+ *    "optim": "adamw", "optim_step": N, "program": {...}}
+ * (seed and rng as decimal strings: JSON numbers are doubles). Checkpoints written
+ * before this layer (no data_pos, rng or program; a numeric seed) load as
+ * data_pos = step, rng = 0. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run/run.h"
+
+/* The agreement of a save or a load: a checked all-reduce on the context's comm. */
+struct rf_run_agree_ctx {
+  const struct rf_fsdp *fsdp;
+  int64_t saving_step; /* -1 when loading */
+};
+
+/* Testing hook: with RF_TEST_DIE_IN_SAVE=STEP in the environment, the last rank
+ * exits abruptly inside the save of that step, after writing its rank files and
+ * before anyone writes the marker (tests/test_train.c: a rank killed mid-save). */
+static int rf_run_ckpt_agree(void *ctx, int status) {
+  const struct rf_run_agree_ctx *c = ctx;
+  const char *die = getenv("RF_TEST_DIE_IN_SAVE");
+  if (die && c->saving_step >= 0 && atoll(die) == c->saving_step &&
+      rf_fsdp_rank(c->fsdp) == rf_fsdp_world(c->fsdp) - 1)
+    _exit(137);
+  return rf_run_agree(c->fsdp, status);
+}
+
+static struct rf_ckpt_views_args rf_run_views_args(const struct rf_run *run, const struct rf_run_states *st,
+                                                   const char *dir, struct rf_run_agree_ctx *agree) {
+  struct rf_ckpt_views_args a = {0};
+  a.dir = dir;
+  a.rank = rf_fsdp_rank(run->fsdp);
+  a.world = rf_fsdp_world(run->fsdp);
+  a.n_views = rf_fsdp_n_tensors(run->fsdp);
+  a.views = rf_fsdp_views(run->fsdp);
+  a.n_states = st->n;
+  a.states = st->desc;
+  a.agree = rf_run_ckpt_agree;
+  a.agree_ctx = agree;
+  return a;
+}
+
+/* The "extra" object of a save (a new string), or NULL when program_json is not an object. */
+static char *rf_run_extra(const struct rf_run *run, const char *program_json) {
+  cJSON *program = cJSON_Parse(program_json ? program_json : "{}");
+  if (!cJSON_IsObject(program)) {
+    cJSON_Delete(program);
+    return NULL;
+  }
+  char num[32];
+  cJSON *x = cJSON_CreateObject();
+  cJSON_AddNumberToObject(x, "step", (double)run->step);
+  cJSON_AddNumberToObject(x, "data_pos", (double)run->data_pos);
+  snprintf(num, sizeof num, "%" PRIu64, run->seed);
+  cJSON_AddStringToObject(x, "seed", num);
+  snprintf(num, sizeof num, "%" PRIu64, run->rng);
+  cJSON_AddStringToObject(x, "rng", num);
+  cJSON_AddNumberToObject(x, "world", rf_fsdp_world(run->fsdp));
+  if (run->optim) {
+    cJSON_AddStringToObject(x, "optim", rf_optim_kind_name(rf_optim_get_kind(run->optim)));
+    cJSON_AddNumberToObject(x, "optim_step", (double)rf_optim_get_step(run->optim));
+  }
+  cJSON_AddItemToObject(x, "program", program);
+  char *s = cJSON_PrintUnformatted(x);
+  cJSON_Delete(x);
+  RF_ASSERT(s);
+  return s;
+}
+
+int rf_run_save(const struct rf_run *run, const char *dir, const char *program_json) {
+  char *extra = rf_run_extra(run, program_json);
+  int ok = rf_run_agree(run->fsdp, extra ? 0 : -1) == 0;
+  if (!ok) {
+    free(extra);
+    RF_FAIL("%s: the program's JSON is not an object%s", dir, extra ? " on another rank" : "");
+  }
+  struct rf_run_states st;
+  rf_run_states_make(run->optim, &st);
+  struct rf_run_agree_ctx agree = {run->fsdp, run->step};
+  struct rf_ckpt_views_args a = rf_run_views_args(run, &st, dir, &agree);
+  a.step = run->step;
+  a.extra_json = extra;
+  int rc = rf_ckpt_save_views(&a);
+  free(extra);
+  return rc;
+}
+
+/* A uint64 member saved as a decimal string (or, before this layer, a number). */
+static int rf_run_json_u64(const cJSON *obj, const char *key, uint64_t *out) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (cJSON_IsNumber(x) && x->valuedouble >= 0) {
+    *out = (uint64_t)x->valuedouble;
+    return 1;
+  }
+  char *end = NULL;
+  if (!cJSON_IsString(x) || !x->valuestring[0]) return 0;
+  *out = strtoull(x->valuestring, &end, 10);
+  return *end == 0;
+}
+
+/* The numbers of a checkpoint's "extra" into run (not run->optim's step, which
+ * *optim_step gets). Checks the optimizer. Local. */
+static int rf_run_read_extra(struct rf_run *run, const char *dir, const char *extra, int64_t *optim_step,
+                             char **program_json) {
+  cJSON *x = cJSON_Parse(extra ? extra : "{}");
+  RF_REQUIRE(cJSON_IsObject(x), "%s: the checkpoint's 'extra' is not an object", dir);
+  const cJSON *optim = cJSON_GetObjectItemCaseSensitive(x, "optim");
+  const cJSON *ostep = cJSON_GetObjectItemCaseSensitive(x, "optim_step");
+  const cJSON *data_pos = cJSON_GetObjectItemCaseSensitive(x, "data_pos");
+  const char *saved = cJSON_IsString(optim) ? optim->valuestring : "none";
+  const char *ours = run->optim ? rf_optim_kind_name(rf_optim_get_kind(run->optim)) : NULL;
+  int ok = !ours || (strcmp(saved, ours) == 0 && cJSON_IsNumber(ostep));
+  char msg[160];
+  snprintf(msg, sizeof msg, "saved with optimizer %s, this run uses optimizer %s", saved,
+           ours ? ours : "none");
+  *optim_step = ok && ours ? (int64_t)ostep->valuedouble : 0;
+  uint64_t u = 0;
+  run->seed = rf_run_json_u64(x, "seed", &u) ? u : run->seed;
+  run->rng = rf_run_json_u64(x, "rng", &u) ? u : 0;
+  run->data_pos = cJSON_IsNumber(data_pos) ? (int64_t)data_pos->valuedouble : -1; /* -1: the step */
+  if (program_json) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(x, "program");
+    *program_json = cJSON_IsObject(p) ? cJSON_PrintUnformatted(p) : strdup("{}");
+    RF_ASSERT(*program_json);
+  }
+  cJSON_Delete(x);
+  RF_REQUIRE(ok, "%s: %s", dir, msg);
+  return 0;
+}
+
+/* Rank 0 resolves `where` (a complete checkpoint, or a series' latest) into dir
+ * and tells every rank; 0 on every rank, or -1 on every rank. */
+static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir) {
+  int rc = 0;
+  memset(dir, 0, RF_FILE_PATH_MAX);
+  if (rf_fsdp_rank(f) == 0) {
+    char marker[RF_FILE_PATH_MAX + 16];
+    snprintf(marker, sizeof marker, "%s/%s", where, RF_CKPT_MARKER);
+    int64_t *steps = NULL;
+    int n = 0;
+    if (access(marker, F_OK) == 0)
+      snprintf(dir, RF_FILE_PATH_MAX, "%s", where);
+    else if ((n = rf_run_series_list(where, &steps)) > 0)
+      rf_run_series_path(dir, RF_FILE_PATH_MAX, where, steps[n - 1]);
+    else
+      rc = rf_error_set(__FILE__, __LINE__,
+                        "%s: no complete checkpoint there (no %s marker, and no complete %s* directory)",
+                        where, RF_CKPT_MARKER, RF_RUN_STEP_PREFIX);
+    free(steps);
+  }
+  if (rf_run_agree(f, rc) != 0) {
+    if (rc == 0) RF_FAIL("%s: another rank failed", where);
+    return -1;
+  }
+  rf_comm_bcast(&f->comm, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8, 0);
+  return 0;
+}
+
+int rf_run_resume(struct rf_run *run, const char *where, char *resumed, size_t cap, char **program_json) {
+  const struct rf_fsdp *f = run->fsdp;
+  if (program_json) *program_json = NULL;
+  char dir[RF_FILE_PATH_MAX];
+  RF_TRY(rf_run_resolve(f, where, dir));
+  /* the numbers and the optimizer first: a refused checkpoint leaves memory untouched */
+  struct rf_ckpt ck;
+  struct rf_run next = *run;
+  int64_t optim_step = 0;
+  int rc = rf_ckpt_open(&ck, dir);
+  if (rc == 0) {
+    rc = rf_run_read_extra(&next, dir, ck.extra_json, &optim_step, program_json);
+    rf_ckpt_close(&ck);
+  }
+  if (rf_run_agree(f, rc) != 0) {
+    if (program_json) {
+      free(*program_json);
+      *program_json = NULL;
+    }
+    if (rc == 0) RF_FAIL("%s: another rank could not read the checkpoint", dir);
+    return -1;
+  }
+  struct rf_run_states st;
+  rf_run_states_make(run->optim, &st);
+  struct rf_run_agree_ctx agree = {f, -1};
+  struct rf_ckpt_views_args a = rf_run_views_args(run, &st, dir, &agree);
+  int64_t step = 0;
+  if (rf_ckpt_load_views(&a, &step, NULL) != 0) {
+    if (program_json) {
+      free(*program_json);
+      *program_json = NULL;
+    }
+    return -1;
+  }
+  next.step = step;
+  if (next.data_pos < 0) next.data_pos = step;
+  *run = next;
+  if (run->optim) rf_optim_set_step(run->optim, optim_step);
+  if (resumed) snprintf(resumed, cap, "%s", dir);
+  return 0;
+}
