@@ -31,6 +31,7 @@ C_DIRS := $(wildcard src tools tests bench fuzz docs/example)
 EXTRA_SRC := $(sort $(wildcard fuzz/*.c docs/example/*.c))
 ALL_C := $(sort $(wildcard include/*.h src/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch] fuzz/*.[ch] \
   docs/example/*.[ch]))
+PUBLIC_HEADERS := $(wildcard include/*.h)
 
 .PHONY: all setup test test-asan mutate fuzz bench demo install clean format lint help
 .DEFAULT_GOAL := all
@@ -118,7 +119,7 @@ demo: setup
 
 install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/rfsdp.h include/rfsdp_types.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc
