@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -180,6 +181,44 @@ static void check_crash(const char *model, const char *data) {
   }
 }
 
+/* s in single quotes for the shell of popen ('\\'' for each quote). */
+static void shell_quote(char *out, size_t cap, const char *s) {
+  size_t n = 0;
+  out[n++] = '\'';
+  for (; *s && n + 6 < cap; s++) {
+    if (*s == '\'') {
+      memcpy(out + n, "'\\''", 4);
+      n += 4;
+    } else {
+      out[n++] = *s;
+    }
+  }
+  out[n++] = '\'';
+  out[n] = 0;
+}
+
+/* --plot and --log with quotes, a $(...) and spaces in their paths: gnuplot gets
+ * them as arguments, never through a shell or its own parser, and the PNG appears
+ * under exactly that name. */
+static void check_plot(const char *model, const char *data) {
+  char out[16384], sub[256], log[512], png[512], canary[512];
+  snprintf(sub, sizeof sub, "%s/it's \"odd\" $(touch canary)", dir);
+  RF_ASSERT(mkdir(sub, 0755) == 0);
+  snprintf(log, sizeof log, "%s/log.jsonl", sub);
+  snprintf(png, sizeof png, "%s/loss' ; x.png", sub);
+  snprintf(canary, sizeof canary, "%s/canary", dir);
+  char quoted_log[1024], quoted_png[1024];
+  shell_quote(quoted_log, sizeof quoted_log, log);
+  shell_quote(quoted_png, sizeof quoted_png, png);
+  int rc =
+      run_mpi(out, sizeof out, 1,
+              "train --model %s --data %s --steps 3 --batch 6 --seq 16 --peak-gflops 50 --log %s --plot %s",
+              model, data, quoted_log, quoted_png);
+  RF_CHECK(rc == 0 && strstr(out, "loss curve:"), "--plot with odd characters: rc %d\n%s", rc, out);
+  RF_CHECK(access(png, F_OK) == 0, "no loss curve at %s\n%s", png, out);
+  RF_CHECK(access(canary, F_OK) != 0 && access("canary", F_OK) != 0, "a $(...) in the --plot path was run");
+}
+
 static void check_bad_input(const char *model, const char *data) {
   char out[16384], path[300], bad_model[256];
   int rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s/none %s", model, dir, common);
@@ -243,6 +282,7 @@ int main(void) {
   check_resume(model, data, 3, "adamw8bit");
   check_resume(model, data, 2, "muon");
   check_crash(model, data);
+  check_plot(model, data);
   check_bad_input(model, data);
 
   char cmd[128];

@@ -3,10 +3,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,46 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps) {
   fflush(stdout);
 }
 
+/* Runs gnuplot on the table without a shell: the script comes through a pipe on
+ * its standard input and the paths and the title reach it as arguments (ARG1..3,
+ * string variables), so no character of theirs is ever parsed. Returns gnuplot's
+ * exit status (127: it could not be started). */
+static int rf_train_gnuplot(const char *png_path, const char *title, const char *table) {
+  static const char script[] =
+      "set terminal png size 900,540\n"
+      "set output ARG1\n"
+      "set title ARG2 noenhanced\n"
+      "set xlabel 'step'\n"
+      "set ylabel 'loss (nats per token)'\n"
+      "set grid\n"
+      "set key top right\n"
+      "plot ARG3 using 1:2 with lines lw 2 title 'train', '' using 1:3 with linespoints pt 7 title "
+      "'validation'\n";
+  int fds[2];
+  RF_REQUIRE(pipe(fds) == 0, "%s: cannot make a pipe for gnuplot: %s", png_path, strerror(errno));
+  /* the whole script is in the pipe before gnuplot starts: no SIGPIPE if it fails to */
+  ssize_t put = write(fds[1], script, sizeof script - 1);
+  close(fds[1]);
+  if (put != (ssize_t)(sizeof script - 1)) {
+    close(fds[0]);
+    RF_FAIL("%s: cannot write gnuplot's script into its pipe", png_path);
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int quiet = open("/dev/null", O_WRONLY);
+    if (dup2(fds[0], STDIN_FILENO) < 0 || quiet < 0 || dup2(quiet, STDERR_FILENO) < 0) _exit(127);
+    execlp("gnuplot", "gnuplot", "-c", "/dev/stdin", png_path, title, table, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[0]);
+  RF_REQUIRE(pid > 0, "%s: cannot start gnuplot: %s", png_path, strerror(errno));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title) {
   /* gnuplot reads a two- or three-column table made from the log. */
   char table[4096];
@@ -123,15 +165,7 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   fclose(in);
   fclose(out);
   RF_REQUIRE(rows > 0, "%s: no steps to plot", jsonl_path);
-  char cmd[12288];
-  snprintf(cmd, sizeof cmd,
-           "gnuplot -e \"set terminal png size 900,540; set output '%s'; set title '%s'; set xlabel 'step';"
-           " set ylabel 'loss (nats per token)'; set grid; set key top right;"
-           " plot '%s' using 1:2 with lines lw 2 title 'train', '' using 1:3 with linespoints pt 7 title "
-           "'validation'\""
-           " 2>/dev/null",
-           png_path, title, table);
-  int rc = system(cmd);
+  int rc = rf_train_gnuplot(png_path, title, table);
   unlink(table);
   RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
   return 0;
