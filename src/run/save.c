@@ -159,7 +159,7 @@ static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir)
     if (rc == 0) RF_FAIL("%s: another rank failed", where);
     return -1;
   }
-  rf_comm_bcast(&f->comm, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8, 0);
+  rf_comm_bcast(&f->mesh.shard, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8, 0);
   return 0;
 }
 
