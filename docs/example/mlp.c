@@ -58,14 +58,14 @@ struct mlp {
   float h[BATCH * HIDDEN], out[BATCH * OUT], dout[BATCH * OUT], dh[BATCH * HIDDEN];
 };
 
-static int mlp_init(struct mlp *m, const char *optim) {
+static int mlp_init(struct mlp *m, enum rf_optim_kind kind) {
   struct rf_fsdp_options opt;
   rf_fsdp_options_default(&opt);
   opt.seed = 42;
-  if (strcmp(optim, "adamw8bit") == 0) { /* 8-bit AdamW quantizes 32x32 tiles and runs of 256 */
-    opt.block_rows = 32;
-    opt.vector_block = 256;
-  }
+  struct rf_optim_layout_needs needs; /* 8-bit AdamW: its 32-row strips, runs of 256 whole */
+  rf_optim_layout_needs(kind, &needs);
+  opt.block_rows = needs.block_rows;
+  opt.vector_block = needs.vector_block;
   if (rf_fsdp_create(&m->f, MPI_COMM_WORLD, &opt) != 0) return -1;
   int64_t s1[2] = {HIDDEN, IN}, sb1[1] = {HIDDEN}, s2[2] = {OUT, HIDDEN}, sb2[1] = {OUT};
   struct rf_init w = {RF_INIT_NORMAL, 0.2f}, zero = {RF_INIT_ZEROS, 0};
@@ -161,8 +161,10 @@ int main(int argc, char **argv) {
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
   struct rf_optim *o = NULL;
-  if (rf_optim_kind_parse(optim, &oo.kind) != 0 || mlp_init(&m, optim) != 0 ||
-      rf_optim_create_fsdp(&o, &oo, m.f, NULL) != 0) {
+  /* the groups, per tensor in declaration order: weight decay on the weights, not on the biases */
+  const int flags[4] = {RF_OPTIM_FLAG_DECAY, 0, RF_OPTIM_FLAG_DECAY, 0};
+  if (rf_optim_kind_parse(optim, &oo.kind) != 0 || mlp_init(&m, oo.kind) != 0 ||
+      rf_optim_create_fsdp(&o, &oo, m.f, flags, NULL) != 0) {
     fprintf(stderr, "mlp: %s\n", rf_fsdp_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
