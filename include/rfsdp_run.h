@@ -9,9 +9,15 @@
  * resumed continues exactly as the uninterrupted run would.
  *
  * A checkpoint series is a directory of checkpoints SERIES/step-NNNNNNNN (8 digits,
- * the step): rf_run_series_save saves the next one and keeps the last K; resuming
- * from a series takes its latest complete checkpoint. A checkpoint directory
- * without its COMPLETE marker (a save cut short) is never resumed from.
+ * the step): rf_run_series_begin checks it before a run writes there (another
+ * run's checkpoints are not mixed with), rf_run_series_save saves the next one and
+ * keeps this run's last K; resuming from a series takes its latest complete
+ * checkpoint. A checkpoint directory without its COMPLETE marker (a save cut
+ * short) is never resumed from, and nothing removes a checkpoint that the run
+ * did not write.
+ *
+ * Preemption: rf_run_catch_signals records SIGTERM and SIGINT; the program asks
+ * rf_run_stop_signal at each step boundary (all ranks agree), saves, and exits.
  *
  * Every function here is collective over the context's communicator: every rank
  * calls it, and every rank gets the same result (0, or -1 with the message in
@@ -67,9 +73,35 @@ void rf_run_series_path(char *out, size_t cap, const char *series, int64_t step)
  * NULL when there are none). Returns their count (0 when the directory is absent).
  * Local to the calling rank. */
 int rf_run_series_list(const char *series, int64_t **steps);
-/* Saves the state as SERIES/step-<run->step>, then removes the oldest complete
- * checkpoints of the series beyond the last `keep` (0: keep all) among those of
- * lower steps: a checkpoint of a higher step is never removed. */
-int rf_run_series_save(const struct rf_run *run, const char *series, int keep, const char *program_json);
+/* A checkpoint series that one run writes into. */
+struct rf_run_series {
+  const char *dir;     /* borrowed */
+  int keep;            /* this run's checkpoints kept (the oldest removed); 0: all */
+  int64_t start_step;  /* the step this run started from: its checkpoints are the later ones */
+  int64_t latest_step; /* the latest complete checkpoint found at the start, or -1 */
+};
+
+/* Before a run writes into the series `dir` (rank 0 looks, every rank gets the
+ * answer). Returns 0 when the run may write there; 1 on every rank when `dir`
+ * already holds a complete checkpoint and the run did not resume (`resumed` 0):
+ * another run's, which the caller should refuse to mix with (s->latest_step says
+ * which); -1 (a message) when the run resumed but `dir` holds a checkpoint of a
+ * step after start_step, which the run would overwrite. */
+int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const char *dir, int keep,
+                        int resumed, int64_t start_step);
+/* Saves the state as SERIES/step-<run->step>, then removes this run's oldest
+ * checkpoints (steps after s->start_step, up to run->step) beyond the last
+ * s->keep. A checkpoint this run did not write is never removed. */
+int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, const char *program_json);
+
+/* ---- preemption ------------------------------------------------------------- */
+
+/* Installs handlers for SIGTERM and SIGINT that only record the signal (what a
+ * scheduler sends before it preempts a job, and Ctrl-C). */
+void rf_run_catch_signals(void);
+/* At a step boundary (collective): the signal that any rank caught since
+ * rf_run_catch_signals (SIGTERM when ranks caught different ones), or 0. Every
+ * rank gets the same answer, so every rank stops after the same step. */
+int rf_run_stop_signal(const struct rf_fsdp *f);
 
 #endif

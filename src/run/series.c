@@ -68,18 +68,52 @@ static void rf_run_remove(const char *dir) {
   rmdir(dir);
 }
 
-int rf_run_series_save(const struct rf_run *run, const char *series, int keep, const char *program_json) {
-  RF_REQUIRE(keep >= 0, "%s: keep %d checkpoints?", series, keep);
-  char dir[RF_FILE_PATH_MAX];
-  rf_run_series_path(dir, sizeof dir, series, run->step);
-  RF_TRY(rf_run_save(run, dir, program_json));
-  if (rf_fsdp_rank(run->fsdp) == 0 && keep > 0) {
+int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const char *dir, int keep,
+                        int resumed, int64_t start_step) {
+  memset(s, 0, sizeof *s);
+  s->dir = dir;
+  s->keep = keep;
+  s->start_step = start_step;
+  s->latest_step = -1;
+  int rc = keep >= 0 ? 0 : rf_error_set(__FILE__, __LINE__, "%s: keep %d checkpoints?", dir, keep);
+  int64_t found[2] = {-1, -1}; /* the latest complete step; the first above start_step */
+  if (rc == 0 && rf_fsdp_rank(f) == 0) {
     int64_t *steps;
-    int n = rf_run_series_list(series, &steps);
-    int older = 0; /* the saved step and those below it: never a higher one */
-    while (older < n && steps[older] <= run->step) older++;
-    for (int i = 0; i + keep < older; i++) {
-      rf_run_series_path(dir, sizeof dir, series, steps[i]);
+    int n = rf_run_series_list(dir, &steps);
+    if (n > 0) found[0] = steps[n - 1];
+    for (int i = 0; i < n && found[1] < 0; i++)
+      if (steps[i] > start_step) found[1] = steps[i];
+    free(steps);
+  }
+  if (rf_run_agree(f, rc) != 0) {
+    if (rc == 0) RF_FAIL("%s: another rank failed", dir);
+    return -1;
+  }
+  rf_comm_bcast(&f->mesh.shard, found, 2, RF_DTYPE_I64, 0);
+  s->latest_step = found[0];
+  if (found[0] >= 0 && !resumed) return 1;
+  if (resumed && found[1] >= 0) {
+    char later[RF_FILE_PATH_MAX];
+    rf_run_series_path(later, sizeof later, dir, found[1]);
+    RF_FAIL("%s holds a checkpoint after step %lld, where this run starts (%s): this run would overwrite it",
+            dir, (long long)start_step, later);
+  }
+  return 0;
+}
+
+int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, const char *program_json) {
+  char dir[RF_FILE_PATH_MAX];
+  rf_run_series_path(dir, sizeof dir, s->dir, run->step);
+  RF_TRY(rf_run_save(run, dir, program_json));
+  if (rf_fsdp_rank(run->fsdp) == 0 && s->keep > 0) {
+    int64_t *steps;
+    int n = rf_run_series_list(s->dir, &steps);
+    int first = 0, end = 0; /* this run's: (start_step, run->step] */
+    while (first < n && steps[first] <= s->start_step) first++;
+    end = first;
+    while (end < n && steps[end] <= run->step) end++;
+    for (int i = first; i + s->keep < end; i++) {
+      rf_run_series_path(dir, sizeof dir, s->dir, steps[i]);
       rf_run_remove(dir);
     }
     free(steps);
