@@ -11,15 +11,23 @@
  *    losses), at W = 2 (AdamW, Muon) and W = 3 (8-bit AdamW);
  *  - a rank killed inside a save: the partial checkpoint is ignored, the run
  *    resumes from the previous one and ends bit-identical;
+ *  - preemption: SIGTERM (W = 1, 2, 3) or SIGINT (W = 2) to the launcher stops
+ *    every rank after the same step, saves into --ckpt-dir, exits 143 / 130; the
+ *    run resumed from it ends bit-identical to an uninterrupted one;
+ *  - a used --ckpt-dir (W = 1, 2, 3): refused without --resume (nothing in it
+ *    changes), refused when resuming an older step of it, and with --resume
+ *    --keep removes only this run's checkpoints;
  *  - bad input: a missing or truncated token file, inconsistent head counts, a
  *    batch not divisible into the ranks, a checkpoint of another optimizer: each
  *    fails with a message naming the problem. */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -219,6 +227,138 @@ static void check_plot(const char *model, const char *data) {
   RF_CHECK(access(canary, F_OK) != 0 && access("canary", F_OK) != 0, "a $(...) in the --plot path was run");
 }
 
+/* Starts `scripts/rfmpirun -np W rfsdp ARGS` in the background, its output into
+ * `out_path`; returns the pid (the launcher's: sh execs it). */
+static pid_t spawn_mpi(const char *out_path, int world, const char *fmt, ...) {
+  char args[4096], cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd,
+           "exec env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 scripts/rfmpirun -np %d %s %s >%s 2>&1", world,
+           rf_cli_binary(), args, out_path);
+  pid_t pid = fork();
+  RF_ASSERT(pid >= 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Lines of a file (0 when absent). */
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0, c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+/* Preemption (issue 12 item 3): a run of "endless" steps gets `sig` once its log
+ * shows 3 steps; every rank stops after the same step, saves a checkpoint into
+ * --ckpt-dir and the job exits 128 + sig. Resumed to 3 more steps, it ends
+ * bit-identical to an uninterrupted run of that many steps (constant learning
+ * rate: --warmup 0 --min-lr-ratio 1, so --steps does not change the schedule; --save-every
+ * 1000 saves at the last step only). */
+static void check_preempt(const char *model, const char *data, int world, int sig) {
+  char out[16384], cut[200], ref[200], log[256], outp[256], fa[512], fb[512];
+  const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  snprintf(cut, sizeof cut, "%s/preempt-%s-%d", dir, name, world);
+  snprintf(ref, sizeof ref, "%s/preempt-ref-%s-%d", dir, name, world);
+  snprintf(log, sizeof log, "%s.jsonl", cut);
+  snprintf(outp, sizeof outp, "%s.out", cut);
+  const char *args =
+      "--batch 6 --seq 16 --lr 3e-3 --warmup 0 --min-lr-ratio 1 --seed 13 --peak-gflops 50 --print-every 0 "
+      "--save-every 1000";
+  pid_t pid = spawn_mpi(outp, world, "train --model %s --data %s %s --steps 1000000 --ckpt-dir %s --log %s",
+                        model, data, args, cut, log);
+  uint64_t t0 = rf_time_ns();
+  while (count_lines(log) < 3 && rf_time_ns() - t0 < 60000000000ull) usleep(20000);
+  RF_CHECK(count_lines(log) >= 3, "%s W=%d: the run did not log 3 steps in 60 s", name, world);
+  kill(pid, sig);
+  int status = 0;
+  RF_ASSERT(waitpid(pid, &status, 0) == pid);
+  double seconds = (double)(rf_time_ns() - t0) / 1e9;
+  char *text = NULL;
+  size_t n = 0;
+  if (rf_file_read_all(outp, &text, &n) != 0) text = NULL;
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  RF_CHECK(rc == 128 + sig, "%s W=%d: exit %d, expected %d\n%s", name, world, rc, 128 + sig,
+           text ? text : "");
+  const char *stop = text ? strstr(text, "stopped by ") : NULL;
+  long long step = 0;
+  RF_CHECK(stop && sscanf(stop, "stopped by %*s after step %lld", &step) == 1 && step >= 3,
+           "%s W=%d: no 'stopped by ... after step N'\n%s", name, world, text ? text : "");
+  free(text);
+  if (step < 3) return;
+  printf("%-7s W=%d: stopped after step %lld, exit %d, %.1f s from start\n", name, world, step, rc, seconds);
+  rc = run_mpi(out, sizeof out, world, "train --model %s --data %s %s --steps %lld --ckpt-dir %s --resume %s",
+               model, data, args, step + 3, cut, cut);
+  RF_CHECK(rc == 0 && strstr(out, "resumed from"), "%s W=%d: resume: rc %d\n%s", name, world, rc, out);
+  rc = run_mpi(out, sizeof out, world, "train --model %s --data %s %s --steps %lld --ckpt-dir %s", model,
+               data, args, step + 3, ref);
+  RF_CHECK(rc == 0, "%s W=%d: uninterrupted: rc %d\n%s", name, world, rc, out);
+  for (int r = 0; r < world; r++) {
+    snprintf(fa, sizeof fa, "%s/step-%08lld/rank-%05d.bin", cut, step + 3, r);
+    snprintf(fb, sizeof fb, "%s/step-%08lld/rank-%05d.bin", ref, step + 3, r);
+    RF_CHECK(rf_test_files_equal(fa, fb), "%s W=%d: rank %d's checkpoint after the resume differs", name,
+             world, r);
+  }
+}
+
+/* A used --ckpt-dir (issue 12 item 5): without --resume the run is refused at
+ * once, naming the folder and both ways out, and nothing in it changes; with
+ * --resume it continues, and --keep removes only checkpoints this run wrote;
+ * resuming an older step of the folder (whose later steps would be overwritten)
+ * is refused. */
+static void check_used_dir(const char *model, const char *data, int world) {
+  char out[16384], used[200], path[512], copy[512];
+  snprintf(used, sizeof used, "%s/used-%d", dir, world);
+  const char *args = "--batch 6 --seq 16 --lr 3e-3 --seed 3 --peak-gflops 50 --print-every 0 --save-every 1";
+  int rc = run_mpi(out, sizeof out, world, "train --model %s --data %s %s --steps 2 --keep 5 --ckpt-dir %s",
+                   model, data, args, used);
+  RF_CHECK(rc == 0, "W=%d: first run: rc %d\n%s", world, rc, out);
+  snprintf(path, sizeof path, "%s/step-00000002/rank-00000.bin", used);
+  char *before = NULL;
+  size_t nb = 0;
+  RF_ASSERT(rf_file_read_all(path, &before, &nb) == 0);
+  uint64_t t0 = rf_time_ns();
+  rc = run_mpi(out, sizeof out, world, "train --model %s --data %s %s --steps 4 --ckpt-dir %s", model, data,
+               args, used);
+  double seconds = (double)(rf_time_ns() - t0) / 1e9;
+  RF_CHECK(rc != 0 && strstr(out, used) && strstr(out, "--resume") && strstr(out, "another --ckpt-dir"),
+           "W=%d: a used --ckpt-dir without --resume: rc %d\n%s", world, rc, out);
+  RF_CHECK(seconds < 30, "W=%d: the refusal took %.1f s", world, seconds);
+  char *after = NULL;
+  size_t na = 0;
+  RF_CHECK(rf_file_read_all(path, &after, &na) == 0 && na == nb && memcmp(before, after, nb) == 0,
+           "W=%d: the refused run changed %s", world, path);
+  free(after);
+  free(before);
+  for (int s = 1; s <= 2; s++) {
+    snprintf(path, sizeof path, "%s/step-%08d/COMPLETE", used, s);
+    RF_CHECK(access(path, F_OK) == 0, "W=%d: the refused run removed step %d", world, s);
+  }
+  snprintf(copy, sizeof copy, "%s/step-00000001", used);
+  rc = run_mpi(out, sizeof out, world, "train --model %s --data %s %s --steps 4 --ckpt-dir %s --resume %s",
+               model, data, args, used, copy);
+  RF_CHECK(rc != 0 && strstr(out, "step-00000002"), "W=%d: resuming step 1 under a later step 2: rc %d\n%s",
+           world, rc, out);
+  rc = run_mpi(out, sizeof out, world,
+               "train --model %s --data %s %s --steps 4 --keep 1 --ckpt-dir %s --resume %s", model, data,
+               args, used, used);
+  RF_CHECK(rc == 0 && strstr(out, "step-00000002 at step 2"), "W=%d: resume: rc %d\n%s", world, rc, out);
+  static const int expect[5] = {0, 1, 1, 0, 1}; /* the older run's 1, 2 stay; this run's 3 goes (--keep 1) */
+  for (int s = 1; s <= 4; s++) {
+    snprintf(path, sizeof path, "%s/step-%08d/COMPLETE", used, s);
+    RF_CHECK((access(path, F_OK) == 0) == expect[s], "W=%d: step %d %s after the resumed run with --keep 1",
+             world, s, expect[s] ? "missing" : "still there");
+  }
+}
+
 static void check_bad_input(const char *model, const char *data) {
   char out[16384], path[300], bad_model[256];
   int rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s/none %s", model, dir, common);
@@ -283,6 +423,11 @@ int main(void) {
   check_resume(model, data, 2, "muon");
   check_crash(model, data);
   check_plot(model, data);
+  for (int w = 1; w <= 3; w++) {
+    check_preempt(model, data, w, SIGTERM);
+    check_used_dir(model, data, w);
+  }
+  check_preempt(model, data, 2, SIGINT);
   check_bad_input(model, data);
 
   char cmd[128];

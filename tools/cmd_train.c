@@ -225,6 +225,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_ckpt_start(s));
   struct rf_fsdp_stats st;
   rf_fsdp_get_stats(s->model.fsdp, &st);
+  rf_run_catch_signals();
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
@@ -269,6 +270,8 @@ static int rf_train_run(struct rf_train_state *s) {
                "training diverged: non-finite gradients 5 steps in a row (last at step %lld)",
                (long long)step + 1);
     RF_TRY(rf_train_ckpt_step(s, step + 1));
+    int sig = rf_run_stop_signal(s->model.fsdp); /* SIGTERM / SIGINT on any rank: everyone stops here */
+    if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
   RF_TRY(rf_train_agree(&s->comm, logged));
   if (a->sample > 0) rf_train_sample(s, &s->tok);
@@ -382,6 +385,7 @@ int rf_cmd_train(int argc, char **argv) {
     rf_comm_watchdog_start(a.collective_timeout);
     status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     rf_comm_watchdog_stop();
+    if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT */
     rf_train_state_free(&s);
     rf_comm_free(&s.comm);
   }

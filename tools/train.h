@@ -9,6 +9,7 @@
 #include "data/data.h"
 #include "optim/optim.h"
 #include "plan_args.h"
+#include "rfsdp_run.h"
 #include "train_model.h"
 #include "train_report.h"
 
@@ -37,6 +38,8 @@ struct rf_train_state {
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
   int64_t start_step;
+  struct rf_run_series series; /* --ckpt-dir */
+  int stop_signal;             /* the signal that stopped the run (preemption), or 0 */
   double flops_per_token, peak_gflops, last_loss, last_val;
 };
 
@@ -46,5 +49,9 @@ int rf_train_ckpt_start(struct rf_train_state *s);
 /* After step `done` (1-based count of finished steps): a checkpoint when
  * --save-every says so, then the oldest beyond --keep removed. Collective. */
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done);
+/* The run stops after step `done` because of signal `sig` (every rank agreed):
+ * a checkpoint into --ckpt-dir unless one was just saved, and the message.
+ * Collective. */
+int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig);
 
 #endif

@@ -1,9 +1,11 @@
 /* rfsdp train's checkpoints through the run layer (include/rfsdp_run.h): --init
  * (weights from safetensors), --resume (everything from a checkpoint or the latest
- * of a series), and the series in --ckpt-dir every --save-every steps, the last
- * --keep kept. The data loader is a function of (seed, step), so the step is the
- * data position. */
+ * of a series), the series in --ckpt-dir every --save-every steps (this run's
+ * last --keep kept; a --ckpt-dir holding another run's checkpoints refused), and
+ * the checkpoint at a preemption. The data loader is a function of (seed, step),
+ * so the step is the data position. */
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include "rfsdp_run.h"
@@ -34,12 +36,24 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
     s->start_step = run.step;
     if (s->rank == 0) printf("resumed from %s at step %lld\n", dir, (long long)run.step);
   }
-  return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
+  if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
+  int rc =
+      rf_run_series_begin(&s->series, s->model.fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
+  RF_REQUIRE(
+      rc != 1,
+      "--ckpt-dir %s already holds checkpoints of another run (the latest: step %lld): to continue that "
+      "run, add --resume %s; to start a new one, pick another --ckpt-dir",
+      a->ckpt_dir, (long long)s->series.latest_step, a->ckpt_dir);
+  return rc;
 }
 
-int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
+/* 1 when --save-every asks for a checkpoint after `done` steps. */
+static int rf_train_ckpt_due(const struct rf_train_args *a, int64_t done) {
+  return a->save_every > 0 && (done % a->save_every == 0 || done == a->steps);
+}
+
+static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
   const struct rf_train_args *a = s->args;
-  if (a->save_every <= 0 || (done % a->save_every != 0 && done != a->steps)) return 0;
   cJSON *program = cJSON_CreateObject();
   cJSON_AddStringToObject(program, "model", a->model);
   char *json = cJSON_PrintUnformatted(program);
@@ -47,13 +61,33 @@ int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
   RF_ASSERT(json);
   struct rf_run run = rf_train_run_at(s, done);
   uint64_t t0 = rf_time_ns();
-  int rc = rf_run_series_save(&run, a->ckpt_dir, a->keep, json);
+  int rc = rf_run_series_save(&s->series, &run, json);
   free(json);
   if (rc != 0) return -1;
   if (s->rank == 0) {
     char dir[RF_FILE_PATH_MAX];
     rf_run_series_path(dir, sizeof dir, a->ckpt_dir, done);
     printf("checkpoint: %s (step %lld, %.0f ms)\n", dir, (long long)done, (double)(rf_time_ns() - t0) / 1e6);
+  }
+  return 0;
+}
+
+int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
+  return rf_train_ckpt_due(s->args, done) ? rf_train_ckpt_save(s, done) : 0;
+}
+
+int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig) {
+  const struct rf_train_args *a = s->args;
+  s->stop_signal = sig;
+  if (a->ckpt_dir && !rf_train_ckpt_due(a, done)) RF_TRY(rf_train_ckpt_save(s, done));
+  if (s->rank == 0) {
+    if (a->ckpt_dir)
+      printf("stopped by %s after step %lld: continue with --resume %s\n",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)done, a->ckpt_dir);
+    else
+      printf("stopped by %s after step %lld (no --ckpt-dir: nothing saved)\n",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)done);
+    fflush(stdout);
   }
   return 0;
 }
