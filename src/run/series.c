@@ -108,11 +108,10 @@ int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, 
   if (rf_fsdp_rank(run->fsdp) == 0 && s->keep > 0) {
     int64_t *steps;
     int n = rf_run_series_list(s->dir, &steps);
-    int first = 0, end = 0; /* this run's: (start_step, run->step] */
-    while (first < n && steps[first] <= s->start_step) first++;
-    end = first;
-    while (end < n && steps[end] <= run->step) end++;
-    for (int i = first; i + s->keep < end; i++) {
+    int own = 0; /* this run's: steps in (start_step, run->step], ascending */
+    for (int i = 0; i < n; i++) own += steps[i] > s->start_step && steps[i] <= run->step;
+    for (int i = 0, seen = 0; i < n; i++) {
+      if (steps[i] <= s->start_step || steps[i] > run->step || seen++ >= own - s->keep) continue;
       rf_run_series_path(dir, sizeof dir, s->dir, steps[i]);
       rf_run_remove(dir);
     }
