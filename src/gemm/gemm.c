@@ -68,7 +68,7 @@ static int gemm_thread_index(void) {
 static void gemm_init_engine(void) {
   RF_GEMM_CHECK(dnnl_engine_create(&rf_gemm.engine, dnnl_cpu, 0));
   rf_gemm.n_threads = gemm_max_threads();
-  rf_gemm.streams = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(*rf_gemm.streams));
+  rf_gemm.streams = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(dnnl_stream_t));
   for (int t = 0; t < rf_gemm.n_threads; t++)
     RF_GEMM_CHECK(dnnl_stream_create(&rf_gemm.streams[t], rf_gemm.engine, dnnl_stream_default_flags));
 }
@@ -84,22 +84,26 @@ static void gemm_check_desc(const struct rf_gemm_desc *d) {
     RF_DIE("gemm: operand dtype %s (f32 or bf16 only)", rf_dtype_name(d->dtype));
 }
 
+/* alpha and beta key the cache by their bits (-0 and 0 differ, a NaN equals itself). */
+static uint32_t gemm_f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
 static uint64_t gemm_hash(const struct rf_gemm_desc *d) {
   const int v[] = {d->m, d->n, d->k, d->trans_a, d->trans_b, d->lda, d->ldb, d->ldc, (int)d->dtype};
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)(uint32_t)v[i]) * 1099511628211ull;
-  uint32_t alpha, beta;
-  memcpy(&alpha, &d->alpha, sizeof alpha);
-  memcpy(&beta, &d->beta, sizeof beta);
-  h = (h ^ alpha) * 1099511628211ull;
-  return (h ^ beta) * 1099511628211ull;
+  h = (h ^ gemm_f32_bits(d->alpha)) * 1099511628211ull;
+  return (h ^ gemm_f32_bits(d->beta)) * 1099511628211ull;
 }
 
 static int gemm_desc_equal(const struct rf_gemm_desc *a, const struct rf_gemm_desc *b) {
   return a->m == b->m && a->n == b->n && a->k == b->k && a->trans_a == b->trans_a &&
          a->trans_b == b->trans_b && a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc &&
-         a->dtype == b->dtype && memcmp(&a->beta, &b->beta, sizeof a->beta) == 0 &&
-         memcmp(&a->alpha, &b->alpha, sizeof a->alpha) == 0;
+         a->dtype == b->dtype && gemm_f32_bits(a->beta) == gemm_f32_bits(b->beta) &&
+         gemm_f32_bits(a->alpha) == gemm_f32_bits(b->alpha);
 }
 
 /* A 2-D memory descriptor of rows x cols with the given leading dimension,
@@ -183,8 +187,9 @@ void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, flo
     RF_DIE("gemm: called from thread %d, but the OpenMP budget was %d threads at the first product", t,
            e->n_threads);
   struct rf_gemm_thread *th = &e->threads[t];
-  RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->a, (void *)(uintptr_t)a));
-  RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->b, (void *)(uintptr_t)b));
+  /* oneDNN takes a non-const handle; it only reads A and B */
+  RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->a, (void *)a));
+  RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->b, (void *)b));
   RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->c, c));
   dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, th->a},
                             {DNNL_ARG_WEIGHTS, th->b},
