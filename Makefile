@@ -133,6 +133,7 @@ lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Iinclude -Isrc $(C_DIRS)
 	clang-tidy --quiet $(LIB_SRC) $(TOOL_SRC) $(EXTRA_SRC) -- -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc \
+	  -DRF_FUZZ_TARGET='"lint"' \
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
