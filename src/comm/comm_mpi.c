@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Checks the return code of an MPI call; an error stops every rank with MPI's
  * description of it, the file and the line. */
@@ -91,12 +92,19 @@ static void rf_comm_bf16_min(void *in, void *inout, int *len, MPI_Datatype *type
 
 /* ---- set-up -------------------------------------------------------------- */
 
-/* rf_die's abort hook: a fatal error on one rank ends every rank of the job. */
+/* rf_die's abort hook: a fatal error on one rank ends every rank of the job.
+ * MPI_Abort tears the job down at once, and MPICH's launcher can drop what the
+ * dying rank printed last (the message saying why) when its pipe is not read
+ * yet: a pause of half a second first lets the launcher relay it. */
 static void rf_comm_abort_job(void) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!inited || finalized) return;
+  fflush(NULL);
+  struct timespec pause = {.tv_sec = 0, .tv_nsec = 500 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 void rf_comm_mpi_init(int *argc, char ***argv) {
