@@ -248,14 +248,10 @@ static pid_t spawn_mpi(const char *out_path, int world, const char *fmt, ...) {
   return pid;
 }
 
-/* Lines of a file (0 when absent). */
-static int count_lines(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  int n = 0, c;
-  while ((c = fgetc(f)) != EOF) n += c == '\n';
-  fclose(f);
-  return n;
+/* Steps logged so far (the log's lines with a loss; its first line is the plan). */
+static int count_steps(const char *path) {
+  double loss[16];
+  return read_losses(path, loss, 16);
 }
 
 /* Preemption (issue 12 item 3): a run of "endless" steps gets `sig` once its log
@@ -277,8 +273,8 @@ static void check_preempt(const char *model, const char *data, int world, int si
   pid_t pid = spawn_mpi(outp, world, "train --model %s --data %s %s --steps 1000000 --ckpt-dir %s --log %s",
                         model, data, args, cut, log);
   uint64_t t0 = rf_time_ns();
-  while (count_lines(log) < 3 && rf_time_ns() - t0 < 60000000000ull) usleep(20000);
-  RF_CHECK(count_lines(log) >= 3, "%s W=%d: the run did not log 3 steps in 60 s", name, world);
+  while (count_steps(log) < 3 && rf_time_ns() - t0 < 60000000000ull) usleep(20000);
+  RF_CHECK(count_steps(log) >= 3, "%s W=%d: the run did not log 3 steps in 60 s", name, world);
   kill(pid, sig);
   int status = 0;
   RF_ASSERT(waitpid(pid, &status, 0) == pid);
