@@ -1,0 +1,252 @@
+/* The simulator behind `rfsdp plan --batch`: a step of a run laid out by the
+ * planning policy, as the runtime executes it (src/fsdp/fsdp.c carves the arena,
+ * src/fsdp/schedule.c gathers with prefetch and reduces, src/dbuffer/layout.c
+ * sizes the slabs and slots), counted from the plan alone: memory per rank, bytes
+ * per step as src/comm counts them, and a step time from the alpha-beta model of
+ * each collective with the prefetch schedule's overlap. docs/scale.md. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "plan/plan.h"
+
+#define RF_PLAN_SIM_TILE 32       /* 8-bit AdamW: 32 x 32 tiles of matrices (src/optim/adamw8bit.c) */
+#define RF_PLAN_SIM_VEC_BLOCK 256 /* ... and runs of 256 elements of vectors */
+
+/* A unit's sizes on one rank, as src/dbuffer/layout.c lays them out (elements). */
+struct rf_plan_sim_unit {
+  int64_t shard;   /* this rank's pieces of every buffer, each aligned */
+  int64_t slot;    /* param slot (fsdp2: the staging buffer, then each tensor's storage) */
+  int64_t gview;   /* f32 part of the grad slot the backward writes */
+  int64_t staging; /* grad slot: the reduce-dtype staging buffer (when one is needed) */
+};
+
+static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in, int rank,
+                                   int64_t align, struct rf_plan_sim_unit *out) {
+  const struct rf_plan_unit *p = &l->plan;
+  memset(out, 0, sizeof *out);
+  if (l->layout == RF_LAYOUT_FSDP2) {
+    const struct rf_plan_buffer *b = &p->buffers[0];
+    out->shard = rf_round_up(b->shard_elems, align);
+    out->slot = rf_round_up(b->total_elems, align);
+    for (int t = 0; t < in->n_tensors; t++) {
+      out->slot = rf_round_up(out->slot + in->tensors[t].numel, align);
+      out->gview = rf_round_up(out->gview + in->tensors[t].numel, align);
+    }
+    out->staging = b->total_elems;
+    return;
+  }
+  for (int k = 0; k < p->n_buffers; k++) {
+    const struct rf_plan_buffer *b = &p->buffers[k];
+    out->slot = rf_round_up(out->slot + b->total_elems, align);
+    out->shard = rf_round_up(out->shard + b->starts[rank + 1] - b->starts[rank], align);
+  }
+  out->gview = out->staging = out->slot;
+}
+
+/* 8-bit blocks of a tensor (rows x cols row-major; cols 0: a vector) that the
+ * element range [b, e) touches: the scales the optimizer keeps for it. */
+static int64_t rf_plan_sim_blocks(const struct rf_plan_tensor_in *t, int64_t b, int64_t e) {
+  if (e <= b) return 0;
+  if (t->ndim < 2) return rf_ceil_div(e, RF_PLAN_SIM_VEC_BLOCK) - b / RF_PLAN_SIM_VEC_BLOCK;
+  int64_t c = t->shape[t->ndim - 1], rows = t->numel / c, tps = rf_ceil_div(c, RF_PLAN_SIM_TILE), n = 0;
+  for (int64_t s = (b / c) / RF_PLAN_SIM_TILE; s <= ((e - 1) / c) / RF_PLAN_SIM_TILE; s++) {
+    int64_t lo = rf_max_i64(b, s * RF_PLAN_SIM_TILE * c);
+    int64_t hi = rf_min_i64(e, rf_min_i64((s + 1) * RF_PLAN_SIM_TILE, rows) * c);
+    if (hi <= lo) continue;
+    if (hi - lo >= c) { /* c consecutive elements meet every column */
+      n += tps;
+      continue;
+    }
+    int64_t t0 = (lo % c) / RF_PLAN_SIM_TILE, t1 = ((hi - 1) % c) / RF_PLAN_SIM_TILE;
+    n += t1 >= t0 && (hi - 1) % c >= lo % c ? t1 - t0 + 1 : rf_min_i64(tps - t0 + t1 + 1, tps);
+  }
+  return n;
+}
+
+/* The 8-bit scales of one rank's pieces of a unit. */
+static int64_t rf_plan_sim_unit_blocks(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in,
+                                       int rank) {
+  int64_t n = 0;
+  if (l->layout == RF_LAYOUT_FSDP2) {
+    for (int t = 0; t < in->n_tensors; t++) {
+      int64_t numel = in->tensors[t].numel, chunk = l->tensors[t].chunk;
+      n += rf_plan_sim_blocks(&in->tensors[t], rf_min_i64(rank * chunk, numel),
+                              rf_min_i64((rank + 1) * chunk, numel));
+    }
+    return n;
+  }
+  for (int k = 0; k < l->plan.n_buffers; k++) {
+    const struct rf_plan_buffer *b = &l->plan.buffers[k];
+    int64_t r0 = b->starts[rank], r1 = b->starts[rank + 1];
+    for (int q = 0; q < b->n_places; q++) {
+      const struct rf_plan_place *pl = &b->places[q];
+      const struct rf_plan_tensor_in *t = &in->tensors[pl->tensor];
+      int64_t subs = t->sub_count > 1 ? t->sub_count : 1, sub = t->numel / subs;
+      /* the place's sub-tensors, one run each unless they are back to back */
+      int runs = pl->sub_stride == sub ? 1 : (int)pl->sub_n;
+      int64_t len = pl->sub_stride == sub ? sub * pl->sub_n : sub;
+      for (int i = 0; i < runs; i++) {
+        int64_t at = pl->offset + i * pl->sub_stride, first = (pl->sub_first + i) * sub;
+        int64_t lo = rf_max_i64(r0, at), hi = rf_min_i64(r1, at + len);
+        if (hi > lo) n += rf_plan_sim_blocks(t, first + lo - at, first + hi - at);
+      }
+    }
+  }
+  return n;
+}
+
+/* Bytes of one rank's memory (everything but the arena, added by the caller). */
+static int64_t rf_plan_sim_optim_bytes(enum rf_optim_kind kind, int64_t slab, int64_t blocks) {
+  if (kind == RF_OPTIM_KIND_ADAMW8BIT) return 2 * slab + 2 * blocks * (int64_t)sizeof(float);
+  return 2 * slab * (int64_t)sizeof(float); /* AdamW m, v; Muon keeps AdamW's state for every view */
+}
+
+/* The memory of shard-group rank r (out->mem, out->shard_elems). */
+static void rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                                    const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
+                                    int r, struct rf_plan_sim_memory *mem, int64_t *shard_elems) {
+  int64_t align = rf_plan_policy_align_elems(p), slab = 0, blocks = 0, pslot = 0, gslot = 0;
+  size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
+  int staging = p->layout == RF_LAYOUT_FSDP2 || p->reduce_dtype != RF_DTYPE_F32;
+  for (int u = 0; u < m->n_units; u++) {
+    struct rf_plan_sim_unit x;
+    rf_plan_sim_unit_sizes(&m->units[u], &units[u], r, align, &x);
+    slab += x.shard;
+    if (o->optim == RF_OPTIM_KIND_ADAMW8BIT) blocks += rf_plan_sim_unit_blocks(&m->units[u], &units[u], r);
+    int64_t pb = x.slot * (int64_t)ps;
+    int64_t gb = rf_round_up(x.gview * (int64_t)sizeof(float), 64) +
+                 (staging ? rf_round_up(x.staging * (int64_t)rs, 64) : 0) + x.shard * (int64_t)sizeof(float);
+    pslot = rf_max_i64(pslot, pb);
+    gslot = rf_max_i64(gslot, gb);
+  }
+  slab = rf_max_i64(slab, 1);
+  int n = m->n_units;
+  int64_t n_pslots = o->reshard_after_forward ? rf_min_i64(o->prefetch + 1, n) : n,
+          n_gslots = rf_min_i64(2, n);
+  *shard_elems = slab;
+  mem->params = slab * (int64_t)sizeof(float);
+  mem->grads = slab * (int64_t)sizeof(float);
+  mem->optim = rf_plan_sim_optim_bytes(o->optim, slab, blocks);
+  mem->gathered = n_pslots * rf_round_up(pslot, 64) + n_gslots * rf_round_up(gslot, 64);
+  mem->activations = o->activation_bytes;
+  mem->total = mem->params + mem->grads + mem->optim + mem->gathered + mem->activations;
+}
+
+/* Elements a rank receives in the all-gather of a buffer (and sends into its
+ * reduce-scatter): equal shards (W-1) S, ragged the buffer less its own range. */
+static int64_t rf_plan_sim_others(const struct rf_plan_unit *p, const struct rf_plan_buffer *b, int r) {
+  if (p->mode == RF_SHARD_MODE_EQUAL) return (int64_t)(p->world - 1) * b->shard_elems;
+  return b->total_elems - (b->starts[r + 1] - b->starts[r]);
+}
+
+/* What the prefetch schedule leaves of communication m while computing c. */
+static double rf_plan_sim_hide(double c, double m, double overlap) {
+  double left = m - overlap * c;
+  return c + (left > 0 ? left : 0);
+}
+
+int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                     const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
+                     struct rf_plan_sim_result *out) {
+  memset(out, 0, sizeof *out);
+  int s = m->world, n = m->n_units;
+  RF_REQUIRE(o->replicate >= 1 && s >= 1 && n >= 1, "simulate: %d replicas of %d ranks, %d units",
+             o->replicate, s, n);
+  RF_REQUIRE(o->accum >= 1 && o->prefetch >= 0, "simulate: accum %d, prefetch %d", o->accum, o->prefetch);
+  RF_REQUIRE(o->net.peak_gflops > 0 && o->net.efficiency > 0 && o->net.mem_gbs > 0,
+             "simulate: network %s: peak, efficiency and memory bandwidth must be positive", o->net.name);
+  out->replicate = o->replicate;
+  out->shard_world = s;
+  out->world = s * o->replicate;
+  RF_REQUIRE(o->rank >= -1 && o->rank < s, "simulate: rank %d of a shard group of %d", o->rank, s);
+  /* memory: the rank asked for, or the fullest of the group (ranks differ only
+   * in ragged shards and 8-bit blocks) */
+  for (int r = o->rank < 0 ? 0 : o->rank; r < (o->rank < 0 ? s : o->rank + 1); r++) {
+    struct rf_plan_sim_memory mem;
+    int64_t slab;
+    rf_plan_sim_rank_memory(units, m, p, o, r, &mem, &slab);
+    if (r == 0 || mem.total > out->mem.total) {
+      out->mem = mem;
+      out->rank = r;
+      out->shard_elems = slab;
+    }
+  }
+  /* bytes of that rank per step, and the time of each unit's collectives */
+  size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
+  int ranks_node = o->net.ranks_per_node;
+  const struct rf_plan_link *sl = s <= ranks_node ? o->net.intra : o->net.inter;
+  const struct rf_plan_link *wl = out->world <= ranks_node ? o->net.intra : o->net.inter;
+  double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
+  double *c = rf_xcalloc((size_t)n, sizeof *c);
+  int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
+  for (int u = 0; u < n; u++) {
+    const struct rf_plan_unit *pu = &m->units[u].plan;
+    int64_t gu = 0;
+    for (int k = 0; k < pu->n_buffers; k++) {
+      const struct rf_plan_buffer *b = &pu->buffers[k];
+      int64_t others = rf_plan_sim_others(pu, b, out->rank);
+      gu += others * (int64_t)ps;
+      reduce_unit += others * (int64_t)rs;
+      g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
+                              (double)b->total_elems * (double)ps);
+      red[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_REDUCE_SCATTER], RF_PLAN_COLL_REDUCE_SCATTER, s,
+                                (double)b->total_elems * (double)rs);
+    }
+    gather_unit += gu;
+    if (u == n - 1) last_gather = gu;
+  }
+  /* per micro-batch: the forward gathers every unit, the backward all but the
+   * last (kept from the forward) when the forward resharded; every unit reduces once */
+  int64_t gathers = o->reshard_after_forward ? 2 * gather_unit - last_gather : gather_unit;
+  out->gather_bytes = o->accum * gathers;
+  out->bytes_intra = out->gather_bytes + o->accum * reduce_unit;
+  /* the gradient shard all-reduced over the replicas once per step (f32) */
+  int64_t inter = o->replicate > 1 ? out->shard_elems * (int64_t)sizeof(float) : 0;
+  out->bytes_inter = inter;
+  int64_t scalars = (s > 1 ? 8 : 0) + (out->world > 1 ? o->scalar_reduce_bytes : 0); /* grad norm (f64) */
+  out->reduce_bytes = o->accum * reduce_unit + inter + scalars;
+  /* the norm on the shard group; the caller's scalars on the world (across groups under HSDP) */
+  out->bytes_intra += (s > 1 ? 8 : 0) + (o->replicate == 1 ? scalars - (s > 1 ? 8 : 0) : 0);
+  out->bytes_inter += o->replicate > 1 ? o->scalar_reduce_bytes : 0;
+
+  /* time: compute split over the units by their share of the elements */
+  out->compute_ms =
+      o->flops_per_token * o->tokens_per_rank / (o->net.peak_gflops * 1e9 * o->net.efficiency) * 1e3;
+  double micro = out->compute_ms / o->accum, ov = o->net.overlap, step = 0, comm = 0;
+  for (int u = 0; u < n; u++) c[u] = micro * (double)m->units[u].plan.elems / (double)rf_max_i64(m->elems, 1);
+  for (int a = 0; a < o->accum; a++) {
+    step += g[0];
+    comm += g[0];
+    for (int u = 0; u < n; u++) { /* forward: unit u computes while u + 1 is gathered */
+      double next = u + 1 < n ? g[u + 1] : 0;
+      step += rf_plan_sim_hide(c[u] / 3, next, ov);
+      comm += next;
+    }
+    for (int u = n - 1; u >= 0; u--) { /* backward: u computes while u - 1 gathers and u + 1 reduces */
+      double x = (o->reshard_after_forward && u > 0 ? g[u - 1] : 0) + (u + 1 < n ? red[u + 1] : 0);
+      step += rf_plan_sim_hide(2 * c[u] / 3, x, ov);
+      comm += x;
+    }
+    step += red[0];
+    comm += red[0];
+  }
+  double tail =
+      rf_plan_link_ms(&wl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, o->replicate, (double)inter) +
+      rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, s, 8.0) +
+      rf_plan_link_ms(&wl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, out->world,
+                      (double)o->scalar_reduce_bytes);
+  step += tail;
+  comm += tail;
+  /* the optimizer streams parameters, gradients and its state once (read, and write but the gradient) */
+  double per_elem = o->optim == RF_OPTIM_KIND_ADAMW8BIT ? 4 + 4 + 4 + 2 * 2 : 4 + 4 + 4 + 2 * 4 * 2;
+  out->optim_ms = (double)out->shard_elems * per_elem / (o->net.mem_gbs * 1e9) * 1e3;
+  out->comm_ms = comm;
+  out->exposed_comm_ms = step - out->compute_ms;
+  out->step_ms = step + out->optim_ms;
+  free(g);
+  free(red);
+  free(c);
+  return 0;
+}
