@@ -14,6 +14,7 @@
 #include "options.h"
 #include "plan/plan.h"
 #include "plan_args.h"
+#include "plan_sim.h"
 
 #define RF_PLAN_CMD_MAX_WORLDS 64
 #define RF_PLAN_CMD_MAX_WORLD (1 << 24)
@@ -29,6 +30,9 @@ struct rf_plan_cmd {
   double max_padding; /* percent; < 0: off */
   int json, buffers;
   struct rf_plan_policy policy; /* what rfsdp train would run with these options */
+  struct rf_plan_sim_args sim;  /* --batch > 0: simulate a step (plan_sim.c) */
+  struct rf_plan_sim_model sim_model;
+  enum rf_optim_kind optim;
 };
 
 static int rf_plan_cmd_worlds(const char *text, int *worlds, int *n) {
@@ -214,10 +218,10 @@ static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf
 }
 
 static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r, double limit,
-                             int meets, int suggest) {
+                             int meets, int suggest, const struct rf_plan_sim_result *sim) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", c->model_path);
-  cJSON_AddNumberToObject(o, "world", r->world);
+  cJSON_AddNumberToObject(o, "world", r->world * c->sim.replicate);
   cJSON_AddStringToObject(o, "layout", c->args.layout);
   cJSON_AddStringToObject(o, "shard", r->mode == RF_SHARD_MODE_RAGGED ? "ragged" : "equal");
   cJSON_AddStringToObject(o, "optim", c->args.optim);
@@ -248,6 +252,7 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
     cJSON_AddNumberToObject(x, "split_blocks", (double)p->split_blocks);
     cJSON_AddNumberToObject(x, "copy_bytes_per_step", (double)p->copy_elems * (double)c->elem_bytes);
   }
+  if (sim) rf_plan_sim_json(&c->sim, &c->sim_model, sim, o);
   if (c->buffers) rf_plan_cmd_layout_json(c, r, o);
   char *text = cJSON_PrintUnformatted(o);
   printf("%s\n", text ? text : "{\"error\": \"out of memory\"}");
@@ -281,7 +286,16 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
 
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   struct rf_plan_model_result r;
-  RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->policy, world, 1, &r));
+  struct rf_plan_sim_result sim;
+  RF_REQUIRE(world % c->sim.replicate == 0, "--replicate %d does not divide the world size %d",
+             c->sim.replicate, world);
+  /* the layout the runtime runs: the shard group's (every replica the same) */
+  RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->policy, world / c->sim.replicate, 1, &r));
+  if (c->sim.batch > 0 &&
+      rf_plan_sim_world(&c->sim, &c->sim_model, c->units, &r, &c->policy, world, c->optim, &sim) != 0) {
+    rf_plan_model_result_free(&r);
+    return -1;
+  }
   RF_ASSERT(c->policy.layout != RF_LAYOUT_PLANNED || r.split_blocks == 0); /* the checker passed every unit */
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
@@ -290,9 +304,10 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
     if (!meets) suggest = rf_plan_cmd_suggest(c, world, limit);
   }
   if (c->json) {
-    rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest);
+    rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest, c->sim.batch > 0 ? &sim : NULL);
   } else {
     rf_plan_cmd_table(c, &r);
+    if (c->sim.batch > 0) rf_plan_sim_print(&c->sim, &c->sim_model, &sim);
     if (c->buffers) rf_plan_cmd_layout_text(c, &r);
     if (c->max_padding >= 0) {
       const char *what = r.mode == RF_SHARD_MODE_RAGGED ? "imbalance" : "padding";
@@ -326,7 +341,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
 }
 
 int rf_cmd_plan(int argc, char **argv) {
-  struct rf_plan_cmd c = {.args = RF_PLAN_ARGS_DEFAULT};
+  struct rf_plan_cmd c = {.args = RF_PLAN_ARGS_DEFAULT, .sim = RF_PLAN_SIM_ARGS_DEFAULT};
   const char *worlds_text = NULL;
   c.align_bytes = 64;
   c.max_buffers = 4;
@@ -336,6 +351,7 @@ int rf_cmd_plan(int argc, char **argv) {
        "a Hugging Face config.json (llama, gpt_oss, deepseek_v3) or a generic units file", NULL, 1},
       {"world", RF_OPTION_KIND_STRING, &worlds_text, "world size(s), comma-separated: W[,W...]", NULL, 1},
       RF_PLAN_ARGS_OPTIONS(c.args),
+      RF_PLAN_SIM_OPTIONS(c.sim),
       {"align-bytes", RF_OPTION_KIND_I64, &c.align_bytes, "every rank's slice starts on a multiple of this",
        NULL, 0},
       {"max-buffers", RF_OPTION_KIND_INT, &c.max_buffers,
@@ -348,17 +364,21 @@ int rf_cmd_plan(int argc, char **argv) {
       {"buffers", RF_OPTION_KIND_FLAG, &c.buffers,
        "also print every buffer's tensors and offsets (planned and flat layouts)", NULL, 0},
   };
-  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
-                            "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
-                            "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
-                            "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
-                            "[--max-buffers 4] [--max-padding P] [--json] [--buffers]");
+  int rc =
+      rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
+                       "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
+                       "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
+                       "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
+                       "[--max-buffers 4] [--max-padding P] [--replicate R] [--batch B --seq T [--accum A] "
+                       "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
+                       "[--efficiency E]] [--json] [--buffers]");
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
   struct rf_fsdp_options fo;
   rf_fsdp_options_default(&fo);
   if (rc == 0) rc = rf_plan_args_fsdp_options(&c.args, &fo);
+  if (rc == 0) rc = rf_optim_kind_parse(c.args.optim, &c.optim);
   if (rc == 0 &&
       (c.align_bytes < 4 || (c.align_bytes & (c.align_bytes - 1)) != 0 || c.align_bytes > (1 << 20)))
     rc = rf_error_set(__FILE__, __LINE__, "--align-bytes must be a power of two from 4 to 1 MiB (got %lld)",
@@ -383,6 +403,12 @@ int rf_cmd_plan(int argc, char **argv) {
     return 1;
   }
   c.units = rf_model_desc_plan_units(&c.model, &c.policy);
+  if (c.sim.batch > 0 && rf_plan_sim_setup(&c.sim, c.model_path, &c.model, &c.sim_model) != 0) {
+    fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    free(c.units);
+    rf_model_desc_free(&c.model);
+    return 1;
+  }
   if (!c.json)
     printf(
         "rfsdp plan: %s (%s, %lld parameters, %d units, %d tensors), %s layout, optim %s, params %s, reduce "

@@ -1,0 +1,156 @@
+/* `rfsdp plan --batch`: the model's side of a simulated step and its output. */
+#include "plan_sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* Routed experts per token from the config's num_experts_per_tok (0 when absent). */
+static int rf_plan_sim_experts_per_token(const char *path) {
+  char *text = NULL;
+  size_t n = 0;
+  if (rf_file_read_all(path, &text, &n) != 0) return 0;
+  cJSON *root = rf_model_json_parse(text, n, path);
+  const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "num_experts_per_tok");
+  int out = cJSON_IsNumber(k) && k->valuedouble >= 1 ? (int)k->valuedouble : 0;
+  cJSON_Delete(root);
+  free(text);
+  return out;
+}
+
+/* Matmul weights of experts a token does not meet: a fused tensor of E experts
+ * (sub_count) or DeepSeek's routed experts (one tensor per expert), k of E active. */
+static double rf_plan_sim_inactive_elems(const struct rf_model_desc *d, const struct rf_model_config *cfg,
+                                         int k) {
+  double inactive = 0;
+  int routed = cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3 ? cfg->deepseek_v3.n_routed_experts : 0;
+  for (int u = 0; u < d->n_units; u++)
+    for (int i = 0; i < d->units[u].n_tensors; i++) {
+      const struct rf_model_tensor *t = &d->units[u].tensors[i];
+      if (!t->decay) continue;
+      int64_t experts =
+          t->sub_count > 1 ? t->sub_count : (routed && strstr(t->name, ".mlp.experts.") ? routed : 1);
+      if (experts > 1 && k < experts) inactive += (double)t->numel * (1.0 - (double)k / (double)experts);
+    }
+  return inactive;
+}
+
+int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
+                      const struct rf_model_desc *desc, struct rf_plan_sim_model *out) {
+  memset(out, 0, sizeof *out);
+  RF_TRY(rf_plan_network_find(a->network, &out->net));
+  if (strcmp(a->compute_dtype, "f32") == 0 && strcmp(out->net.name, "here") != 0)
+    out->net.peak_gflops /= 2; /* the GPU profiles' peaks are bf16; f32 matmuls run as TF32 at half */
+  if (a->peak_gflops > 0) out->net.peak_gflops = a->peak_gflops;
+  if (a->efficiency > 0) out->net.efficiency = a->efficiency;
+  if (strcmp(desc->model_type, "generic") == 0) {
+    out->flops_per_token = 6.0 * (double)desc->numel;
+    return 0;
+  }
+  RF_TRY(rf_model_config_read(&out->cfg, model_path));
+  if (out->cfg.head_dim == 0) out->cfg.head_dim = out->cfg.hidden_size / out->cfg.num_attention_heads;
+  RF_REQUIRE(a->seq <= (1 << 24), "--seq %lld is too long", (long long)a->seq);
+  out->have_config = 1;
+  out->experts_per_token = rf_plan_sim_experts_per_token(model_path);
+  out->flops_per_token = rf_model_flops_per_token(&out->cfg, (int)a->seq) -
+                         6.0 * rf_plan_sim_inactive_elems(desc, &out->cfg, out->experts_per_token);
+  return 0;
+}
+
+int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                      const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                      const struct rf_plan_policy *p, int world, enum rf_optim_kind optim,
+                      struct rf_plan_sim_result *out) {
+  int64_t micro = rf_max_i64(rf_ceil_div(a->batch, (int64_t)world * a->accum), 1); /* sequences per rank */
+  struct rf_plan_sim_options o = {
+      .replicate = a->replicate,
+      .rank = a->rank,
+      .optim = optim,
+      .prefetch = a->prefetch,
+      .reshard_after_forward = !a->no_reshard,
+      .accum = a->accum,
+      .tokens_per_rank = (double)a->batch * (double)a->seq / world,
+      .flops_per_token = sm->flops_per_token,
+      /* the trainer's workspace of one micro-batch (rf_model_ws_bytes: f32, every layer's activations kept)
+       */
+      .activation_bytes =
+          sm->have_config ? (int64_t)rf_model_ws_bytes(&sm->cfg, (int)rf_min_i64(micro, 1 << 20), (int)a->seq)
+                          : 0,
+      /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world */
+      .scalar_reduce_bytes = 8 + 4,
+      .net = sm->net,
+  };
+  return rf_plan_simulate(units, m, p, &o, out);
+}
+
+static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
+  if (bytes >= 1e9)
+    snprintf(out, size, "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1e6)
+    snprintf(out, size, "%.2f MB", bytes / 1e6);
+  else if (bytes >= 1e3)
+    snprintf(out, size, "%.1f kB", bytes / 1e3);
+  else
+    snprintf(out, size, "%.0f B", bytes);
+}
+
+void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                       const struct rf_plan_sim_result *r) {
+  char t[6][32];
+  const struct rf_plan_sim_memory *m = &r->mem;
+  printf("  simulated step: W = %d = %d x %d, batch %lld x %lld tokens, %d micro-batch(es), network %s\n",
+         r->world, r->replicate, r->shard_world, (long long)a->batch, (long long)a->seq, a->accum,
+         sm->net.name);
+  rf_plan_sim_bytes((double)m->total, t[0], sizeof t[0]);
+  rf_plan_sim_bytes((double)m->params, t[1], sizeof t[1]);
+  rf_plan_sim_bytes((double)m->grads, t[2], sizeof t[2]);
+  rf_plan_sim_bytes((double)m->optim, t[3], sizeof t[3]);
+  rf_plan_sim_bytes((double)m->gathered, t[4], sizeof t[4]);
+  rf_plan_sim_bytes((double)m->activations, t[5], sizeof t[5]);
+  printf("    memory per rank  %s = params %s + grads %s + optimizer %s + gathered %s + activations %s%s\n",
+         t[0], t[1], t[2], t[3], t[4], t[5], sm->have_config ? "" : " (no config: not estimated)");
+  rf_plan_sim_bytes((double)r->bytes_intra, t[0], sizeof t[0]);
+  rf_plan_sim_bytes((double)r->bytes_inter, t[1], sizeof t[1]);
+  rf_plan_sim_bytes((double)r->gather_bytes, t[2], sizeof t[2]);
+  rf_plan_sim_bytes((double)r->reduce_bytes, t[3], sizeof t[3]);
+  printf("    bytes per step   inside groups %s, across groups %s (all-gathers %s, reductions %s)\n", t[0],
+         t[1], t[2], t[3]);
+  printf(
+      "    step time        %.2f ms = compute %.2f + exposed communication %.2f + optimizer %.2f "
+      "(communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f)\n",
+      r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->comm_ms, sm->flops_per_token * 1e-9,
+      sm->net.peak_gflops, sm->net.efficiency);
+}
+
+void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                      const struct rf_plan_sim_result *r, cJSON *o) {
+  cJSON_AddNumberToObject(o, "replicate", r->replicate);
+  cJSON_AddNumberToObject(o, "shard_world", r->shard_world);
+  cJSON_AddNumberToObject(o, "batch", (double)a->batch);
+  cJSON_AddNumberToObject(o, "seq", (double)a->seq);
+  cJSON_AddNumberToObject(o, "accum", a->accum);
+  cJSON_AddStringToObject(o, "network", sm->net.name);
+  cJSON_AddNumberToObject(o, "peak_gflops", sm->net.peak_gflops);
+  cJSON_AddNumberToObject(o, "efficiency", sm->net.efficiency);
+  cJSON_AddNumberToObject(o, "flops_per_token", sm->flops_per_token);
+  cJSON_AddNumberToObject(o, "memory_per_rank_bytes", (double)r->mem.total);
+  cJSON *m = cJSON_AddObjectToObject(o, "memory_parts");
+  cJSON_AddNumberToObject(m, "params", (double)r->mem.params);
+  cJSON_AddNumberToObject(m, "grads", (double)r->mem.grads);
+  cJSON_AddNumberToObject(m, "optim", (double)r->mem.optim);
+  cJSON_AddNumberToObject(m, "gathered", (double)r->mem.gathered);
+  cJSON_AddNumberToObject(m, "activations", (double)r->mem.activations);
+  cJSON_AddNumberToObject(o, "memory_rank", r->rank);
+  cJSON_AddNumberToObject(o, "shard_elems", (double)r->shard_elems);
+  cJSON_AddNumberToObject(o, "bytes_per_step_intra", (double)r->bytes_intra);
+  cJSON_AddNumberToObject(o, "bytes_per_step_inter", (double)r->bytes_inter);
+  cJSON_AddNumberToObject(o, "gather_bytes_per_step", (double)r->gather_bytes);
+  cJSON_AddNumberToObject(o, "reduce_bytes_per_step", (double)r->reduce_bytes);
+  cJSON_AddNumberToObject(o, "predicted_step_ms", r->step_ms);
+  cJSON_AddNumberToObject(o, "compute_ms", r->compute_ms);
+  cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
+  cJSON_AddNumberToObject(o, "exposed_comm_ms", r->exposed_comm_ms);
+  cJSON_AddNumberToObject(o, "optim_ms", r->optim_ms);
+}
