@@ -248,7 +248,10 @@ static int rf_train_run(struct rf_train_state *s) {
   int bad_in_a_row = 0, logged = s->log.file && !a->resume ? rf_train_log_truncate(&s->log) : 0;
   struct rf_plan_summary plan = {st.param_elems,  st.padded_elems,        st.max_shard_elems,
                                  st.split_blocks, st.copy_bytes_per_step, st.n_buffers};
-  if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan);
+  struct rf_optim_stats os;
+  rf_optim_get_stats(s->optim, &os);
+  struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, (int64_t)s->model.ws.bytes};
+  if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;
     uint64_t t0 = rf_time_ns();

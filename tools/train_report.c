@@ -65,9 +65,15 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   return 0;
 }
 
-int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan) {
+int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan,
+                      const struct rf_train_memory *mem) {
   cJSON *o = cJSON_CreateObject();
   rf_plan_summary_json(plan, cJSON_AddObjectToObject(o, "plan"));
+  cJSON *m = cJSON_AddObjectToObject(o, "memory");
+  cJSON_AddNumberToObject(m, "shard_elems", (double)mem->shard_elems);
+  cJSON_AddNumberToObject(m, "arena_bytes", (double)mem->arena_bytes);
+  cJSON_AddNumberToObject(m, "optim_state_bytes", (double)mem->optim_state_bytes);
+  cJSON_AddNumberToObject(m, "activation_bytes", (double)mem->activation_bytes);
   char *text = cJSON_PrintUnformatted(o);
   RF_ASSERT(text);
   fprintf(log->file, "%s\n", text);

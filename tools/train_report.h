@@ -34,9 +34,20 @@ int rf_train_log_open(struct rf_train_log *log, const char *path);
 int rf_train_log_truncate(struct rf_train_log *log);
 /* One line per step, flushed; fails naming the log when the write does (a full disk). */
 int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *rec);
-/* The line {"plan": {...}} that starts the log: the run's layout with the fields
- * of `rfsdp plan --json` (rf_plan_summary_json); fails naming the log. */
-int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan);
+/* Rank 0's memory as the run allocated it, next to what `rfsdp plan --batch`
+ * simulates (bytes; the slab in elements). */
+struct rf_train_memory {
+  int64_t shard_elems;       /* rf_fsdp_stats.shard_elems */
+  int64_t arena_bytes;       /* the gathered buffers' arena (rf_fsdp_stats.arena_bytes) */
+  int64_t optim_state_bytes; /* rf_optim_stats.state_bytes */
+  int64_t activation_bytes;  /* the training micro-batch's model workspace */
+};
+
+/* The line {"plan": {...}, "memory": {...}} that starts the log: the run's
+ * layout with the fields of `rfsdp plan --json` (rf_plan_summary_json) and its
+ * memory; fails naming the log. */
+int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *plan,
+                      const struct rf_train_memory *mem);
 void rf_train_log_close(struct rf_train_log *log);
 
 /* The progress line (stdout). */

@@ -1,0 +1,124 @@
+/* rf-test: timeout=300
+ * `rfsdp plan --batch` simulates what `rfsdp train` runs: for a small LLaMA
+ * trained at W = 1, 2, 4 (mpirun), the simulator's memory of rank 0 (the
+ * master and gradient slab, the gathered buffers' arena, the optimizer's state,
+ * the activation workspace) equals what the run allocated (the log's "memory"
+ * line: rf_fsdp_get_stats, rf_optim_get_stats, the model workspace), and its
+ * bytes per step equal the runtime's counters of a whole step (the log's
+ * gather_bytes and reduce_bytes of step 2, counted by src/comm): equal shards
+ * with AdamW, ragged shards with 8-bit AdamW (its block scales), bf16
+ * parameters and reductions (the staging buffer), two micro-batches, no
+ * resharding, the fsdp2 and flat layouts. The timing is not checked here (the
+ * machine is shared): `make bench` prints predicted against measured step times
+ * (bench/scale.sh). */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+static char dir[64] = "/tmp/rf_test_plan_sim.XXXXXX";
+static char out[1 << 16];
+
+/* The JSON object on line `line` (0-based) of a file; NULL when missing. */
+static cJSON *read_line(const char *path, int line) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char text[8192];
+  cJSON *o = NULL;
+  for (int i = 0; i <= line && fgets(text, sizeof text, f); i++)
+    if (i == line) o = cJSON_Parse(text);
+  fclose(f);
+  return o;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+}
+
+static void check_one(const char *model, const char *data, int world, const char *opts) {
+  char log[256];
+  snprintf(log, sizeof log, "%s/run-%d.jsonl", dir, world);
+  remove(log);
+  const char *common = "--batch 8 --seq 8";
+  int rc =
+      rf_cli_run_mpi(out, sizeof out, world, 120,
+                     "train --model %s --data %s %s %s --steps 2 --peak-gflops 50 --print-every 0 --log %s",
+                     model, data, common, opts, log);
+  RF_CHECK(rc == 0, "train %s W=%d: rc %d '%.400s'", opts, world, rc, out);
+  if (rc != 0) return;
+  cJSON *first = read_line(log, 0), *step2 = read_line(log, 2);
+  const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
+  RF_CHECK(cJSON_IsObject(mem) && step2, "train %s W=%d: no memory line or step 2 in %s", opts, world, log);
+  rc = rf_cli_run_mpi(out, sizeof out, 0, 60, "plan --model %s --world %d %s %s --rank 0 --json", model,
+                      world, common, opts);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  const cJSON *parts = cJSON_GetObjectItemCaseSensitive(p, "memory_parts");
+  RF_CHECK(cJSON_IsObject(parts), "plan %s W=%d: rc %d '%.400s'", opts, world, rc, out);
+  if (cJSON_IsObject(mem) && step2 && cJSON_IsObject(parts)) {
+    double slab = num(mem, "shard_elems");
+    struct {
+      const char *what;
+      double run, sim;
+    } pairs[] = {
+        {"shard elements", slab, num(p, "shard_elems")},
+        {"master bytes", 4 * slab, num(parts, "params")},
+        {"gradient bytes", 4 * slab, num(parts, "grads")},
+        {"arena bytes", num(mem, "arena_bytes"), num(parts, "gathered")},
+        {"optimizer state bytes", num(mem, "optim_state_bytes"), num(parts, "optim")},
+        {"activation bytes", num(mem, "activation_bytes"), num(parts, "activations")},
+        {"all-gather bytes per step", num(step2, "gather_bytes"), num(p, "gather_bytes_per_step")},
+        {"reduction bytes per step", num(step2, "reduce_bytes"), num(p, "reduce_bytes_per_step")},
+        {"bytes per step", num(step2, "gather_bytes") + num(step2, "reduce_bytes"),
+         num(p, "bytes_per_step_intra") + num(p, "bytes_per_step_inter")},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
+      RF_CHECK(pairs[k].run == pairs[k].sim && pairs[k].run >= 0,
+               "%s W=%d: %s: the run has %.17g, rfsdp plan simulates %.17g", opts, world, pairs[k].what,
+               pairs[k].run, pairs[k].sim);
+    RF_CHECK(num(p, "bytes_per_step_inter") == 0, "%s W=%d: no replicas, yet %g bytes across groups", opts,
+             world, num(p, "bytes_per_step_inter"));
+    RF_CHECK(world == 1 || num(step2, "gather_bytes") > 0, "%s W=%d: nothing gathered", opts, world);
+    RF_CHECK(num(p, "predicted_step_ms") > 0, "%s W=%d: no predicted step time", opts, world);
+  }
+  cJSON_Delete(p);
+  cJSON_Delete(first);
+  cJSON_Delete(step2);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 100 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%d: %s\n", i % 97, i % 3 ? "a line of the text" : "and another");
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  rf_cli_write_tiny_model(model);
+
+  static const int worlds[] = {1, 2, 4};
+  for (int i = 0; i < 3; i++) {
+    check_one(model, data, worlds[i], "--optim adamw");
+    check_one(model, data, worlds[i], "--shard ragged --optim adamw8bit");
+  }
+  check_one(model, data, 2, "--param-dtype bf16 --reduce-dtype bf16 --accum 2");
+  check_one(model, data, 4, "--optim adamw8bit --no-reshard --prefetch 2");
+  check_one(model, data, 4, "--layout fsdp2 --optim adamw8bit");
+  check_one(model, data, 2, "--layout flat --reduce-dtype bf16");
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_plan_sim");
+}
