@@ -78,7 +78,10 @@ static int rf_optim_adamw_create(struct rf_optim *o) {
   return 0;
 }
 
-static void rf_optim_adamw_step(struct rf_optim *o, float lr) { rf_optim_adamw_state_step(o, o->impl, lr); }
+static int rf_optim_adamw_step(struct rf_optim *o, float lr) {
+  rf_optim_adamw_state_step(o, o->impl, lr);
+  return 0;
+}
 
 static void rf_optim_adamw_state(const struct rf_optim *o, int i, struct rf_optim_state_slab *out) {
   rf_optim_adamw_state_slab(o, o->impl, i, out);

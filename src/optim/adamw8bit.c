@@ -217,7 +217,7 @@ static void rf_optim_8bit_block(struct rf_optim_8bit *q, const struct rf_optim_h
   q->vs[k] = av;
 }
 
-static void rf_optim_8bit_step(struct rf_optim *o, float lr) {
+static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
   struct rf_optim_8bit *q = o->impl;
   struct rf_optim_hyper h;
   rf_optim_hyper_init(o, lr, &h);
@@ -235,6 +235,7 @@ static void rf_optim_8bit_step(struct rf_optim *o, float lr) {
     }
     RF_ASSERT(k == q->views[i].scale_off + q->views[i].n_blocks);
   }
+  return 0;
 }
 
 /* ---- state -------------------------------------------------------------------- */

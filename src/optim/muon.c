@@ -139,13 +139,14 @@ static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
   for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
 }
 
-static void rf_optim_muon_step(struct rf_optim *o, float lr) {
+static int rf_optim_muon_step(struct rf_optim *o, float lr) {
   struct rf_optim_muon *mu = o->impl;
   rf_optim_adamw_state_step(o, &mu->s, lr);
   mu->lr = lr;
   static const struct rf_optim_owners_fns fns = {
       .pack = rf_optim_muon_pack, .compute = rf_optim_muon_compute, .unpack = rf_optim_muon_unpack};
   rf_optim_owners_run(mu->owners, &fns, mu);
+  return 0;
 }
 
 /* ---- state and stats ------------------------------------------------------------ */
