@@ -5,7 +5,7 @@ CC := gcc
 endif
 PREFIX ?= /usr/local
 BUILD ?= build
-PKGS := mpi libcjson libxxhash
+PKGS := mpi libcjson libxxhash lapacke
 # oneDNN (libdnnl-dev) ships no pkg-config file
 LIBS_EXTRA := -ldnnl
 OPT ?= -O2 -g

@@ -17,6 +17,17 @@
  *              RF_OPTIM_FLAG_MATRIX; AdamW for the rest. Each Muon matrix has one
  *              owner rank; the momentum pieces go to the owners in one
  *              all-to-all-v per unit, the orthogonalized updates come back in one.
+ *   shampoo    Distributed Shampoo (facebookresearch/optimizers' algorithm) for
+ *              the views flagged RF_OPTIM_FLAG_MATRIX: each matrix split into
+ *              blocks of at most shampoo_block per side; per block the factors
+ *              L = b L + (1 - b) G G^T, R = b R + (1 - b) G^T G (f32), their inverse
+ *              4th roots refreshed every shampoo_every steps from an f64 symmetric
+ *              eigendecomposition (LAPACKE dsyevd; identity before the first
+ *              refresh), the update L^-1/4 Gf R^-1/4 of the filtered gradient Gf
+ *              (EMA with beta1, bias-corrected) scaled to the norm of Adam's update
+ *              of the block (grafting: beta2, eps), plus decoupled weight decay.
+ *              Each matrix has one owner (the Muon transport), which holds all
+ *              its state ("precond"); AdamW for the other views.
  *
  * State layout: every state slab whose `shard_layout` is 1 has the rank's shard
  * length and holds a tensor's state at the view's shard_offset, like the master
@@ -39,7 +50,12 @@
 struct rf_comm; /* src/comm: the communicator Muon's transfers use */
 struct rf_fsdp; /* rfsdp.h: the runtime context (rf_optim_create_fsdp) */
 
-enum rf_optim_kind { RF_OPTIM_KIND_ADAMW = 0, RF_OPTIM_KIND_ADAMW8BIT, RF_OPTIM_KIND_MUON };
+enum rf_optim_kind {
+  RF_OPTIM_KIND_ADAMW = 0,
+  RF_OPTIM_KIND_ADAMW8BIT,
+  RF_OPTIM_KIND_MUON,
+  RF_OPTIM_KIND_SHAMPOO
+};
 
 /* Per-view groups: the caller's decision (the library knows no tensor names; a
  * model states them, e.g. src/model's struct rf_model_tensor decay and matrix). */
@@ -63,11 +79,17 @@ struct rf_optim_options {
   int muon_ns_steps;       /* default 5 */
   float muon_ns_eps;       /* Frobenius-norm clamp (default 1e-7) */
   enum rf_optim_muon_scale muon_scale;
-  int muon_overlap; /* 1: a unit's all-to-all-v runs while another unit is orthogonalized (default 1) */
+  int muon_overlap;      /* 1: a unit's all-to-all-v runs while another unit is orthogonalized (default 1);
+                           Shampoo's transfers too */
+  int64_t shampoo_block; /* --shampoo-block: largest block side (default 1024; >= 1) */
+  int64_t shampoo_every; /* --shampoo-every: steps between root refreshes (default 20; >= 1) */
+  float shampoo_beta2;   /* --shampoo-beta2: the factors' EMA (default 0.999; (0, 1], 1: sums) */
+  float shampoo_eps;     /* --shampoo-eps: added to the factors' eigenvalues (default 1e-12; >= 0) */
+  int shampoo_stagger;   /* --shampoo-stagger: 1: matrices refresh in different steps (default 0) */
 };
 
 void rf_optim_options_default(struct rf_optim_options *opt);
-/* "adamw", "adamw8bit", "muon". Returns -1 on an unknown name. */
+/* "adamw", "adamw8bit", "muon", "shampoo". Returns -1 on an unknown name. */
 int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out);
 const char *rf_optim_kind_name(enum rf_optim_kind kind);
 
@@ -86,7 +108,7 @@ struct rf_optim;
 
 /* `views[n]` are this rank's pieces (empty pieces allowed), `flags[n]` their
  * groups (rf_optim_flag bits), `shard_elems` the rank's shard length.
- * `comm` is required for muon (NULL allowed otherwise); every rank passes the
+ * `comm` is required for muon and shampoo (NULL allowed otherwise); every rank passes the
  * same tensors in the same order. Returns 0, or -1 with a message (a piece
  * outside the shard, a Muon view that is not 2-D or whose starts disagree). */
 int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
@@ -99,9 +121,11 @@ void rf_optim_free(struct rf_optim *o);
 int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
                          const int *flags, const struct rf_comm *comm);
 
-/* One step with learning rate `lr` on every view's master from its grad. Muon:
- * a collective (every rank calls it). */
-void rf_optim_step(struct rf_optim *o, float lr);
+/* One step with learning rate `lr` on every view's master from its grad. Muon,
+ * Shampoo: a collective (every rank calls it). Returns 0, or -1 with a message
+ * on every rank (Shampoo: a non-finite factor or a failed eigendecomposition,
+ * naming the tensor; the ranks agree before returning). */
+int rf_optim_step(struct rf_optim *o, float lr);
 /* Steps taken (bias correction uses it); set it when resuming from a checkpoint. */
 int64_t rf_optim_get_step(const struct rf_optim *o);
 enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o);
@@ -114,7 +138,8 @@ struct rf_optim_state_slab {
   void *data;       /* borrowed from the optimizer */
   enum rf_dtype dtype;
   int64_t count;    /* elements */
-  int shard_layout; /* 1: shard length, the view's shard_offset; 0: per-block (rf_optim_scales) */
+  int shard_layout; /* 1: shard length, the view's shard_offset; 0: per-block or per-owner (rf_optim_scales)
+                     */
 };
 
 int rf_optim_n_states(const struct rf_optim *o);
@@ -128,6 +153,11 @@ void rf_optim_state(const struct rf_optim *o, int i, struct rf_optim_state_slab 
  * that starts or ends inside a row touches non-consecutive tiles (count is the
  * number touched), and its cut tiles are shared with the neighbouring rank. */
 void rf_optim_scales(const struct rf_optim *o, int view, int64_t *offset, int64_t *count, int64_t *first);
+/* Shampoo uses the same two calls for its "precond" slab: view i's whole state
+ * (the tensor's index space: rf_optim_tensor_blocks elements) is [*offset,
+ * *offset + *count) on the matrix's owner (*first 0, *count all of it) and
+ * nothing elsewhere, so a checkpoint saves it from the owner and loads it into
+ * whichever rank owns the matrix at another W. */
 /* 8-bit: the number of blocks of view i's whole tensor (every rank's), the
  * index space of its scales. */
 int64_t rf_optim_tensor_blocks(const struct rf_optim *o, int view);
@@ -150,11 +180,19 @@ struct rf_optim_stats {
   uint64_t muon_step_bytes_recv; /* planned per step: from other ranks, both trips */
   uint64_t muon_ns_time_ns;      /* time in Newton-Schulz */
   uint64_t muon_comm_wait_ns;    /* time waiting for the all-to-all-v */
+  /* (the muon_bytes_*, muon_step_bytes_* and muon_comm_wait_ns fields count the
+     matrix-owner transport: Shampoo's too) */
+  /* Shampoo, cumulative on this rank */
+  int64_t shampoo_eighs;       /* symmetric eigendecompositions (one per factor per refresh) */
+  uint64_t shampoo_eigh_ns;    /* time in them (with the roots built from them) */
+  uint64_t shampoo_precond_ns; /* time in the owners' per-step work (factors, preconditioning) */
+  double shampoo_owned_cost;   /* eigendecomposition cost (sum of n^3) of the matrices this rank owns */
 };
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
-/* Muon: the owner rank of view i (-1 when not a Muon matrix), and how many times
- * this rank orthogonalized it. */
+/* Muon, Shampoo: the owner rank of view i (-1 when not a Muon or Shampoo
+ * matrix), and how many times this rank orthogonalized it (Muon) or refreshed its
+ * roots (Shampoo). */
 int rf_optim_muon_owner(const struct rf_optim *o, int view);
 int64_t rf_optim_muon_count(const struct rf_optim *o, int view);
 /* Newton-Schulz FLOPs of one A x B matrix with `steps` iterations. */

@@ -8,7 +8,7 @@
 
 /* Indexed by enum rf_optim_kind. */
 static const struct rf_optim_ops *const rf_optim_kinds[] = {&rf_optim_adamw_ops, &rf_optim_adamw8bit_ops,
-                                                            &rf_optim_muon_ops};
+                                                            &rf_optim_muon_ops, &rf_optim_shampoo_ops};
 #define RF_OPTIM_N_KINDS ((int)(sizeof rf_optim_kinds / sizeof rf_optim_kinds[0]))
 
 void rf_optim_options_default(struct rf_optim_options *opt) {
@@ -24,6 +24,10 @@ void rf_optim_options_default(struct rf_optim_options *opt) {
   opt->muon_ns_eps = 1e-7f;
   opt->muon_scale = RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW;
   opt->muon_overlap = 1;
+  opt->shampoo_block = 1024;
+  opt->shampoo_every = 20;
+  opt->shampoo_beta2 = 0.999f;
+  opt->shampoo_eps = 1e-12f;
 }
 
 int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out) {
@@ -32,7 +36,7 @@ int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out) {
       *out = (enum rf_optim_kind)i;
       return 0;
     }
-  RF_FAIL("unknown optimizer '%s' (adamw, adamw8bit, muon)", name);
+  RF_FAIL("unknown optimizer '%s' (adamw, adamw8bit, muon, shampoo)", name);
 }
 
 const char *rf_optim_kind_name(enum rf_optim_kind kind) {
@@ -113,10 +117,10 @@ void rf_optim_free(struct rf_optim *o) {
 
 /* ---- step, state, stats ------------------------------------------------------ */
 
-void rf_optim_step(struct rf_optim *o, float lr) {
+int rf_optim_step(struct rf_optim *o, float lr) {
   o->step++;
   o->stats.steps++;
-  o->ops->step(o, lr);
+  return o->ops->step(o, lr);
 }
 
 enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o) { return o->opt.kind; }

@@ -4,8 +4,8 @@
  * transport) and the building blocks tests use. See docs/optim.md.
  *
  * Files: optim.c (the kinds, the common create/step/state entry points),
- * adamw.c, adamw8bit.c, muon.c (one optimizer each, behind struct
- * rf_optim_ops), owners.c (the matrix-owner transport: Muon, later Shampoo),
+ * adamw.c, adamw8bit.c, muon.c, shampoo.c (one optimizer each, behind struct
+ * rf_optim_ops), owners.c (the matrix-owner transport: Muon and Shampoo),
  * quant.c (8-bit maps and quantizer), newton_schulz.c (Muon's orthogonalization,
  * its GEMMs in one place), fsdp.c (create over a runtime context). */
 #ifndef RF_OPTIM_H
@@ -30,7 +30,7 @@ struct rf_optim_ops {
   int n_states;       /* state slabs, for checkpoints */
   int takes_matrices; /* 1: updates the views flagged MATRIX whole (else the flag is cleared) */
   int (*create)(struct rf_optim *o);
-  void (*step)(struct rf_optim *o, float lr);
+  int (*step)(struct rf_optim *o, float lr); /* 0, or -1 with a message on every rank */
   void (*state)(const struct rf_optim *o, int i, struct rf_optim_state_slab *out);
   void (*free)(struct rf_optim *o);
   /* optional (NULL: none) */
@@ -41,7 +41,8 @@ struct rf_optim_ops {
   void (*stats)(const struct rf_optim *o, struct rf_optim_stats *out); /* adds its counters */
 };
 
-extern const struct rf_optim_ops rf_optim_adamw_ops, rf_optim_adamw8bit_ops, rf_optim_muon_ops;
+extern const struct rf_optim_ops rf_optim_adamw_ops, rf_optim_adamw8bit_ops, rf_optim_muon_ops,
+    rf_optim_shampoo_ops;
 
 /* One view as the optimizers see it. */
 struct rf_optim_view {
