@@ -121,8 +121,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   if (!isfinite(norm)) return 1;
   rf_fsdp_clip_grads(f, norm, a->clip);
   rf_comm_watchdog_note(step + 1, "optimizer");
-  rf_optim_step(s->optim, (float)rf_train_lr(a, step));
-  return 0;
+  return rf_optim_step(s->optim, (float)rf_train_lr(a, step));
 }
 
 /* The token files, then the tokenizer they were written with; the validation file
@@ -210,6 +209,11 @@ static int rf_train_run(struct rf_train_state *s) {
   rf_optim_options_default(&oo);
   RF_TRY(rf_optim_kind_parse(a->plan.optim, &oo.kind));
   oo.weight_decay = (float)a->weight_decay;
+  oo.shampoo_block = a->shampoo_block;
+  oo.shampoo_every = a->shampoo_every;
+  oo.shampoo_beta2 = (float)a->shampoo_beta2;
+  oo.shampoo_eps = (float)a->shampoo_eps;
+  oo.shampoo_stagger = a->shampoo_stagger;
   int n = rf_fsdp_n_tensors(s->model.fsdp);
   int *flags = rf_xcalloc((size_t)n, sizeof *flags); /* the model's description says which */
   for (int u = 0; u < s->model.desc.n_units; u++)
@@ -317,6 +321,10 @@ int rf_cmd_train(int argc, char **argv) {
       .print_every = 1,
       .keep = 2,
       .collective_timeout = 600,
+      .shampoo_block = 1024,
+      .shampoo_every = 20,
+      .shampoo_beta2 = 0.999,
+      .shampoo_eps = 1e-12,
   };
   const struct rf_option options[] = {
       {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama)",
@@ -334,6 +342,16 @@ int rf_cmd_train(int argc, char **argv) {
       RF_PLAN_ARGS_OPTIONS(a.plan),
       {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)",
        "[0, inf)", 0},
+      {"shampoo-block", RF_OPTION_KIND_I64, &a.shampoo_block, "Shampoo: largest preconditioner block side",
+       "[1, 65536]", 0},
+      {"shampoo-every", RF_OPTION_KIND_I64, &a.shampoo_every, "Shampoo: steps between inverse-root refreshes",
+       "[1, inf)", 0},
+      {"shampoo-beta2", RF_OPTION_KIND_DOUBLE, &a.shampoo_beta2, "Shampoo: EMA of the factors (1: sums)",
+       "(0, 1]", 0},
+      {"shampoo-eps", RF_OPTION_KIND_DOUBLE, &a.shampoo_eps, "Shampoo: added to the factors' eigenvalues",
+       "[0, inf)", 0},
+      {"shampoo-stagger", RF_OPTION_KIND_FLAG, &a.shampoo_stagger,
+       "Shampoo: spread the matrices' refreshes over the steps", NULL, 0},
       {"clip", RF_OPTION_KIND_DOUBLE, &a.clip, "clip the global gradient norm (0: off)", "[0, inf)", 0},
       {"accum", RF_OPTION_KIND_INT, &a.accum, "micro-batches per step (gradient accumulation)", "[1, inf)",
        0},
@@ -374,7 +392,7 @@ int rf_cmd_train(int argc, char **argv) {
   if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
   int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
                             "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] "
-                            "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon] ...");
+                            "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon|shampoo] ...");
   if (rc == 1) {
     rf_comm_mpi_finalize();
     return 0;

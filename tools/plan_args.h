@@ -25,7 +25,7 @@ struct rf_plan_args {
 
 /* The option table rows of struct rf_plan_args `a`. */
 #define RF_PLAN_ARGS_OPTIONS(a)                                                                                \
-  {"optim", RF_OPTION_KIND_CHOICE, &(a).optim, "optimizer", "adamw|adamw8bit|muon", 0},                        \
+  {"optim", RF_OPTION_KIND_CHOICE, &(a).optim, "optimizer", "adamw|adamw8bit|muon|shampoo", 0},                \
       {"layout", RF_OPTION_KIND_CHOICE, &(a).layout, "parameter layout", "planned|fsdp2|flat", 0},             \
       {"shard", RF_OPTION_KIND_CHOICE, &(a).shard, "shard mode of the planned layout", "equal|ragged", 0},     \
       {"block-rows",                                                                                           \

@@ -21,6 +21,9 @@ struct rf_train_args {
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
+  int64_t shampoo_block, shampoo_every; /* --optim shampoo */
+  double shampoo_beta2, shampoo_eps;
+  int shampoo_stagger;
 };
 
 /* One run. Owns everything but args. */
