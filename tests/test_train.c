@@ -8,7 +8,10 @@
  *    the GEMM primitives are created in the first step and cached);
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
- *    losses), at W = 2 (AdamW, Muon) and W = 3 (8-bit AdamW);
+ *    losses), at W = 2 (AdamW, Muon, Shampoo) and W = 3 (8-bit AdamW); Shampoo
+ *    saved at W = 3 (its factors and roots on each matrix's owner) and resumed at
+ *    W = 2 follows the W = 3 run's losses within 1e-4 (the runs' equivalence
+ *    across W; tests/test_optim_shampoo.c checks the optimizer alone bit-exact);
  *  - a rank killed inside a save: the partial checkpoint is ignored, the run
  *    resumes from the previous one and ends bit-identical;
  *  - preemption: SIGTERM (W = 1, 2, 3) or SIGINT (W = 2) to the launcher stops
@@ -18,7 +21,8 @@
  *    changes), refused when resuming an older step of it, and with --resume
  *    --keep removes only this run's checkpoints;
  *  - bad input: a missing or truncated token file, inconsistent head counts, a
- *    batch not divisible into the ranks, a checkpoint of another optimizer: each
+ *    batch not divisible into the ranks, a checkpoint of another optimizer,
+ *    --shampoo-block 0: each
  *    fails with a message naming the problem. */
 #include <math.h>
 #include <signal.h>
@@ -157,6 +161,30 @@ static void check_resume(const char *model, const char *data, int world, const c
                  data, args, b, a);
     RF_CHECK(rc != 0 && strstr(out, "optimizer"), "resume with another optimizer: rc %d\n%s", rc, out);
   }
+}
+
+static void check_reshard_shampoo(const char *model, const char *data) {
+  char out[16384], a[200], b[200], loga[256], logb[256], half[256];
+  snprintf(a, sizeof a, "%s/shampoo-3", dir);
+  snprintf(b, sizeof b, "%s/shampoo-3-2", dir);
+  snprintf(loga, sizeof loga, "%s.jsonl", a);
+  snprintf(logb, sizeof logb, "%s.jsonl", b);
+  snprintf(half, sizeof half, "%s/step-00000004", a);
+  const char *args =
+      "--batch 6 --seq 16 --lr 3e-3 --seed 11 --peak-gflops 50 --print-every 0 --save-every 4 "
+      "--optim shampoo --shampoo-every 3 --steps 8";
+  int rc = run_mpi(out, sizeof out, 3, "train --model %s --data %s %s --ckpt-dir %s --log %s", model, data,
+                   args, a, loga);
+  RF_CHECK(rc == 0, "shampoo W=3: rc %d\n%s", rc, out);
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s %s --ckpt-dir %s --resume %s --log %s", model,
+               data, args, b, half, logb);
+  RF_CHECK(rc == 0 && strstr(out, "resumed from"), "shampoo resumed at W=2: rc %d\n%s", rc, out);
+  double la[8], lb[8];
+  int na = read_losses(loga, la, 8), nb = read_losses(logb, lb, 8);
+  RF_CHECK(na == 8 && nb == 4, "shampoo 3 -> 2: %d and %d steps logged", na, nb);
+  for (int s = 0; s < 4 && nb == 4 && na == 8; s++)
+    RF_CHECK(rf_test_close(lb[s], la[4 + s], 1e-4, 0),
+             "shampoo 3 -> 2, step %d: loss %.9g resumed, %.9g at W=3", 5 + s, lb[s], la[4 + s]);
 }
 
 /* The last rank dies inside the save of step 4 (after writing its files, before
@@ -398,6 +426,10 @@ static void check_bad_input(const char *model, const char *data) {
   RF_CHECK(rc != 0 && strstr(out, "bad.json") && strstr(out, "num_attention_heads"),
            "inconsistent heads: rc %d\n%s", rc, out);
 
+  rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s --optim shampoo --shampoo-block 0 %s", model,
+               data, common);
+  RF_CHECK(rc != 0 && strstr(out, "--shampoo-block 0"), "--shampoo-block 0: rc %d\n%s", rc, out);
+
   rc = run_mpi(out, sizeof out, 2, "train --model %s --data %s --steps 2 --batch 5 --seq 16", model, data);
   RF_CHECK(rc != 0 && strstr(out, "--batch 5 is not divisible"), "batch 5 on 2 ranks: rc %d\n%s", rc, out);
 }
@@ -427,6 +459,8 @@ int main(void) {
   check_resume(model, data, 2, "adamw");
   check_resume(model, data, 3, "adamw8bit");
   check_resume(model, data, 2, "muon");
+  check_resume(model, data, 2, "shampoo");
+  check_reshard_shampoo(model, data);
   check_crash(model, data);
   check_plot(model, data);
   for (int w = 1; w <= 3; w++) {

@@ -1,0 +1,425 @@
+/* rf-test: np=1,2,3,5 timeout=60
+ * --optim shampoo (src/optim/shampoo.c) under mpirun, on a small model with odd
+ * shapes (a 37 x 20 and a 20 x 45 matrix cut into blocks of at most 16 per side, a
+ * 7 x 3 matrix, a vector and a 2-D tensor that is not a matrix), each tensor cut
+ * over the W ranks at random points (empty pieces allowed):
+ *   - against tests/ref_shampoo.py (a float64 torch implementation of Distributed
+ *     Shampoo's algorithm; tests/data/shampoo_ref.bin): after 10 steps with roots
+ *     refreshed at steps 4 and 8, every parameter within 1e-5 relative;
+ *   - against the same problem on one rank (MPI_COMM_SELF, every rank):
+ *     parameters and optimizer state (AdamW's m and v, each matrix's factors,
+ *     roots and grafting state on its owner) bit-identical; every matrix refreshed
+ *     on exactly one rank (twice), eigendecompositions counted once per factor;
+ *     nothing allocated in the steps;
+ *   - resume: the state saved after 6 steps by min(W, 3) ranks and loaded by
+ *     2 ranks (W >= 3: resharded 3 -> 2; else by the same ranks) continues to
+ *     step 10 bit-identical to the uninterrupted one-rank run;
+ *   - bad options refused naming the option (block 0, refresh interval 0, negative
+ *     epsilon); an infinite gradient (a non-finite factor) and, with epsilon 0, a
+ *     zero factor (no finite root) stop the step at the next refresh on every
+ *     rank (-1, the tensor named), with no hang. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm_mpi.h"
+#include "optim/optim.h"
+#include "rf_test.h"
+#include "run/run.h"
+
+#define REF_PATH "tests/data/shampoo_ref.bin"
+#define NT 5
+#define STEPS 10
+#define MAXW 8
+
+struct spec {
+  const char *name;
+  int unit, ndim;
+  int64_t shape[2];
+  int flags;
+};
+
+static const struct spec specs[NT] = {
+    {"a.w", 0, 2, {37, 20}, RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX},
+    {"b.w", 1, 2, {20, 45}, RF_OPTIM_FLAG_MATRIX},
+    {"c.w", 0, 2, {7, 3}, RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX},
+    {"d.v", 0, 1, {50, 0}, 0},
+    {"e.h", 1, 2, {12, 10}, RF_OPTIM_FLAG_DECAY},
+};
+
+static int64_t numel_of(int t) {
+  return specs[t].ndim == 1 ? specs[t].shape[0] : specs[t].shape[0] * specs[t].shape[1];
+}
+
+/* ---- the reference file ---------------------------------------------------------- */
+
+static float *ref_p0[NT], *ref_g[NT], *ref_p[NT];
+static char *blob;
+
+static int ref_load(void) {
+  size_t bytes;
+  RF_TRY(rf_file_read_all(REF_PATH, &blob, &bytes));
+  RF_REQUIRE(bytes >= 16 && memcmp(blob, "RFSHAMPO", 8) == 0, "%s: not a Shampoo reference file", REF_PATH);
+  uint32_t version, n;
+  memcpy(&version, blob + 8, 4);
+  memcpy(&n, blob + 12, 4);
+  RF_REQUIRE(version == 1 && n == 3 * NT, "%s: version %u, %u records", REF_PATH, version, n);
+  size_t pos = 16;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len, ndim;
+    RF_REQUIRE(pos + 4 <= bytes, "%s: truncated", REF_PATH);
+    memcpy(&len, blob + pos, 4);
+    char name[64];
+    RF_REQUIRE(len < sizeof name && pos + 8 + len <= bytes, "%s: record %u", REF_PATH, i);
+    memcpy(name, blob + pos + 4, len);
+    name[len] = '\0';
+    memcpy(&ndim, blob + pos + 4 + len, 4);
+    pos += 8 + len;
+    int64_t numel = 1, shape[4];
+    RF_REQUIRE(ndim <= 4 && pos + 8 * ndim <= bytes, "%s: record %s", REF_PATH, name);
+    memcpy(shape, blob + pos, 8 * ndim);
+    pos += 8 * ndim;
+    for (uint32_t d = 0; d < ndim; d++) numel *= shape[d];
+    RF_REQUIRE(pos + 4 * (size_t)numel <= bytes, "%s: record %s truncated", REF_PATH, name);
+    float *data = rf_xmalloc((size_t)numel * sizeof(float));
+    memcpy(data, blob + pos, (size_t)numel * sizeof(float));
+    pos += 4 * (size_t)numel;
+    int t = 0;
+    while (t < NT && strncmp(name, specs[t].name, strlen(specs[t].name)) != 0) t++;
+    RF_REQUIRE(t < NT, "%s: unknown record %s", REF_PATH, name);
+    const char *kind = name + strlen(specs[t].name);
+    int64_t want = strcmp(kind, ".g") == 0 ? STEPS * numel_of(t) : numel_of(t);
+    RF_REQUIRE(numel == want, "%s: %s has %lld elements, expected %lld", REF_PATH, name, (long long)numel,
+               (long long)want);
+    float **slot = strcmp(kind, ".p0") == 0 ? &ref_p0[t] : strcmp(kind, ".g") == 0 ? &ref_g[t] : &ref_p[t];
+    *slot = data;
+  }
+  return 0;
+}
+
+/* ---- one run: a layout over W ranks, this rank's shard and optimizer -------------- */
+
+struct run {
+  int world, rank;
+  int64_t starts[NT][MAXW + 1];
+  int64_t shard_elems;
+  float *master, *grad;
+  struct rf_tensor_view views[NT];
+  struct rf_optim *o;
+};
+
+static void opts(struct rf_optim_options *opt) {
+  rf_optim_options_default(opt);
+  opt->kind = RF_OPTIM_KIND_SHAMPOO;
+  opt->weight_decay = 0.1f;
+  opt->shampoo_block = 16;
+  opt->shampoo_every = 4;
+  opt->shampoo_beta2 = 0.99f;
+  opt->shampoo_eps = 1e-2f;
+}
+
+/* Random cuts of every tensor (seeded by the world size); the rank's pieces packed. */
+static int run_init(struct run *d, const struct rf_comm *comm, const struct rf_optim_options *opt) {
+  memset(d, 0, sizeof *d);
+  d->world = comm->world;
+  d->rank = comm->rank;
+  int64_t off[NT];
+  for (int t = 0; t < NT; t++) {
+    rf_test_random_cuts(numel_of(t), d->world, 1000 + 17 * (uint64_t)d->world + (uint64_t)t, d->starts[t]);
+    off[t] = d->shard_elems;
+    d->shard_elems += d->starts[t][d->rank + 1] - d->starts[t][d->rank];
+  }
+  d->master = rf_xcalloc((size_t)d->shard_elems + 1, sizeof(float));
+  d->grad = rf_xcalloc((size_t)d->shard_elems + 1, sizeof(float));
+  int flags[NT];
+  for (int t = 0; t < NT; t++) {
+    struct rf_tensor_view *v = &d->views[t];
+    v->name = specs[t].name;
+    v->unit = specs[t].unit;
+    v->ndim = specs[t].ndim;
+    v->shape[0] = specs[t].shape[0];
+    v->shape[1] = specs[t].shape[1];
+    v->numel = numel_of(t);
+    v->block_elems = 1;
+    v->starts = d->starts[t];
+    v->begin = d->starts[t][d->rank];
+    v->end = d->starts[t][d->rank + 1];
+    v->shard_offset = off[t];
+    v->master = d->master + off[t];
+    v->grad = d->grad + off[t];
+    memcpy(v->master, ref_p0[t] + v->begin, (size_t)(v->end - v->begin) * sizeof(float));
+    flags[t] = specs[t].flags;
+  }
+  return rf_optim_create(&d->o, opt, d->views, flags, NT, d->shard_elems, comm);
+}
+
+/* Steps [from, to) with the reference's gradients (`poison`: this step's first
+ * element of tensor `pt` held by the last rank becomes +inf; `zero`: tensor pt's
+ * gradients are 0). Returns the first failed step's status. */
+static int run_steps(struct run *d, int from, int to, int poison, int zero, int pt) {
+  for (int s = from; s < to; s++) {
+    for (int t = 0; t < NT; t++) {
+      struct rf_tensor_view *v = &d->views[t];
+      int64_t len = v->end - v->begin;
+      memcpy(v->grad, ref_g[t] + s * numel_of(t) + v->begin, (size_t)len * sizeof(float));
+      if (t == pt && zero) memset(v->grad, 0, (size_t)len * sizeof(float));
+      if (t == pt && s == poison && len > 0 && d->rank == d->world - 1) v->grad[0] = 1.0f / 0.0f;
+    }
+    RF_TRY(rf_optim_step(d->o, 1e-2f));
+  }
+  return 0;
+}
+
+static void run_free(struct run *d) {
+  rf_optim_free(d->o);
+  free(d->master);
+  free(d->grad);
+}
+
+/* ---- checks ----------------------------------------------------------------------- */
+
+static void check_ref(const struct run *d, const char *label) {
+  double worst = 0;
+  for (int t = 0; t < NT; t++) {
+    const struct rf_tensor_view *v = &d->views[t];
+    int64_t len = v->end - v->begin;
+    if (len == 0) continue;
+    double x = rf_test_max_rel_diff(v->master, ref_p[t] + v->begin, (size_t)len, 1e-2);
+    if (getenv("RF_TEST_VERBOSE")) printf("%s %s: %.3g\n", label, v->name, x);
+    worst = rf_test_max(worst, x);
+  }
+  RF_CHECK(worst <= 1e-5, "%s: parameters differ from the float64 reference by %.3g relative", label, worst);
+}
+
+/* d's parameters and state bit-identical to ref's (one rank, the whole problem). */
+static void check_same(const struct run *d, const struct run *ref, const char *label) {
+  long bad_p = 0, bad_s = 0;
+  struct rf_optim_state_slab s[3], rs[3];
+  for (int i = 0; i < 3; i++) {
+    rf_optim_state(d->o, i, &s[i]);
+    rf_optim_state(ref->o, i, &rs[i]);
+  }
+  for (int t = 0; t < NT; t++) {
+    const struct rf_tensor_view *v = &d->views[t], *rv = &ref->views[t];
+    size_t len = (size_t)(v->end - v->begin);
+    bad_p += memcmp(v->master, rv->master + v->begin, len * sizeof(float)) != 0;
+    for (int i = 0; i < 2; i++)
+      bad_s += memcmp((const float *)s[i].data + v->shard_offset,
+                      (const float *)rs[i].data + rv->shard_offset + v->begin, len * sizeof(float)) != 0;
+    int64_t off, cnt, first, roff, rcnt, rfirst;
+    rf_optim_scales(d->o, t, &off, &cnt, &first);
+    rf_optim_scales(ref->o, t, &roff, &rcnt, &rfirst);
+    if (cnt > 0)
+      bad_s += cnt != rcnt || memcmp((const float *)s[2].data + off, (const float *)rs[2].data + roff,
+                                     (size_t)cnt * sizeof(float)) != 0;
+  }
+  RF_CHECK(bad_p == 0, "%s: %ld tensors' parameters differ from the one-rank run", label, bad_p);
+  RF_CHECK(bad_s == 0, "%s: %ld state pieces differ from the one-rank run", label, bad_s);
+}
+
+/* Every matrix refreshed STEPS / every times on exactly one rank, all ranks agree
+ * on the owners; eigendecompositions: two per block per refresh in the world. */
+static void check_owners(const struct run *d, const struct rf_comm *comm) {
+  int64_t counts[NT], own_min[NT], own_max[NT];
+  for (int t = 0; t < NT; t++) {
+    counts[t] = rf_optim_muon_count(d->o, t);
+    own_min[t] = own_max[t] = rf_optim_muon_owner(d->o, t);
+  }
+  rf_comm_allreduce(comm, counts, NT, RF_DTYPE_I64, RF_REDUCE_OP_SUM);
+  rf_comm_allreduce(comm, own_min, NT, RF_DTYPE_I64, RF_REDUCE_OP_MIN);
+  rf_comm_allreduce(comm, own_max, NT, RF_DTYPE_I64, RF_REDUCE_OP_MAX);
+  int64_t blocks = 0;
+  for (int t = 0; t < NT; t++) {
+    int matrix = (specs[t].flags & RF_OPTIM_FLAG_MATRIX) != 0;
+    RF_CHECK(own_min[t] == own_max[t] && (own_min[t] >= 0) == matrix, "%s: owners %lld..%lld", specs[t].name,
+             (long long)own_min[t], (long long)own_max[t]);
+    RF_CHECK(counts[t] == (matrix ? STEPS / 4 : 0), "%s: refreshed %lld times in the world", specs[t].name,
+             (long long)counts[t]);
+    if (matrix) blocks += rf_ceil_div(specs[t].shape[0], 16) * rf_ceil_div(specs[t].shape[1], 16);
+  }
+  struct rf_optim_stats st;
+  rf_optim_get_stats(d->o, &st);
+  int64_t eighs = st.shampoo_eighs;
+  rf_comm_allreduce(comm, &eighs, 1, RF_DTYPE_I64, RF_REDUCE_OP_SUM);
+  RF_CHECK(eighs == 2 * blocks * (STEPS / 4), "%lld eigendecompositions in the world, expected %lld",
+           (long long)eighs, (long long)(2 * blocks * (STEPS / 4)));
+  if (comm->rank == 0)
+    printf(
+        "W=%d: %lld blocks, %lld eigendecompositions in %d steps (redundancy %.2f); rank 0: %lld state "
+        "bytes, "
+        "%llu bytes sent per step\n",
+        comm->world, (long long)blocks, (long long)eighs, STEPS,
+        (double)eighs / (double)(2 * blocks * (STEPS / 4)), (long long)st.state_bytes,
+        (unsigned long long)st.muon_step_bytes_sent);
+}
+
+/* ---- resume across world sizes ----------------------------------------------------- */
+
+struct agree_ctx {
+  const struct rf_comm *comm;
+};
+
+static int agree(void *ctx, int status) {
+  const struct agree_ctx *a = ctx;
+  int s = status;
+  rf_comm_allreduce(a->comm, &s, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
+  return s;
+}
+
+static int save_or_load(struct run *d, const struct rf_comm *comm, const char *dir, int save) {
+  struct rf_run_states st;
+  rf_run_states_make(d->o, &st);
+  struct agree_ctx ac = {comm};
+  struct rf_ckpt_views_args a = {.dir = dir,
+                                 .rank = comm->rank,
+                                 .world = comm->world,
+                                 .step = 6,
+                                 .n_views = NT,
+                                 .views = d->views,
+                                 .n_states = st.n,
+                                 .states = st.desc,
+                                 .agree = agree,
+                                 .agree_ctx = &ac};
+  return save ? rf_ckpt_save_views(&a) : rf_ckpt_load_views(&a, NULL, NULL);
+}
+
+static void check_resume(const struct rf_comm *world, const struct run *ref, const char *dir) {
+  int ws = world->world < 3 ? world->world : 3, wl = ws == 3 ? 2 : ws;
+  struct rf_optim_options opt;
+  opts(&opt);
+  MPI_Comm cs, cl;
+  MPI_Comm_split(MPI_COMM_WORLD, world->rank < ws ? 0 : MPI_UNDEFINED, world->rank, &cs);
+  if (world->rank < ws) {
+    struct rf_comm c;
+    rf_comm_init(&c, cs);
+    struct run d;
+    RF_CHECK(run_init(&d, &c, &opt) == 0, "resume: create at W=%d: %s", ws, rf_error_msg());
+    RF_CHECK(run_steps(&d, 0, 6, -1, 0, -1) == 0, "resume: steps at W=%d: %s", ws, rf_error_msg());
+    RF_CHECK(save_or_load(&d, &c, dir, 1) == 0, "save at W=%d: %s", ws, rf_error_msg());
+    run_free(&d);
+    rf_comm_free(&c);
+    MPI_Comm_free(&cs);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_split(MPI_COMM_WORLD, world->rank < wl ? 0 : MPI_UNDEFINED, world->rank, &cl);
+  if (world->rank < wl) {
+    struct rf_comm c;
+    rf_comm_init(&c, cl);
+    struct run d;
+    RF_CHECK(run_init(&d, &c, &opt) == 0, "resume: create at W=%d: %s", wl, rf_error_msg());
+    for (int t = 0; t < NT; t++) /* the load must bring the parameters back */
+      memset(d.views[t].master, 0, (size_t)(d.views[t].end - d.views[t].begin) * sizeof(float));
+    RF_CHECK(save_or_load(&d, &c, dir, 0) == 0, "load at W=%d: %s", wl, rf_error_msg());
+    rf_optim_set_step(d.o, 6);
+    RF_CHECK(run_steps(&d, 6, STEPS, -1, 0, -1) == 0, "resumed steps at W=%d: %s", wl, rf_error_msg());
+    char label[64];
+    snprintf(label, sizeof label, "saved at W=%d, resumed at W=%d", ws, wl);
+    check_same(&d, ref, label);
+    if (c.rank == 0) printf("%s: bit-identical to the uninterrupted run\n", label);
+    run_free(&d);
+    rf_comm_free(&c);
+    MPI_Comm_free(&cl);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* ---- bad input ------------------------------------------------------------------------ */
+
+static void check_bad_options(const struct rf_comm *self) {
+  struct {
+    const char *option;
+    int64_t block, every;
+    float eps;
+  } cases[] = {
+      {"--shampoo-block", 0, 4, 1e-4f}, {"--shampoo-every", 16, 0, 1e-4f}, {"--shampoo-eps", 16, 4, -1e-6f}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct rf_optim_options opt;
+    opts(&opt);
+    opt.shampoo_block = cases[i].block;
+    opt.shampoo_every = cases[i].every;
+    opt.shampoo_eps = cases[i].eps;
+    struct run d;
+    int rc = run_init(&d, self, &opt);
+    RF_CHECK(rc != 0 && strstr(rf_error_msg(), cases[i].option), "%s refused: rc %d, '%s'", cases[i].option,
+             rc, rf_error_msg());
+    d.o = NULL;
+    run_free(&d);
+  }
+}
+
+/* A failure at the refresh of step 4 on the owner: every rank returns -1 naming b.w. */
+static void check_failure(const struct rf_comm *comm, int zero) {
+  struct rf_optim_options opt;
+  opts(&opt);
+  if (zero) opt.shampoo_eps = 0.0f;
+  struct run d;
+  RF_CHECK(run_init(&d, comm, &opt) == 0, "create: %s", rf_error_msg());
+  int rc = run_steps(&d, 0, STEPS, zero ? -1 : 2, zero, 1);
+  const char *want = zero ? "eigendecomposition of L" : "non-finite left factor";
+  int ok = rc != 0 && strstr(rf_error_msg(), "'b.w'") && strstr(rf_error_msg(), want) &&
+           strstr(rf_error_msg(), "step 4");
+  RF_CHECK(ok, "%s: rc %d, '%s'", zero ? "zero factor, eps 0" : "infinite gradient", rc, rf_error_msg());
+  if (comm->rank == 0) printf("failure agreed at W=%d: %s\n", comm->world, rf_error_msg());
+  run_free(&d);
+}
+
+int main(int argc, char **argv) {
+  int world_size;
+  int rank = rf_test_mpi_init(&argc, &argv, &world_size);
+  RF_ASSERT(world_size <= MAXW);
+  if (ref_load() != 0) {
+    fprintf(stderr, "%s\n", rf_error_msg());
+    return 1;
+  }
+  struct rf_comm comm, self;
+  rf_comm_init(&comm, MPI_COMM_WORLD);
+  rf_comm_init(&self, MPI_COMM_SELF);
+  struct rf_optim_options opt;
+  opts(&opt);
+
+  struct run ref, d;
+  RF_CHECK(run_init(&ref, &self, &opt) == 0, "create at W=1: %s", rf_error_msg());
+  RF_CHECK(run_steps(&ref, 0, STEPS, -1, 0, -1) == 0, "steps at W=1: %s", rf_error_msg());
+  check_ref(&ref, "W=1");
+
+  RF_CHECK(run_init(&d, &comm, &opt) == 0, "create at W=%d: %s", world_size, rf_error_msg());
+  RF_CHECK(run_steps(&d, 0, 1, -1, 0, -1) == 0, "first step: %s", rf_error_msg()); /* GEMM primitives */
+  uint64_t allocs0 = rf_counters_global.allocations;
+  RF_CHECK(run_steps(&d, 1, STEPS, -1, 0, -1) == 0, "steps at W=%d: %s", world_size, rf_error_msg());
+  RF_CHECK(rf_counters_global.allocations == allocs0, "%llu allocations in the steps",
+           (unsigned long long)(rf_counters_global.allocations - allocs0));
+  char label[32];
+  snprintf(label, sizeof label, "W=%d", world_size);
+  check_ref(&d, label);
+  check_same(&d, &ref, label);
+  check_owners(&d, &comm);
+  run_free(&d);
+
+  char dir[64] = "/tmp/rf_test_shampoo.XXXXXX";
+  if (rank == 0) RF_ASSERT(mkdtemp(dir) != NULL);
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char ck[96];
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  check_resume(&comm, &ref, ck);
+
+  if (rank == 0) check_bad_options(&self);
+  check_failure(&comm, 0);
+  check_failure(&comm, 1);
+
+  run_free(&ref);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    RF_CHECK(system(cmd) == 0, "cleanup");
+  }
+  for (int t = 0; t < NT; t++) {
+    free(ref_p0[t]);
+    free(ref_g[t]);
+    free(ref_p[t]);
+  }
+  free(blob);
+  rf_comm_free(&self);
+  rf_comm_free(&comm);
+  return rf_test_finish("test_optim_shampoo");
+}
