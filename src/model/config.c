@@ -10,17 +10,36 @@
 #include "model/model.h"
 
 static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {"llama", "qwen2", "gpt_oss",
-                                                                         "deepseek_v3"};
+                                                                         "deepseek_v3", "mixtral"};
 
 const char *rf_model_family_name(enum rf_model_family family) {
   RF_ASSERT(family >= 0 && family < RF_MODEL_FAMILY_COUNT);
   return rf_model_family_names[family];
 }
 
+int rf_model_config_is_moe(const struct rf_model_config *cfg) {
+  return cfg->family == RF_MODEL_FAMILY_MIXTRAL;
+}
+
+/* The routed experts of a trainable MoE config. */
+static int rf_model_config_check_moe(const struct rf_model_config *cfg, const char *what) {
+  int e = cfg->moe.num_local_experts, k = cfg->moe.num_experts_per_tok;
+  RF_REQUIRE(e > 0, "%s: field 'num_local_experts' must be positive (got %d)", what, e);
+  RF_REQUIRE(k > 0 && k <= e, "%s: field 'num_experts_per_tok' (%d) must be in 1..num_local_experts (%d)",
+             what, k, e);
+  RF_REQUIRE(cfg->moe.router_jitter_noise == 0.0,
+             "%s: field 'router_jitter_noise': %g is not implemented (only 0)", what,
+             cfg->moe.router_jitter_noise);
+  return 0;
+}
+
 int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
-  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2,
-             "%s: field 'model_type': only llama and qwen2 models can be trained (%s can be planned)", what,
-             rf_model_family_name(cfg->family));
+  RF_REQUIRE(
+      cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2 ||
+          cfg->family == RF_MODEL_FAMILY_MIXTRAL,
+      "%s: field 'model_type': only llama, qwen2 and mixtral models can be trained (%s can be planned)", what,
+      rf_model_family_name(cfg->family));
+  if (rf_model_config_is_moe(cfg)) RF_TRY(rf_model_config_check_moe(cfg, what));
   const struct {
     const char *name;
     int value;
@@ -224,6 +243,23 @@ static int rf_model_config_qwen2(const struct rf_model_config_json *j, struct rf
   return 0;
 }
 
+/* mixtral: the llama fields without biases, the experts and the router; a
+ * sliding_window shorter than max_position_embeddings is recorded (not implemented). */
+static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  RF_TRY(rf_model_config_llama(j, cfg));
+  RF_REQUIRE(!cfg->attention_bias && !cfg->mlp_bias, "%s: field '%s': mixtral has no biases", j->path,
+             cfg->attention_bias ? "attention_bias" : "mlp_bias");
+  RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->moe.num_local_experts));
+  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 2, 0, &cfg->moe.num_experts_per_tok));
+  RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
+  RF_TRY(rf_model_json_nonneg(j, "router_jitter_noise", 0.0, &cfg->moe.router_jitter_noise));
+  RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
+  int window = 0;
+  RF_TRY(rf_model_json_int(j, "sliding_window", 0, 0, &window));
+  if (window > 0 && window < cfg->max_position_embeddings) cfg->sliding_field = "sliding_window";
+  return 0;
+}
+
 int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
   memset(cfg, 0, sizeof *cfg);
   cfg->sliding_field = "";
@@ -238,7 +274,8 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
     int f = 0;
     while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, rf_model_family_names[f]) != 0) f++;
     RF_REQUIRE(f < RF_MODEL_FAMILY_COUNT,
-               "%s: field 'model_type': unknown model type '%s' (known: llama, qwen2, gpt_oss, deepseek_v3)",
+               "%s: field 'model_type': unknown model type '%s' (known: llama, qwen2, gpt_oss, deepseek_v3, "
+               "mixtral)",
                path, mt->valuestring);
     cfg->family = (enum rf_model_family)f;
   }
@@ -268,6 +305,8 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
       return rf_model_config_gpt_oss(&j, cfg);
     case RF_MODEL_FAMILY_DEEPSEEK_V3: /* read above */
       return 0;
+    case RF_MODEL_FAMILY_MIXTRAL:
+      return rf_model_config_mixtral(&j, cfg);
     case RF_MODEL_FAMILY_COUNT:
       break;
   }

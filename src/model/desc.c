@@ -157,6 +157,7 @@ static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_
 
 int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t) {
   RF_ASSERT(t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT);
+  if (rf_model_config_is_moe(cfg)) return t <= RF_MODEL_LAYER_TENSOR_POST_NORM ? (int)t : -1;
   int slot = 0;
   for (int i = 0; i <= (int)t; i++) {
     int present =
@@ -229,6 +230,26 @@ static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const s
       ->sub_count = x;
 }
 
+/* A mixtral layer (enum rf_model_moe_tensor): llama attention, the router, the
+ * fused experts, each expert's rows one block. */
+static void rf_model_desc_mixtral_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                        const char *p) {
+  int64_t h = c->hidden_size, f = c->intermediate_size, x = c->moe.num_local_experts;
+  rf_model_desc_gqa(b, c, p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
+                    p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.gate.weight", p);
+  struct rf_model_tensor *gu = rf_model_desc_add(
+      b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, 2 * f, h), "%s.mlp.experts.gate_up_proj", p);
+  gu->sub_count = x;
+  gu->block_rows = 2 * f;
+  struct rf_model_tensor *down = rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, f),
+                                                   "%s.mlp.experts.down_proj", p);
+  down->sub_count = x;
+  down->block_rows = h;
+  down->init.value = b->std_res;
+}
+
 /* Layer l of DeepSeek-V3: multi-head latent attention, then a dense MLP (the
  * first first_k_dense_replace layers and those off moe_layer_freq) or routed
  * experts with shared ones. */
@@ -293,6 +314,8 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
       rf_model_desc_gpt_oss_layer(&b, cfg, p);
     else if (cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3)
       rf_model_desc_deepseek_v3_layer(&b, cfg, l, p);
+    else if (cfg->family == RF_MODEL_FAMILY_MIXTRAL)
+      rf_model_desc_mixtral_layer(&b, cfg, p);
     else
       rf_model_desc_llama_layer(&b, cfg, p);
   }
@@ -351,8 +374,14 @@ int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg) {
   /* the linear weights (those taking weight decay), and the embedding when it is also the output */
   int64_t n = cfg->tie_word_embeddings ? (int64_t)cfg->vocab_size * cfg->hidden_size : 0;
   for (int u = 0; u < d.n_units; u++)
-    for (int i = 0; i < d.units[u].n_tensors; i++)
-      if (d.units[u].tensors[i].decay) n += d.units[u].tensors[i].numel;
+    for (int i = 0; i < d.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *t = &d.units[u].tensors[i];
+      /* routed experts (a trainable MoE): a token meets num_experts_per_tok of them */
+      if (t->decay && t->sub_count > 1 && rf_model_config_is_moe(cfg))
+        n += t->numel / t->sub_count * cfg->moe.num_experts_per_tok;
+      else if (t->decay)
+        n += t->numel;
+    }
   rf_model_desc_free(&d);
   return n;
 }

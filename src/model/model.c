@@ -33,13 +33,41 @@ static int ws_threads(void) {
 #endif
 }
 
+/* MoE: the rows of one expert product (a multiple of 16 near the mean tokens per
+ * expert, 16..256), and the grouped rows at most (every expert's count rounded up). */
+static int moe_rows(const struct rf_model_config *c, size_t n) {
+  if (!rf_model_config_is_moe(c)) return 0;
+  size_t mean = rf_ceil_div((int64_t)(n * (size_t)c->moe.num_experts_per_tok), c->moe.num_local_experts);
+  size_t r = (size_t)rf_round_up((int64_t)mean, 16);
+  return (int)(r < 16 ? 16 : r > 256 ? 256 : r);
+}
+
+static size_t moe_cap(const struct rf_model_config *c, size_t n) {
+  if (!rf_model_config_is_moe(c)) return 0;
+  return n * (size_t)c->moe.num_experts_per_tok +
+         (size_t)c->moe.num_local_experts * (size_t)(moe_rows(c, n) - 1);
+}
+
+/* Floats (4-byte words) of one MoE layer's activations and of the MoE scratch. */
+static size_t moe_layer_words(const struct rf_model_config *c, size_t n) {
+  size_t e = (size_t)c->moe.num_local_experts, k = (size_t)c->moe.num_experts_per_tok, p = moe_cap(c, n);
+  return n * e + 3 * n * k + p + e + 1 + p * (2 * (size_t)c->intermediate_size + (size_t)c->hidden_size);
+}
+
+static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
+  size_t e = (size_t)c->moe.num_local_experts, p = moe_cap(c, n), h = (size_t)c->hidden_size;
+  size_t inter = (size_t)c->intermediate_size;
+  return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
+}
+
 /* Must add up what rf_model_ws_init allocates (test_model_ref checks it). */
 size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
-  size_t per_layer =
-      n * (2 * h + 2 * qd + 2 * kd + 2 * inter + 2) + (size_t)batch * c->num_attention_heads * seq;
+  int moe = rf_model_config_is_moe(c);
+  size_t per_layer = n * (2 * h + 2 * qd + 2 * kd + (moe ? 0 : 2 * inter) + 2) +
+                     (size_t)batch * c->num_attention_heads * seq + (moe ? moe_layer_words(c, n) : 0);
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
@@ -48,7 +76,40 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
   bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) bytes += f * wide; /* s_bias */
+  if (moe) bytes += moe_scratch_bytes(c, n);
   return bytes;
+}
+
+static int32_t *ws_ints(struct rf_model_ws *ws, size_t n) { return (int32_t *)(void *)ws_floats(ws, n); }
+
+/* A MoE layer's activations (struct rf_model_moe_acts). */
+static void ws_moe_layer(struct rf_model_ws *ws, struct rf_model_moe_acts *a, size_t n) {
+  const struct rf_model_config *c = &ws->cfg;
+  size_t e = (size_t)c->moe.num_local_experts, k = (size_t)c->moe.num_experts_per_tok,
+         p = (size_t)ws->moe_cap;
+  a->probs = ws_floats(ws, n * e);
+  a->top = ws_ints(ws, n * k);
+  a->topw = ws_floats(ws, n * k);
+  a->pos = ws_ints(ws, n * k);
+  a->tok = ws_ints(ws, p);
+  a->off = ws_ints(ws, e + 1);
+  a->gu = ws_floats(ws, p * 2 * (size_t)c->intermediate_size);
+  a->ey = ws_floats(ws, p * (size_t)c->hidden_size);
+}
+
+static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
+  const struct rf_model_config *c = &ws->cfg;
+  size_t e = (size_t)c->moe.num_local_experts, p = (size_t)ws->moe_cap, h = (size_t)c->hidden_size;
+  size_t inter = (size_t)c->intermediate_size;
+  ws->s_xg = ws_floats(ws, p * h);
+  ws->s_hg = ws_floats(ws, p * inter);
+  ws->s_dgu = ws_floats(ws, p * 2 * inter);
+  ws->s_dxg = ws_floats(ws, p * h);
+  ws->s_dprobs = ws_floats(ws, n * e);
+  ws->moe_balance = ws_floats(ws, e);
+  ws->moe_count = rf_xcalloc(e, sizeof(double));
+  ws->moe_psum = rf_xcalloc(e, sizeof(double));
+  ws->bytes += 2 * e * sizeof(double);
 }
 
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq) {
@@ -69,6 +130,9 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   ws->targets = rf_xcalloc(n, sizeof(int32_t));
   ws->bytes += 2 * n * sizeof(int32_t);
   ws->layers = rf_xcalloc((size_t)c->num_hidden_layers, sizeof(*ws->layers));
+  int moe = rf_model_config_is_moe(c);
+  ws->expert_rows = moe_rows(c, n);
+  ws->moe_cap = (int)moe_cap(c, n);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     struct rf_model_layer_acts *a = &ws->layers[l];
     a->x = ws_floats(ws, n * h);
@@ -80,8 +144,12 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
     a->atty = ws_floats(ws, n * qd);
     a->x2 = ws_floats(ws, n * h);
     a->rstd2 = ws_floats(ws, n);
-    a->gate = ws_floats(ws, n * inter);
-    a->up = ws_floats(ws, n * inter);
+    if (moe) {
+      ws_moe_layer(ws, &a->moe, n);
+    } else {
+      a->gate = ws_floats(ws, n * inter);
+      a->up = ws_floats(ws, n * inter);
+    }
   }
   ws->xf = ws_floats(ws, n * h);
   ws->rstdf = ws_floats(ws, n);
@@ -105,18 +173,22 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   wide = wide > qd ? wide : qd;
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) ws->s_bias = ws_floats(ws, wide);
+  if (moe) ws_moe_scratch(ws, n);
   ws->stage.compute = RF_DTYPE_F32;
   return 0;
 }
 
-/* bf16 staging: two activation operands [n, widest] and the largest weight. */
+/* bf16 staging: two activation operands [rows, widest] and the largest weight
+ * (MoE: an expert product's rows may exceed the tokens; gate_up is 2*inter wide). */
 static void compute_sizes(const struct rf_model_config *c, int batch, int seq, size_t *act, size_t *weight) {
   size_t h = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
-  size_t qd = (size_t)c->num_attention_heads * c->head_dim;
+  size_t qd = (size_t)c->num_attention_heads * c->head_dim, n = (size_t)batch * seq;
+  if (rf_model_config_is_moe(c)) inter *= 2;
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   wide = wide > v ? wide : v;
-  *act = (size_t)batch * seq * wide;
+  size_t rows = (size_t)moe_rows(c, n) > n ? (size_t)moe_rows(c, n) : n;
+  *act = rows * wide;
   *weight = h * (inter > qd ? (inter > v ? inter : v) : (qd > v ? qd : v));
 }
 
@@ -154,7 +226,13 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
     struct rf_model_layer_acts *a = &ws->layers[l];
     float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->lse, a->atty, a->x2, a->rstd2, a->gate, a->up};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    const struct rf_model_moe_acts *m = &a->moe;
+    void *moe[] = {m->probs, m->top, m->topw, m->pos, m->tok, m->off, m->gu, m->ey};
+    for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
   }
+  void *moe[] = {ws->s_xg,     ws->s_hg,      ws->s_dgu,    ws->s_dxg,
+                 ws->s_dprobs, ws->moe_count, ws->moe_psum, ws->moe_balance};
+  for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
   free(ws->layers);
   float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
                    ws->rope_cos, ws->rope_sin, ws->s_norm,    ws->s_dnorm, ws->s_inner, ws->s_inner2,
@@ -223,6 +301,12 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
     RF_REQUIRE(tokens[i] >= 0 && tokens[i] < ws->cfg.vocab_size,
                "model: token %d at position %d is not in [0, %d)", tokens[i], i, ws->cfg.vocab_size);
   memcpy(ws->tokens, tokens, sizeof(int32_t) * (size_t)n);
+  if (rf_model_config_is_moe(&ws->cfg)) { /* a new forward: new router statistics, no balance gradient yet */
+    size_t e = (size_t)ws->cfg.moe.num_local_experts;
+    memset(ws->moe_count, 0, e * sizeof(double));
+    memset(ws->moe_psum, 0, e * sizeof(double));
+    memset(ws->moe_balance, 0, e * sizeof(float));
+  }
   float *out = ws->cfg.num_hidden_layers > 0 ? ws->layers[0].x : ws->xf;
   rf_model_embedding_forward(out, w, tokens, n, ws->cfg.hidden_size);
   return 0;
@@ -257,6 +341,12 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   /* MLP block */
   rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]),
                            n, h, c->rms_norm_eps);
+  if (rf_model_config_is_moe(c)) {
+    float *out = layer_output(ws, layer);
+    memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
+    rf_model_moe_forward(ws, layer, w, ws->s_norm, out);
+    return;
+  }
   rf_model_linear_forward(a->gate, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, st);
   rf_model_linear_forward(a->up, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 0.0f, st);
   add_bias(ws, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
@@ -308,19 +398,14 @@ static void renorm(float *out, const float *x, const float *rstd, const float *w
   }
 }
 
-void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
-                             float *const *grads) {
-  const struct rf_model_config *c = &ws->cfg;
-  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
-  struct rf_model_layer_acts *a = &ws->layers[layer];
-  int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
-  int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
-  int qd = nh * hd, kd = nkv * hd;
+/* The dense MLP block: out = x2 + down(silu(gate) * up), gate/up = W xn2,
+ * xn2 = norm(x2). Leaves d(xn2) in ws->s_dnorm (and xn2 in ws->s_norm). */
+static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_layer_acts *a,
+                               const struct rf_model_weight *w, float *const *grads, const float *wpost) {
+  int n = ws->b * ws->t, h = ws->cfg.hidden_size, inter = ws->cfg.intermediate_size;
   size_t ni = (size_t)n * inter;
   const struct rf_model_stage *sb = &ws->stage;
-  float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
-
-  /* MLP block: out = x2 + down(silu(gate) * up), gate/up = W xn2, xn2 = norm(x2). */
+  const float *dout = ws->dx;
   rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
   rf_model_linear_backward(NULL, grads[RF_MODEL_LAYER_TENSOR_DOWN], dout, ws->s_inner,
@@ -331,12 +416,32 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   rf_model_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
-  const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
   renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_GATE], ws->s_inner2, ws->s_norm,
                            &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, sb);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_UP], ws->s_inner, ws->s_norm,
                            &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 1.0f, sb);
+}
+
+void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
+                             float *const *grads) {
+  const struct rf_model_config *c = &ws->cfg;
+  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
+  struct rf_model_layer_acts *a = &ws->layers[layer];
+  int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim;
+  int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+  int qd = nh * hd, kd = nkv * hd;
+  const struct rf_model_stage *sb = &ws->stage;
+  float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
+
+  const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
+  if (rf_model_config_is_moe(c)) {
+    /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
+    renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
+    rf_model_moe_backward(ws, layer, w, ws->s_norm, dout, ws->s_dnorm, grads);
+  } else {
+    layer_mlp_backward(ws, a, w, grads, wpost);
+  }
   rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_POST_NORM], ws->s_dnorm, a->x2, a->rstd2, wpost,
                             n, h);
   /* dout now holds d(x2). */

@@ -1,6 +1,6 @@
 /* src/model: model families and a LLaMA-style decoder.
  *
- * Families (llama, gpt_oss, deepseek_v3) are read from a Hugging Face
+ * Families (llama, qwen2, gpt_oss, deepseek_v3, mixtral) are read from a Hugging Face
  * config.json by one reader (config.c) and described as units of tensors (names
  * and shapes as in their checkpoints, desc.c); a units file describes any other
  * model (units_file.c). The description is the one source of the planner's
@@ -60,10 +60,11 @@ enum rf_model_family {
   RF_MODEL_FAMILY_QWEN2,       /* llama with q, k, v biases (no o bias) */
   RF_MODEL_FAMILY_GPT_OSS,     /* fused experts, attention sinks */
   RF_MODEL_FAMILY_DEEPSEEK_V3, /* multi-head latent attention, routed and shared experts */
+  RF_MODEL_FAMILY_MIXTRAL,     /* llama attention, a router and fused SwiGLU experts (trainable) */
   RF_MODEL_FAMILY_COUNT
 };
 
-/* "llama", "qwen2", "gpt_oss", "deepseek_v3" (the model_type). */
+/* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral" (the model_type). */
 const char *rf_model_family_name(enum rf_model_family family);
 
 #define RF_MODEL_CONFIG_WORD 32
@@ -98,7 +99,18 @@ struct rf_model_config {
     int num_local_experts;
   } gpt_oss;
   struct rf_model_config_deepseek_v3 deepseek_v3;
+  /* mixtral: num_local_experts experts of intermediate_size, num_experts_per_tok of
+   * them per token; the load-balancing loss (router_aux_loss_coef) is part of the
+   * loss only when output_router_logits is true, as in transformers. */
+  struct {
+    int num_local_experts, num_experts_per_tok;
+    double router_aux_loss_coef, router_jitter_noise;
+    int output_router_logits;
+  } moe;
 };
+
+/* A family with routed experts that the trainable model implements (mixtral). */
+int rf_model_config_is_moe(const struct rf_model_config *cfg);
 
 /* The one reader of a Hugging Face config.json (model_type llama, gpt_oss or
  * deepseek_v3; absent: llama). Errors name the file and the field: malformed
@@ -124,7 +136,8 @@ int rf_model_config_load(struct rf_model_config *cfg, const char *path);
  * MLP biases and any head_dim are implemented (as transformers' LlamaForCausalLM). */
 int rf_model_config_check(struct rf_model_config *cfg, const char *what);
 
-/* All parameters, and those taking part in matmuls (all but the embedding). */
+/* All parameters, and those taking part in a token's matmuls (all but the
+ * embedding; of routed experts (mixtral), the num_experts_per_tok a token meets). */
 int64_t rf_model_n_params(const struct rf_model_config *cfg);
 int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg);
 /* Training FLOPs per token at sequence length T (forward + backward = 3 x forward):
@@ -223,7 +236,22 @@ enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_DOWN_BIAS,
   RF_MODEL_LAYER_TENSOR_COUNT
 };
-/* Where tensor t is in a layer unit of this config, or -1 when it has none. */
+/* A mixtral layer unit: the first six tensors of a llama layer (input norm, q, k,
+ * v, o, post-attention norm; no biases), then the router and the fused experts:
+ *   mlp.gate.weight              [E, hidden]            (the router)
+ *   mlp.experts.gate_up_proj     [E, 2*inter, hidden]   (per expert: gate rows, then up rows)
+ *   mlp.experts.down_proj        [E, hidden, inter]
+ * The expert tensors are described with sub_count E and block_rows = one expert's
+ * rows, so that a layout keeping blocks whole keeps every expert on one rank. */
+enum rf_model_moe_tensor {
+  RF_MODEL_MOE_TENSOR_ROUTER = RF_MODEL_LAYER_TENSOR_POST_NORM + 1,
+  RF_MODEL_MOE_TENSOR_GATE_UP,
+  RF_MODEL_MOE_TENSOR_DOWN,
+  RF_MODEL_MOE_TENSOR_COUNT
+};
+
+/* Where tensor t is in a layer unit of this config, or -1 when it has none (a
+ * mixtral layer has only the first six; its others are enum rf_model_moe_tensor). */
 int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t);
 
 /* The head unit: the final norm, then the output matrix (lm_head.weight, or
@@ -276,18 +304,33 @@ struct rf_model_stage {
  * logits, the gradient of the residual stream, scratch for recomputation and bf16
  * staging, the rotary tables. Owns all its buffers (free with rf_model_ws_free).
  * Nothing is allocated inside forward/backward. */
+/* A MoE layer's activations (mixtral), for the backward. Tokens are grouped by
+ * expert: expert e's rows are [off[e], off[e+1]) of the grouped buffers, in token
+ * order, padded with zero rows to a multiple of the workspace's expert_rows. */
+struct rf_model_moe_acts {
+  float *probs; /* [N, E] router softmax */
+  int32_t *top; /* [N, k] chosen experts, by decreasing probability */
+  float *topw;  /* [N, k] their renormalized weights */
+  int32_t *pos; /* [N, k] the grouped row of each (token, choice) */
+  int32_t *tok; /* [P] the token of each grouped row, -1 for padding */
+  int32_t *off; /* [E + 1] */
+  float *gu;    /* [P, 2*inter] gate_up_proj outputs */
+  float *ey;    /* [P, hidden] expert outputs (before the routing weights) */
+};
+
 struct rf_model_layer_acts {
-  float *x;     /* [N, hidden] the layer's input (residual stream) */
-  float *rstd1; /* [N] input_layernorm's 1/rms */
-  float *q;     /* [N, heads*hd] after rotary */
-  float *k;     /* [N, kv*hd] after rotary */
-  float *v;     /* [N, kv*hd] */
-  float *lse;   /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
-  float *atty;  /* [N, heads*hd] attention output before o_proj */
-  float *x2;    /* [N, hidden] residual after attention */
-  float *rstd2; /* [N] post_attention_layernorm's 1/rms */
-  float *gate;  /* [N, inter] gate_proj output */
-  float *up;    /* [N, inter] up_proj output */
+  float *x;                     /* [N, hidden] the layer's input (residual stream) */
+  float *rstd1;                 /* [N] input_layernorm's 1/rms */
+  float *q;                     /* [N, heads*hd] after rotary */
+  float *k;                     /* [N, kv*hd] after rotary */
+  float *v;                     /* [N, kv*hd] */
+  float *lse;                   /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
+  float *atty;                  /* [N, heads*hd] attention output before o_proj */
+  float *x2;                    /* [N, hidden] residual after attention */
+  float *rstd2;                 /* [N] post_attention_layernorm's 1/rms */
+  float *gate;                  /* [N, inter] gate_proj output (dense layers) */
+  float *up;                    /* [N, inter] up_proj output (dense layers) */
+  struct rf_model_moe_acts moe; /* MoE layers */
 };
 
 struct rf_model_ws {
@@ -318,8 +361,15 @@ struct rf_model_ws {
   float *s_bias;    /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
   struct rf_model_stage stage; /* f32 compute: wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter, heads*hd)];
                                 * bf16 compute: see rf_model_ws_set_compute */
-  int n_threads_att;           /* slices of s_att_blk */
-  size_t bytes;                /* total allocated */
+  /* MoE (mixtral): expert products take expert_rows rows at a time (fixed shapes:
+   * no product shape is new after the first step); moe_cap grouped rows at most */
+  int expert_rows, moe_cap;
+  float *s_xg, *s_hg, *s_dgu, *s_dxg; /* [moe_cap, hidden / inter / 2*inter / hidden] */
+  float *s_dprobs;                    /* [N, E] */
+  double *moe_count, *moe_psum;       /* [E] the last forward's top-k assignments and probability sums */
+  float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
+  int n_threads_att;                  /* slices of s_att_blk */
+  size_t bytes;                       /* total allocated */
 };
 
 /* Allocates for up to B sequences of T tokens (T <= max_position_embeddings).
@@ -360,6 +410,36 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
 void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
                              float *const *grads);
 void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads);
+
+/* ---- mixture of experts (moe.c) ------------------------------------------------------- */
+
+/* The load-balancing loss of transformers' load_balancing_loss_func over the
+ * router statistics of a forward summed over layers (and ranks): counts[e] top-k
+ * assignments, probs[e] router probability sums, rows = tokens * layers:
+ *   aux = E * sum_e (counts[e] / rows) * (probs[e] / rows).
+ * Sets the backward's d(loss)/d(prob[row, e]) = grad_weight * E * counts[e] / rows^2
+ * (grad_weight: the loss's derivative in aux, e.g. router_aux_loss_coef; counts
+ * take no gradient). Until it is called after a forward, the backward adds none.
+ * Returns aux. */
+double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const double *probs, double rows,
+                            float grad_weight);
+/* Mixtral's router on xn [n, hidden]: logits = xn Wr^T (into logits [n, E]),
+ * probs = softmax, the top k by probability (ties: the lower expert), their
+ * weights renormalized to sum 1. */
+void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
+                             int k);
+/* dlogits [n, E] from d(topw) [n, k] and dprobs_extra [E] (added to every row's
+ * d(prob), e.g. the load-balancing loss's; NULL: none). Overwrites dlogits. */
+void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k);
+/* The MoE block of layer l: out [n, hidden] += sum_j topw[j] * expert_top[j](xn),
+ * expert(x) = down(silu(gate(x)) * up(x)); w: the router, gate_up, down tensors.
+ * Adds the router statistics into ws->moe_count, moe_psum. */
+void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
+                          float *out);
+/* dxn [n, hidden] = d/dxn given dout (overwritten); grads (router, gate_up, down) added. */
+void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
+                           const float *xn, const float *dout, float *dxn, float *const *grads);
 
 /* ---- sampling ------------------------------------------------------------------------- */
 

@@ -1,0 +1,226 @@
+/* Mixtral's sparse MoE block: the router (softmax, top-k, renormalized weights),
+ * tokens grouped by expert, every expert's SwiGLU through src/gemm, the
+ * load-balancing loss.
+ *
+ * Grouping: expert e's rows are its tokens in token order (each token's choices
+ * in rank order), so the grouping depends only on the local batch, never on the
+ * world size. No token is dropped (there is no capacity factor): an expert takes
+ * every token routed to it. Its rows are padded with zero rows to a multiple of
+ * ws->expert_rows and its products run expert_rows rows at a time, so every
+ * product has one of a few fixed shapes (created in the first step; later steps
+ * create and allocate nothing). */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/model.h"
+
+void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
+                             int k) {
+  for (int r = 0; r < n; r++) {
+    const float *z = logits + (size_t)r * n_experts;
+    float *p = probs + (size_t)r * n_experts;
+    int32_t *tr = top + (size_t)r * k;
+    float *wr = topw + (size_t)r * k;
+    float mx = z[0];
+    for (int e = 1; e < n_experts; e++) mx = z[e] > mx ? z[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < n_experts; e++) sum += exp((double)(z[e] - mx));
+    for (int e = 0; e < n_experts; e++) p[e] = (float)(exp((double)(z[e] - mx)) / sum);
+    double s = 0.0;
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      for (int e = 0; e < n_experts; e++) {
+        int taken = 0;
+        for (int i = 0; i < j; i++) taken |= tr[i] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      tr[j] = best;
+      s += p[best];
+    }
+    for (int j = 0; j < k; j++) wr[j] = (float)(p[tr[j]] / s);
+  }
+}
+
+/* w_j = p_j / S, S = sum over the chosen of p: dp_m = (g_m - sum_j g_j w_j) / S for
+ * a chosen m; then the softmax: dz = p * (dp - sum(p * dp)). */
+void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k) {
+  for (int r = 0; r < n; r++) {
+    const float *p = probs + (size_t)r * n_experts;
+    const int32_t *tr = top + (size_t)r * k;
+    const float *g = dtopw + (size_t)r * k, *wr = topw + (size_t)r * k;
+    float *d = dlogits + (size_t)r * n_experts;
+    double s = 0.0, dot = 0.0;
+    for (int j = 0; j < k; j++) {
+      s += p[tr[j]];
+      dot += (double)g[j] * wr[j];
+    }
+    for (int e = 0; e < n_experts; e++) d[e] = dprobs_extra ? dprobs_extra[e] : 0.0f;
+    for (int j = 0; j < k; j++) d[tr[j]] += (float)(((double)g[j] - dot) / s);
+    double pd = 0.0;
+    for (int e = 0; e < n_experts; e++) pd += (double)p[e] * d[e];
+    for (int e = 0; e < n_experts; e++) d[e] = (float)((double)p[e] * ((double)d[e] - pd));
+  }
+}
+
+double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const double *probs, double rows,
+                            float grad_weight) {
+  int ne = ws->cfg.moe.num_local_experts;
+  RF_ASSERT(rf_model_config_is_moe(&ws->cfg) && rows > 0);
+  double aux = 0.0;
+  for (int e = 0; e < ne; e++) {
+    aux += counts[e] * probs[e];
+    ws->moe_balance[e] = (float)((double)grad_weight * ne * counts[e] / (rows * rows));
+  }
+  return aux * ne / (rows * rows);
+}
+
+/* Expert e's slice of a fused expert tensor of `per` elements per expert. */
+static struct rf_model_weight expert_weight(const struct rf_model_weight *w, int e, size_t per) {
+  struct rf_model_weight x = {NULL, NULL};
+  if (w->f32)
+    x.f32 = w->f32 + (size_t)e * per;
+  else
+    x.bf16 = w->bf16 + (size_t)e * per;
+  return x;
+}
+
+/* Groups the tokens by expert (a->off, a->tok, a->pos) and copies their inputs into
+ * xg (zero rows for padding). */
+static void moe_group(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const float *xn, int n) {
+  const struct rf_model_config *c = &ws->cfg;
+  int ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok, h = c->hidden_size;
+  int rows = ws->expert_rows;
+  a->off[0] = 0;
+  for (int e = 0; e < ne; e++) {
+    int count = 0;
+    for (int i = 0; i < n * k; i++) count += a->top[i] == e;
+    a->off[e + 1] = a->off[e] + (int32_t)rf_round_up(count, rows);
+    int row = a->off[e];
+    for (int i = 0; i < n * k; i++)
+      if (a->top[i] == e) {
+        a->tok[row] = i / k;
+        a->pos[i] = row++;
+      }
+    for (; row < a->off[e + 1]; row++) a->tok[row] = -1;
+  }
+  RF_ASSERT(a->off[ne] <= ws->moe_cap);
+#pragma omp parallel for schedule(static) if ((long)a->off[ne] * h >= 32768)
+  for (int r = 0; r < a->off[ne]; r++) {
+    float *dst = ws->s_xg + (size_t)r * h;
+    if (a->tok[r] >= 0)
+      memcpy(dst, xn + (size_t)a->tok[r] * h, sizeof(float) * (size_t)h);
+    else
+      memset(dst, 0, sizeof(float) * (size_t)h);
+  }
+}
+
+/* h = silu(gate) * up over grouped rows [r0, r1) of gu ([rows, 2*inter]: gate, then up). */
+static void moe_swiglu(float *hg, const float *gu, int r0, int r1, int inter) {
+  for (int r = r0; r < r1; r++)
+    rf_model_swiglu_forward(hg + (size_t)r * inter, gu + (size_t)r * 2 * inter,
+                            gu + (size_t)r * 2 * inter + inter, (size_t)inter);
+}
+
+void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
+                          float *out) {
+  const struct rf_model_config *c = &ws->cfg;
+  struct rf_model_moe_acts *a = &ws->layers[layer].moe;
+  const struct rf_model_stage *st = &ws->stage;
+  int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
+  int h = c->hidden_size, inter = c->intermediate_size, rows = ws->expert_rows;
+  rf_model_linear_forward(ws->s_dprobs, xn, &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
+  rf_model_router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k);
+  for (int r = 0; r < n; r++) {
+    for (int j = 0; j < k; j++) ws->moe_count[a->top[(size_t)r * k + j]] += 1.0;
+    for (int e = 0; e < ne; e++) ws->moe_psum[e] += a->probs[(size_t)r * ne + e];
+  }
+  moe_group(ws, a, xn, n);
+  size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
+  for (int e = 0; e < ne; e++) {
+    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, per_gu);
+    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, per_down);
+    for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
+      rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
+                              2 * inter, 0.0f, st);
+      moe_swiglu(ws->s_hg, a->gu, r, r + rows, inter);
+      rf_model_linear_forward(a->ey + (size_t)r * h, ws->s_hg + (size_t)r * inter, &wd, rows, inter, h, 0.0f,
+                              st);
+    }
+  }
+  /* every token's choices in rank order: the same sums at any world size */
+#pragma omp parallel for schedule(static) if ((long)n * h >= 32768)
+  for (int r = 0; r < n; r++) {
+    float *o = out + (size_t)r * h;
+    for (int j = 0; j < k; j++) {
+      const float *y = a->ey + (size_t)a->pos[(size_t)r * k + j] * h;
+      float g = a->topw[(size_t)r * k + j];
+      for (int i = 0; i < h; i++) o[i] += g * y[i];
+    }
+  }
+}
+
+void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
+                           const float *xn, const float *dout, float *dxn, float *const *grads) {
+  const struct rf_model_config *c = &ws->cfg;
+  struct rf_model_moe_acts *a = &ws->layers[layer].moe;
+  const struct rf_model_stage *st = &ws->stage;
+  int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
+  int h = c->hidden_size, inter = c->intermediate_size, rows = ws->expert_rows;
+  /* the routing weights: d(topw[r, j]) = dout[r] . ey[pos[r, j]] (into s_dxg, free until the experts) */
+  float *dtopw = ws->s_dxg;
+  for (int r = 0; r < n; r++)
+    for (int j = 0; j < k; j++) {
+      const float *y = a->ey + (size_t)a->pos[(size_t)r * k + j] * h, *g = dout + (size_t)r * h;
+      float dot = 0.0f;
+      for (int i = 0; i < h; i++) dot += g[i] * y[i];
+      dtopw[(size_t)r * k + j] = dot;
+    }
+  rf_model_router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k);
+  rf_model_linear_backward(dxn, grads[RF_MODEL_MOE_TENSOR_ROUTER], ws->s_dprobs, xn,
+                           &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
+  /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
+  moe_group(ws, a, xn, n);
+  float *dyg = ws->s_dxg;
+  int total = a->off[ne];
+  for (int r = 0; r < total; r++)
+    if (a->tok[r] < 0) memset(dyg + (size_t)r * h, 0, sizeof(float) * (size_t)h);
+  for (int r = 0; r < n; r++)
+    for (int j = 0; j < k; j++) {
+      float *d = dyg + (size_t)a->pos[(size_t)r * k + j] * h;
+      const float *g = dout + (size_t)r * h;
+      float wt = a->topw[(size_t)r * k + j];
+      for (int i = 0; i < h; i++) d[i] = wt * g[i];
+    }
+  size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
+  for (int e = 0; e < ne; e++) {
+    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, per_gu);
+    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, per_down);
+    float *ggu = grads[RF_MODEL_MOE_TENSOR_GATE_UP] + (size_t)e * per_gu;
+    float *gd = grads[RF_MODEL_MOE_TENSOR_DOWN] + (size_t)e * per_down;
+    for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
+      float *hg = ws->s_hg + (size_t)r * inter, *dy = dyg + (size_t)r * h;
+      float *gu = a->gu + (size_t)r * 2 * inter, *dgu = ws->s_dgu + (size_t)r * 2 * inter;
+      moe_swiglu(ws->s_hg, a->gu, r, r + rows, inter);
+      rf_model_linear_backward(NULL, gd, dy, hg, &wd, rows, inter, h, 0.0f, st);
+      rf_model_linear_backward(hg, NULL, dy, NULL, &wd, rows, inter, h, 0.0f, st); /* dh over h */
+      for (int i = 0; i < rows; i++) {
+        const float *gi = gu + (size_t)i * 2 * inter;
+        float *di = dgu + (size_t)i * 2 * inter;
+        rf_model_swiglu_backward(di, di + inter, hg + (size_t)i * inter, gi, gi + inter, (size_t)inter);
+      }
+      /* dx over this chunk's output gradients (no longer needed) */
+      rf_model_linear_backward(dy, ggu, dgu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f, st);
+    }
+  }
+  /* every token's choices in rank order */
+#pragma omp parallel for schedule(static) if ((long)n * h >= 32768)
+  for (int r = 0; r < n; r++) {
+    float *d = dxn + (size_t)r * h;
+    for (int j = 0; j < k; j++) {
+      const float *x = dyg + (size_t)a->pos[(size_t)r * k + j] * h;
+      for (int i = 0; i < h; i++) d[i] += x[i];
+    }
+  }
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Reference values for tests/test_model_moe.c from transformers' own MixtralForCausalLM.
+
+Builds a tiny MixtralForCausalLM (float64, eager attention, 4 experts, top-2,
+output_router_logits so that the loss is the mean cross-entropy plus
+router_aux_loss_coef times the load-balancing loss), loads weights from a
+deterministic generator, runs a batch of tokens, and writes the weights, tokens,
+targets, logits, the loss, the load-balancing loss and every parameter gradient
+to tests/data/mixtral_ref.bin; the config.json transformers writes goes to
+tests/data/mixtral_ref_config.json. The routing is checked to be away from ties:
+at every token and layer the k-th and (k+1)-th router probabilities differ by
+more than MARGIN (the C model in f32 then picks the same experts).
+
+Usage: /work/venv/bin/python tests/ref_mixtral.py   (needs torch, transformers, numpy)
+
+Format of mixtral_ref.bin (little-endian):
+  u32 magic 0x4645524d ("MREF"), u32 version 1
+  i32 B, T
+  f64 loss (mean over targets >= 0, plus coef * aux), aux (the load-balancing loss)
+  i32 tokens[B*T], i32 targets[B*T] (-1: ignored)
+  f32 logits[B*T*vocab]
+  f32 weights of every tensor, in the model's unit order (src/model/model.h)
+  f32 gradients of the loss, same order
+"""
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import MixtralConfig, MixtralForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "data", "mixtral_ref.bin")
+OUT_CFG = os.path.join(HERE, "data", "mixtral_ref_config.json")
+
+H, I, L, NH, NKV, V, MAXPOS, E, K, B, T = 32, 24, 2, 4, 2, 51, 64, 4, 2, 2, 7
+EPS, THETA, COEF = 1e-5, 10000.0, 0.05
+MARGIN = 1e-3
+
+
+def tensor_names():
+    names = ["model.embed_tokens.weight"]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        names += [p + "input_layernorm.weight", p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                  p + "self_attn.v_proj.weight", p + "self_attn.o_proj.weight",
+                  p + "post_attention_layernorm.weight", p + "mlp.gate.weight", p + "mlp.experts.gate_up_proj",
+                  p + "mlp.experts.down_proj"]
+    names += ["model.norm.weight", "lm_head.weight"]
+    return names
+
+
+def build(seed):
+    cfg = MixtralConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+                        num_key_value_heads=NKV, vocab_size=V, max_position_embeddings=MAXPOS, rms_norm_eps=EPS,
+                        rope_parameters={"rope_type": "default", "rope_theta": THETA}, tie_word_embeddings=False,
+                        num_local_experts=E, num_experts_per_tok=K, output_router_logits=True,
+                        router_aux_loss_coef=COEF, hidden_act="silu", attention_dropout=0.0)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = MixtralForCausalLM(cfg).to(torch.float64)
+    model.config._experts_implementation = "eager"  # the per-expert loop (grouped_mm takes no float64)
+    model.eval()
+    rng = np.random.RandomState(seed)
+    params = dict(model.named_parameters())
+    names = tensor_names()
+    assert sorted(names) == sorted(params.keys()), sorted(set(params.keys()) ^ set(names))
+    weights = {}
+    for name in names:
+        shape = tuple(params[name].shape)
+        if name.endswith("norm.weight"):
+            w = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif "embed_tokens" in name:
+            w = 0.5 * rng.standard_normal(shape)
+        elif name.endswith("mlp.gate.weight"):
+            w = (2.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)  # decisive routing
+        else:
+            w = (1.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)
+        weights[name] = w.astype(np.float32)
+        with torch.no_grad():
+            params[name].copy_(torch.from_numpy(weights[name].astype(np.float64)))
+    tokens = rng.randint(0, V, size=(B, T)).astype(np.int32)
+    targets = np.concatenate([tokens[:, 1:], rng.randint(0, V, size=(B, 1))], axis=1).astype(np.int32)
+    targets[0, 3] = -1  # ignored positions
+    targets[1, 5] = -1
+    return cfg, model, params, names, weights, tokens, targets
+
+
+def margin(router_logits):
+    worst = 1.0
+    for z in router_logits:
+        p = torch.softmax(z.double(), dim=-1)
+        top = torch.topk(p, K + 1, dim=-1).values
+        worst = min(worst, (top[:, K - 1] - top[:, K]).min().item())
+    return worst
+
+
+def main():
+    seed = 20261125
+    while True:
+        cfg, model, params, names, weights, tokens, targets = build(seed)
+        out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
+        if margin(out.router_logits) > MARGIN:
+            break
+        seed += 1
+    tt = torch.from_numpy(targets.astype(np.int64)).clone()
+    tt[tt < 0] = -100
+    out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)), labels=tt)
+    # transformers' loss: the shifted causal LM loss; ours takes targets as given, so rebuild it from logits
+    ce = F.cross_entropy(out.logits.reshape(-1, V), tt.reshape(-1), ignore_index=-100, reduction="mean")
+    loss = ce + COEF * out.aux_loss
+    loss.backward()
+    print(f"seed {seed} loss {loss.item():.10f} aux {out.aux_loss.item():.10f} margin {margin(out.router_logits):.2e}",
+          file=sys.stderr)
+    with open(OUT + ".tmp", "wb") as f:
+        f.write(struct.pack("<II", 0x4645524D, 1))
+        f.write(struct.pack("<2i", B, T))
+        f.write(struct.pack("<2d", loss.item(), out.aux_loss.item()))
+        f.write(tokens.astype("<i4").tobytes())
+        f.write(targets.astype("<i4").tobytes())
+        f.write(out.logits.detach().numpy().astype("<f4").tobytes())
+        for name in names:
+            f.write(weights[name].astype("<f4").tobytes())
+        for name in names:
+            f.write(params[name].grad.detach().numpy().astype("<f4").tobytes())
+    os.replace(OUT + ".tmp", OUT)
+    with tempfile.TemporaryDirectory() as d:
+        cfg.save_pretrained(d)
+        with open(os.path.join(d, "config.json")) as f:
+            text = json.load(f)
+    with open(OUT_CFG, "w") as f:
+        json.dump(text, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes) and {OUT_CFG}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
