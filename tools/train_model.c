@@ -40,6 +40,11 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
     }
   }
   RF_REQUIRE(rf_fsdp_finalize(m->fsdp) == 0, "%s", rf_fsdp_error());
+  m->balance = rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits;
+  if (m->balance) {
+    rf_comm_init(&m->balance_comm, comm);
+    m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
+  }
   RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));
   RF_TRY(rf_model_ws_init(&m->gen_ws, cfg, 1, seq));
   /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
@@ -74,6 +79,8 @@ void rf_train_model_free(struct rf_train_model *m) {
   rf_fsdp_free(m->fsdp);
   rf_model_desc_free(&m->desc);
   free(m->first_tensor);
+  if (m->balance) rf_comm_free(&m->balance_comm);
+  free(m->balance_stats);
   memset(m, 0, sizeof *m);
 }
 
@@ -153,12 +160,29 @@ static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws,
   return bad ? NAN : loss;
 }
 
+/* The load-balancing loss of the global micro-batch (collective): sets the
+ * backward's router gradient and returns this rank's share of the loss sum. */
+static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
+  struct rf_model_ws *ws = &m->ws;
+  int ne = m->cfg.moe.num_local_experts;
+  double *st = m->balance_stats;
+  memcpy(st, ws->moe_count, (size_t)ne * sizeof(double));
+  memcpy(st + ne, ws->moe_psum, (size_t)ne * sizeof(double));
+  st[2 * ne] = (double)ws->b * ws->t * m->cfg.num_hidden_layers;
+  rf_comm_allreduce(&m->balance_comm, st, 2 * ne + 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  /* d(step loss)/d(aux) = coef * (the micro-batch's tokens) * grad_scale */
+  double tokens = st[2 * ne] / m->cfg.num_hidden_layers, coef = m->cfg.moe.router_aux_loss_coef;
+  double aux = rf_model_moe_balance(ws, st, st + ne, st[2 * ne], (float)(coef * tokens * grad_scale));
+  return coef * aux * tokens / m->balance_comm.world;
+}
+
 double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
                                  float grad_scale) {
   struct rf_fsdp *f = m->fsdp;
   const struct rf_model_units *map = &m->map;
   int tied = map->embed_unit == map->head_unit;
   double loss = rf_train_forward(m, &m->ws, tokens, targets);
+  if (m->balance) loss += rf_train_balance(m, grad_scale);
   rf_fsdp_backward_begin(f, map->head_unit);
   rf_train_weights(m, map->head_unit, m->wh, m->gh);
   rf_model_head_backward(&m->ws, m->wh, m->gh, grad_scale);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "comm/comm_mpi.h"
 #include "model/model.h"
 #include "rfsdp.h"
 
@@ -25,6 +26,12 @@ struct rf_train_model {
   float *g[RF_MODEL_LAYER_TENSOR_COUNT];
   struct rf_model_weight wh[RF_MODEL_HEAD_TENSOR_COUNT]; /* the head unit (tied: through the step) */
   float *gh[RF_MODEL_HEAD_TENSOR_COUNT];
+  /* MoE with the load-balancing loss (output_router_logits): the router
+   * statistics of a micro-batch are summed over the ranks (every rank's micro-step
+   * takes part), so the loss is that of the global micro-batch at any world size */
+  int balance;
+  struct rf_comm balance_comm; /* when balance */
+  double *balance_stats;       /* [2 E + 1]: counts, probability sums, rows */
 };
 
 /* Declares the model's units and tensors to a new runtime context on comm and
@@ -55,7 +62,11 @@ int rf_train_model_import(struct rf_train_model *m, const struct rf_comm *comm, 
 
 /* Forward and backward of one micro-batch (tokens, targets: batch*seq each);
  * gradients of grad_scale * loss_sum are reduced into the shards. Returns this
- * rank's loss sum, or NAN when a token is out of range. */
+ * rank's loss sum, or NAN when a token is out of range. A MoE config with
+ * output_router_logits adds router_aux_loss_coef times the load-balancing loss of
+ * the global micro-batch (all ranks' rows; transformers' load_balancing_loss_func),
+ * weighted by the micro-batch's share of the step's tokens: each rank's loss sum
+ * carries 1/W of it (so grad_scale times the ranks' sum is the step's loss). */
 double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
                                  float grad_scale);
 /* Forward only: this rank's loss sum. */

@@ -1,0 +1,254 @@
+/* rf-test: timeout=600
+ * `rfsdp train` on a tiny Mixtral (8 experts of 32, top-2, hidden 32, 2 layers,
+ * the load-balancing loss on: output_router_logits, router_aux_loss_coef 0.02)
+ * under mpirun:
+ *  - W-invariance: the same run (seed, global batch, 4 steps, seq 8) at W ranks
+ *    gives the same loss at every step as the one-rank run within 1e-4 relative
+ *    (the loss includes the load-balancing loss of the global micro-batch). World
+ *    sizes per layout (a subset, to keep the suite short; 12 ranks on a 2-core
+ *    machine take ~10 s): planned/ragged W = 2..7 and 12 (W > E: ranks holding no
+ *    expert take part in every collective), planned/equal W = 2, 5, 12, fsdp2
+ *    W = 3, 12, flat W = 4, 6. Global batch 12 (W = 5: 10, W = 7: 14, each
+ *    against a one-rank run of that batch). No step after the first allocates
+ *    (the expert products have fixed shapes); planned/ragged pads 0 and copies 0
+ *    bytes per step (the log's padding_bytes, copy_bytes);
+ *  - bf16 compute and parameters at W = 3 against the one-rank bf16 run;
+ *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
+ *    uninterrupted run (every rank file of the final checkpoints, and the log's
+ *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
+ *    checkpoint of W = 2 resumed at W = 3 (resharding) gives the losses of the
+ *    uninterrupted W = 2 run within 1e-4;
+ *  - bad input: top-k > E, E = 0, a config without num_local_experts, refused
+ *    naming the field; --init from a safetensors file without a router (a dense
+ *    llama's of the same sizes) or with experts of another shape (intermediate
+ *    16, not 32), refused naming the tensor. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+#define STEPS 4
+static char dir[64] = "/tmp/rf_test_train_moe.XXXXXX";
+static char model[256], data[200];
+
+static int run(char *out, int out_size, int world, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int run(char *out, int out_size, int world, const char *fmt, ...) {
+  char args[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  return rf_cli_run_mpi(out, out_size, world, 120, "%s", args);
+}
+
+static int read_field(const char *path, const char *key, double *v, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, key);
+    if (p && strstr(line, "\"step\":")) v[n++] = atof(p + strlen(key));
+  }
+  fclose(f);
+  return n;
+}
+
+static const char *common = "--steps 4 --seq 8 --lr 3e-3 --seed 7 --peak-gflops 50 --print-every 0";
+
+/* The one-rank run of global batch `batch` in `dtype`; its losses in ref. */
+static void reference(int batch, const char *dtype, double *ref) {
+  char out[16384], log[256];
+  snprintf(log, sizeof log, "%s/ref-%d-%s.jsonl", dir, batch, dtype);
+  int rc = run(out, sizeof out, 1,
+               "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --log %s", model,
+               data, common, batch, dtype, dtype, log);
+  RF_CHECK(rc == 0, "reference run (batch %d, %s): rc %d\n%s", batch, dtype, rc, out);
+  RF_CHECK(read_field(log, "\"loss\":", ref, STEPS) == STEPS, "reference log of batch %d", batch);
+}
+
+static void check_world(const char *layout, const char *shard, int w, const char *dtype) {
+  int batch = w == 5 ? 10 : w == 7 ? 14 : 12;
+  double ref[STEPS], got[STEPS], pad[STEPS], copy[STEPS], allocs[STEPS];
+  reference(batch, dtype, ref);
+  char out[16384], log[256];
+  snprintf(log, sizeof log, "%s/%s-%s-%d-%s.jsonl", dir, layout, shard, w, dtype);
+  int rc = run(
+      out, sizeof out, w,
+      "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --layout %s --shard %s "
+      "--log %s",
+      model, data, common, batch, dtype, dtype, layout, shard, log);
+  RF_CHECK(rc == 0, "%s/%s at W=%d: rc %d\n%s", layout, shard, w, rc, out);
+  int m = read_field(log, "\"loss\":", got, STEPS);
+  RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layout, shard, w, m);
+  double worst = 0;
+  for (int s = 0; s < m; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+  RF_CHECK(worst <= 1e-4, "%s %s/%s at W=%d: loss differs from the one-rank run by %.3g relative", dtype,
+           layout, shard, w, worst);
+  read_field(log, "\"allocs\":", allocs, STEPS);
+  read_field(log, "\"padding_bytes\":", pad, STEPS);
+  read_field(log, "\"copy_bytes\":", copy, STEPS);
+  int bad = 0;
+  for (int s = 1; s < m; s++) bad += allocs[s] != 0;
+  RF_CHECK(bad == 0, "%s/%s at W=%d: %d steps after the first allocated", layout, shard, w, bad);
+  if (strcmp(shard, "ragged") == 0)
+    RF_CHECK(pad[m - 1] == 0 && copy[m - 1] == 0, "planned/ragged at W=%d pads %.0f and copies %.0f bytes", w,
+             pad[m - 1], copy[m - 1]);
+  printf(
+      "%-4s %-8s %-7s W=%-2d batch %d: max relative loss difference %.2g, padding %.0f B, copies %.0f B per "
+      "step\n",
+      dtype, layout, shard, w, batch, worst, pad[m - 1], copy[m - 1]);
+}
+
+static void check_invariance(void) {
+  for (int w = 2; w <= 7; w++) check_world("planned", "ragged", w, "f32");
+  check_world("planned", "ragged", 12, "f32");
+  const int equal[] = {2, 5, 12}, fsdp2[] = {3, 12}, flat[] = {4, 6};
+  for (int i = 0; i < 3; i++) check_world("planned", "equal", equal[i], "f32");
+  for (int i = 0; i < 2; i++) check_world("fsdp2", "equal", fsdp2[i], "f32");
+  for (int i = 0; i < 2; i++) check_world("flat", "equal", flat[i], "f32");
+  check_world("planned", "ragged", 3, "bf16");
+}
+
+/* 6 uninterrupted steps, and a run resumed at `world2` from that run's checkpoint of step 3. */
+static void check_resume(int world, int world2, const char *optim) {
+  char out[16384], a[200], b[200], loga[256], logb[256];
+  snprintf(a, sizeof a, "%s/full-%s-%d-%d", dir, optim, world, world2);
+  snprintf(b, sizeof b, "%s/cut-%s-%d-%d", dir, optim, world, world2);
+  snprintf(loga, sizeof loga, "%s.jsonl", a);
+  snprintf(logb, sizeof logb, "%s.jsonl", b);
+  const char *args = "--batch 6 --seq 8 --lr 3e-3 --seed 11 --peak-gflops 50 --print-every 0 --save-every 3";
+  int rc =
+      run(out, sizeof out, world, "train --model %s --data %s %s --optim %s --steps 6 --ckpt-dir %s --log %s",
+          model, data, args, optim, a, loga);
+  RF_CHECK(rc == 0, "uninterrupted %s W=%d: rc %d\n%s", optim, world, rc, out);
+  rc = run(
+      out, sizeof out, world2,
+      "train --model %s --data %s %s --optim %s --steps 6 --ckpt-dir %s --resume %s/step-00000003 --log %s",
+      model, data, args, optim, b, a, logb);
+  RF_CHECK(rc == 0, "resumed %s W=%d->%d: rc %d\n%s", optim, world, world2, rc, out);
+  double la[6], lb[6];
+  int na = read_field(loga, "\"loss\":", la, 6), nb = read_field(logb, "\"loss\":", lb, 6);
+  RF_CHECK(na == 6 && nb == 3, "%s: %d and %d steps logged", optim, na, nb);
+  double worst = 0;
+  for (int s = 0; s < 3 && nb == 3 && na == 6; s++) worst = rf_test_max(worst, fabs(lb[s] - la[3 + s]));
+  if (world == world2) {
+    RF_CHECK(worst == 0, "%s W=%d: resumed losses differ by %.3g", optim, world, worst);
+    for (int r = 0; r < world; r++) {
+      char fa[512], fb[512];
+      snprintf(fa, sizeof fa, "%s/step-00000006/rank-%05d.bin", a, r);
+      snprintf(fb, sizeof fb, "%s/step-00000006/rank-%05d.bin", b, r);
+      RF_CHECK(rf_test_files_equal(fa, fb), "%s W=%d: rank %d's final checkpoint differs", optim, world, r);
+    }
+  } else {
+    RF_CHECK(worst <= 1e-4 * fabs(la[5]), "%s W=%d->%d: resumed losses differ by %.3g", optim, world, world2,
+             worst);
+  }
+  printf("resume %-9s W=%d -> W=%d: losses differ by %.2g\n", optim, world, world2, worst);
+}
+
+static void write_config(const char *path, int inter, const char *extra) {
+  char text[1024];
+  int n =
+      snprintf(text, sizeof text,
+               "{\"model_type\": \"mixtral\", \"hidden_size\": 32, \"intermediate_size\": %d, "
+               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+               "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, "
+               "\"rope_theta\": 10000.0, \"output_router_logits\": true, \"router_aux_loss_coef\": 0.02%s}\n",
+               inter, extra);
+  RF_ASSERT(rf_file_write_all(path, text, (size_t)n) == 0);
+}
+
+static void expect_refused(int world, const char *what, const char *needle, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void expect_refused(int world, const char *what, const char *needle, const char *fmt, ...) {
+  char args[2048], out[16384];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  int rc = run(out, sizeof out, world, "%s", args);
+  RF_CHECK(rc != 0 && rc != 124 && strstr(out, needle), "%s: rc %d, no '%s' in:\n%s", what, rc, needle, out);
+}
+
+static void check_bad_input(void) {
+  char bad[256];
+  const char *small = "--steps 1 --batch 2 --seq 8 --print-every 0";
+  struct {
+    const char *extra, *field;
+  } cases[] = {{", \"num_local_experts\": 4, \"num_experts_per_tok\": 5", "num_experts_per_tok"},
+               {", \"num_local_experts\": 0", "num_local_experts"},
+               {"", "num_local_experts"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(bad, sizeof bad, "%s/bad%zu.json", dir, i);
+    write_config(bad, 32, cases[i].extra);
+    expect_refused(2, cases[i].field, cases[i].field, "train --model %s --data %s %s", bad, data, small);
+  }
+  /* --init: experts of 16 (not 32) and a router-less file; both refused by the model */
+  char out[16384], narrow[256], ck[256], st[256];
+  snprintf(narrow, sizeof narrow, "%s/narrow.json", dir);
+  write_config(narrow, 16, ", \"num_local_experts\": 8");
+  snprintf(ck, sizeof ck, "%s/narrow-ckpt", dir);
+  int rc = run(out, sizeof out, 2, "train --model %s --data %s %s --ckpt-dir %s --save-every 1", narrow, data,
+               small, ck);
+  RF_CHECK(rc == 0, "narrow run: rc %d\n%s", rc, out);
+  snprintf(st, sizeof st, "%s/narrow.safetensors", dir);
+  rc = rf_cli_run(out, sizeof out, "ckpt export %s/step-00000001 --out %s", ck, st);
+  RF_CHECK(rc == 0, "export: rc %d\n%s", rc, out);
+  expect_refused(2, "experts of another shape", "mlp.experts.gate_up_proj",
+                 "train --model %s --data %s %s --init %s", model, data, small, st);
+  char dense[256];
+  snprintf(dense, sizeof dense, "%s/dense.json", dir);
+  const char *llama =
+      "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 32, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64}";
+  RF_ASSERT(rf_file_write_all(dense, llama, strlen(llama)) == 0);
+  snprintf(ck, sizeof ck, "%s/dense-ckpt", dir);
+  rc = run(out, sizeof out, 1, "train --model %s --data %s %s --ckpt-dir %s --save-every 1", dense, data,
+           small, ck);
+  RF_CHECK(rc == 0, "dense run: rc %d\n%s", rc, out);
+  snprintf(st, sizeof st, "%s/dense.safetensors", dir);
+  rc = rf_cli_run(out, sizeof out, "ckpt export %s/step-00000001 --out %s", ck, st);
+  RF_CHECK(rc == 0, "export: rc %d\n%s", rc, out);
+  expect_refused(2, "no router", "model.layers.0.mlp.gate.weight", "train --model %s --data %s %s --init %s",
+                 model, data, small, st);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], out[8192];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/moe.json", dir);
+  static const char *lines[] = {
+      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
+      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
+  size_t cap = 1 << 18, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 200 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  write_config(model, 32, ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
+
+  check_invariance();
+  check_resume(2, 2, "adamw");
+  check_resume(3, 3, "adamw8bit");
+  check_resume(2, 2, "muon");
+  check_resume(2, 3, "adamw");
+  check_bad_input();
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_train_moe");
+}
