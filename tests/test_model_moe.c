@@ -104,7 +104,7 @@ static void run_model(struct ref *r, const float *const *w, enum rf_dtype comput
   int nu = r->desc.n_units, L = r->cfg.num_hidden_layers, n = r->B * r->T;
   struct rf_model_weight *wt = rf_xcalloc((size_t)r->n_tensors, sizeof *wt);
   for (int i = 0; i < r->n_tensors; i++) wt[i].f32 = w[i];
-  int first[64], i = 0;
+  int first[64] = {0}, i = 0;
   for (int u = 0; u < nu; u++) {
     first[u] = i;
     for (int t = 0; t < r->desc.units[u].n_tensors; t++, i++)

@@ -75,7 +75,7 @@ static void reference(int batch, const char *dtype, double *ref) {
 
 static void check_world(const char *layout, const char *shard, int w, const char *dtype) {
   int batch = w == 5 ? 10 : w == 7 ? 14 : 12;
-  double ref[STEPS], got[STEPS], pad[STEPS], copy[STEPS], allocs[STEPS];
+  double ref[STEPS] = {0}, got[STEPS] = {0}, pad[STEPS] = {0}, copy[STEPS] = {0}, allocs[STEPS] = {0};
   reference(batch, dtype, ref);
   char out[16384], log[256];
   snprintf(log, sizeof log, "%s/%s-%s-%d-%s.jsonl", dir, layout, shard, w, dtype);
@@ -133,7 +133,7 @@ static void check_resume(int world, int world2, const char *optim) {
       "train --model %s --data %s %s --optim %s --steps 6 --ckpt-dir %s --resume %s/step-00000003 --log %s",
       model, data, args, optim, b, a, logb);
   RF_CHECK(rc == 0, "resumed %s W=%d->%d: rc %d\n%s", optim, world, world2, rc, out);
-  double la[6], lb[6];
+  double la[6] = {0}, lb[6] = {0};
   int na = read_field(loga, "\"loss\":", la, 6), nb = read_field(logb, "\"loss\":", lb, 6);
   RF_CHECK(na == 6 && nb == 3, "%s: %d and %d steps logged", optim, na, nb);
   double worst = 0;
