@@ -327,7 +327,7 @@ int rf_cmd_train(int argc, char **argv) {
       .shampoo_eps = 1e-12,
   };
   const struct rf_option options[] = {
-      {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama)",
+      {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama, qwen2 or mixtral)",
        NULL, 1},
       {"data", RF_OPTION_KIND_STRING, &a.data, "token files prefix (from rfsdp prepare)", NULL, 1},
       {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", "[1, inf)", 0},
