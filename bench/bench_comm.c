@@ -18,6 +18,9 @@
  *   thread   a second thread calls rf_comm_test in a loop (busy) while the main
  *            thread computes; only when MPI provides MPI_THREAD_MULTIPLE
  *   thread-s the same thread sleeping 50 us between tests
+ * Environment: RF_BENCH_MAX_MIB (the largest size), RF_BENCH_MIN_KIB (the
+ * smallest, 1 MiB unless smaller), RF_BENCH_PART=bandwidth (part 1 only: what
+ * bench/scale.sh fits its alpha-beta model to).
  * Results and the command are in docs/comm.md. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -111,7 +114,7 @@ static void run_op(const struct rf_comm *comm, enum bench_op op, enum rf_dtype d
   }
 }
 
-static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
+static void bench_bandwidth(const struct rf_comm *comm, int64_t min_bytes, int64_t max_bytes) {
   const int world = comm->world;
   char *buf = rf_xaligned(64, (size_t)max_bytes);
   char *recv = rf_xaligned(64, (size_t)max_bytes);
@@ -122,7 +125,7 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
            "reps");
   }
   const enum rf_dtype dtypes[2] = {RF_DTYPE_F32, RF_DTYPE_BF16};
-  for (int64_t bytes = (int64_t)1 << 20; bytes <= max_bytes; bytes *= 4) {
+  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     for (int op = 0; op < BENCH_OP_COUNT; op++) {
       for (int d = 0; d < 2; d++) {
         enum rf_dtype dtype = dtypes[d];
@@ -151,9 +154,10 @@ static void bench_bandwidth(const struct rf_comm *comm, int64_t max_bytes) {
         double size = (double)(total * esize);
         double algbw = size / (med * 1e-3) / 1e9;
         double busbw = algbw * (double)(world - 1) / (double)world;
+        int mib = size >= (1 << 20);
         if (comm->rank == 0)
-          printf("%7.0f MiB  %-17s %-5s %10.3f %12.2f %12.2f %5d\n", size / (1 << 20), bench_op_names[op],
-                 rf_dtype_name(dtype), med, algbw, busbw, reps);
+          printf("%7.0f %s  %-17s %-5s %10.3f %12.2f %12.2f %5d\n", size / (mib ? 1 << 20 : 1 << 10),
+                 mib ? "MiB" : "KiB", bench_op_names[op], rf_dtype_name(dtype), med, algbw, busbw, reps);
       }
     }
   }
@@ -324,9 +328,16 @@ int main(int argc, char **argv) {
   int64_t max_bytes = (int64_t)64 << 20;
   const char *env = getenv("RF_BENCH_MAX_MIB"); /* for quick runs: the largest size */
   if (env && atoll(env) > 0 && ((int64_t)atoll(env) << 20) < max_bytes) max_bytes = (int64_t)atoll(env) << 20;
-  bench_bandwidth(&comm, max_bytes);
-  bench_overlap(&comm, max_bytes / 4);
-  bench_overlap(&comm, max_bytes);
+  /* the smallest size (bench/scale.sh fits the collectives' latency from 16 KiB up) */
+  int64_t min_bytes = (int64_t)1 << 20;
+  env = getenv("RF_BENCH_MIN_KIB");
+  if (env && atoll(env) > 0 && ((int64_t)atoll(env) << 10) < min_bytes) min_bytes = (int64_t)atoll(env) << 10;
+  bench_bandwidth(&comm, min_bytes, max_bytes);
+  env = getenv("RF_BENCH_PART"); /* "bandwidth": only part 1 */
+  if (!env || strcmp(env, "bandwidth") != 0) {
+    bench_overlap(&comm, max_bytes / 4);
+    bench_overlap(&comm, max_bytes);
+  }
   if (comm.rank == 0) printf("load average %.2f at the end\n", load_average());
   rf_comm_free(&comm);
   rf_comm_mpi_finalize();
