@@ -118,10 +118,10 @@ void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_si
   printf("    bytes per step   inside groups %s, across groups %s (all-gathers %s, reductions %s)\n", t[0],
          t[1], t[2], t[3]);
   printf(
-      "    step time        %.2f ms = compute %.2f + exposed communication %.2f + optimizer %.2f "
-      "(communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f)\n",
-      r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->comm_ms, sm->flops_per_token * 1e-9,
-      sm->net.peak_gflops, sm->net.efficiency);
+      "    step time        %.2f ms = compute %.2f + exposed communication %.2f + optimizer %.2f + "
+      "copies %.2f (communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f)\n",
+      r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->copy_ms, r->comm_ms,
+      sm->flops_per_token * 1e-9, sm->net.peak_gflops, sm->net.efficiency);
 }
 
 void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
@@ -153,4 +153,5 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
   cJSON_AddNumberToObject(o, "exposed_comm_ms", r->exposed_comm_ms);
   cJSON_AddNumberToObject(o, "optim_ms", r->optim_ms);
+  cJSON_AddNumberToObject(o, "copy_ms", r->copy_ms);
 }

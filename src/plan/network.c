@@ -10,15 +10,18 @@
 /* {alpha_us, busbw_gbs} for all-gather, reduce-scatter, all-reduce. */
 static const struct rf_plan_network rf_plan_networks[] = {
     {.name = "here",
-     .source = "this machine: MPICH shared memory, 2 cores; alpha-beta fitted by bench/scale.sh on "
-               "bench_comm's W=2 and W=4 points (docs/scale.md); peak: give --peak-gflops",
-     .ranks_per_node = 1 << 30,
-     .intra = {{60.0, 4.0}, {80.0, 1.5}, {60.0, 1.5}},
-     .inter = {{60.0, 4.0}, {80.0, 1.5}, {60.0, 1.5}},
+     .source =
+         "this machine (2 cores, MPICH shared memory): alpha-beta fitted by bench/scale.sh to bench_comm at "
+         "W=2 (a 'node' = the 2 cores) and W=4 (4 ranks time-sharing 2 cores: the links 'across nodes'), "
+         "2026-11-25 under load 13; all-reduce = reduce-scatter + all-gather; no overlap (docs/comm.md: "
+         "a polled non-blocking all-gather stays exposed); give --peak-gflops",
+     .ranks_per_node = 2,
+     .intra = {{4.5, 10.6}, {6.1, 3.8}, {10.6, 5.6}},
+     .inter = {{27000.0, 0.23}, {26500.0, 0.28}, {53500.0, 0.25}},
      .peak_gflops = 50.0,
      .efficiency = 1.0,
      .mem_gbs = 8.0,
-     .overlap = 0.5},
+     .overlap = 0.0},
     {.name = "h100-ib",
      .source = "8 H100 SXM per node on NVLink4/NVSwitch (nccl-tests bus bandwidth about 360 GB/s for "
                "all-gather, reduce-scatter and all-reduce), one 400 Gb/s InfiniBand NDR port per GPU (about "

@@ -348,7 +348,8 @@ struct rf_plan_sim_result {
   double comm_ms;         /* every collective back to back */
   double exposed_comm_ms; /* what the prefetch schedule leaves uncovered */
   double optim_ms;        /* the optimizer's pass over its state */
-  double step_ms;         /* predicted_step_ms = compute + exposed + optimizer */
+  double copy_ms;         /* the layout's copies around the collectives (fsdp2), at memory bandwidth */
+  double step_ms;         /* predicted_step_ms = compute + exposed + optimizer + copies */
 };
 
 /* Simulates a step of `units` laid out by `model` (rf_plan_model_make at the

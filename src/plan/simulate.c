@@ -242,9 +242,11 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   /* the optimizer streams parameters, gradients and its state once (read, and write but the gradient) */
   double per_elem = o->optim == RF_OPTIM_KIND_ADAMW8BIT ? 4 + 4 + 4 + 2 * 2 : 4 + 4 + 4 + 2 * 4 * 2;
   out->optim_ms = (double)out->shard_elems * per_elem / (o->net.mem_gbs * 1e9) * 1e3;
+  /* the layout's copies (docs/planner.md's counting rule: per step of one micro-batch) */
+  out->copy_ms = (double)o->accum * (double)m->copy_bytes / (o->net.mem_gbs * 1e9) * 1e3;
   out->comm_ms = comm;
   out->exposed_comm_ms = step - out->compute_ms;
-  out->step_ms = step + out->optim_ms;
+  out->step_ms = step + out->optim_ms + out->copy_ms;
   free(g);
   free(red);
   free(c);
