@@ -100,7 +100,9 @@ static int64_t rf_plan_sim_unit_blocks(const struct rf_plan_layout *l, const str
 /* Bytes of one rank's memory (everything but the arena, added by the caller). */
 static int64_t rf_plan_sim_optim_bytes(enum rf_optim_kind kind, int64_t slab, int64_t blocks) {
   if (kind == RF_OPTIM_KIND_ADAMW8BIT) return 2 * slab + 2 * blocks * (int64_t)sizeof(float);
-  return 2 * slab * (int64_t)sizeof(float); /* AdamW m, v; Muon keeps AdamW's state for every view */
+  /* AdamW m, v; Muon and Shampoo keep AdamW's state for every view (Shampoo's
+   * preconditioners on their owner ranks are not simulated) */
+  return 2 * slab * (int64_t)sizeof(float);
 }
 
 /* The memory of shard-group rank r (out->mem, out->shard_elems). */
