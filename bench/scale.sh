@@ -83,6 +83,7 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
   run() { # NAME W [extra]
     local name=$1 w=$2
     shift 2
+    cut -d' ' -f1 /proc/loadavg >"$out/$name.load"
     OMP_NUM_THREADS=1 scripts/rfmpirun -np "$w" "$rfsdp" train --model $cfg --data data/kjv --steps "$S" "${opts[@]}" \
       --lr 1e-3 --print-every 1000 --log "$out/$name.jsonl" "$@" >"$out/$name.out" 2>&1 ||
       { echo "scale.sh: run $name failed (see $out/$name.out)"; return 1; }
@@ -99,8 +100,8 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
   rate=$(awk -v f="$fl" -v b="$B" -v t="$T" -v m="$m1" -v o="$op" 'BEGIN {printf "%.3f", f * b * t / ((m - o) * 1e-3) / 1e9}')
   echo "predicted against measured: $cfg, batch $B x $T, $S steps (median of steps 2..$S), one thread per rank,"
   echo "  $cores cores; compute rate calibrated at W=1: $rate GFLOP/s per rank alone, min(1, $cores/W) of it at W"
-  echo "| run | measured ms | predicted ms | error | compute | exposed comm | optimizer | predicted MiB/rank | runtime's MiB (rank 0) | rank 0 RSS MiB |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| run | load | measured ms | CPU ms | predicted ms | error | compute | exposed comm | optimizer | predicted MiB/rank | runtime's MiB (rank 0) | rank 0 RSS MiB |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   row() { # NAME W R
     local name=$1 w=$2 r=$3 peak p m
     [ -s "$out/$name.jsonl" ] || return 0
@@ -109,6 +110,7 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
     OMP_NUM_THREADS=1 "$rfsdp" plan --model $cfg --world "$w" --replicate "$r" "${opts[@]}" --network here --peak-gflops "$peak" \
       --efficiency 1 --rank 0 --json >"$p"
     m=$(json_num "$out/$name.jsonl" ms | tail -n +2 | median)
+    cpu=$(json_num "$out/$name.jsonl" cpu_ms | tail -n +2 | median)
     own=$(head -1 "$out/$name.jsonl" >"$out/$name.memory"
       awk -v s="$(json_num "$out/$name.memory" shard_elems)" -v a="$(json_num "$out/$name.memory" arena_bytes)" \
         -v o="$(json_num "$out/$name.memory" optim_state_bytes)" -v x="$(json_num "$out/$name.memory" activation_bytes)" \
@@ -116,14 +118,15 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
     rss=$(json_num "$out/$name.jsonl" rss_mb | sort -g | tail -1)
     awk -v n="$([ "$r" = 1 ] && echo "W=$w" || echo "${r}x$((w / r))")" -v m="$m" -v p="$(json_num "$p" predicted_step_ms)" \
       -v c="$(json_num "$p" compute_ms)" -v e="$(json_num "$p" exposed_comm_ms)" -v o="$(json_num "$p" optim_ms)" \
-      -v mem="$(json_num "$p" memory_per_rank_bytes)" -v own="$own" -v rss="$rss" 'BEGIN {
-      printf "| %s | %.1f | %.1f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | %.0f |\n", n, m, p, 100 * (p - m) / m, c, e, o, mem / 1048576, own, rss }'
+      -v mem="$(json_num "$p" memory_per_rank_bytes)" -v own="$own" -v rss="$rss" -v cpu="$cpu" -v load="$(cat "$out/$name.load")" 'BEGIN {
+      printf "| %s | %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | %.0f |\n", n, load, m, cpu, p, 100 * (p - m) / m, c, e, o, mem / 1048576, own, rss }'
   }
   row w1 1 1
   row w2 2 1
   row w4 4 1
   [ $has_replicate = 1 ] && row r2x2 4 2
-  echo "(predicted MiB: the simulator's parts, activations = the model workspace; the runtime's MiB: the same"
+  echo "(load: the 1-minute load average when the run started; CPU ms: rank 0's CPU time per thread, median;"
+  echo " predicted MiB: the simulator's parts, activations = the model workspace; the runtime's MiB: the same"
   echo " parts as the run allocated them; RSS adds the binary, MPI, oneDNN and the token files)"
   echo
 fi
