@@ -31,19 +31,69 @@ static int64_t rf_plan_place_one(int64_t p, int64_t e, int64_t g, int64_t S) {
   return -1;
 }
 
+/* A run of m identical items of e elements (a whole number of blocks g), placed
+ * from p, where p is a whole number of blocks past its shard's start: the run's
+ * end, the same as m calls of rf_plan_place_one, in one step (an MoE layer has
+ * hundreds of identical experts); -1 where the shape of the run is not one of
+ * the regular ones below. With r = S mod g, rf_plan_place_one pads exactly r
+ * before an item that crosses a boundary, nothing before the others, and the
+ * cursor stays a whole number of blocks past its shard's start:
+ *  - r = 0: nothing is ever padded;
+ *  - e + r <= S: with x the cursor's offset in its shard, u = x - r moves like a
+ *    counter modulo L = S - r in (0, L], one boundary per wrap;
+ *  - S < e <= 2S - r: every item crosses; with c = r + e - S, an item either
+ *    crosses one boundary (x + c <= S: x grows by c) or starts in the next
+ *    shard and crosses the one after (x becomes c): from x = c that is a period
+ *    of k = S / c items over k + 1 shards. */
+static int64_t rf_plan_place_run(int64_t p, int64_t e, int64_t g, int64_t S, int64_t m) {
+  int64_t x = p % S, r = S % g, base = p - x;
+  if (r == 0) return p + m * e;
+  if (e + r <= S) {
+    int64_t L = S - r, t = x - r + m * e - 1;
+    return base + t / L * S + t % L + 1 + r;
+  }
+  if (e + r > 2 * S) return -1; /* here e > S: S - r is the largest multiple of g up to S */
+  int64_t c = r + e - S, j = rf_min_i64(m, (S - x) / c), shards = j;
+  x += j * c;
+  m -= j;
+  if (m > 0) {
+    int64_t k = S / c;
+    m--;
+    shards += 2 + m / k * (k + 1) + m % k;
+    x = c + m % k * c;
+  }
+  return base + shards * S + x;
+}
+
 int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_t shard, int64_t *offsets) {
   int64_t total = (int64_t)world * shard, p = 0, slack = total;
   for (int i = 0; i < n; i++) slack -= items[i].numel;
   if (slack < 0) return 0;
-  /* gap: padding so far; once it exceeds the slack the rest cannot fit (exact early exit) */
+  /* p - used: padding so far, which only grows; once it exceeds the slack the
+   * rest cannot fit (exact early exit). Without offsets, runs of identical items
+   * are placed in one step when their cursor allows (rf_plan_place_run). */
   int64_t used = 0;
-  for (int i = 0; i < n; i++) {
-    int64_t l = rf_plan_place_one(p, items[i].numel, items[i].block_elems, shard);
-    if (l < 0 || l + items[i].numel > total) return 0;
-    if (offsets) offsets[i] = l;
-    p = l + items[i].numel;
-    used += items[i].numel;
-    if (p - used > slack) return 0;
+  int run_end = 0;
+  for (int i = 0; i < n;) {
+    int64_t e = items[i].numel, g = items[i].block_elems, end = -1;
+    if (i >= run_end)
+      for (run_end = i + 1; run_end < n && items[run_end].numel == e && items[run_end].block_elems == g;)
+        run_end++;
+    if (!offsets && run_end - i > 1 && e % g == 0 && p % shard % g == 0)
+      end = rf_plan_place_run(p, e, g, shard, run_end - i);
+    if (end >= 0) {
+      p = end;
+      used += (run_end - i) * e;
+      i = run_end;
+    } else {
+      int64_t l = rf_plan_place_one(p, e, g, shard);
+      if (l < 0) return 0;
+      if (offsets) offsets[i] = l;
+      p = l + e;
+      used += e;
+      i++;
+    }
+    if (p > total || p - used > slack) return 0;
   }
   return 1;
 }
@@ -133,16 +183,17 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
-/* Neighbours: consecutive items a, b of the order that share a block g with
- * numel(a) a whole number of blocks. When both are longer than S, each holds a
- * boundary, and a legal placement starts each a whole number of blocks before
- * its first boundary (at most S after its start); so the padding between them is
- * congruent to jS (mod g), j >= 1 the shards between those boundaries, and larger
- * than jS - numel(a) - S. The smallest such padding, summed over the order's
- * neighbours, must fit in the slack W*S - N: a necessary condition that skips
- * most candidates S of a unit of many big identical tensors (MoE experts)
- * without placing anything; the plan found is the same. Neighbours with the same
- * (numel(a), g, shorter of the two) are counted together; up to
+/* Neighbours: consecutive items a, b of the order with blocks ga, gb > 1 and
+ * numel(a) a whole number of blocks ga; g = gcd(ga, gb). When both are longer
+ * than S, each holds a boundary, and a legal placement starts each a whole
+ * number of its blocks before its first boundary (at most S after its start), so
+ * a ends a whole number of ga past its first boundary; so the padding between
+ * them is congruent to jS (mod g), j >= 1 the shards between those boundaries,
+ * and larger than jS - numel(a) - S. (Experts whose gate, up and down matrices
+ * alternate have different blocks with a large common divisor.) The smallest such padding, summed over the
+ * order's neighbours, must fit in the slack W*S - N: a necessary condition that skips most candidates S of a
+ * unit of many big identical tensors (MoE experts) without placing anything; the plan found is the same.
+ * Neighbours with the same (numel(a), g, shorter of the two) are counted together; up to
  * RF_PLAN_NEIGHBOUR_KINDS kinds (further ones are left out: a weaker bound). */
 #define RF_PLAN_NEIGHBOUR_KINDS 64
 
@@ -155,8 +206,9 @@ struct rf_plan_neighbours {
 static void rf_plan_neighbours_init(struct rf_plan_neighbours *nb, const struct rf_plan_item *items, int n) {
   nb->n = 0;
   for (int i = 0; i + 1 < n; i++) {
-    int64_t e = items[i].numel, g = items[i].block_elems, m = rf_min_i64(e, items[i + 1].numel);
-    if (g <= 1 || items[i + 1].block_elems != g || e % g != 0) continue;
+    int64_t e = items[i].numel, ga = items[i].block_elems, m = rf_min_i64(e, items[i + 1].numel);
+    int64_t g = rf_gcd_i64(ga, items[i + 1].block_elems);
+    if (g <= 1 || e % ga != 0) continue;
     int k = 0;
     while (k < nb->n && !(nb->numel[k] == e && nb->block[k] == g && nb->shorter[k] == m)) k++;
     if (k == RF_PLAN_NEIGHBOUR_KINDS) continue;
