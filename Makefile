@@ -11,7 +11,7 @@ LIBS_EXTRA := -ldnnl
 OPT ?= -O2 -g
 SAN ?=
 ARCH ?= -march=native # valgrind knows no AVX-512: make BUILD=build-vg ARCH=-march=x86-64-v3
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(ARCH) -fopenmp -fno-strict-aliasing \
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(ARCH) -fopenmp -fno-strict-aliasing -fno-math-errno \
   -Wall -Wextra -Werror -Wno-unknown-pragmas -Iinclude -Isrc \
   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(LIBS_EXTRA) -lm -fopenmp $(SAN) $(LDFLAGS)

@@ -109,8 +109,11 @@ int rf_dtype_parse(const char *name, enum rf_dtype *out);
 /* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). Inline
  * and branch-free so that loops over them vectorize (the bf16 sum of src/comm). */
 static inline uint16_t rf_bf16_from_f32(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
+  union { /* not memcpy: a union keeps loops over this vectorizable */
+    float f;
+    uint32_t u;
+  } v = {.f = x};
+  uint32_t u = v.u;
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   uint32_t quiet_nan = (u >> 16) | 0x0040u;
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);

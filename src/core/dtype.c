@@ -40,6 +40,7 @@ static inline float rf_f32_from_bits(uint32_t u) {
 }
 
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
 }
 

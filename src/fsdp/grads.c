@@ -14,7 +14,7 @@ static void rf_fsdp_for_pieces(struct rf_fsdp *f, void (*fn)(float *g, int64_t n
 
 static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
   float s = *(const float *)ctx;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; i++) g[i] *= s;
 }
 

@@ -358,7 +358,7 @@ void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const f
 /* ---- linear ------------------------------------------------------------------------------ */
 
 static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RF_MODEL_PAR_MIN)
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
 }
 

@@ -24,7 +24,7 @@ static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, floa
                                  const float *restrict g, float *restrict m, float *restrict v, int64_t len) {
   float dec = decay ? h->decay : 1.0f;
   /* element-wise: the same bits with any number of threads */
-#pragma omp parallel for schedule(static) if (len > 65536)
+#pragma omp parallel for simd schedule(static) if (len > 65536)
   for (int64_t i = 0; i < len; i++) {
     float gi = g[i];
     float mi = m[i] + h->one_m_b1 * (gi - m[i]);
