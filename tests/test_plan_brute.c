@@ -219,8 +219,8 @@ int main(void) {
     if (inst % 2) runs[n++] = (struct rf_plan_item){rnd(&st, 1, 100), 1, 0, 0, 1}; /* a start off 0 */
     while (n < 56) {
       int64_t g = rnd(&st, 1, 12), e = g * rnd(&st, 1, 9) + (rnd(&st, 0, 4) == 0 ? rnd(&st, 0, g - 1) : 0);
-      for (int k = (int)rnd(&st, 1, 8); k > 0 && n < 64; k--)
-        runs[n++] = (struct rf_plan_item){e, g, n, 0, 1};
+      for (int k = (int)rnd(&st, 1, 8); k > 0 && n < 64; k--, n++)
+        runs[n] = (struct rf_plan_item){e, g, n, 0, 1};
     }
     int W = (int)rnd(&st, 1, 40);
     int64_t offsets[64];

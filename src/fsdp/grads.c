@@ -12,10 +12,19 @@ static void rf_fsdp_for_pieces(struct rf_fsdp *f, void (*fn)(float *g, int64_t n
   }
 }
 
-static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
-  float s = *(const float *)ctx;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+static void rf_fsdp_scale_chunk(float *restrict g, int64_t n, float s) {
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) g[i] *= s;
+}
+
+/* Chunks on the threads, each a simd loop (a combined "parallel for simd" over
+ * captured pointers does not vectorize under clang with -fno-strict-aliasing). */
+static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
+  const float s = *(const float *)ctx;
+  const int64_t chunk = 65536, chunks = rf_ceil_div(n, chunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; c++)
+    rf_fsdp_scale_chunk(g + c * chunk, rf_min_i64(chunk, n - c * chunk), s);
 }
 
 static void rf_fsdp_square_piece(float *g, int64_t n, void *ctx) {

@@ -357,9 +357,14 @@ void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const f
 
 /* ---- linear ------------------------------------------------------------------------------ */
 
+/* Chunks on the threads, each rounded by the vectorized rf_bf16_from_f32_n. */
 static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= RF_MODEL_PAR_MIN)
-  for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_MODEL_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_MODEL_CHUNK, len = (long)n - i0 < RF_MODEL_CHUNK ? (long)n - i0 : RF_MODEL_CHUNK;
+    rf_bf16_from_f32_n(dst + i0, src + i0, (size_t)len);
+  }
 }
 
 /* bf16 -> f32 is a 16-bit shift; a union keeps the loop vectorizable. */

@@ -20,11 +20,9 @@ void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyp
 
 /* torch.optim.AdamW's arithmetic: m.lerp_(g, 1 - b1); v = b2 v + (1 - b2) g^2;
  * p = p (1 - lr wd) - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
-static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, float *restrict p,
+static void rf_optim_adamw_chunk(const struct rf_optim_hyper *h, float dec, float *restrict p,
                                  const float *restrict g, float *restrict m, float *restrict v, int64_t len) {
-  float dec = decay ? h->decay : 1.0f;
-  /* element-wise: the same bits with any number of threads */
-#pragma omp parallel for simd schedule(static) if (len > 65536)
+#pragma omp simd
   for (int64_t i = 0; i < len; i++) {
     float gi = g[i];
     float mi = m[i] + h->one_m_b1 * (gi - m[i]);
@@ -32,6 +30,20 @@ static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, floa
     m[i] = mi;
     v[i] = vi;
     p[i] = p[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
+  }
+}
+
+/* Element-wise, so the same bits with any number of threads: chunks on the
+ * threads, each a simd loop (a combined "parallel for simd" over captured
+ * pointers does not vectorize under clang with -fno-strict-aliasing). */
+static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g,
+                                 float *m, float *v, int64_t len) {
+  const float dec = decay ? h->decay : 1.0f;
+  const int64_t chunk = 65536, chunks = rf_ceil_div(len, chunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; c++) {
+    int64_t i = c * chunk;
+    rf_optim_adamw_chunk(h, dec, p + i, g + i, m + i, v + i, rf_min_i64(chunk, len - i));
   }
 }
 
