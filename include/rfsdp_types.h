@@ -47,9 +47,12 @@ struct rf_init {
 
 /* Bytes and events of communication and copying, per rank. */
 struct rf_counters {
-  uint64_t bytes_gathered;  /* bytes received by all-gathers (per rank) */
-  uint64_t bytes_reduced;   /* bytes sent into reduce-scatters / all-reduces */
-  uint64_t bytes_alltoall;  /* bytes sent by all-to-all-v */
+  uint64_t bytes_gathered; /* bytes received by all-gathers (per rank) */
+  uint64_t bytes_reduced;  /* bytes sent into reduce-scatters / all-reduces */
+  uint64_t bytes_alltoall; /* bytes sent by all-to-all-v */
+  /* the three above split by where the bytes go (bytes_intra + bytes_inter is their sum): */
+  uint64_t bytes_intra;     /* ... on communicators inside one shard group (all of them in 1-D FSDP) */
+  uint64_t bytes_inter;     /* ... on communicators across shard groups (the replicate group of HSDP) */
   uint64_t bytes_copied;    /* bytes copied outside collectives (staging, copy-in/out, packing) */
   uint64_t bytes_cast;      /* bytes written converting between f32 and bf16 outside collectives */
   uint64_t bytes_own_shard; /* bytes of this rank's master shard written into the buffer an

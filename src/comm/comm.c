@@ -28,6 +28,16 @@ static uint64_t rf_comm_sent(const struct rf_comm *comm, const int64_t *send_cou
   return sent;
 }
 
+/* Adds `bytes` moved by a collective on comm to the kind's counter and to the
+ * inside-a-group or across-groups total. */
+static void rf_comm_count_bytes(const struct rf_comm *comm, uint64_t *kind, uint64_t bytes) {
+  *kind += bytes;
+  if (comm->across_groups)
+    rf_counters_global.bytes_inter += bytes;
+  else
+    rf_counters_global.bytes_intra += bytes;
+}
+
 /* A blocking collective begins: the watchdog watches it. Returns the time. */
 static uint64_t rf_comm_begin(const char *collective) {
   uint64_t t0 = rf_time_ns();
@@ -67,7 +77,8 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
   RF_ASSERT(op == RF_REDUCE_OP_SUM || op == RF_REDUCE_OP_MAX || op == RF_REDUCE_OP_MIN);
   uint64_t t0 = rf_comm_begin("all-reduce");
   comm->ops->allreduce(comm, buf, count, dtype, op);
-  if (comm->world > 1) rf_counters_global.bytes_reduced += (uint64_t)count * rf_dtype_size(dtype);
+  if (comm->world > 1)
+    rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced, (uint64_t)count * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -81,7 +92,8 @@ void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enu
   RF_ASSERT(count >= 0);
   uint64_t t0 = rf_comm_begin("all-gather");
   comm->ops->allgather(comm, buf, count, dtype, NULL);
-  rf_counters_global.bytes_gathered += (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype);
+  rf_comm_count_bytes(comm, &rf_counters_global.bytes_gathered,
+                      (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -89,7 +101,8 @@ void rf_comm_allgatherv(const struct rf_comm *comm, void *buf, const int64_t *st
   rf_comm_check_starts(starts, comm->world);
   uint64_t t0 = rf_comm_begin("all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, NULL);
-  rf_counters_global.bytes_gathered += rf_comm_others(comm, starts) * rf_dtype_size(dtype);
+  rf_comm_count_bytes(comm, &rf_counters_global.bytes_gathered,
+                      rf_comm_others(comm, starts) * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -98,7 +111,8 @@ void rf_comm_reduce_scatter_block(const struct rf_comm *comm, const void *send, 
   RF_ASSERT(count >= 0);
   uint64_t t0 = rf_comm_begin("reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, NULL);
-  rf_counters_global.bytes_reduced += (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype);
+  rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced,
+                      (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -107,7 +121,8 @@ void rf_comm_reduce_scatter(const struct rf_comm *comm, const void *send, void *
   rf_comm_check_starts(starts, comm->world);
   uint64_t t0 = rf_comm_begin("reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, NULL);
-  rf_counters_global.bytes_reduced += rf_comm_others(comm, starts) * rf_dtype_size(dtype);
+  rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced,
+                      rf_comm_others(comm, starts) * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -117,7 +132,7 @@ void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64
   uint64_t t0 = rf_comm_begin("all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts, dtype);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, NULL);
-  rf_counters_global.bytes_alltoall += sent * rf_dtype_size(dtype);
+  rf_comm_count_bytes(comm, &rf_counters_global.bytes_alltoall, sent * rf_dtype_size(dtype));
   rf_comm_count_done(t0);
 }
 
@@ -148,10 +163,11 @@ static void rf_comm_req_start(const struct rf_comm *comm, struct rf_comm_req *re
   req->collective = collective;
 }
 
-static void rf_comm_req_started(struct rf_comm_req *req, uint64_t bytes, uint64_t *counter) {
+static void rf_comm_req_started(const struct rf_comm *comm, struct rf_comm_req *req, uint64_t bytes,
+                                uint64_t *counter) {
   req->active = 1;
   req->bytes = bytes;
-  *counter += bytes;
+  rf_comm_count_bytes(comm, counter, bytes);
   rf_counters_global.collectives++;
 }
 
@@ -160,7 +176,7 @@ void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, en
   RF_ASSERT(count >= 0);
   rf_comm_req_start(comm, req, "all-gather");
   comm->ops->allgather(comm, buf, count, dtype, req);
-  rf_comm_req_started(req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
+  rf_comm_req_started(comm, req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_gathered);
 }
 
@@ -169,7 +185,7 @@ void rf_comm_iallgatherv(const struct rf_comm *comm, void *buf, const int64_t *s
   rf_comm_check_starts(starts, comm->world);
   rf_comm_req_start(comm, req, "all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, req);
-  rf_comm_req_started(req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
+  rf_comm_req_started(comm, req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_gathered);
 }
 
@@ -178,7 +194,7 @@ void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send,
   RF_ASSERT(count >= 0);
   rf_comm_req_start(comm, req, "reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, req);
-  rf_comm_req_started(req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
+  rf_comm_req_started(comm, req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_reduced);
 }
 
@@ -187,7 +203,7 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
   rf_comm_check_starts(starts, comm->world);
   rf_comm_req_start(comm, req, "reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, req);
-  rf_comm_req_started(req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
+  rf_comm_req_started(comm, req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
                       &rf_counters_global.bytes_reduced);
 }
 
@@ -197,7 +213,7 @@ void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int6
   rf_comm_req_start(comm, req, "all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts, dtype);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, req);
-  rf_comm_req_started(req, sent * rf_dtype_size(dtype), &rf_counters_global.bytes_alltoall);
+  rf_comm_req_started(comm, req, sent * rf_dtype_size(dtype), &rf_counters_global.bytes_alltoall);
 }
 
 int rf_comm_test(struct rf_comm_req *req) {
@@ -222,4 +238,30 @@ void rf_comm_wait(struct rf_comm_req *req) {
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh) {
   rf_comm_free(&mesh->shard);
   rf_comm_free(&mesh->replicate);
+}
+
+int rf_comm_mesh_agree(const struct rf_comm_mesh *mesh, int status) {
+  /* the minimum of each shard group, then of those minima across the groups */
+  return rf_comm_agree(&mesh->replicate, rf_comm_agree(&mesh->shard, status));
+}
+
+int rf_comm_mesh_first(const struct rf_comm_mesh *mesh) {
+  return mesh->shard.rank == 0 && mesh->replicate.rank == 0;
+}
+
+void rf_comm_mesh_bcast(const struct rf_comm_mesh *mesh, void *buf, int64_t count, enum rf_dtype dtype) {
+  /* across the groups among the shard groups' first ranks, then inside every group */
+  if (mesh->shard.rank == 0) rf_comm_bcast(&mesh->replicate, buf, count, dtype, 0);
+  rf_comm_bcast(&mesh->shard, buf, count, dtype, 0);
+}
+
+int rf_comm_mesh_check(const struct rf_comm_mesh *mesh) {
+  int32_t v[4] = {mesh->shard.rank, mesh->shard.world, -mesh->shard.rank, -mesh->shard.world};
+  rf_comm_allreduce(&mesh->replicate, v, 4, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
+  int bad = v[0] != -v[2] || v[1] != -v[3];
+  if (rf_comm_mesh_agree(mesh, bad ? -1 : 0) == 0) return 0;
+  RF_FAIL("%s",
+          bad ? "the mesh is not a grid: ranks of one replicate group hold different shards (shard rank "
+                "or shard group size differ)"
+              : "the mesh is not a grid (seen on another rank)");
 }

@@ -13,7 +13,10 @@
  * bytes_gathered (bytes received from other ranks), bytes_reduced (input bytes
  * destined to other ranks; the whole buffer for an all-reduce when world > 1),
  * bytes_alltoall (bytes sent to other ranks), comm_wait_ns (time in blocking
- * collectives and in rf_comm_wait).
+ * collectives and in rf_comm_wait). Each byte counted in the three byte counters
+ * is also counted in bytes_inter when the communicator has across_groups set (a
+ * mesh's replicate group of more than one rank; a program's world communicator
+ * under HSDP), else in bytes_intra.
  *
  * Progress: MPI advances a non-blocking collective only inside MPI calls (no
  * progress thread here), so whoever overlaps compute polls rf_comm_test between
@@ -89,6 +92,7 @@ struct rf_comm {
   int rank;
   int world;
   int thread_multiple; /* 1: several threads may call into the backend at once (MPI_THREAD_MULTIPLE) */
+  int across_groups;   /* 1: its ranks are in more than one shard group (bytes counted in bytes_inter) */
 };
 
 void rf_comm_free(struct rf_comm *comm);
@@ -160,8 +164,18 @@ void rf_comm_watch_leave(void);
  * ranks holding the same shard). 1-D FSDP: replicate has one rank. Owns both. */
 struct rf_comm_mesh {
   struct rf_comm shard;
-  struct rf_comm replicate;
+  struct rf_comm replicate; /* across_groups set when it has more than one rank */
 };
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh);
+/* rf_comm_agree over every rank of the mesh: the shard group, then the replicate group. */
+int rf_comm_mesh_agree(const struct rf_comm_mesh *mesh, int status);
+/* 1 on the mesh's first rank (rank 0 of its shard group and of its replicate group). */
+int rf_comm_mesh_first(const struct rf_comm_mesh *mesh);
+/* Broadcast from the mesh's first rank to every rank of the mesh. */
+void rf_comm_mesh_bcast(const struct rf_comm_mesh *mesh, void *buf, int64_t count, enum rf_dtype dtype);
+/* Checks that the mesh is a grid: every rank of a replicate group has the same
+ * shard rank and shard group size. Collective over the mesh; 0 on every rank, or
+ * -1 on every rank with a message. */
+int rf_comm_mesh_check(const struct rf_comm_mesh *mesh);
 
 #endif

@@ -189,6 +189,7 @@ MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm) {
 void rf_comm_mesh_init(struct rf_comm_mesh *mesh, MPI_Comm shard, MPI_Comm replicate) {
   rf_comm_init(&mesh->replicate, replicate);
   rf_comm_init(&mesh->shard, shard);
+  mesh->replicate.across_groups = mesh->replicate.world > 1;
 }
 
 /* ---- types, ops, counts ---------------------------------------------------- */

@@ -13,6 +13,8 @@ struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct 
   d.bytes_gathered = now->bytes_gathered - before->bytes_gathered;
   d.bytes_reduced = now->bytes_reduced - before->bytes_reduced;
   d.bytes_alltoall = now->bytes_alltoall - before->bytes_alltoall;
+  d.bytes_intra = now->bytes_intra - before->bytes_intra;
+  d.bytes_inter = now->bytes_inter - before->bytes_inter;
   d.bytes_copied = now->bytes_copied - before->bytes_copied;
   d.bytes_cast = now->bytes_cast - before->bytes_cast;
   d.bytes_own_shard = now->bytes_own_shard - before->bytes_own_shard;
