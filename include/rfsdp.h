@@ -46,9 +46,12 @@ struct rf_fsdp;
  * Returns 0, or -1 with rf_fsdp_error(). */
 int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt);
 /* A new context on a 2-D mesh (both duplicated): parameters sharded over `shard`,
- * replicated over `replicate` (the ranks that hold the same shard). Hybrid
- * sharding is not implemented yet: `replicate` must have one rank (MPI_COMM_SELF;
- * rf_fsdp_create is this with MPI_COMM_SELF). */
+ * replicated over `replicate` (the ranks that hold the same shard): hybrid
+ * sharding (HSDP), world = replicas x shard group. Gradients are reduce-scattered
+ * inside the shard group, then all-reduced across the replicate group on the
+ * shard only (rf_fsdp_grads_finish). rf_fsdp_create is this with MPI_COMM_SELF
+ * (1-D FSDP). Every rank of a replicate group must have the same shard rank and
+ * shard group size (checked, collectively: -1 on every rank otherwise). */
 int rf_fsdp_create_mesh(struct rf_fsdp **out, MPI_Comm shard, MPI_Comm replicate,
                         const struct rf_fsdp_options *opt);
 void rf_fsdp_free(struct rf_fsdp *f);
@@ -67,8 +70,12 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
  * Returns 0, or -1 (bad declarations, a plan that fails its check). */
 int rf_fsdp_finalize(struct rf_fsdp *f);
 
+/* Rank and size of the shard group (what views, plans and shards are about). */
 int rf_fsdp_rank(const struct rf_fsdp *f);
 int rf_fsdp_world(const struct rf_fsdp *f);
+/* Rank in the replicate group, and its size R (1 in 1-D FSDP). */
+int rf_fsdp_replicate_rank(const struct rf_fsdp *f);
+int rf_fsdp_replicas(const struct rf_fsdp *f);
 int rf_fsdp_n_units(const struct rf_fsdp *f);
 int rf_fsdp_n_tensors(const struct rf_fsdp *f);
 /* The context's shard group (borrowed). */
@@ -79,7 +86,9 @@ MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f);
  * Backward: for u in reverse: rf_fsdp_backward_begin(u); compute (accumulate into
  *           rf_fsdp_grad views); rf_fsdp_backward_end(u)
  * Then rf_fsdp_grads_finish() waits for the reductions; the gradient shards hold
- * the sum over ranks (and over micro-batches since rf_fsdp_zero_grad).
+ * the sum over ranks (and over micro-batches since rf_fsdp_zero_grad). Call it
+ * once per step, after the last micro-batch: under HSDP it all-reduces the shard
+ * across the replicas (bytes_inter: rf_fsdp_shard_elems * 4 bytes per rank).
  * Gradient accumulation: repeat forward + backward per micro-batch; each
  * backward_end reduce-scatters and adds into the shard (memory stays at one
  * unsharded gradient buffer in flight). */

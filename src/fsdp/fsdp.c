@@ -55,13 +55,9 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
     rf_comm_mesh_free(mesh);
     return -1;
   }
-  if (mesh->replicate.world != 1) { /* every rank of a replicate group sees the same size */
-    int replicas = mesh->replicate.world;
+  if (rf_comm_mesh_check(mesh) != 0) {
     rf_comm_mesh_free(mesh);
-    RF_FAIL(
-        "a replicate group of %d ranks: hybrid sharding is not implemented yet (give a replicate group "
-        "of one rank, MPI_COMM_SELF)",
-        replicas);
+    return -1;
   }
   struct rf_fsdp *f = rf_xcalloc(1, sizeof *f);
   f->opt = *opt;
@@ -231,6 +227,8 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
 
 int rf_fsdp_rank(const struct rf_fsdp *f) { return f->mesh.shard.rank; }
 int rf_fsdp_world(const struct rf_fsdp *f) { return f->mesh.shard.world; }
+int rf_fsdp_replicate_rank(const struct rf_fsdp *f) { return f->mesh.replicate.rank; }
+int rf_fsdp_replicas(const struct rf_fsdp *f) { return f->mesh.replicate.world; }
 int rf_fsdp_n_units(const struct rf_fsdp *f) { return f->n_units; }
 int rf_fsdp_n_tensors(const struct rf_fsdp *f) { return f->n_tensors; }
 

@@ -57,8 +57,8 @@ struct rf_fsdp_unit {
  * and its slots. */
 struct rf_fsdp {
   struct rf_fsdp_options opt;
-  struct rf_comm_mesh mesh;     /* every collective of the runtime runs on mesh.shard; mesh.replicate
-                                  has one rank until hybrid sharding (issue 18) */
+  struct rf_comm_mesh mesh;     /* gathers, reduce-scatters and the norm run on mesh.shard; the
+                                  gradient all-reduce of HSDP on mesh.replicate */
   struct rf_plan_policy policy; /* opt as the planner takes it: every unit's layout comes from it */
   int finalized;
   int n_units, cap_units;
@@ -81,6 +81,7 @@ struct rf_fsdp {
   struct rf_counters at_step_begin; /* ... at the last rf_fsdp_zero_grad */
   struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
   int steps_begun;
+  int grads_across; /* HSDP: the shard was all-reduced across replicas since rf_fsdp_zero_grad */
 };
 
 /* A context on `mesh`, whatever its backend: the entry points of one backend

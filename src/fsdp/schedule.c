@@ -79,6 +79,7 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
     f->units[u].has_grad = 0;
   }
   memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  f->grads_across = 0;
   if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&rf_counters_global, &f->at_step_begin);
   f->at_step_begin = rf_counters_global;
 }
@@ -121,6 +122,11 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
 void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   struct rf_fsdp_unit *x = &f->units[unit];
   RF_ASSERT(x->gslot >= 0 && !x->reducing);
+  if (f->grads_across)
+    RF_DIE(
+        "unit %s: a backward after rf_fsdp_grads_finish without rf_fsdp_zero_grad (under HSDP the "
+        "gradients are all-reduced across replicas once per step, after the last micro-batch)",
+        x->name);
   x->reduce_accumulate = x->has_grad;
   rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
                           f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
@@ -133,6 +139,12 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
 void rf_fsdp_grads_finish(struct rf_fsdp *f) {
   for (int u = f->n_units - 1; u >= 0; u--)
     if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
+  /* HSDP: every shard group holds its own sum; one all-reduce of the shard slab
+   * (f32, padding zero) across the groups makes it the sum over every rank */
+  if (f->mesh.replicate.world > 1 && !f->grads_across) {
+    rf_comm_allreduce(&f->mesh.replicate, f->grad, f->shard_elems, RF_DTYPE_F32, RF_REDUCE_OP_SUM);
+    f->grads_across = 1;
+  }
 }
 
 void rf_fsdp_reshard_all(struct rf_fsdp *f) {
