@@ -14,7 +14,10 @@
 
 #include "run/run.h"
 
-/* The agreement of a save or a load: a checked all-reduce on the context's comm. */
+/* The agreement of a save or a load: a checked all-reduce on the context's comm.
+ * A save is written by the first replica group only (the others hold the same
+ * shards), so its agreements are inside that shard group; a load is read by
+ * every rank and agreed over the whole mesh. */
 struct rf_run_agree_ctx {
   const struct rf_fsdp *fsdp;
   int64_t saving_step; /* -1 when loading */
@@ -29,7 +32,7 @@ static int rf_run_ckpt_agree(void *ctx, int status) {
   if (die && c->saving_step >= 0 && atoll(die) == c->saving_step &&
       rf_fsdp_rank(c->fsdp) == rf_fsdp_world(c->fsdp) - 1)
     _exit(137);
-  return rf_run_agree(c->fsdp, status);
+  return c->saving_step >= 0 ? rf_comm_agree(&c->fsdp->mesh.shard, status) : rf_run_agree(c->fsdp, status);
 }
 
 static struct rf_ckpt_views_args rf_run_views_args(const struct rf_run *run, const struct rf_run_states *st,
@@ -63,6 +66,7 @@ static char *rf_run_extra(const struct rf_run *run, const char *program_json) {
   snprintf(num, sizeof num, "%" PRIu64, run->rng);
   cJSON_AddStringToObject(x, "rng", num);
   cJSON_AddNumberToObject(x, "world", rf_fsdp_world(run->fsdp));
+  cJSON_AddNumberToObject(x, "replicas", rf_fsdp_replicas(run->fsdp));
   if (run->optim) {
     cJSON_AddStringToObject(x, "optim", rf_optim_kind_name(rf_optim_get_kind(run->optim)));
     cJSON_AddNumberToObject(x, "optim_step", (double)rf_optim_get_step(run->optim));
@@ -87,9 +91,14 @@ int rf_run_save(const struct rf_run *run, const char *dir, const char *program_j
   struct rf_ckpt_views_args a = rf_run_views_args(run, &st, dir, &agree);
   a.step = run->step;
   a.extra_json = extra;
-  int rc = rf_ckpt_save_views(&a);
+  /* the first replica group writes; every rank learns how it went */
+  int rc = rf_fsdp_replicate_rank(run->fsdp) == 0 ? rf_ckpt_save_views(&a) : 0;
   free(extra);
-  return rc;
+  if (rf_run_agree(run->fsdp, rc) != 0) {
+    if (rc == 0) RF_FAIL("%s: the save failed on the replica group that writes it", dir);
+    return -1;
+  }
+  return 0;
 }
 
 /* A uint64 member saved as a decimal string (or, before this layer, a number). */
@@ -135,12 +144,12 @@ static int rf_run_read_extra(struct rf_run *run, const char *dir, const char *ex
   return 0;
 }
 
-/* Rank 0 resolves `where` (a complete checkpoint, or a series' latest) into dir
- * and tells every rank; 0 on every rank, or -1 on every rank. */
+/* The mesh's first rank resolves `where` (a complete checkpoint, or a series'
+ * latest) into dir and tells every rank; 0 on every rank, or -1 on every rank. */
 static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir) {
   int rc = 0;
   memset(dir, 0, RF_FILE_PATH_MAX);
-  if (rf_fsdp_rank(f) == 0) {
+  if (rf_comm_mesh_first(&f->mesh)) {
     char marker[RF_FILE_PATH_MAX + 16];
     snprintf(marker, sizeof marker, "%s/%s", where, RF_CKPT_MARKER);
     int64_t *steps = NULL;
@@ -159,7 +168,7 @@ static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir)
     if (rc == 0) RF_FAIL("%s: another rank failed", where);
     return -1;
   }
-  rf_comm_bcast(&f->mesh.shard, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8, 0);
+  rf_comm_mesh_bcast(&f->mesh, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8);
   return 0;
 }
 

@@ -77,7 +77,7 @@ int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const 
   s->latest_step = -1;
   int rc = keep >= 0 ? 0 : rf_error_set(__FILE__, __LINE__, "%s: keep %d checkpoints?", dir, keep);
   int64_t found[2] = {-1, -1}; /* the latest complete step; the first above start_step */
-  if (rc == 0 && rf_fsdp_rank(f) == 0) {
+  if (rc == 0 && rf_comm_mesh_first(&f->mesh)) {
     int64_t *steps;
     int n = rf_run_series_list(dir, &steps);
     if (n > 0) found[0] = steps[n - 1];
@@ -89,7 +89,7 @@ int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const 
     if (rc == 0) RF_FAIL("%s: another rank failed", dir);
     return -1;
   }
-  rf_comm_bcast(&f->mesh.shard, found, 2, RF_DTYPE_I64, 0);
+  rf_comm_mesh_bcast(&f->mesh, found, 2, RF_DTYPE_I64);
   s->latest_step = found[0];
   if (found[0] >= 0 && !resumed) return 1;
   if (resumed && found[1] >= 0) {
@@ -105,7 +105,7 @@ int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, 
   char dir[RF_FILE_PATH_MAX];
   rf_run_series_path(dir, sizeof dir, s->dir, run->step);
   RF_TRY(rf_run_save(run, dir, program_json));
-  if (rf_fsdp_rank(run->fsdp) == 0 && s->keep > 0) {
+  if (rf_comm_mesh_first(&run->fsdp->mesh) && s->keep > 0) {
     int64_t *steps;
     int n = rf_run_series_list(s->dir, &steps);
     int own = 0; /* this run's: steps in (start_step, run->step], ascending */
