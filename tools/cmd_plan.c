@@ -57,17 +57,6 @@ static double rf_plan_cmd_ratio(int64_t padded, int64_t elems) {
   return elems > 0 ? (double)(padded - elems) / (double)elems : 0.0;
 }
 
-/* A unit's measure against --max-padding: padding (equal) or largest shard over mean minus 1 (ragged). */
-static double rf_plan_cmd_unit_excess(const struct rf_plan_unit *p) {
-  return p->mode == RF_SHARD_MODE_RAGGED ? p->imbalance - 1.0 : rf_plan_cmd_ratio(p->padded_elems, p->elems);
-}
-
-static int rf_plan_cmd_meets(const struct rf_plan_model_result *r, double limit) {
-  for (int u = 0; u < r->n_units; u++)
-    if (rf_plan_cmd_unit_excess(&r->units[u].plan) > limit) return 0;
-  return 1;
-}
-
 /* Why unit u cannot get under the limit: which constraint of the one-buffer
  * lower bound is to blame. Writes a sentence into why. */
 static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, int u, const struct rf_plan_unit *p,
@@ -109,19 +98,6 @@ static void rf_plan_cmd_why(const struct rf_plan_cmd *c, int world, int u, const
         names[0] ? names : "none", (long long)l, (long long)fair, p->n_buffers,
         100.0 * rf_plan_cmd_ratio(p->padded_elems, p->elems));
   }
-}
-
-/* The largest divisor G < world of world at which every unit meets the limit (0 if none). */
-static int rf_plan_cmd_suggest(const struct rf_plan_cmd *c, int world, double limit) {
-  for (int g = world - 1; g >= 1; g--) {
-    if (world % g) continue;
-    struct rf_plan_model_result r;
-    if (rf_plan_model_make(c->units, c->model.n_units, &c->policy, g, 0, &r) != 0) return 0;
-    int ok = rf_plan_cmd_meets(&r, limit);
-    rf_plan_model_result_free(&r);
-    if (ok) return g;
-  }
-  return 0;
 }
 
 static void rf_plan_cmd_bytes(double bytes, char *out, size_t size) {
@@ -300,8 +276,9 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
   if (c->max_padding >= 0) {
-    meets = rf_plan_cmd_meets(&r, limit);
-    if (!meets) suggest = rf_plan_cmd_suggest(c, world, limit);
+    meets = rf_plan_model_meets(&r, limit);
+    if (!meets) suggest = rf_plan_advise_group(c->units, c->model.n_units, &c->policy, world, 1, limit);
+    if (suggest < 0) suggest = 0; /* a smaller group that cannot be laid out ends the search */
   }
   if (c->json) {
     rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest, c->sim.batch > 0 ? &sim : NULL);
@@ -316,7 +293,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
       int shown = 0, over = 0, kinds_n[8];
       double kinds_x[8];
       for (int u = 0; u < r.n_units && !meets; u++) {
-        double x = rf_plan_cmd_unit_excess(&r.units[u].plan);
+        double x = rf_plan_unit_excess(&r.units[u].plan);
         if (x <= limit) continue;
         over++;
         int k = 0;

@@ -255,6 +255,22 @@ struct rf_plan_model_result {
   struct rf_plan_peer_stats peers[RF_PLAN_PEER_COUNT];
 };
 
+/* ---- advice on the shard group size (src/plan/advise.c) ---- */
+
+/* A unit's measure against a padding limit: its padding over its elements
+ * (equal), or its largest shard over the mean minus 1 (ragged). */
+double rf_plan_unit_excess(const struct rf_plan_unit *p);
+/* 1 when every unit's excess is at most limit (a fraction, 0.01 = 1%). */
+int rf_plan_model_meets(const struct rf_plan_model_result *r, double limit);
+/* 1 when the model laid out at `group` ranks meets limit, 0 when not, -1 (a
+ * message) when it cannot be laid out. */
+int rf_plan_group_meets(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
+                        int group, double limit);
+/* The largest divisor of `world` (below world when `below`) whose layout meets
+ * limit; 0 when none does, -1 with a message when a layout fails. */
+int rf_plan_advise_group(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
+                         int world, int below, double limit);
+
 /* Lays out every unit of a model (its tensor list: n_units units; src/model's
  * rf_model_desc_plan_units makes one from a description) at `world` under
  * policy p (rf_plan_layout_make) and computes the peers' layouts (skipped when
