@@ -86,6 +86,8 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .rss_mb = rf_train_rss_mb(),
       .gather_bytes = d->bytes_gathered,
       .reduce_bytes = d->bytes_reduced,
+      .intra_bytes = d->bytes_intra,
+      .inter_bytes = d->bytes_inter,
       .copy_bytes = d->bytes_copied,
       .cast_bytes = d->bytes_cast,
       .own_shard_bytes = d->bytes_own_shard,
@@ -154,7 +156,8 @@ static int rf_train_open_data(struct rf_train_state *s) {
 }
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
-static int rf_train_check_args(const struct rf_train_args *a, int world) {
+static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
+  RF_TRY(rf_train_mesh_parse(a->replicate, world, a->max_padding, replicate));
   RF_REQUIRE(a->batch % ((int64_t)world * a->accum) == 0,
              "--batch %lld is not divisible into %d ranks x %d micro-batches: use a multiple of %d",
              (long long)a->batch, world, a->accum, world * a->accum);
@@ -199,7 +202,16 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, local, (int)a->seq));
+  RF_TRY(rf_train_agree(
+      &s->comm, rf_train_mesh_group(s->replicate, MPI_COMM_WORLD, &cfg, &fo, a->max_padding, &s->group)));
+  s->replicas = s->world / s->group;
+  s->comm.across_groups = s->replicas > 1; /* its bytes cross the shard groups */
+  MPI_Comm shard, replica;
+  rf_train_mesh_split(s->replicate, MPI_COMM_WORLD, s->group, &shard, &replica);
+  int rc = rf_train_model_init(&s->model, &cfg, &fo, shard, replica, local, (int)a->seq);
+  MPI_Comm_free(&shard);
+  MPI_Comm_free(&replica);
+  RF_TRY(rc);
   RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
@@ -223,7 +235,8 @@ static int rf_train_run(struct rf_train_state *s) {
       RF_ASSERT(t >= 0 && t < n);
       flags[t] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
     }
-  int rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags, &s->comm);
+  rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags,
+                            NULL); /* owners (Muon, Shampoo): the shard group */
   free(flags);
   RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
@@ -237,12 +250,13 @@ static int rf_train_run(struct rf_train_state *s) {
   rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
     printf(
-        "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d, layout %s/%s, optim %s, "
-        "batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d threads per "
+        "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d (%d x %d), layout %s/%s, "
+        "optim %s, batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d "
+        "threads per "
         "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.4g GFLOP per token\n",
         a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
-        a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch, (long long)a->seq,
-        (long long)a->steps, (long long)s->start_step,
+        s->replicas, s->group, a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch,
+        (long long)a->seq, (long long)a->steps, (long long)s->start_step,
         100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems, a->compute_dtype,
         threads, a->compute_dtype, s->peak_gflops, s->flops_per_token * 1e-9);
     fflush(stdout);
@@ -325,6 +339,8 @@ int rf_cmd_train(int argc, char **argv) {
       .shampoo_every = 20,
       .shampoo_beta2 = 0.999,
       .shampoo_eps = 1e-12,
+      .replicate = "1",
+      .max_padding = -1,
   };
   const struct rf_option options[] = {
       {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama, qwen2 or mixtral)",
@@ -340,6 +356,12 @@ int rf_cmd_train(int argc, char **argv) {
       {"warmup", RF_OPTION_KIND_I64, &a.warmup, "linear warm-up steps", "[0, inf)", 0},
       {"seed", RF_OPTION_KIND_I64, &a.seed, "seed of the initialization and of the data order", NULL, 0},
       RF_PLAN_ARGS_OPTIONS(a.plan),
+      {"replicate", RF_OPTION_KIND_STRING, &a.replicate,
+       "HSDP: R replica groups of W/R ranks each (consecutive ranks shard together), node (a node's ranks "
+       "shard together) or auto (the largest group meeting --max-padding); 1: FSDP over all ranks",
+       NULL, 0},
+      {"max-padding", RF_OPTION_KIND_DOUBLE, &a.max_padding,
+       "percent of padding (ragged: imbalance) every unit may have, for --replicate auto", "[0, inf)", 0},
       {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)",
        "[0, inf)", 0},
       {"shampoo-block", RF_OPTION_KIND_I64, &a.shampoo_block, "Shampoo: largest preconditioner block side",
@@ -398,7 +420,7 @@ int rf_cmd_train(int argc, char **argv) {
     return 0;
   }
   int status = 2;
-  if (rc == 0) rc = rf_train_check_args(&a, s.world);
+  if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc != 0) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {

@@ -10,6 +10,7 @@
 #include "optim/optim.h"
 #include "plan_args.h"
 #include "rfsdp_run.h"
+#include "train_mesh.h"
 #include "train_model.h"
 #include "train_report.h"
 
@@ -18,6 +19,8 @@ struct rf_train_args {
   const char *model, *data, *compute_dtype;
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
+  const char *replicate; /* --replicate R | node | auto (tools/train_mesh.h) */
+  double max_padding;    /* --max-padding percent for --replicate auto; < 0: not given */
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
@@ -29,8 +32,10 @@ struct rf_train_args {
 /* One run. Owns everything but args. */
 struct rf_train_state {
   const struct rf_train_args *args;
-  int rank, world;
-  struct rf_comm comm; /* for the optimizer's collectives */
+  int rank, world;     /* in MPI_COMM_WORLD: the data's ranks */
+  int replicate;       /* parsed --replicate: R, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO */
+  int replicas, group; /* the mesh: R replica groups of S ranks (W = R x S) */
+  struct rf_comm comm; /* every rank: the loss, evaluation and the tool's agreements */
   struct rf_train_model model;
   struct rf_optim *optim;
   struct rf_tokenizer tok;

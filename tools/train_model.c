@@ -14,10 +14,11 @@
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
 
 int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq) {
+                        const struct rf_fsdp_options *opt, MPI_Comm shard, MPI_Comm replicate, int batch,
+                        int seq) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
-  RF_TRY(rf_fsdp_create(&m->fsdp, comm, opt));
+  RF_TRY(rf_fsdp_create_mesh(&m->fsdp, shard, replicate, opt));
   rf_model_desc_make(cfg, &m->desc);
   RF_REQUIRE(!m->desc.too_large, "the model is too large: more than 2^50 parameters or 2^18 tensors");
   rf_model_units_find(cfg, &m->map);

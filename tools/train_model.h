@@ -34,10 +34,12 @@ struct rf_train_model {
   double *balance_stats;       /* [2 E + 1]: counts, probability sums, rows */
 };
 
-/* Declares the model's units and tensors to a new runtime context on comm and
- * finalizes it; workspaces for `batch` local sequences of `seq` tokens. */
+/* Declares the model's units and tensors to a new runtime context on the mesh
+ * (shard, replicate: rf_fsdp_create_mesh; MPI_COMM_SELF as replicate for 1-D
+ * FSDP) and finalizes it; workspaces for `batch` local sequences of `seq` tokens. */
 int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *opt, MPI_Comm comm, int batch, int seq);
+                        const struct rf_fsdp_options *opt, MPI_Comm shard, MPI_Comm replicate, int batch,
+                        int seq);
 void rf_train_model_free(struct rf_train_model *m);
 /* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
 int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);

@@ -52,9 +52,11 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   fprintf(f, ",\"mfu_peak\":\"onednn-%s\"", rec->mfu_dtype);
   rf_train_json_number(f, "rss_mb", rec->rss_mb);
   fprintf(f,
-          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
+          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"intra_bytes\":%llu,\"inter_bytes\":%llu,"
+          "\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
           "\"own_shard_bytes\":%llu,\"padding_bytes\":%llu,\"allocs\":%llu,\"skipped\":%d",
           (unsigned long long)rec->gather_bytes, (unsigned long long)rec->reduce_bytes,
+          (unsigned long long)rec->intra_bytes, (unsigned long long)rec->inter_bytes,
           (unsigned long long)rec->copy_bytes, (unsigned long long)rec->cast_bytes,
           (unsigned long long)rec->own_shard_bytes, (unsigned long long)rec->padding_bytes,
           (unsigned long long)rec->allocs, rec->skipped);

@@ -16,7 +16,8 @@ struct rf_train_record {
   double loss, val_loss, lr, grad_norm, ms, tok_s, mfu, rss_mb;
   double cpu_ms; /* the process's CPU time in the step / its threads (rank 0): the step time less the
                   * time other jobs held the cores, on a shared machine */
-  uint64_t gather_bytes, reduce_bytes, copy_bytes, cast_bytes, own_shard_bytes, padding_bytes, allocs;
+  uint64_t gather_bytes, reduce_bytes, intra_bytes, inter_bytes, copy_bytes, cast_bytes, own_shard_bytes,
+      padding_bytes, allocs;
   int skipped;           /* 1 when the step was skipped (non-finite gradients on some rank) */
   const char *mfu_dtype; /* mfu is against the oneDNN GEMM peak of this dtype (borrowed) */
 };

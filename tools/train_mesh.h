@@ -1,0 +1,38 @@
+/* rfsdp train's mesh (--replicate): W = R x S ranks as R replica groups of S
+ * ranks each. Parameters are sharded within a shard group and replicated across
+ * the groups (HSDP); --replicate 1, the default, is 1-D FSDP over every rank.
+ *   --replicate R     consecutive ranks form a shard group (ranks k*S .. k*S+S-1)
+ *   --replicate node  the ranks of one node form a shard group (MPI_COMM_TYPE_SHARED;
+ *                     every node must run the same number of ranks)
+ *   --replicate auto  the largest S dividing W whose plan meets --max-padding (the
+ *                     planner's advice, as rfsdp plan --max-padding suggests it) */
+#ifndef RF_TOOLS_TRAIN_MESH_H
+#define RF_TOOLS_TRAIN_MESH_H
+
+#include <mpi.h>
+
+#include "model/model.h"
+#include "rfsdp.h"
+
+#define RF_TRAIN_MESH_NODE 0  /* --replicate node */
+#define RF_TRAIN_MESH_AUTO -1 /* --replicate auto */
+
+/* --replicate's text into a count R >= 1, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO;
+ * refuses what is none of them, an R that does not divide `world`, and auto without
+ * --max-padding (max_padding < 0). The same on every rank: no agreement needed. */
+int rf_train_mesh_parse(const char *text, int world, double max_padding, int *replicate);
+
+/* The shard group size S for `replicate` at `world` ranks: R gives W / R; node
+ * measures the nodes (collective over `comm`, the same answer on every rank);
+ * auto plans the model (cfg, o) at each divisor of W (the same on every rank).
+ * Fails, naming --replicate, when nodes differ in size or no group size meets
+ * --max-padding (percent). */
+int rf_train_mesh_group(int replicate, MPI_Comm comm, const struct rf_model_config *cfg,
+                        const struct rf_fsdp_options *o, double max_padding, int *group);
+
+/* Splits `comm` into this rank's shard group (S ranks: consecutive, or its node
+ * when `replicate` is RF_TRAIN_MESH_NODE) and replicate group (the ranks with the
+ * same rank in their shard group). The caller frees both. */
+void rf_train_mesh_split(int replicate, MPI_Comm comm, int group, MPI_Comm *shard, MPI_Comm *replica);
+
+#endif
