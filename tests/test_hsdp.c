@@ -1,0 +1,192 @@
+/* rf-test: timeout=300
+ * Hybrid sharding (`rfsdp train --replicate R`, W = R x S) as a user runs it:
+ *  - equivalence: the same run (seed, global batch of 12 sequences, 6 steps) at
+ *    2x2 (W=4), 2x3 and 3x2 (W=6) gives the one-rank run's loss at every step
+ *    within 1e-4 relative, for AdamW, 8-bit AdamW and Muon;
+ *  - bytes: the log's inter_bytes is 0 in 1-D FSDP; under HSDP it is, at every
+ *    step, the f32 shard slab all-reduced across the replicas (4 x the plan's
+ *    max_shard_elems, equal shards) plus the train loop's two scalar all-reduces
+ *    on every rank (the loss, 8 bytes; the end-of-step agreement, 4 bytes);
+ *  - checkpoints: a 2x2 run saves once per step-4 (S = 2 rank files: one replica
+ *    group writes); resumed at W=3 (1-D) and at 3x2 it continues with the
+ *    uninterrupted run's losses within 1e-4;
+ *  - bad meshes: R not dividing W, R < 1, a word that is no count, auto without
+ *    --max-padding: refused on every rank with exit code 2, naming --replicate. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+#define STEPS 6
+#define LIMIT_S 60
+static char dir[64] = "/tmp/rf_test_hsdp.XXXXXX";
+static const char *common =
+    "--batch 12 --seq 16 --lr 3e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
+
+/* The field `key` ("\"loss\":") of each logged step, in order; returns the count. */
+static int read_field(const char *path, const char *key, double *v, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, key);
+    if (p && strstr(line, "\"loss\":")) v[n++] = atof(p + strlen(key));
+  }
+  fclose(f);
+  return n;
+}
+
+/* The plan's max_shard_elems (the log's first line), or -1. */
+static double read_plan_shard(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[4096];
+  double v = -1;
+  if (fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "\"max_shard_elems\":");
+    if (p && strstr(line, "\"plan\"")) v = atof(p + strlen("\"max_shard_elems\":"));
+  }
+  fclose(f);
+  return v;
+}
+
+static double worst_relative(const double *got, const double *ref, int n) {
+  double worst = 0;
+  for (int s = 0; s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+  return worst;
+}
+
+/* The one-rank run and the meshes 2x2, 2x3, 3x2 of one optimizer. */
+static void check_equivalence(const char *model, const char *data, const char *optim) {
+  static const int meshes[][2] = {{2, 2}, {2, 3}, {3, 2}}; /* R x S */
+  char out[16384], log[256];
+  double ref[STEPS], got[STEPS], inter[STEPS];
+  snprintf(log, sizeof log, "%s/ref-%s.jsonl", dir, optim);
+  int rc = rf_cli_run_mpi(out, sizeof out, 1, LIMIT_S,
+                          "train --model %s --data %s %s --steps %d --optim %s --log %s", model, data, common,
+                          STEPS, optim, log);
+  RF_CHECK(rc == 0, "%s one-rank run: rc %d\n%s", optim, rc, out);
+  int n = read_field(log, "\"loss\":", ref, STEPS);
+  RF_CHECK(n == STEPS && ref[STEPS - 1] < ref[0], "%s one-rank run: %d steps, loss %g -> %g", optim, n,
+           ref[0], ref[n > 0 ? n - 1 : 0]);
+  int m = read_field(log, "\"inter_bytes\":", inter, STEPS);
+  for (int s = 0; s < m; s++)
+    RF_CHECK(inter[s] == 0, "%s W=1 step %d: inter_bytes %g", optim, s + 1, inter[s]);
+  for (int k = 0; k < 3; k++) {
+    int r = meshes[k][0], w = meshes[k][0] * meshes[k][1];
+    snprintf(log, sizeof log, "%s/%s-%dx%d.jsonl", dir, optim, r, meshes[k][1]);
+    const char *save = "";
+    char ckpt[300] = "";
+    if (k == 0 && strcmp(optim, "adamw8bit") == 0) { /* the checkpoint the resume checks start from */
+      snprintf(ckpt, sizeof ckpt, "--save-every 4 --ckpt-dir %s/ck-2x2", dir);
+      save = ckpt;
+    }
+    rc = rf_cli_run_mpi(out, sizeof out, w, LIMIT_S,
+                        "train --model %s --data %s %s --steps %d --optim %s --replicate %d --log %s %s",
+                        model, data, common, STEPS, optim, r, log, save);
+    RF_CHECK(rc == 0, "%s %dx%d: rc %d\n%s", optim, r, meshes[k][1], rc, out);
+    char banner[64];
+    snprintf(banner, sizeof banner, "W=%d (%d x %d)", w, r, meshes[k][1]);
+    RF_CHECK(strstr(out, banner) != NULL, "%s: the banner does not say %s\n%s", optim, banner, out);
+    m = read_field(log, "\"loss\":", got, STEPS);
+    RF_CHECK(m == STEPS, "%s %dx%d: %d steps logged", optim, r, meshes[k][1], m);
+    double worst = worst_relative(got, ref, m < n ? m : n);
+    RF_CHECK(worst <= 1e-4, "%s %dx%d: loss differs from the one-rank run by %.3g relative", optim, r,
+             meshes[k][1], worst);
+    double slab = read_plan_shard(log);
+    m = read_field(log, "\"inter_bytes\":", inter, STEPS);
+    RF_CHECK(slab > 0 && m == STEPS, "%s %dx%d: plan shard %g, %d inter_bytes", optim, r, meshes[k][1], slab,
+             m);
+    for (int s = 0; s < m; s++)
+      RF_CHECK(inter[s] == 4 * slab + 12, "%s %dx%d step %d: inter_bytes %.0f, expected 4 x %.0f + 12", optim,
+               r, meshes[k][1], s + 1, inter[s], slab);
+    printf("%-9s %dx%d  max relative loss difference %.2g over %d steps; inter_bytes %.0f per step\n", optim,
+           r, meshes[k][1], worst, STEPS, m > 0 ? inter[0] : -1);
+  }
+}
+
+/* The 2x2 run's step-4 checkpoint (8-bit AdamW) resumed at W=3 and at 3x2. */
+static void check_resume(const char *model, const char *data) {
+  char out[16384], path[400], log[256];
+  double full[STEPS], got[STEPS];
+  snprintf(log, sizeof log, "%s/adamw8bit-2x2.jsonl", dir);
+  RF_CHECK(read_field(log, "\"loss\":", full, STEPS) == STEPS, "the 2x2 run's log");
+  for (int r = 0; r < 4; r++) {
+    snprintf(path, sizeof path, "%s/ck-2x2/step-00000004/rank-%05d.bin", dir, r);
+    RF_CHECK((access(path, F_OK) == 0) == (r < 2), "2x2 checkpoint: rank file %d %s", r,
+             r < 2 ? "missing" : "written (only one replica group of S = 2 writes)");
+  }
+  static const int meshes[][2] = {{1, 3}, {3, 2}};
+  for (int k = 0; k < 2; k++) {
+    int r = meshes[k][0], w = r * meshes[k][1];
+    snprintf(log, sizeof log, "%s/resumed-%dx%d.jsonl", dir, r, meshes[k][1]);
+    int rc = rf_cli_run_mpi(out, sizeof out, w, LIMIT_S,
+                            "train --model %s --data %s %s --steps %d --optim adamw8bit --replicate %d "
+                            "--resume %s/ck-2x2/step-00000004 --log %s",
+                            model, data, common, STEPS, r, dir, log);
+    RF_CHECK(rc == 0 && strstr(out, "resumed from"), "resume at %dx%d: rc %d\n%s", r, meshes[k][1], rc, out);
+    int m = read_field(log, "\"loss\":", got, STEPS);
+    RF_CHECK(m == STEPS - 4, "resume at %dx%d: %d steps logged", r, meshes[k][1], m);
+    double worst = worst_relative(got, full + 4, m < STEPS - 4 ? m : STEPS - 4);
+    RF_CHECK(worst <= 1e-4, "resume at %dx%d: loss differs from the uninterrupted 2x2 run by %.3g relative",
+             r, meshes[k][1], worst);
+    printf("resumed 2x2 -> %dx%d  max relative loss difference %.2g\n", r, meshes[k][1], worst);
+  }
+}
+
+static void check_bad_meshes(const char *model, const char *data) {
+  static const struct {
+    int world;
+    const char *arg, *says;
+  } cases[] = {
+      {4, "3", "--replicate 3 does not divide the 4 ranks"},
+      {3, "0", "--replicate 0: the replica count must be at least 1"},
+      {2, "-2", "--replicate -2: the replica count must be at least 1"},
+      {2, "two", "--replicate 'two'"},
+      {2, "auto", "give --max-padding"},
+  };
+  char out[16384];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = rf_cli_run_mpi(out, sizeof out, cases[i].world, LIMIT_S,
+                            "train --model %s --data %s %s --steps 2 --replicate %s", model, data, common,
+                            cases[i].arg);
+    RF_CHECK(rc == 2 && strstr(out, cases[i].says), "--replicate %s at W=%d: rc %d (want 2)\n%s",
+             cases[i].arg, cases[i].world, rc, out);
+  }
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256], out[8192];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  static const char *lines[] = {"In the beginning God created the heaven and the earth.",
+                                "And God said, Let there be light: and there was light."};
+  size_t cap = 1 << 17, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 200 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 2]);
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  rf_cli_write_tiny_model(model);
+
+  check_bad_meshes(model, data);
+  check_equivalence(model, data, "adamw");
+  check_equivalence(model, data, "adamw8bit");
+  check_equivalence(model, data, "muon");
+  check_resume(model, data);
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_hsdp");
+}
