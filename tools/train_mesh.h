@@ -14,8 +14,8 @@
 #include "model/model.h"
 #include "rfsdp.h"
 
-#define RF_TRAIN_MESH_NODE 0  /* --replicate node */
-#define RF_TRAIN_MESH_AUTO -1 /* --replicate auto */
+#define RF_TRAIN_MESH_NODE 0    /* --replicate node */
+#define RF_TRAIN_MESH_AUTO (-1) /* --replicate auto */
 
 /* --replicate's text into a count R >= 1, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO;
  * refuses what is none of them, an R that does not divide `world`, and auto without
