@@ -6,7 +6,9 @@
  * within 1e-5 relative (f32) at every W. Also: W-independent initialization (a
  * context on MPI_COMM_SELF), zero allocations per step, zero copied bytes in the
  * planned layout, the norm ignores padding, and a NaN on one rank makes every rank
- * skip the step. */
+ * skip the step. HSDP (a variant on a mesh of R replica groups): the same
+ * parameters, and exactly the f32 gradient slab crosses the groups per step; a
+ * mesh of W one-rank groups is accepted, a mesh that is not a grid refused. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -110,21 +112,25 @@ struct variant {
   int reshard, prefetch, accum;
   enum rf_dtype pdtype, rdtype;
   int64_t block_rows;
-  double tol; /* relative to the largest parameter change */
+  double tol;   /* relative to the largest parameter change */
+  int replicas; /* HSDP: R replica groups (2 at even W, else W: groups of one rank); 1: 1-D */
 };
 
 static const struct variant variants[] = {
-    {"planned-equal", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5},
+    {"planned-equal", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5,
+     1},
     {"planned-ragged-accum", RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, 2, 2, RF_DTYPE_F32, RF_DTYPE_F32, 4,
-     1e-5},
+     1e-5, 1},
     {"planned-noreshard-noprefetch", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 0, 0, 1, RF_DTYPE_F32,
-     RF_DTYPE_F32, 8, 1e-5},
+     RF_DTYPE_F32, 8, 1e-5, 1},
     {"planned-bf16-gather", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 1, 1, 2, RF_DTYPE_BF16, RF_DTYPE_F32, 1,
-     1e-4},
+     1e-4, 1},
     {"planned-bf16-reduce", RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_BF16, 1,
-     2e-2},
-    {"flat", RF_LAYOUT_FLAT, RF_SHARD_MODE_EQUAL, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5},
-    {"fsdp2-accum", RF_LAYOUT_FSDP2, RF_SHARD_MODE_EQUAL, 1, 1, 2, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5},
+     2e-2, 1},
+    {"flat", RF_LAYOUT_FLAT, RF_SHARD_MODE_EQUAL, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5, 1},
+    {"fsdp2-accum", RF_LAYOUT_FSDP2, RF_SHARD_MODE_EQUAL, 1, 1, 2, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5, 1},
+    {"hsdp-planned-ragged-accum", RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, 1, 2, RF_DTYPE_F32,
+     RF_DTYPE_F32, 1, 1e-5, 2},
 };
 
 /* Tensor ids: per layer W, b (and gain on layer 1), each layer its own unit. */
@@ -132,7 +138,8 @@ struct model_ids {
   int w[N_LAYERS], b[N_LAYERS], gain;
 };
 
-static struct rf_fsdp *build(MPI_Comm comm, const struct variant *v, struct model_ids *ids) {
+static struct rf_fsdp *build(MPI_Comm shard, MPI_Comm replicate, const struct variant *v,
+                             struct model_ids *ids) {
   struct rf_fsdp_options opt;
   rf_fsdp_options_default(&opt);
   opt.layout = v->layout;
@@ -144,7 +151,7 @@ static struct rf_fsdp *build(MPI_Comm comm, const struct variant *v, struct mode
   opt.block_rows = v->block_rows;
   opt.seed = 42;
   struct rf_fsdp *f;
-  RF_ASSERT(rf_fsdp_create(&f, comm, &opt) == 0);
+  RF_ASSERT(rf_fsdp_create_mesh(&f, shard, replicate, &opt) == 0);
   char name[64];
   for (int l = 0; l < N_LAYERS; l++) {
     snprintf(name, sizeof name, "layer%d", l);
@@ -244,7 +251,9 @@ static void reference_step(float **p, const struct model_ids *ids, const struct 
  * poisons a gradient (-1: none). Returns 1 when the step was skipped. */
 static int fsdp_step(struct rf_fsdp *f, const struct model_ids *ids, const struct variant *v, int step,
                      int nan_rank, double *norm_out, int poison_padding) {
-  int rank = rf_fsdp_rank(f), world = rf_fsdp_world(f);
+  /* the data's rank among all R x S ranks (consecutive shard groups) */
+  int world = rf_fsdp_world(f) * rf_fsdp_replicas(f);
+  int rank = rf_fsdp_replicate_rank(f) * rf_fsdp_world(f) + rf_fsdp_rank(f);
   int rows = BATCH / world, row0 = rank * rows;
   struct acts a;
   acts_init(&a, rows);
@@ -297,7 +306,19 @@ static int fsdp_step(struct rf_fsdp *f, const struct model_ids *ids, const struc
 
 static void run_variant(const struct variant *v, int rank, int world) {
   struct model_ids ids, ids_self;
-  struct rf_fsdp *f = build(MPI_COMM_WORLD, v, &ids);
+  int replicas = world % v->replicas == 0 ? v->replicas : world;
+  MPI_Comm shard = MPI_COMM_WORLD, replicate = MPI_COMM_SELF;
+  if (replicas > 1) { /* consecutive ranks form a shard group */
+    MPI_Comm_split(MPI_COMM_WORLD, rank / (world / replicas), rank, &shard);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % (world / replicas), rank, &replicate);
+  }
+  struct rf_fsdp *f = build(shard, replicate, v, &ids);
+  if (replicas > 1) {
+    MPI_Comm_free(&shard);
+    MPI_Comm_free(&replicate);
+  }
+  RF_CHECK(rf_fsdp_replicas(f) == replicas && rf_fsdp_world(f) * replicas == world,
+           "%s: mesh %d x %d at W=%d", v->name, rf_fsdp_replicas(f), rf_fsdp_world(f), world);
   int n = rf_fsdp_n_tensors(f);
   float *full[16], *ref[16], *self_full[16];
   for (int t = 0; t < n; t++) {
@@ -309,7 +330,7 @@ static void run_variant(const struct variant *v, int rank, int world) {
   }
   gather_full(f, ref);
   /* the initialization does not depend on W: a one-rank context gives the same values */
-  struct rf_fsdp *self = build(MPI_COMM_SELF, v, &ids_self);
+  struct rf_fsdp *self = build(MPI_COMM_SELF, MPI_COMM_SELF, v, &ids_self);
   gather_full(self, self_full);
   for (int t = 0; t < n; t++) {
     struct rf_tensor_view tv;
@@ -343,12 +364,19 @@ static void run_variant(const struct variant *v, int rank, int world) {
     struct rf_counters last;
     rf_fsdp_get_counters(f, NULL, &last); /* the step before this one, through the API */
     if (s >= 2)
-      RF_CHECK(last.collectives > 0 && last.allocations == 0 && (world == 1 || last.bytes_gathered > 0),
-               "%s step %d: API counters %llu collectives, %llu allocations", v->name, s,
-               (unsigned long long)last.collectives, (unsigned long long)last.allocations);
+      RF_CHECK(
+          last.collectives > 0 && last.allocations == 0 && (rf_fsdp_world(f) == 1 || last.bytes_gathered > 0),
+          "%s step %d: API counters %llu collectives, %llu allocations", v->name, s,
+          (unsigned long long)last.collectives, (unsigned long long)last.allocations);
     if (s >= 1)
       RF_CHECK(d.allocations == 0, "%s step %d: %llu allocations", v->name, s,
                (unsigned long long)d.allocations);
+    /* across the replicas: the f32 gradient slab, once per step; nothing else crosses the groups */
+    uint64_t inter = replicas > 1 ? 4 * (uint64_t)rf_fsdp_shard_elems(f) : 0;
+    RF_CHECK(d.bytes_inter == inter &&
+                 d.bytes_intra + d.bytes_inter == d.bytes_gathered + d.bytes_reduced + d.bytes_alltoall,
+             "%s step %d: %llu bytes across groups (expected %llu), %llu inside", v->name, s,
+             (unsigned long long)d.bytes_inter, (unsigned long long)inter, (unsigned long long)d.bytes_intra);
     if (v->layout == RF_LAYOUT_PLANNED && v->accum == 1 && v->rdtype == RF_DTYPE_F32)
       RF_CHECK(d.bytes_copied == 0, "%s step %d: %llu bytes copied", v->name, s,
                (unsigned long long)d.bytes_copied);
@@ -401,14 +429,24 @@ static void check_errors(void) {
   RF_CHECK(rf_fsdp_create(&f, MPI_COMM_WORLD, &opt) != 0 && strstr(rf_fsdp_error(), "prefetch"),
            "bad prefetch");
   rf_fsdp_options_default(&opt);
-  /* A 2-D mesh: the shard group and the replicate group. Replicas are not implemented yet. */
-  int world = 0;
+  /* A 2-D mesh: the shard group and the replicate group. W replicas of one-rank groups: */
+  int world = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = rf_fsdp_create_mesh(&f, MPI_COMM_SELF, MPI_COMM_WORLD, &opt);
   RF_CHECK(
-      world == 1 ? rc == 0 && rf_fsdp_world(f) == 1 : rc != 0 && strstr(rf_fsdp_error(), "replicate group"),
-      "replicate group of %d ranks: %s", world, rc ? rf_fsdp_error() : "accepted");
+      rc == 0 && rf_fsdp_world(f) == 1 && rf_fsdp_replicas(f) == world && rf_fsdp_replicate_rank(f) == rank,
+      "replicate group of %d ranks: %s", world, rc ? rf_fsdp_error() : "wrong sizes");
   if (rc == 0) rf_fsdp_free(f);
+  if (world > 2) { /* not a grid: shard groups {0} and {1..W-1}, every rank in one replicate group */
+    MPI_Comm shard;
+    MPI_Comm_split(MPI_COMM_WORLD, rank > 0, rank, &shard);
+    rc = rf_fsdp_create_mesh(&f, shard, MPI_COMM_WORLD, &opt);
+    RF_CHECK(rc != 0 && strstr(rf_fsdp_error(), "not a grid"), "a mesh that is not a grid: %s",
+             rc ? rf_fsdp_error() : "accepted");
+    if (rc == 0) rf_fsdp_free(f);
+    MPI_Comm_free(&shard);
+  }
   RF_ASSERT(rf_fsdp_create_mesh(&f, MPI_COMM_WORLD, MPI_COMM_SELF, &opt) == 0);
   RF_CHECK(rf_fsdp_world(f) == world, "mesh: shard group of %d ranks", rf_fsdp_world(f));
   rf_fsdp_free(f);
