@@ -39,7 +39,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   struct rf_fsdp_options fo;
   rf_fsdp_options_default(&fo);
   struct rf_train_model m;
-  int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, MPI_COMM_SELF, batch, (int)seq);
+  int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, MPI_COMM_WORLD, MPI_COMM_SELF, batch, (int)seq);
   if (rc == 0) rc = rf_train_model_import(&m, comm, weights);
   if (rc == 0) {
     double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);

@@ -208,7 +208,7 @@ static int rf_train_run(struct rf_train_state *s) {
   s->comm.across_groups = s->replicas > 1; /* its bytes cross the shard groups */
   MPI_Comm shard, replica;
   rf_train_mesh_split(s->replicate, MPI_COMM_WORLD, s->group, &shard, &replica);
-  int rc = rf_train_model_init(&s->model, &cfg, &fo, shard, replica, local, (int)a->seq);
+  int rc = rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, shard, replica, local, (int)a->seq);
   MPI_Comm_free(&shard);
   MPI_Comm_free(&replica);
   RF_TRY(rc);
@@ -343,8 +343,8 @@ int rf_cmd_train(int argc, char **argv) {
       .max_padding = -1,
   };
   const struct rf_option options[] = {
-      {"model", RF_OPTION_KIND_STRING, &a.model, "model config (Hugging Face config.json, model_type llama, qwen2 or mixtral)",
-       NULL, 1},
+      {"model", RF_OPTION_KIND_STRING, &a.model,
+       "model config (Hugging Face config.json, model_type llama, qwen2 or mixtral)", NULL, 1},
       {"data", RF_OPTION_KIND_STRING, &a.data, "token files prefix (from rfsdp prepare)", NULL, 1},
       {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", "[1, inf)", 0},
       {"batch", RF_OPTION_KIND_I64, &a.batch, "global batch in sequences (split across ranks)", "[1, inf)",

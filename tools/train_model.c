@@ -14,8 +14,8 @@
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
 
 int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *opt, MPI_Comm shard, MPI_Comm replicate, int batch,
-                        int seq) {
+                        const struct rf_fsdp_options *opt, MPI_Comm comm, MPI_Comm shard, MPI_Comm replicate,
+                        int batch, int seq) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   RF_TRY(rf_fsdp_create_mesh(&m->fsdp, shard, replicate, opt));
@@ -44,6 +44,7 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->balance = rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits;
   if (m->balance) {
     rf_comm_init(&m->balance_comm, comm);
+    m->balance_comm.across_groups = rf_fsdp_replicas(m->fsdp) > 1;
     m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
   }
   RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));

@@ -36,10 +36,12 @@ struct rf_train_model {
 
 /* Declares the model's units and tensors to a new runtime context on the mesh
  * (shard, replicate: rf_fsdp_create_mesh; MPI_COMM_SELF as replicate for 1-D
- * FSDP) and finalizes it; workspaces for `batch` local sequences of `seq` tokens. */
+ * FSDP) and finalizes it; `comm` holds every rank (the data's: the router
+ * statistics of MoE models are summed over it); workspaces for `batch` local
+ * sequences of `seq` tokens. */
 int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *opt, MPI_Comm shard, MPI_Comm replicate, int batch,
-                        int seq);
+                        const struct rf_fsdp_options *opt, MPI_Comm comm, MPI_Comm shard, MPI_Comm replicate,
+                        int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
 /* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
 int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
