@@ -238,6 +238,10 @@ int main(void) {
   check_total("configs/deepseek-v3.json", INT64_C(671026419200), 63);
   /* tied (no lm_head, no embed unit) with q, k, v biases */
   check_total("configs/qwen2-0.5b.json", INT64_C(494032768), 25);
+  /* MoE: Mixtral-8x7B (46.7B, 8 experts fused per layer) and Qwen3-235B-A22B (128 experts,
+   * q/k norms): the totals of their Hugging Face checkpoints (safetensors total_size / 2) */
+  check_total("configs/mixtral-8x7b.json", INT64_C(46702792704), 34);
+  check_total("configs/qwen3-235b-a22b.json", INT64_C(235093634560), 96);
 
   struct rf_model_desc m;
   int rc = rf_model_desc_load("configs/nonexistent.json", &m);

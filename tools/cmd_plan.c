@@ -325,7 +325,9 @@ int rf_cmd_plan(int argc, char **argv) {
   c.max_padding = -1;
   const struct rf_option options[] = {
       {"model", RF_OPTION_KIND_STRING, &c.model_path,
-       "a Hugging Face config.json (llama, gpt_oss, deepseek_v3) or a generic units file", NULL, 1},
+       "a Hugging Face config.json (llama, qwen2, gpt_oss, deepseek_v3, mixtral, qwen3_moe) or a generic "
+       "units file",
+       NULL, 1},
       {"world", RF_OPTION_KIND_STRING, &worlds_text, "world size(s), comma-separated: W[,W...]", NULL, 1},
       RF_PLAN_ARGS_OPTIONS(c.args),
       RF_PLAN_SIM_OPTIONS(c.sim),

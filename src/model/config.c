@@ -1,5 +1,5 @@
 /* The one reader of a Hugging Face config.json, for every model family
- * (llama, gpt_oss, deepseek_v3): the planner's descriptions and the trainable
+ * (llama, qwen2, gpt_oss, deepseek_v3, mixtral, qwen3_moe): the planner's descriptions and the trainable
  * model both read their configuration here. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -9,8 +9,8 @@
 #include "core/core.h"
 #include "model/model.h"
 
-static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {"llama", "qwen2", "gpt_oss",
-                                                                         "deepseek_v3", "mixtral"};
+static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {
+    "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe"};
 
 const char *rf_model_family_name(enum rf_model_family family) {
   RF_ASSERT(family >= 0 && family < RF_MODEL_FAMILY_COUNT);
@@ -260,6 +260,43 @@ static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct 
   return 0;
 }
 
+/* qwen3_moe: the llama fields, q/k norms (always), the experts (num_experts, or
+ * num_local_experts as transformers 5 names it), the dense layers. */
+static int rf_model_config_qwen3_moe(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  RF_TRY(rf_model_config_llama(j, cfg));
+  const char *experts =
+      cJSON_GetObjectItemCaseSensitive(j->root, "num_experts") ? "num_experts" : "num_local_experts";
+  RF_TRY(rf_model_json_int(j, experts, -1, 0, &cfg->moe.num_local_experts));
+  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 8, 0, &cfg->moe.num_experts_per_tok));
+  RF_TRY(rf_model_json_int(j, "moe_intermediate_size", -1, 0, &cfg->moe.moe_intermediate_size));
+  RF_TRY(rf_model_json_int(j, "decoder_sparse_step", 1, 0, &cfg->moe.decoder_sparse_step));
+  RF_TRY(rf_model_json_bool(j, "norm_topk_prob", 0, &cfg->moe.norm_topk_prob));
+  RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
+  RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
+  const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j->root, "mlp_only_layers");
+  if (dense && !cJSON_IsNull(dense)) {
+    RF_REQUIRE(cJSON_IsArray(dense), "%s: field 'mlp_only_layers' must be an array of layer numbers",
+               j->path);
+    for (const cJSON *x = dense->child; x; x = x->next) {
+      RF_REQUIRE(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < cfg->num_hidden_layers &&
+                     floor(x->valuedouble) == x->valuedouble,
+                 "%s: field 'mlp_only_layers': %g is not a layer number", j->path,
+                 cJSON_IsNumber(x) ? x->valuedouble : -1.0);
+      RF_REQUIRE(x->valuedouble < 64, "%s: field 'mlp_only_layers': layer %g (only layers below 64 here)",
+                 j->path, x->valuedouble);
+      cfg->moe.dense_mask |= UINT64_C(1) << (int)x->valuedouble;
+    }
+  }
+  return 0;
+}
+
+int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l) {
+  if (cfg->family == RF_MODEL_FAMILY_MIXTRAL) return 1;
+  if (cfg->family != RF_MODEL_FAMILY_QWEN3_MOE) return 0;
+  int listed = l < 64 && ((cfg->moe.dense_mask >> l) & 1);
+  return !listed && cfg->moe.num_local_experts > 0 && (l + 1) % cfg->moe.decoder_sparse_step == 0;
+}
+
 int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
   memset(cfg, 0, sizeof *cfg);
   cfg->sliding_field = "";
@@ -275,7 +312,7 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
     while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, rf_model_family_names[f]) != 0) f++;
     RF_REQUIRE(f < RF_MODEL_FAMILY_COUNT,
                "%s: field 'model_type': unknown model type '%s' (known: llama, qwen2, gpt_oss, deepseek_v3, "
-               "mixtral)",
+               "mixtral, qwen3_moe)",
                path, mt->valuestring);
     cfg->family = (enum rf_model_family)f;
   }
@@ -307,6 +344,8 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
       return 0;
     case RF_MODEL_FAMILY_MIXTRAL:
       return rf_model_config_mixtral(&j, cfg);
+    case RF_MODEL_FAMILY_QWEN3_MOE:
+      return rf_model_config_qwen3_moe(&j, cfg);
     case RF_MODEL_FAMILY_COUNT:
       break;
   }

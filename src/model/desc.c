@@ -18,7 +18,7 @@ enum rf_model_desc_kind {
   RF_MODEL_DESC_KIND_OUTPUT,   /* lm_head: normal, decay, not orthogonalized */
   RF_MODEL_DESC_KIND_LINEAR,   /* a linear weight between hidden states: normal, decay, Muon */
   RF_MODEL_DESC_KIND_RESIDUAL, /* one writing into the residual stream: normal / sqrt(2 layers) */
-  RF_MODEL_DESC_KIND_EXPERTS   /* fused experts (3-D): normal, decay */
+  RF_MODEL_DESC_KIND_EXPERTS   /* fused experts (3-D): normal, decay, Muon per expert matrix */
 };
 
 struct rf_model_desc_builder {
@@ -110,8 +110,10 @@ static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b
     case RF_MODEL_DESC_KIND_EMBED:
       break;
     case RF_MODEL_DESC_KIND_OUTPUT:
-    case RF_MODEL_DESC_KIND_EXPERTS:
       t->decay = 1;
+      break;
+    case RF_MODEL_DESC_KIND_EXPERTS: /* Muon: each expert's matrix (src/optim/muon.c) */
+      t->decay = t->matrix = 1;
       break;
     case RF_MODEL_DESC_KIND_RESIDUAL:
       t->init.value = b->std_res;
@@ -230,14 +232,11 @@ static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const s
       ->sub_count = x;
 }
 
-/* A mixtral layer (enum rf_model_moe_tensor): llama attention, the router, the
- * fused experts, each expert's rows one block. */
-static void rf_model_desc_mixtral_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                                        const char *p) {
-  int64_t h = c->hidden_size, f = c->intermediate_size, x = c->moe.num_local_experts;
-  rf_model_desc_gqa(b, c, p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
-                    p);
+/* The router and the fused experts of f rows (mixtral, qwen3_moe; enum
+ * rf_model_moe_tensor), each expert's rows one block. */
+static void rf_model_desc_experts(struct rf_model_desc_builder *b, const struct rf_model_config *c, int64_t f,
+                                  const char *p) {
+  int64_t h = c->hidden_size, x = c->moe.num_local_experts;
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.gate.weight", p);
   struct rf_model_tensor *gu = rf_model_desc_add(
       b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, 2 * f, h), "%s.mlp.experts.gate_up_proj", p);
@@ -248,6 +247,36 @@ static void rf_model_desc_mixtral_layer(struct rf_model_desc_builder *b, const s
   down->sub_count = x;
   down->block_rows = h;
   down->init.value = b->std_res;
+}
+
+/* A mixtral layer: llama attention (no biases), the post-attention norm, the experts. */
+static void rf_model_desc_mixtral_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                        const char *p) {
+  rf_model_desc_gqa(b, c, p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V((int64_t)c->hidden_size),
+                    "%s.post_attention_layernorm.weight", p);
+  rf_model_desc_experts(b, c, c->intermediate_size, p);
+}
+
+/* Layer l of a qwen3_moe: llama attention with q/k norms, then routed experts of
+ * moe_intermediate_size (as mixtral's) or a dense MLP (mlp_only_layers, decoder_sparse_step). */
+static void rf_model_desc_qwen3_moe_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+                                          int l, const char *p) {
+  int64_t h = c->hidden_size;
+  rf_model_desc_gqa(b, c, p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
+                    p);
+  if (!rf_model_config_layer_is_moe(c, l)) {
+    char e[192];
+    snprintf(e, sizeof e, "%s.mlp", p);
+    rf_model_desc_mlp(b, h, c->intermediate_size, 0, e);
+  } else {
+    rf_model_desc_experts(b, c, c->moe.moe_intermediate_size, p);
+  }
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->head_dim), "%s.self_attn.q_norm.weight",
+                    p);
+  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->head_dim), "%s.self_attn.k_norm.weight",
+                    p);
 }
 
 /* Layer l of DeepSeek-V3: multi-head latent attention, then a dense MLP (the
@@ -316,6 +345,8 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
       rf_model_desc_deepseek_v3_layer(&b, cfg, l, p);
     else if (cfg->family == RF_MODEL_FAMILY_MIXTRAL)
       rf_model_desc_mixtral_layer(&b, cfg, p);
+    else if (cfg->family == RF_MODEL_FAMILY_QWEN3_MOE)
+      rf_model_desc_qwen3_moe_layer(&b, cfg, l, p);
     else
       rf_model_desc_llama_layer(&b, cfg, p);
   }
@@ -377,7 +408,7 @@ int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg) {
     for (int i = 0; i < d.units[u].n_tensors; i++) {
       const struct rf_model_tensor *t = &d.units[u].tensors[i];
       /* routed experts (a trainable MoE): a token meets num_experts_per_tok of them */
-      if (t->decay && t->sub_count > 1 && rf_model_config_is_moe(cfg))
+      if (t->decay && t->sub_count > 1 && cfg->moe.num_experts_per_tok > 0)
         n += t->numel / t->sub_count * cfg->moe.num_experts_per_tok;
       else if (t->decay)
         n += t->numel;

@@ -1,6 +1,6 @@
 /* src/model: model families and a LLaMA-style decoder.
  *
- * Families (llama, qwen2, gpt_oss, deepseek_v3, mixtral) are read from a Hugging Face
+ * Families (llama, qwen2, gpt_oss, deepseek_v3, mixtral, qwen3_moe) are read from a Hugging Face
  * config.json by one reader (config.c) and described as units of tensors (names
  * and shapes as in their checkpoints, desc.c); a units file describes any other
  * model (units_file.c). The description is the one source of the planner's
@@ -61,10 +61,11 @@ enum rf_model_family {
   RF_MODEL_FAMILY_GPT_OSS,     /* fused experts, attention sinks */
   RF_MODEL_FAMILY_DEEPSEEK_V3, /* multi-head latent attention, routed and shared experts */
   RF_MODEL_FAMILY_MIXTRAL,     /* llama attention, a router and fused SwiGLU experts (trainable) */
+  RF_MODEL_FAMILY_QWEN3_MOE,   /* mixtral's experts, q/k norms, dense layers (mlp_only_layers) */
   RF_MODEL_FAMILY_COUNT
 };
 
-/* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral" (the model_type). */
+/* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
 const char *rf_model_family_name(enum rf_model_family family);
 
 #define RF_MODEL_CONFIG_WORD 32
@@ -106,8 +107,17 @@ struct rf_model_config {
     int num_local_experts, num_experts_per_tok;
     double router_aux_loss_coef, router_jitter_noise;
     int output_router_logits;
+    /* qwen3_moe: experts of moe_intermediate_size (the dense layers' MLP is of
+     * intermediate_size); a layer is dense when listed in mlp_only_layers (a bit
+     * mask of layers < 64 here: dense_mask) or when (l + 1) % decoder_sparse_step != 0;
+     * norm_topk_prob renormalizes the top-k weights (mixtral always does) */
+    int moe_intermediate_size, decoder_sparse_step, norm_topk_prob;
+    uint64_t dense_mask;
   } moe;
 };
+
+/* Layer l of a model with routed experts (mixtral, qwen3_moe) has them (1) or a dense MLP (0). */
+int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l);
 
 /* A family with routed experts that the trainable model implements (mixtral). */
 int rf_model_config_is_moe(const struct rf_model_config *cfg);
@@ -137,7 +147,7 @@ int rf_model_config_load(struct rf_model_config *cfg, const char *path);
 int rf_model_config_check(struct rf_model_config *cfg, const char *what);
 
 /* All parameters, and those taking part in a token's matmuls (all but the
- * embedding; of routed experts (mixtral), the num_experts_per_tok a token meets). */
+ * embedding; of routed experts (mixtral, qwen3_moe), the num_experts_per_tok a token meets). */
 int64_t rf_model_n_params(const struct rf_model_config *cfg);
 int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg);
 /* Training FLOPs per token at sequence length T (forward + backward = 3 x forward):

@@ -1,23 +1,28 @@
 /* src/optim: Muon (torch.optim.Muon's arithmetic: momentum with Nesterov, the
  * update orthogonalized by Newton-Schulz and scaled to AdamW's RMS) on the views
  * flagged MATRIX, each matrix whole on its owner rank through the matrix-owner
- * transport (owners.c); AdamW with f32 state on the other views. */
+ * transport (owners.c); AdamW with f32 state on the other views. A 3-D view
+ * [n, rows, cols] (fused MoE experts) is n matrices, each its own owner's. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "optim/optim.h"
 
+/* One matrix: a 2-D view, or one of the shape[0] matrices [shape[1], shape[2]] of a
+ * 3-D view (fused experts: each expert's matrix is orthogonalized on its own). */
 struct rf_optim_muon_matrix {
   int view;
   float lr_adjust; /* adjusted lr = lr * lr_adjust */
   int64_t ns_count;
+  int64_t off, rows, cols; /* where it starts in the view's tensor, and its shape */
 };
 
 struct rf_optim_muon {
   struct rf_optim_adamw_state s; /* m: the momentum of MATRIX views, AdamW's m elsewhere; v: AdamW's */
   struct rf_optim_muon_matrix *mats;
   int n_mats;
-  int *matrix_of; /* o->n: the matrix index of a view, or -1 */
+  int *matrix_of;  /* o->n: the (first) matrix index of a view, or -1 */
+  int64_t *starts; /* [n_mats, world + 1]: every rank's range of each matrix of a 3-D view */
   struct rf_optim_owners *owners;
   float lr; /* of the step in progress */
   struct rf_optim *o;
@@ -25,7 +30,9 @@ struct rf_optim_muon {
 
 static int rf_optim_muon_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
   const char *nm = v->name ? v->name : "?";
-  RF_REQUIRE(v->ndim == 2, "optim: Muon view %d (%s) is %d-D; Muon takes 2-D matrices", i, nm, v->ndim);
+  RF_REQUIRE(v->ndim == 2 || v->ndim == 3,
+             "optim: Muon view %d (%s) is %d-D; Muon takes 2-D matrices (or 3-D: a stack of them)", i, nm,
+             v->ndim);
   RF_REQUIRE(v->starts, "optim: Muon view %d (%s) has no starts", i, nm);
   RF_REQUIRE(v->starts[0] == 0 && v->starts[o->world] == v->numel,
              "optim: Muon view %d (%s): starts do not cover the tensor", i, nm);
@@ -34,9 +41,21 @@ static int rf_optim_muon_check_view(const struct rf_optim *o, const struct rf_te
                nm, r);
   RF_REQUIRE(v->starts[o->rank] == v->begin && v->starts[o->rank + 1] == v->end,
              "optim: Muon view %d (%s): starts disagree with the local range", i, nm);
-  RF_REQUIRE(v->shape[0] <= INT32_MAX && v->shape[1] <= INT32_MAX, "optim: Muon view %d (%s) too large", i,
-             nm);
+  RF_REQUIRE(v->shape[v->ndim - 2] <= INT32_MAX && v->shape[v->ndim - 1] <= INT32_MAX,
+             "optim: Muon view %d (%s) too large", i, nm);
   return 0;
+}
+
+/* The matrices of a MATRIX view: 1, or shape[0] for a 3-D view. */
+static int64_t rf_optim_muon_subs(const struct rf_optim_view *w) {
+  return w->v.ndim == 3 ? w->v.shape[0] : 1;
+}
+
+/* Matrix x's piece on this rank: [*lo, *hi) of the view's tensor (empty when hi <= lo). */
+static void rf_optim_muon_piece(const struct rf_optim_view *w, const struct rf_optim_muon_matrix *x,
+                                int64_t *lo, int64_t *hi) {
+  *lo = rf_max_i64(w->v.begin, x->off);
+  *hi = rf_min_i64(w->v.end, x->off + x->rows * x->cols);
 }
 
 static int rf_optim_muon_create(struct rf_optim *o) {
@@ -50,10 +69,13 @@ static int rf_optim_muon_create(struct rf_optim *o) {
   o->impl = mu;
   mu->o = o;
   rf_optim_adamw_state_init(o, &mu->s);
-  size_t nn = (size_t)(o->n > 0 ? o->n : 1);
-  mu->mats = rf_xcalloc(nn, sizeof *mu->mats);
+  size_t nn = (size_t)(o->n > 0 ? o->n : 1), n_mats = 1;
+  for (int i = 0; i < o->n; i++)
+    if (o->views[i].flags & RF_OPTIM_FLAG_MATRIX) n_mats += (size_t)rf_optim_muon_subs(&o->views[i]);
+  mu->mats = rf_xcalloc(n_mats, sizeof *mu->mats);
   mu->matrix_of = rf_xmalloc(nn * sizeof(int));
-  struct rf_optim_owners_matrix *desc = rf_xcalloc(nn, sizeof *desc);
+  mu->starts = rf_xcalloc(n_mats * (size_t)(o->world + 1), sizeof(int64_t));
+  struct rf_optim_owners_matrix *desc = rf_xcalloc(n_mats, sizeof *desc);
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];
     int64_t len = w->v.end - w->v.begin;
@@ -63,19 +85,26 @@ static int rf_optim_muon_create(struct rf_optim *o) {
       continue;
     }
     o->stats.state_bytes_used += 4 * len;
-    int64_t a = w->v.shape[0], b = w->v.shape[1];
-    struct rf_optim_muon_matrix *x = &mu->mats[mu->n_mats];
-    x->view = i;
-    x->lr_adjust = o->opt.muon_scale == RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW
-                       ? (float)(0.2 * sqrt((double)rf_max_i64(a, b)))
-                       : (float)sqrt(fmax(1.0, (double)a / (double)b));
-    desc[mu->n_mats] = (struct rf_optim_owners_matrix){.rows = a,
-                                                       .cols = b,
-                                                       .starts = w->v.starts,
-                                                       .group = w->v.unit,
-                                                       .cost = rf_optim_ns_flops(a, b, o->opt.muon_ns_steps),
-                                                       .work = rf_optim_newton_schulz_work(a, b)};
-    mu->matrix_of[i] = mu->n_mats++;
+    int64_t a = w->v.shape[w->v.ndim - 2], b = w->v.shape[w->v.ndim - 1];
+    mu->matrix_of[i] = mu->n_mats;
+    for (int64_t e = 0; e < rf_optim_muon_subs(w); e++) {
+      struct rf_optim_muon_matrix *x = &mu->mats[mu->n_mats];
+      *x = (struct rf_optim_muon_matrix){.view = i, .off = e * a * b, .rows = a, .cols = b};
+      x->lr_adjust = o->opt.muon_scale == RF_OPTIM_MUON_SCALE_MATCH_RMS_ADAMW
+                         ? (float)(0.2 * sqrt((double)rf_max_i64(a, b)))
+                         : (float)sqrt(fmax(1.0, (double)a / (double)b));
+      /* every rank's range of this matrix, from the view's */
+      int64_t *st = mu->starts + (size_t)mu->n_mats * (size_t)(o->world + 1);
+      for (int r = 0; r <= o->world; r++) st[r] = rf_min_i64(rf_max_i64(w->v.starts[r] - x->off, 0), a * b);
+      desc[mu->n_mats] =
+          (struct rf_optim_owners_matrix){.rows = a,
+                                          .cols = b,
+                                          .starts = st,
+                                          .group = w->v.unit,
+                                          .cost = rf_optim_ns_flops(a, b, o->opt.muon_ns_steps),
+                                          .work = rf_optim_newton_schulz_work(a, b)};
+      mu->n_mats++;
+    }
   }
   rf_optim_owners_create(&mu->owners, o->comm, desc, mu->n_mats, o->opt.muon_overlap);
   free(desc);
@@ -92,6 +121,7 @@ static void rf_optim_muon_free(struct rf_optim *o) {
   rf_optim_owners_free(mu->owners);
   free(mu->mats);
   free(mu->matrix_of);
+  free(mu->starts);
   free(mu);
 }
 
@@ -103,10 +133,12 @@ static void rf_optim_muon_pack(void *ctx, int k, float *u) {
   struct rf_optim_muon *mu = ctx;
   const struct rf_optim *o = mu->o;
   const struct rf_optim_view *w = &o->views[mu->mats[k].view];
-  int64_t len = w->v.end - w->v.begin;
+  int64_t lo, hi;
+  rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
+  int64_t len = hi - lo;
   float m = o->opt.muon_momentum, om = 1.0f - m;
-  const float *g = w->v.grad;
-  float *buf = mu->s.m + w->v.shard_offset;
+  const float *g = w->v.grad + (lo - w->v.begin);
+  float *buf = mu->s.m + w->v.shard_offset + (lo - w->v.begin);
   for (int64_t i = 0; i < len; i++) {
     float b = buf[i] + om * (g[i] - buf[i]);
     buf[i] = b;
@@ -118,10 +150,9 @@ static void rf_optim_muon_compute(void *ctx, int k, float *x, float *work, void 
                                   void *poll_arg) {
   struct rf_optim_muon *mu = ctx;
   struct rf_optim *o = mu->o;
-  const struct rf_optim_view *w = &o->views[mu->mats[k].view];
   uint64_t t0 = rf_time_ns();
-  o->stats.muon_ns_flops += rf_optim_newton_schulz(x, w->v.shape[0], w->v.shape[1], o->opt.muon_ns_steps,
-                                                   o->opt.muon_ns_eps, work, poll, poll_arg);
+  o->stats.muon_ns_flops += rf_optim_newton_schulz(
+      x, mu->mats[k].rows, mu->mats[k].cols, o->opt.muon_ns_steps, o->opt.muon_ns_eps, work, poll, poll_arg);
   o->stats.muon_ns_time_ns += rf_time_ns() - t0;
   o->stats.muon_matrices++;
   mu->mats[k].ns_count++;
@@ -132,8 +163,10 @@ static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
   struct rf_optim_muon *mu = ctx;
   const struct rf_optim *o = mu->o;
   const struct rf_optim_view *w = &o->views[mu->mats[k].view];
-  int64_t len = w->v.end - w->v.begin;
-  float *p = w->v.master;
+  int64_t lo, hi;
+  rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
+  int64_t len = hi - lo;
+  float *p = w->v.master + (lo - w->v.begin);
   float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - mu->lr * o->opt.weight_decay : 1.0f;
   float alr = mu->lr * mu->mats[k].lr_adjust;
   for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
