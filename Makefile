@@ -33,7 +33,7 @@ ALL_C := $(sort $(wildcard include/*.h src/*/*.[ch] tools/*.[ch] tests/*.[ch] be
   docs/example/*.[ch]))
 PUBLIC_HEADERS := $(wildcard include/*.h)
 
-.PHONY: all setup test test-asan mutate fuzz bench demo install clean format lint help
+.PHONY: all setup test test-asan mutate fuzz bench demo demo-moe install clean format lint help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
@@ -45,6 +45,7 @@ help:
 	@echo "make mutate     plants each bug of scripts/mutations in a scratch copy; each must fail a test"
 	@echo "make fuzz       each parser's libFuzzer target for FUZZ_SECONDS (clang; fuzz/)"
 	@echo "make demo       set up, prepare the KJV data, train the default model on 2 ranks"
+	@echo "make demo-moe   the same with a Mixtral-style model (8 experts, top-2, the demo's active parameters)"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make format | lint   (scripts/setup --dev installs clang, clang-format, clang-tidy, cppcheck)"
@@ -116,6 +117,10 @@ bench: setup
 demo: setup
 	@$(MAKE) --no-print-directory all
 	@scripts/demo $(BUILD)
+
+demo-moe: setup
+	@$(MAKE) --no-print-directory all
+	@DEMO_MODEL=configs/demo-moe.json DEMO_OUT=$${DEMO_OUT:-runs/demo-moe} scripts/demo $(BUILD)
 
 install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
