@@ -8,10 +8,13 @@
  * gather_bytes and reduce_bytes of step 2, counted by src/comm): equal shards
  * with AdamW, ragged shards with 8-bit AdamW (its block scales), bf16
  * parameters and reductions (the staging buffer), two micro-batches, no
- * resharding, the fsdp2 and flat layouts. The timing is not checked here (the
+ * resharding, the fsdp2 and flat layouts, and a small Mixtral (fused experts).
+ * The simulator's FLOPs per token are the trainer's (its start line). The
+ * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
  * (bench/scale.sh). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,14 @@ static double num(const cJSON *o, const char *key) {
   return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
 }
 
+/* The trainer's "... and X GFLOP per token" from its start line; -1 when absent. */
+static double train_gflop_per_token(const char *text) {
+  const char *p = strstr(text, " GFLOP per token");
+  if (!p) return -1;
+  while (p > text && p[-1] != ' ') p--;
+  return atof(p);
+}
+
 static void check_one(const char *model, const char *data, int world, const char *opts) {
   char log[256];
   snprintf(log, sizeof log, "%s/run-%d.jsonl", dir, world);
@@ -52,6 +63,8 @@ static void check_one(const char *model, const char *data, int world, const char
                      model, data, common, opts, log);
   RF_CHECK(rc == 0, "train %s W=%d: rc %d '%.400s'", opts, world, rc, out);
   if (rc != 0) return;
+  double gflop = train_gflop_per_token(out);
+  RF_CHECK(gflop > 0, "train %s W=%d: no 'GFLOP per token' in '%.400s'", opts, world, out);
   cJSON *first = read_line(log, 0), *step2 = read_line(log, 2);
   const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
   RF_CHECK(cJSON_IsObject(mem) && step2, "train %s W=%d: no memory line or step 2 in %s", opts, world, log);
@@ -85,6 +98,9 @@ static void check_one(const char *model, const char *data, int world, const char
              world, num(p, "bytes_per_step_inter"));
     RF_CHECK(world == 1 || num(step2, "gather_bytes") > 0, "%s W=%d: nothing gathered", opts, world);
     RF_CHECK(num(p, "predicted_step_ms") > 0, "%s W=%d: no predicted step time", opts, world);
+    double flops = num(p, "flops_per_token") * 1e-9;
+    RF_CHECK(fabs(flops - gflop) <= 5e-4 * gflop,
+             "%s W=%d: %.6g GFLOP per token simulated, the trainer counts %.4g", opts, world, flops, gflop);
   }
   cJSON_Delete(p);
   cJSON_Delete(first);
@@ -93,7 +109,7 @@ static void check_one(const char *model, const char *data, int world, const char
 
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256];
+  char text[256], data[200], model[256], moe[256];
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
@@ -106,6 +122,14 @@ int main(void) {
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   rf_cli_write_tiny_model(model);
+  snprintf(moe, sizeof moe, "%s/moe.json", dir);
+  const char *moe_text =
+      "{\"model_type\": \"mixtral\", \"hidden_size\": 32, \"intermediate_size\": 24, \"num_hidden_layers\": "
+      "2, "
+      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": "
+      "64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}";
+  RF_ASSERT(rf_file_write_all(moe, moe_text, strlen(moe_text)) == 0);
 
   static const int worlds[] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
@@ -116,6 +140,8 @@ int main(void) {
   check_one(model, data, 4, "--optim adamw8bit --no-reshard --prefetch 2");
   check_one(model, data, 4, "--layout fsdp2 --optim adamw8bit");
   check_one(model, data, 2, "--layout flat --reduce-dtype bf16");
+  check_one(moe, data, 1, "--optim adamw");
+  check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

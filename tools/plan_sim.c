@@ -21,10 +21,13 @@ static int rf_plan_sim_experts_per_token(const char *path) {
 }
 
 /* Matmul weights of experts a token does not meet: a fused tensor of E experts
- * (sub_count) or DeepSeek's routed experts (one tensor per expert), k of E active. */
+ * (sub_count) or DeepSeek's routed experts (one tensor per expert), k of E
+ * active. A trainable MoE family's own count (rf_model_n_matmul_params) already
+ * holds only the active experts: nothing to take off there. */
 static double rf_plan_sim_inactive_elems(const struct rf_model_desc *d, const struct rf_model_config *cfg,
                                          int k) {
   double inactive = 0;
+  if (rf_model_config_is_moe(cfg)) return 0;
   int routed = cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3 ? cfg->deepseek_v3.n_routed_experts : 0;
   for (int u = 0; u < d->n_units; u++)
     for (int i = 0; i < d->units[u].n_tensors; i++) {
