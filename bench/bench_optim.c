@@ -4,10 +4,11 @@
  * laid out like the runtime's ragged plan (one flat buffer per unit, ranks cut
  * on 32-row strips / 256-element runs near the fair share).
  *   1. Whole model, planned (nothing stepped): optimizer-state bytes per rank of
- *      adamw, adamw8bit, muon; Muon traffic per rank per step against the naive
- *      pattern (every rank all-gathers every full matrix: (W-1)M/W); Newton-Schulz
- *      FLOPs per rank and the redundancy factor (FLOPs in the world / FLOPs of
- *      the matrices: 1.0 here, W for the naive pattern); owner balance max/mean.
+ *      adamw, adamw8bit, muon, shampoo; Muon's and Shampoo's traffic per rank per
+ *      step against the naive pattern (every rank all-gathers every full matrix:
+ *      (W-1)M/W); Newton-Schulz FLOPs / Shampoo's eigendecomposition cost per rank
+ *      and the redundancy factor (work in the world / work of the matrices: 1.0
+ *      here, W for the naive pattern); owner balance max/mean.
  *   2. One transformer layer, measured: time of a Muon step (blocking and
  *      overlapped all-to-all-v), bytes counted, NS time.
  *   3. Two layers, measured on each rank's own shard: nanoseconds per parameter of
@@ -149,6 +150,47 @@ static double maxmean(const struct rf_comm *comm, double x, double *mean) {
   return mx;
 }
 
+/* Shampoo's numbers: traffic against all-gathering every matrix, eigendecomposition
+ * cost (sum over blocks of a^3 + b^3) per rank and its redundancy, matrix state. */
+static void shampoo_report(const struct rf_comm *comm, const struct model *m, const struct rf_optim *o,
+                           const struct rf_optim_options *opt, int64_t params) {
+  double bytes = 0, cost = 0, mparams = 0;
+  int n_mat = 0;
+  int64_t eighs = 0, bs = opt->shampoo_block;
+  for (int t = 0; t < m->n; t++) {
+    if (rf_optim_muon_owner(o, t) < 0) continue;
+    int64_t a0 = m->t[t].shape[0], b0 = m->t[t].shape[1];
+    bytes += 4.0 * (double)m->t[t].numel;
+    mparams += (double)m->t[t].numel;
+    for (int64_t r = 0; r < a0; r += bs)
+      for (int64_t c = 0; c < b0; c += bs) {
+        double a = (double)rf_min_i64(bs, a0 - r), b = (double)rf_min_i64(bs, b0 - c);
+        cost += a * a * a + b * b * b;
+        eighs += 2;
+      }
+    n_mat++;
+  }
+  struct rf_optim_stats st;
+  rf_optim_get_stats(o, &st);
+  double tmean, tmx = maxmean(comm, (double)st.muon_step_bytes_sent, &tmean);
+  double cmean, cmx = maxmean(comm, st.shampoo_owned_cost, &cmean);
+  double naive = (comm->world - 1) * bytes / comm->world;
+  if (comm->rank != 0) return;
+  printf(
+      "shampoo: %d matrices (%.1fM of the %.1fM parameters), blocks of at most %lld, M = %.1f MB (f32), %lld "
+      "eigendecompositions per refresh in the world\n",
+      n_mat, mparams / 1e6, (double)params / 1e6, (long long)bs, bytes / 1e6, (long long)eighs);
+  printf(
+      "shampoo traffic per rank per step (sent, both trips): max %.1f MB, mean %.1f MB; naive all-gather "
+      "(W-1)M/W = %.1f MB (ratio %.2f)\n",
+      tmx / 1e6, tmean / 1e6, naive / 1e6, tmean / naive);
+  printf(
+      "shampoo eigendecomposition cost per rank per refresh (sum of n^3): max %.3g, mean %.3g, max/mean "
+      "%.3f; "
+      "redundancy %.2f (naive: every rank decomposes every factor, redundancy %d)\n",
+      cmx, cmean, cmx / cmean, cmean * comm->world / cost, comm->world);
+}
+
 static void whole_model(const struct rf_comm *comm) {
   static struct model m;
   build_model(&m, 16, 1);
@@ -165,7 +207,7 @@ static void whole_model(const struct rf_comm *comm) {
   if (comm->rank == 0)
     printf("model: %d tensors, %.2fM parameters, W=%d, shard of rank 0: %lld elements\n", m.n, params / 1e6,
            comm->world, (long long)l.shard_elems);
-  for (int kind = 0; kind < 3; kind++) {
+  for (int kind = 0; kind < 4; kind++) {
     struct rf_optim_options opt;
     rf_optim_options_default(&opt);
     opt.kind = (enum rf_optim_kind)kind;
@@ -207,6 +249,7 @@ static void whole_model(const struct rf_comm *comm) {
             comm->world);
       }
     }
+    if (opt.kind == RF_OPTIM_KIND_SHAMPOO) shampoo_report(comm, &m, o, &opt, params);
     rf_optim_free(o);
   }
   free(master);
