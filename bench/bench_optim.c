@@ -11,12 +11,16 @@
  *      here, W for the naive pattern); owner balance max/mean.
  *   2. One transformer layer, measured: time of a Muon step (blocking and
  *      overlapped all-to-all-v), bytes counted, NS time.
+ *   4. Shampoo on two layers, measured (`bench_optim shampoo`: parts 1 and 4 only) (blocks of 1024 and of
+ * 128, roots refreshed every 2 steps): an ordinary step (the third; the first creates the GEMM primitives)
+ * and the refresh step (the second), wall and CPU time.
  *   3. Two layers, measured on each rank's own shard: nanoseconds per parameter of
  *      an adamw and an adamw8bit step (median of 7 interleaved repeats of 2 steps, rank 0's
  *      shard; threads as OMP_NUM_THREADS) and their ratio (issue 14: <= 3). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_mpi.h"
 #include "optim/optim.h"
@@ -304,6 +308,61 @@ static void one_layer(const struct rf_comm *comm) {
   free(l.shard_off);
 }
 
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void shampoo_layers(const struct rf_comm *comm) {
+  static struct model m;
+  build_model(&m, 2, 0);
+  struct layout l;
+  build_layout(&m, comm->world, comm->rank, &l);
+  float *master = calloc((size_t)l.shard_elems + 1, sizeof(float)),
+        *grad = calloc((size_t)l.shard_elems + 1, 4);
+  uint64_t s = 3;
+  for (int64_t i = 0; i < l.shard_elems; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    grad[i] = 1e-2f * ((float)((s >> 40) & 0xffff) / 65536.0f - 0.5f);
+  }
+  static struct rf_tensor_view v[MAXT];
+  static int flags[MAXT];
+  make_views(&m, &l, comm->rank, master, grad, v, flags);
+  const int64_t blocks[2] = {1024, 128};
+  for (int k = 0; k < 2; k++) {
+    struct rf_optim_options opt;
+    rf_optim_options_default(&opt);
+    opt.kind = RF_OPTIM_KIND_SHAMPOO;
+    opt.shampoo_block = blocks[k];
+    opt.shampoo_every = 2;
+    struct rf_optim *o;
+    if (rf_optim_create(&o, &opt, v, flags, m.n, l.shard_elems, comm) != 0) RF_DIE("%s", rf_error_msg());
+    double wall[3], cpu[3];
+    for (int i = 0; i < 3; i++) {
+      rf_comm_barrier(comm);
+      uint64_t t0 = rf_time_ns();
+      double c0 = cpu_s();
+      if (rf_optim_step(o, 1e-3f) != 0) RF_DIE("%s", rf_error_msg());
+      cpu[i] = cpu_s() - c0;
+      rf_comm_barrier(comm);
+      wall[i] = (double)(rf_time_ns() - t0) / 1e9;
+    }
+    double cmean, cmx = maxmean(comm, cpu[2], &cmean), rmean, rmx = maxmean(comm, cpu[1], &rmean);
+    if (comm->rank == 0)
+      printf(
+          "shampoo step, 2 layers, blocks of %lld: ordinary %.2f s wall, CPU max %.2f s (mean %.2f); refresh "
+          "step "
+          "%.2f s wall, CPU max %.2f s (mean %.2f)\n",
+          (long long)blocks[k], wall[2], cmx, cmean, wall[1], rmx, rmean);
+    rf_optim_free(o);
+  }
+  free(master);
+  free(grad);
+  free(l.starts);
+  free(l.shard_off);
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -361,9 +420,13 @@ int main(int argc, char **argv) {
   struct rf_comm comm;
   rf_comm_init(&comm, MPI_COMM_WORLD);
   if (comm.world > MAXW) RF_DIE("at most %d ranks", MAXW);
+  int only_shampoo = argc > 1 && strcmp(argv[1], "shampoo") == 0; /* bench_optim shampoo: parts 1 and 4 */
   whole_model(&comm);
-  one_layer(&comm);
-  elementwise(&comm);
+  if (!only_shampoo) {
+    one_layer(&comm);
+    elementwise(&comm);
+  }
+  shampoo_layers(&comm);
   rf_comm_free(&comm);
   rf_comm_mpi_finalize();
   return 0;
