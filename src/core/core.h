@@ -132,6 +132,39 @@ float rf_f32_from_fp8e4m3(uint8_t b);
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
 
+/* ---- fp8 block quantization (src/core/fp8.c) ---------------------------- */
+
+/* A row-major [rows, cols] f32 tensor cut into tiles of tile_rows x tile_cols
+ * (DeepSeek-V3's recipe: 128 x 128 for weights, 1 x 128 for activations and output
+ * gradients, 128 x 1 for the weight gradient's operands); the last tile of a row or
+ * column is partial when the size is not a multiple. Tile (i, j)'s scale is at
+ * scales[i * ceil(cols / tile_cols) + j]. A range of whole tile rows of a tensor is
+ * itself such a tensor (pointers at its first row): an owner quantizes its own rows. */
+#define RF_FP8_TILE 128
+#define RF_FP8_E4M3_MAX 448.0f
+struct rf_fp8_grid {
+  int64_t rows, cols;
+  int tile_rows, tile_cols;
+};
+/* The number of tiles along rows, along columns, and in all. */
+int64_t rf_fp8_grid_tile_rows(const struct rf_fp8_grid *g);
+int64_t rf_fp8_grid_tile_cols(const struct rf_fp8_grid *g);
+int64_t rf_fp8_grid_tiles(const struct rf_fp8_grid *g);
+/* A tile's scale from its largest magnitude: amax / 448 (f32 division); with pow2,
+ * the smallest power of two s with 448 s >= amax (TransformerEngine's power-of-two
+ * scales: the quantized values are then exact multiples). A zero tile's scale is 1
+ * (its codes are zeros whatever the scale); a tiny amax whose amax / 448 underflows
+ * to 0 takes the smallest positive f32, so no scale is 0. amax must be finite. */
+float rf_fp8_scale(float amax, int pow2);
+/* codes[e] = e4m3(x[e] / scale of e's tile) (round to nearest even), one scale per
+ * tile. Fails, naming `name` and the element, when x holds a NaN or an infinity. */
+int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name, uint8_t *codes,
+                    float *scales);
+/* x[e] = f32(codes[e]) * scale of e's tile. */
+void rf_fp8_dequantize(const struct rf_fp8_grid *g, const uint8_t *codes, const float *scales, float *x);
+/* The codes as bf16 (exact: every e4m3 value is a bf16 value), for products on codes. */
+void rf_fp8_codes_to_bf16(uint16_t *dst, const uint8_t *codes, size_t n);
+
 /* ---- counters ----------------------------------------------------------- */
 
 /* Process-wide counters (struct rf_counters: include/rfsdp_types.h), cumulative since start
