@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "core/core.h"   /* struct rf_fp8_grid */
 #include "rfsdp_types.h" /* enum rf_dtype */
 
 struct rf_gemm_desc {
@@ -37,6 +38,37 @@ struct rf_gemm_desc {
 /* The product described by d (a, b: f32 or uint16_t bf16 as d->dtype says). Dies
  * on a bad description (sizes, leading dimensions, dtype) or a oneDNN failure. */
 void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, float *c);
+
+/* A product on FP8 block-quantized operands (DeepSeek-V3's FP8 GEMM on this CPU):
+ *
+ *   C [m, n] (+)= sum over 128-wide slices s of K:  P_s [i, j] * (sa(i, s) * sb(s, j))
+ *
+ * where P_s = op(A)[:, s] op(B)[s, :] is a bf16 product of the e4m3 codes held as bf16
+ * (exact values, products exact in f32, summed in f32 by oneDNN), and sa, sb are the
+ * scales of the tiles holding A's and B's elements of slice s. Each scaled slice is
+ * added to C in f32, slice after slice (DeepSeek-V3 promotes its FP8 tensor-core sums to
+ * f32 every 128 elements of K in the same way). An operand is stored row-major as
+ * `grid` says ([m, k], or [k, m] when trans, for A; [k, n], or [n, k] when trans, for
+ * B) and its tiles must be 128 long along K (1 x 128 or 128 x 128 tiles along a stored
+ * row, 128 x 1 or 128 x 128 along a stored column) so that a slice meets one tile. */
+struct rf_gemm_fp8_operand {
+  const uint16_t *codes; /* bf16 (rf_fp8_codes_to_bf16), leading dimension grid.cols */
+  const float *scales;   /* one per tile of grid, row-major over the tiles */
+  struct rf_fp8_grid grid;
+  int trans;
+};
+struct rf_gemm_fp8_desc {
+  int m, n, k;
+  struct rf_gemm_fp8_operand a, b;
+  int accumulate; /* 1: add to C; 0: C is only written */
+};
+/* Floats of work the product needs: m * n + n. */
+int64_t rf_gemm_fp8_work_elems(const struct rf_gemm_fp8_desc *d);
+/* The product into c [m, n] (leading dimension n), using `work`. Creates (and caches)
+ * at most two primitives per shape (the whole slices and the last, shorter one);
+ * allocates nothing. Dies on operands that do not match m, n, k or whose tiles are not
+ * 128 long along K. */
+void rf_gemm_fp8_run(const struct rf_gemm_fp8_desc *d, float *c, float *work);
 
 struct rf_gemm_stats {
   int64_t primitives; /* primitives created since the process started */
