@@ -11,7 +11,13 @@
  *    group writes); resumed at W=3 (1-D) and at 3x2 it continues with the
  *    uninterrupted run's losses within 1e-4;
  *  - bad meshes: R not dividing W, R < 1, a word that is no count, auto without
- *    --max-padding: refused on every rank with exit code 2, naming --replicate. */
+ *    --max-padding or --memory-per-rank, those without auto: refused on every
+ *    rank with exit code 2, naming the option;
+ *  - --replicate auto at W=4 on the tiny model (its plan pads 0 at S=1 and about
+ *    0.1% at S=2; the simulator's memory per rank is about 0.94, 0.67 and 0.53 MB at
+ *    S = 1, 2, 4): --max-padding 0 picks 4x1, 1 picks 2x2 (the largest group
+ *    meeting it); --memory-per-rank 0.0008 GB picks 2x2, 0.0006 picks 1x4 (the
+ *    smallest group that fits), 0.0004 is refused naming the least. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +156,7 @@ static void check_bad_meshes(const char *model, const char *data) {
       {2, "-2", "--replicate -2: the replica count must be at least 1"},
       {2, "two", "--replicate 'two'"},
       {2, "auto", "give --max-padding"},
+      {2, "2 --max-padding 1", "choose the shard group of --replicate auto"},
   };
   char out[16384];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -158,6 +165,27 @@ static void check_bad_meshes(const char *model, const char *data) {
                             cases[i].arg);
     RF_CHECK(rc == 2 && strstr(out, cases[i].says), "--replicate %s at W=%d: rc %d (want 2)\n%s",
              cases[i].arg, cases[i].world, rc, out);
+  }
+}
+
+static void check_auto(const char *model, const char *data) {
+  static const struct {
+    const char *limits, *says;
+  } cases[] = {
+      {"--max-padding 0", "W=4 (4 x 1)"},
+      {"--max-padding 1", "W=4 (2 x 2)"},
+      {"--memory-per-rank 0.0008", "W=4 (2 x 2)"},
+      {"--memory-per-rank 0.0006", "W=4 (1 x 4)"},
+      {"--memory-per-rank 0.0004", "fits --memory-per-rank 0.0004 GB: the least is"},
+  };
+  char out[16384];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = rf_cli_run_mpi(out, sizeof out, 4, LIMIT_S,
+                            "train --model %s --data %s %s --steps 2 --replicate auto %s", model, data,
+                            common, cases[i].limits);
+    int refused = strstr(cases[i].says, "fits") != NULL;
+    RF_CHECK((refused ? rc == 1 : rc == 0) && strstr(out, cases[i].says), "--replicate auto %s: rc %d\n%s",
+             cases[i].limits, rc, out);
   }
 }
 
@@ -180,6 +208,7 @@ int main(void) {
   rf_cli_write_tiny_model(model);
 
   check_bad_meshes(model, data);
+  check_auto(model, data);
   check_equivalence(model, data, "adamw");
   check_equivalence(model, data, "adamw8bit");
   check_equivalence(model, data, "muon");

@@ -157,7 +157,7 @@ static int rf_train_open_data(struct rf_train_state *s) {
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
-  RF_TRY(rf_train_mesh_parse(a->replicate, world, a->max_padding, replicate));
+  RF_TRY(rf_train_mesh_parse(a, world, replicate));
   RF_REQUIRE(a->batch % ((int64_t)world * a->accum) == 0,
              "--batch %lld is not divisible into %d ranks x %d micro-batches: use a multiple of %d",
              (long long)a->batch, world, a->accum, world * a->accum);
@@ -202,8 +202,8 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_train_agree(
-      &s->comm, rf_train_mesh_group(s->replicate, MPI_COMM_WORLD, &cfg, &fo, a->max_padding, &s->group)));
+  RF_TRY(
+      rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, MPI_COMM_WORLD, &cfg, &fo, &s->group)));
   s->replicas = s->world / s->group;
   s->comm.across_groups = s->replicas > 1; /* its bytes cross the shard groups */
   MPI_Comm shard, replica;
@@ -358,10 +358,14 @@ int rf_cmd_train(int argc, char **argv) {
       RF_PLAN_ARGS_OPTIONS(a.plan),
       {"replicate", RF_OPTION_KIND_STRING, &a.replicate,
        "HSDP: R replica groups of W/R ranks each (consecutive ranks shard together), node (a node's ranks "
-       "shard together) or auto (the largest group meeting --max-padding); 1: FSDP over all ranks",
+       "shard together) or auto (by --max-padding and --memory-per-rank); 1: FSDP over all ranks",
        NULL, 0},
       {"max-padding", RF_OPTION_KIND_DOUBLE, &a.max_padding,
        "percent of padding (ragged: imbalance) every unit may have, for --replicate auto", "[0, inf)", 0},
+      {"memory-per-rank", RF_OPTION_KIND_DOUBLE, &a.memory_per_rank,
+       "GB (1e9 bytes) a rank may use as rfsdp plan --batch simulates it, for --replicate auto: the smallest "
+       "shard group that fits",
+       "(0, inf)", 0},
       {"weight-decay", RF_OPTION_KIND_DOUBLE, &a.weight_decay, "decoupled weight decay (matrices)",
        "[0, inf)", 0},
       {"shampoo-block", RF_OPTION_KIND_I64, &a.shampoo_block, "Shampoo: largest preconditioner block side",

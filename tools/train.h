@@ -19,8 +19,9 @@ struct rf_train_args {
   const char *model, *data, *compute_dtype;
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
-  const char *replicate; /* --replicate R | node | auto (tools/train_mesh.h) */
-  double max_padding;    /* --max-padding percent for --replicate auto; < 0: not given */
+  const char *replicate;  /* --replicate R | node | auto (tools/train_mesh.h) */
+  double max_padding;     /* --max-padding percent for --replicate auto; < 0: not given */
+  double memory_per_rank; /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;

@@ -7,16 +7,25 @@
 
 #include "fsdp/fsdp.h"
 #include "plan/plan.h"
+#include "plan_sim.h"
+#include "train.h"
 
-int rf_train_mesh_parse(const char *text, int world, double max_padding, int *replicate) {
+int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate) {
+  const char *text = a->replicate;
+  int limits = a->max_padding >= 0 || a->memory_per_rank > 0;
+  RF_REQUIRE(
+      !limits || strcmp(text, "auto") == 0,
+      "--max-padding and --memory-per-rank choose the shard group of --replicate auto (got --replicate %s)",
+      text);
   if (strcmp(text, "node") == 0) {
     *replicate = RF_TRAIN_MESH_NODE;
     return 0;
   }
   if (strcmp(text, "auto") == 0) {
-    RF_REQUIRE(max_padding >= 0,
-               "--replicate auto picks the shard group size by the planner's padding: give --max-padding "
-               "PERCENT");
+    RF_REQUIRE(
+        limits,
+        "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
+        "give --max-padding PERCENT, --memory-per-rank GB, or both");
     *replicate = RF_TRAIN_MESH_AUTO;
     return 0;
   }
@@ -49,29 +58,85 @@ static int rf_train_mesh_node_size(MPI_Comm comm, int *group) {
   return 0;
 }
 
-static int rf_train_mesh_auto(int world, const struct rf_model_config *cfg, const struct rf_fsdp_options *o,
-                              double max_padding, int *group) {
+/* --replicate auto with --memory-per-rank: the smallest S dividing W whose plan
+ * meets --max-padding (when given) and whose simulated memory per rank
+ * (rf_plan_simulate, as rfsdp plan --batch prints it) fits. */
+static int rf_train_mesh_fit(const struct rf_train_args *a, int world, const struct rf_model_desc *desc,
+                             const struct rf_plan_unit_in *units, const struct rf_plan_policy *policy,
+                             int *group) {
+  struct rf_plan_sim_args sa = RF_PLAN_SIM_ARGS_DEFAULT;
+  sa.batch = a->batch;
+  sa.seq = a->seq;
+  sa.accum = a->accum;
+  sa.prefetch = a->prefetch;
+  sa.no_reshard = a->no_reshard;
+  sa.compute_dtype = a->compute_dtype;
+  struct rf_plan_sim_model sm;
+  enum rf_optim_kind kind;
+  RF_TRY(rf_plan_sim_setup(&sa, a->model, desc, &sm));
+  RF_TRY(rf_optim_kind_parse(a->plan.optim, &kind));
+  int64_t least = -1;
+  int least_group = 0;
+  for (int s = 1; s <= world; s++) {
+    if (world % s) continue;
+    struct rf_plan_model_result m;
+    struct rf_plan_sim_result r;
+    RF_TRY(rf_plan_model_make(units, desc->n_units, policy, s, 0, &m));
+    int padding_ok = a->max_padding < 0 || rf_plan_model_meets(&m, a->max_padding / 100.0);
+    sa.replicate = world / s;
+    int rc = rf_plan_sim_world(&sa, &sm, units, &m, policy, world, kind, &r);
+    rf_plan_model_result_free(&m);
+    RF_TRY(rc);
+    if (!padding_ok) continue;
+    if ((double)r.mem.total <= a->memory_per_rank * 1e9) {
+      *group = s;
+      return 0;
+    }
+    if (least < 0 || r.mem.total < least) least = r.mem.total, least_group = s;
+  }
+  if (least < 0)
+    RF_FAIL("--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
+            a->max_padding);
+  RF_FAIL(
+      "--replicate auto: no shard group size dividing %d fits --memory-per-rank %g GB%s: the least is %.4g "
+      "GB "
+      "per rank, in groups of %d",
+      world, a->memory_per_rank, a->max_padding >= 0 ? " under --max-padding" : "", (double)least / 1e9,
+      least_group);
+}
+
+static int rf_train_mesh_auto(const struct rf_train_args *a, int world, const struct rf_model_config *cfg,
+                              const struct rf_fsdp_options *o, int *group) {
   struct rf_model_desc desc;
   struct rf_plan_policy policy;
   rf_model_desc_make(cfg, &desc);
   rf_fsdp_plan_policy(o, &policy);
   struct rf_plan_unit_in *units = rf_model_desc_plan_units(&desc, &policy);
-  int g = rf_plan_advise_group(units, desc.n_units, &policy, world, 0, max_padding / 100.0);
+  int rc = 0;
+  if (a->memory_per_rank > 0) {
+    rc = rf_train_mesh_fit(a, world, &desc, units, &policy, group);
+  } else {
+    int g = rf_plan_advise_group(units, desc.n_units, &policy, world, 0, a->max_padding / 100.0);
+    if (g == 0)
+      rc = rf_error_set(__FILE__, __LINE__,
+                        "--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
+                        a->max_padding);
+    else if (g > 0)
+      *group = g;
+    else
+      rc = -1;
+  }
   free(units);
   rf_model_desc_free(&desc);
-  RF_TRY(g < 0 ? -1 : 0);
-  RF_REQUIRE(g > 0, "--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
-             max_padding);
-  *group = g;
-  return 0;
+  return rc;
 }
 
-int rf_train_mesh_group(int replicate, MPI_Comm comm, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *o, double max_padding, int *group) {
+int rf_train_mesh_group(const struct rf_train_args *a, int replicate, MPI_Comm comm,
+                        const struct rf_model_config *cfg, const struct rf_fsdp_options *o, int *group) {
   int world = 1;
   MPI_Comm_size(comm, &world);
   if (replicate == RF_TRAIN_MESH_NODE) return rf_train_mesh_node_size(comm, group);
-  if (replicate == RF_TRAIN_MESH_AUTO) return rf_train_mesh_auto(world, cfg, o, max_padding, group);
+  if (replicate == RF_TRAIN_MESH_AUTO) return rf_train_mesh_auto(a, world, cfg, o, group);
   RF_ASSERT(replicate >= 1 && world % replicate == 0);
   *group = world / replicate;
   return 0;

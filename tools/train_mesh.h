@@ -4,8 +4,11 @@
  *   --replicate R     consecutive ranks form a shard group (ranks k*S .. k*S+S-1)
  *   --replicate node  the ranks of one node form a shard group (MPI_COMM_TYPE_SHARED;
  *                     every node must run the same number of ranks)
- *   --replicate auto  the largest S dividing W whose plan meets --max-padding (the
- *                     planner's advice, as rfsdp plan --max-padding suggests it) */
+ *   --replicate auto  with --max-padding alone: the largest S dividing W whose plan
+ *                     meets it (the planner's advice, as rfsdp plan --max-padding
+ *                     suggests it); with --memory-per-rank GB: the smallest S dividing W
+ *                     whose simulated memory per rank fits (rf_plan_simulate, as rfsdp
+ *                     plan --batch prints it) and whose plan meets --max-padding if given */
 #ifndef RF_TOOLS_TRAIN_MESH_H
 #define RF_TOOLS_TRAIN_MESH_H
 
@@ -14,21 +17,24 @@
 #include "model/model.h"
 #include "rfsdp.h"
 
+struct rf_train_args;
+
 #define RF_TRAIN_MESH_NODE 0    /* --replicate node */
 #define RF_TRAIN_MESH_AUTO (-1) /* --replicate auto */
 
 /* --replicate's text into a count R >= 1, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO;
- * refuses what is none of them, an R that does not divide `world`, and auto without
- * --max-padding (max_padding < 0). The same on every rank: no agreement needed. */
-int rf_train_mesh_parse(const char *text, int world, double max_padding, int *replicate);
+ * refuses what is none of them, an R that does not divide `world`, auto without
+ * --max-padding or --memory-per-rank, and those two without auto. The same on
+ * every rank: no agreement needed. */
+int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate);
 
-/* The shard group size S for `replicate` at `world` ranks: R gives W / R; node
- * measures the nodes (collective over `comm`, the same answer on every rank);
- * auto plans the model (cfg, o) at each divisor of W (the same on every rank).
- * Fails, naming --replicate, when nodes differ in size or no group size meets
- * --max-padding (percent). */
-int rf_train_mesh_group(int replicate, MPI_Comm comm, const struct rf_model_config *cfg,
-                        const struct rf_fsdp_options *o, double max_padding, int *group);
+/* The shard group size S for `replicate` at the ranks of `comm`: R gives W / R;
+ * node measures the nodes (collective over `comm`, the same answer on every
+ * rank); auto plans (and simulates) the model (cfg, o, a's batch and optimizer)
+ * at each divisor of W (the same on every rank). Fails, naming --replicate, when
+ * nodes differ in size or no group size meets the limits. */
+int rf_train_mesh_group(const struct rf_train_args *a, int replicate, MPI_Comm comm,
+                        const struct rf_model_config *cfg, const struct rf_fsdp_options *o, int *group);
 
 /* Splits `comm` into this rank's shard group (S ranks: consecutive, or its node
  * when `replicate` is RF_TRAIN_MESH_NODE) and replicate group (the ranks with the
