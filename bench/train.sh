@@ -13,7 +13,9 @@
 #     one process with 2 threads against rfsdp W=1; FSDP2 (fully_shard, CPU mesh,
 #     gloo) and FSDP1 with 2 processes of 1 thread against rfsdp W=2. The
 #     rfsdp-over-PyTorch ratios of step time and peak RSS.
-#  3. rfsdp peak RSS per rank at W=1, 2, 4 next to a prediction (formula printed).
+#  3. rfsdp peak RSS per rank at W=1, 2, 4 next to a prediction (formula printed);
+#     HSDP 2x2 (--replicate 2) against FSDP at W=4 on the 100M model: bytes inside
+#     and across the groups per step, step time, peak RSS (docs/hsdp.md).
 #  4. Compute dtype (issue 14), the 100M model at W=2, runs interleaved A/B:
 #     rfsdp --compute-dtype bf16 --param-dtype bf16 against FSDP2 with
 #     MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), rfsdp f32
@@ -259,6 +261,7 @@ torch_run fsdp2 1
 torch_run fsdp1 1
 rf_run demo-w4 $demo_cfg 4 1 "$demo_b" "$demo_t" 2
 rf_run big-w4 $big_cfg 4 1 "$big_b" "$big_t" 2
+rf_run big-w4-hsdp $big_cfg 4 1 "$big_b" "$big_t" 2 --replicate 2
 compute_part
 echo "finished: $(date -u '+%H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 
@@ -342,3 +345,28 @@ for w in 1 2 4; do
   mem_row 100M big $big_cfg $w "$big_b" "$big_t" $th
 done
 echo "(W=4 runs 2 steps on 2 cores, oversubscribed: memory only)"
+
+# ---- HSDP 2x2 against FSDP at W=4, the 100M model (issue 18) --------------------------------
+
+echo
+echo "HSDP (--replicate 2: 2 groups of 2 ranks) against 1-D FSDP at W=4, 100M model, AdamW f32,"
+echo "batch $big_b x $big_t; per rank per step from the log (rank 0, last step); 2 cores, oversubscribed, 1 timed step"
+echo "| run | mesh R x S | step ms (median, steps 2..) | intra-group MB/step | across-group MB/step | gathered MB | reduced MB | peak RSS/rank MiB |"
+echo "|-----|------------|-----------------------------|---------------------|----------------------|-------------|------------|-------------------|"
+hsdp_row() { # LABEL TAG MESH
+  local st last
+  st=$(rf_stats "$2")
+  last=$(grep '"loss"' "$out/$2.jsonl" | tail -1)
+  awk -v label="$1" -v mesh="$3" -v st="$st" -v rec="$last" '
+  function field(k,   i) { i = index(rec, "\"" k "\":"); return i ? substr(rec, i + length(k) + 3) + 0 : -1 }
+  BEGIN {
+    split(st, s)
+    printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s (%s) |\n", label, mesh, s[1], field("intra_bytes") / 1e6,
+      field("inter_bytes") / 1e6, field("gather_bytes") / 1e6, field("reduce_bytes") / 1e6, s[3], s[4]
+  }'
+}
+hsdp_row "FSDP" big-w4 "1 x 4"
+hsdp_row "HSDP" big-w4-hsdp "2 x 2"
+echo "(across-group bytes: the f32 gradient shard all-reduced over the 2 replicas, + 12 B of scalars;"
+echo " on one machine the 'groups' share the same memory bus: the step time here shows the cost of the"
+echo " smaller groups' larger shards and the extra all-reduce, not a slow link between nodes)"
