@@ -20,18 +20,18 @@ worlds=64,256,1024
 opts=(--optim adamw8bit --param-dtype bf16 --world "$worlds" --json)
 # num KEY: the number after "KEY": in the text on stdin (the first one)
 num() { grep -o "\"$1\":[-0-9.eE+]*" | head -1 | sed 's/.*://'; }
-echo "| model | W | rfsdp equal padding | rfsdp ragged padding | FSDP2 | FSDP1 | ZeRO-3 | Megatron-FSDP | cut blocks: rfsdp | FSDP2 | FSDP1 | ZeRO-3 | Megatron-FSDP |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| model | W | rfsdp equal padding | rfsdp ragged padding | ragged largest shard / mean | FSDP2 | FSDP1 | ZeRO-3 | Megatron-FSDP | cut blocks: rfsdp | FSDP2 | FSDP1 | ZeRO-3 | Megatron-FSDP |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 : >"$out/moe.dat"
 for model in gpt-oss-120b deepseek-v3 qwen3-235b-a22b mixtral-8x7b; do
   cfg=configs/$model.json
   if [ ! -f "$cfg" ]; then
-    echo "| $model | - | (no $cfg) |||||||||||"
+    echo "| $model | - | (no $cfg) ||||||||||||"
     continue
   fi
   if ! "$rfsdp" plan --model "$cfg" "${opts[@]}" >"$out/$model-equal.jsonl" 2>"$out/$model.err" ||
     ! "$rfsdp" plan --model "$cfg" --shard ragged "${opts[@]}" >"$out/$model-ragged.jsonl" 2>>"$out/$model.err"; then
-    echo "| $model | - | (plan failed: $(head -c 200 "$out/$model.err")) |||||||||||"
+    echo "| $model | - | (plan failed: $(head -c 200 "$out/$model.err")) ||||||||||||"
     continue
   fi
   while IFS= read -r eq && IFS= read -r rg <&3; do
@@ -43,19 +43,24 @@ for model in gpt-oss-120b deepseek-v3 qwen3-235b-a22b mixtral-8x7b; do
       row="$row $(num padding_ratio <<<"$p")"
       cut="$cut $(num split_blocks <<<"$p")"
     done
-    echo "$row $cut" >>"$out/moe.dat"
+    ratio=$(awk -v m="$(num max_shard_elems <<<"$rg")" -v e="$(num elems <<<"$rg")" -v w="$w" 'BEGIN {printf "%.4f", m * w / e}')
+    echo "$row $cut $ratio" >>"$out/moe.dat"
   done <"$out/$model-equal.jsonl" 3<"$out/$model-ragged.jsonl"
 done
-awk '{printf "| %s | %d |", $1, $2; for (i = 3; i <= 8; i++) printf " %.3f%% |", 100 * $i; for (i = 9; i <= 13; i++) printf " %d |", $i; printf "\n"}' "$out/moe.dat"
+awk '{printf "| %s | %d | %.3f%% | %.3f%% | %.2f |", $1, $2, 100 * $3, 100 * $4, $14
+  for (i = 5; i <= 8; i++) printf " %.3f%% |", 100 * $i
+  for (i = 9; i <= 13; i++) printf " %d |", $i
+  printf "\n"}' "$out/moe.dat"
 echo "(padding: elements stored over all ranks beyond the parameters, % of the parameters; cut blocks: 32-row"
-echo " strips / 256-element vector runs with a rank boundary strictly inside; rfsdp's are 0 by construction)"
+echo " strips / 256-element vector runs (a whole expert where the description keeps experts whole) with a rank"
+echo " boundary strictly inside; rfsdp's are 0 by construction; ragged: the fullest rank's shard over the mean)"
 if command -v gnuplot >/dev/null && [ -s "$out/moe.dat" ]; then
   awk 'BEGIN {n["gpt-oss-120b"] = "GPT-OSS"; n["deepseek-v3"] = "DS-V3"; n["qwen3-235b-a22b"] = "Qwen3"; n["mixtral-8x7b"] = "Mixtral"}
     {print n[$1] ":" $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}' "$out/moe.dat" >"$out/moe-chart.dat"
   gnuplot <<EOF 2>&1 | head -5
 set terminal pngcairo size 1200,460 font 'sans,9'
 set output 'docs/moe-planner.png'
-set multiplot layout 1,2 title 'rfsdp plan: MoE models, 32-row blocks (8-bit AdamW), bf16, equal shards unless ragged'
+set multiplot layout 1,2 title 'rfsdp plan: MoE models, 32-row blocks (8-bit AdamW; Qwen3 and Mixtral keep each expert whole), bf16, equal shards unless ragged'
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
@@ -66,7 +71,7 @@ set xtics rotate by -30 font 'sans,8'
 set key top left font 'sans,8'
 f(x) = x > 1e-3 ? x : 1e-3
 set title 'padding (% of parameters; 0 drawn at 0.001)'
-set yrange [1e-3:2000]
+set yrange [1e-3:50000]
 plot '$out/moe-chart.dat' u (f(100*\$2)):xtic(1) t 'rfsdp equal', '' u (f(100*\$3)) t 'rfsdp ragged', \
      '' u (f(100*\$4)) t 'FSDP2', '' u (f(100*\$5)) t 'FSDP1', '' u (f(100*\$6)) t 'ZeRO-3', '' u (f(100*\$7)) t 'Megatron-FSDP'
 set title 'blocks cut across ranks (0 drawn at 0.5)'
