@@ -5,10 +5,12 @@
  * the activation workspace) equals what the run allocated (the log's "memory"
  * line: rf_fsdp_get_stats, rf_optim_get_stats, the model workspace), and its
  * bytes per step equal the runtime's counters of a whole step (the log's
- * gather_bytes and reduce_bytes of step 2, counted by src/comm): equal shards
+ * gather_bytes, reduce_bytes, intra_bytes and inter_bytes of step 2, counted by src/comm): equal shards
  * with AdamW, ragged shards with 8-bit AdamW (its block scales), bf16
  * parameters and reductions (the staging buffer), two micro-batches, no
- * resharding, the fsdp2 and flat layouts, and a small Mixtral (fused experts).
+ * resharding, the fsdp2 and flat layouts, HSDP on a 2x2 mesh (--replicate 2: the
+ * log's intra_bytes and inter_bytes, inside and across the shard groups), and a
+ * small Mixtral (fused experts, its load-balancing statistics all-reduced).
  * The simulator's FLOPs per token are the trainer's (its start line). The
  * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
@@ -87,15 +89,16 @@ static void check_one(const char *model, const char *data, int world, const char
         {"activation bytes", num(mem, "activation_bytes"), num(parts, "activations")},
         {"all-gather bytes per step", num(step2, "gather_bytes"), num(p, "gather_bytes_per_step")},
         {"reduction bytes per step", num(step2, "reduce_bytes"), num(p, "reduce_bytes_per_step")},
-        {"bytes per step", num(step2, "gather_bytes") + num(step2, "reduce_bytes"),
-         num(p, "bytes_per_step_intra") + num(p, "bytes_per_step_inter")},
+        {"bytes per step inside groups", num(step2, "intra_bytes"), num(p, "bytes_per_step_intra")},
+        {"bytes per step across groups", num(step2, "inter_bytes"), num(p, "bytes_per_step_inter")},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
       RF_CHECK(pairs[k].run == pairs[k].sim && pairs[k].run >= 0,
                "%s W=%d: %s: the run has %.17g, rfsdp plan simulates %.17g", opts, world, pairs[k].what,
                pairs[k].run, pairs[k].sim);
-    RF_CHECK(num(p, "bytes_per_step_inter") == 0, "%s W=%d: no replicas, yet %g bytes across groups", opts,
-             world, num(p, "bytes_per_step_inter"));
+    int hsdp = strstr(opts, "--replicate") != NULL;
+    RF_CHECK((num(p, "bytes_per_step_inter") > 0) == hsdp, "%s W=%d: %g bytes across groups", opts, world,
+             num(p, "bytes_per_step_inter"));
     RF_CHECK(world == 1 || num(step2, "gather_bytes") > 0, "%s W=%d: nothing gathered", opts, world);
     RF_CHECK(num(p, "predicted_step_ms") > 0, "%s W=%d: no predicted step time", opts, world);
     double flops = num(p, "flops_per_token") * 1e-9;
@@ -128,7 +131,8 @@ int main(void) {
       "2, "
       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, "
       "\"max_position_embeddings\": "
-      "64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}";
+      "64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, \"num_experts_per_tok\": 2, "
+      "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.02}";
   RF_ASSERT(rf_file_write_all(moe, moe_text, strlen(moe_text)) == 0);
 
   static const int worlds[] = {1, 2, 4};
@@ -140,6 +144,8 @@ int main(void) {
   check_one(model, data, 4, "--optim adamw8bit --no-reshard --prefetch 2");
   check_one(model, data, 4, "--layout fsdp2 --optim adamw8bit");
   check_one(model, data, 2, "--layout flat --reduce-dtype bf16");
+  check_one(model, data, 4, "--replicate 2 --optim adamw");
+  check_one(model, data, 4, "--replicate 2 --shard ragged --optim adamw8bit --accum 2");
   check_one(moe, data, 1, "--optim adamw");
   check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
 

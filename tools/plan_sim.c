@@ -81,8 +81,14 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
       .activation_bytes =
           sm->have_config ? (int64_t)rf_model_ws_bytes(&sm->cfg, (int)rf_min_i64(micro, 1 << 20), (int)a->seq)
                           : 0,
-      /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world */
-      .scalar_reduce_bytes = 8 + 4,
+      /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world; a
+       * trainable MoE with its load-balancing loss sums 2E + 1 router statistics (f64)
+       * over the world per micro-batch (tools/train_model.c) */
+      .scalar_reduce_bytes =
+          8 + 4 +
+          (sm->have_config && rf_model_config_is_moe(&sm->cfg) && sm->cfg.moe.output_router_logits
+               ? (int64_t)a->accum * (2 * sm->cfg.moe.num_local_experts + 1) * 8
+               : 0),
       .net = sm->net,
   };
   return rf_plan_simulate(units, m, p, &o, out);
