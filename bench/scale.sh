@@ -79,7 +79,8 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
   cfg=configs/demo.json cores=$(nproc)
   opts=(--batch "$B" --seq "$T")
   has_replicate=0
-  "$rfsdp" train --help 2>&1 | grep -q -- '--replicate' && has_replicate=1
+  help=$("$rfsdp" train --help 2>&1)
+  case $help in *--replicate*) has_replicate=1 ;; esac
   run() { # NAME W [extra]
     local name=$1 w=$2
     shift 2
