@@ -39,6 +39,7 @@ TENSORS = [
     ("c.w", (7, 3), True, True),
     ("d.v", (50,), False, False),
     ("e.h", (12, 10), True, False),
+    ("f.x", (3, 18, 20), True, True),  # 3 fused experts: 3 matrices of 18 x 20
 ]
 
 
@@ -96,16 +97,18 @@ def main():
         p0 = gen(10 + i, *shape) * 0.5
         g = gen(100 + i, STEPS, *shape)
         # rows of very different scales: the preconditioner has something to do
-        if len(shape) == 2:
-            g = g * torch.linspace(0.2, 2.0, shape[0]).unsqueeze(1)
+        if len(shape) >= 2:
+            g = g * torch.linspace(0.2, 2.0, shape[-2]).unsqueeze(1)
         add(f"{name}.p0", p0)
         add(f"{name}.g", g)
         p = p0.to(F64)
         wd = WD if decay else 0.0
-        if matrix:
-            mat = Matrix(shape)
+        if matrix:  # a 3-D tensor: each of its matrices on its own
+            n = shape[0] if len(shape) == 3 else 1
+            mats = [Matrix(shape[-2:]) for _ in range(n)]
             for s in range(STEPS):
-                u = mat.direction(g[s].to(F64), s + 1)
+                gs = g[s].to(F64).reshape(n, *shape[-2:])
+                u = torch.stack([mats[e].direction(gs[e], s + 1) for e in range(n)]).reshape(shape)
                 p = p - LR * (u + wd * p)
         else:
             m = torch.zeros(shape, dtype=F64)

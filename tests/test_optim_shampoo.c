@@ -1,7 +1,8 @@
 /* rf-test: np=1,2,3,5 timeout=60
  * --optim shampoo (src/optim/shampoo.c) under mpirun, on a small model with odd
  * shapes (a 37 x 20 and a 20 x 45 matrix cut into blocks of at most 16 per side, a
- * 7 x 3 matrix, a vector and a 2-D tensor that is not a matrix), each tensor cut
+ * 7 x 3 matrix, 3 fused experts of 18 x 20 as one 3-D tensor, a vector and a 2-D
+ * tensor that is not a matrix), each tensor cut
  * over the W ranks at random points (empty pieces allowed):
  *   - against tests/ref_shampoo.py (a float64 torch implementation of Distributed
  *     Shampoo's algorithm; tests/data/shampoo_ref.bin): after 10 steps with roots
@@ -12,7 +13,7 @@
  *     on exactly one rank (twice), eigendecompositions counted once per factor;
  *     nothing allocated in the steps;
  *   - --shampoo-stagger: bit-identical to its one-rank run, and no two matrices
- *     refresh in the same step (3 matrices, 4 phases);
+ *     refresh in the same step (4 matrix views, 4 phases);
  *   - resume: the state saved after 6 steps by min(W, 3) ranks and loaded by
  *     2 ranks (W >= 3: resharded 3 -> 2; else by the same ranks) continues to
  *     step 10 bit-identical to the uninterrupted one-rank run;
@@ -30,14 +31,14 @@
 #include "run/run.h"
 
 #define REF_PATH "tests/data/shampoo_ref.bin"
-#define NT 5
+#define NT 6
 #define STEPS 10
 #define MAXW 8
 
 struct spec {
   const char *name;
   int unit, ndim;
-  int64_t shape[2];
+  int64_t shape[3];
   int flags;
 };
 
@@ -47,10 +48,13 @@ static const struct spec specs[NT] = {
     {"c.w", 0, 2, {7, 3}, RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX},
     {"d.v", 0, 1, {50, 0}, 0},
     {"e.h", 1, 2, {12, 10}, RF_OPTIM_FLAG_DECAY},
+    {"f.x", 1, 3, {3, 18, 20}, RF_OPTIM_FLAG_DECAY | RF_OPTIM_FLAG_MATRIX}, /* 3 fused experts */
 };
 
 static int64_t numel_of(int t) {
-  return specs[t].ndim == 1 ? specs[t].shape[0] : specs[t].shape[0] * specs[t].shape[1];
+  int64_t n = 1;
+  for (int d = 0; d < specs[t].ndim; d++) n *= specs[t].shape[d];
+  return n;
 }
 
 /* ---- the reference file ---------------------------------------------------------- */
@@ -141,6 +145,7 @@ static int run_init(struct run *d, const struct rf_comm *comm, const struct rf_o
     v->ndim = specs[t].ndim;
     v->shape[0] = specs[t].shape[0];
     v->shape[1] = specs[t].shape[1];
+    v->shape[2] = specs[t].shape[2];
     v->numel = numel_of(t);
     v->block_elems = 1;
     v->starts = d->starts[t];
@@ -237,7 +242,10 @@ static void check_owners(const struct run *d, const struct rf_comm *comm) {
              (long long)own_min[t], (long long)own_max[t]);
     RF_CHECK(counts[t] == (matrix ? STEPS / 4 : 0), "%s: refreshed %lld times in the world", specs[t].name,
              (long long)counts[t]);
-    if (matrix) blocks += rf_ceil_div(specs[t].shape[0], 16) * rf_ceil_div(specs[t].shape[1], 16);
+    int nd = specs[t].ndim;
+    if (matrix)
+      blocks += (nd == 3 ? specs[t].shape[0] : 1) * rf_ceil_div(specs[t].shape[nd - 2], 16) *
+                rf_ceil_div(specs[t].shape[nd - 1], 16);
   }
   struct rf_optim_stats st;
   rf_optim_get_stats(d->o, &st);

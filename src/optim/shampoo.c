@@ -12,7 +12,10 @@
  *     f64 eigendecomposition Q diag(l) Q^T: l - min(min(l), 0) + shampoo_eps
  *     (identity before the first refresh)
  *   P = Lr Gf Rr * |A| / (|P| + 1e-16)   (|.|: the block's Frobenius norm)
- * and every rank updates its piece: p = p - lr (P + wd p) (wd on DECAY views). */
+ * and every rank updates its piece: p = p - lr (P + wd p) (wd on DECAY views).
+ * A 3-D view [n, rows, cols] (fused MoE experts) is n matrices, each blocked and
+ * preconditioned on its own; the n travel together to one owner (the view's
+ * state stays one contiguous run on one rank, which the checkpoint needs). */
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +34,8 @@ struct rf_optim_shampoo_block {
 
 struct rf_optim_shampoo_matrix {
   int view;
-  int64_t rows, cols;
+  int64_t rows, cols;        /* as stacked: n * sub_rows rows for a 3-D view */
+  int64_t sub_rows;          /* the rows of one of its matrices (rows for a 2-D view) */
   int first_block, n_blocks; /* in sh->blocks */
   int64_t state_elems;       /* m | v (rows * cols each) | per block L, R, L root, R root */
   int64_t state_off;         /* in the precond slab when this rank owns it, else -1 */
@@ -81,7 +85,9 @@ static int rf_optim_shampoo_check_options(const struct rf_optim_options *op) {
 
 static int rf_optim_shampoo_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
   const char *nm = v->name ? v->name : "?";
-  RF_REQUIRE(v->ndim == 2, "optim: Shampoo view %d (%s) is %d-D; Shampoo takes 2-D matrices", i, nm, v->ndim);
+  RF_REQUIRE(v->ndim == 2 || v->ndim == 3,
+             "optim: Shampoo view %d (%s) is %d-D; Shampoo takes 2-D matrices (or 3-D: a stack of them)", i,
+             nm, v->ndim);
   RF_REQUIRE(v->starts, "optim: Shampoo view %d (%s) has no starts", i, nm);
   RF_REQUIRE(v->starts[0] == 0 && v->starts[o->world] == v->numel,
              "optim: Shampoo view %d (%s): starts do not cover the tensor", i, nm);
@@ -93,8 +99,8 @@ static int rf_optim_shampoo_check_view(const struct rf_optim *o, const struct rf
   return 0;
 }
 
-/* The blocks of matrix x (row blocks by column blocks, shorter last ones) and its
- * state size; appends to sh->blocks. */
+/* The blocks of matrix x (per stacked matrix, row blocks by column blocks,
+ * shorter last ones) and its state size; appends to sh->blocks. */
 static void rf_optim_shampoo_blocks(struct rf_optim_shampoo *sh, struct rf_optim_shampoo_matrix *x,
                                     int64_t side) {
   x->first_block = 0;
@@ -102,10 +108,10 @@ static void rf_optim_shampoo_blocks(struct rf_optim_shampoo *sh, struct rf_optim
   int64_t pos = 2 * x->rows * x->cols;
   x->n_blocks = 0;
   x->cost = 0;
-  for (int64_t r0 = 0; r0 < x->rows; r0 += side)
+  for (int64_t r0 = 0; r0 < x->rows; r0 += rf_min_i64(side, x->sub_rows - r0 % x->sub_rows))
     for (int64_t c0 = 0; c0 < x->cols; c0 += side) {
       struct rf_optim_shampoo_block *bl = &sh->blocks[x->first_block + x->n_blocks++];
-      int64_t a = rf_min_i64(side, x->rows - r0), b = rf_min_i64(side, x->cols - c0);
+      int64_t a = rf_min_i64(side, x->sub_rows - r0 % x->sub_rows), b = rf_min_i64(side, x->cols - c0);
       *bl = (struct rf_optim_shampoo_block){.r0 = r0, .c0 = c0, .a = (int)a, .b = (int)b};
       bl->l = pos;
       bl->r = bl->l + a * a;
@@ -117,8 +123,9 @@ static void rf_optim_shampoo_blocks(struct rf_optim_shampoo *sh, struct rf_optim
   x->state_elems = pos;
 }
 
-static int64_t rf_optim_shampoo_n_blocks(int64_t rows, int64_t cols, int64_t side) {
-  return rf_ceil_div(rows, side) * rf_ceil_div(cols, side);
+static int64_t rf_optim_shampoo_n_blocks(const struct rf_tensor_view *v, int64_t side) {
+  int64_t n = v->ndim == 3 ? v->shape[0] : 1, rows = v->shape[v->ndim - 2], cols = v->shape[v->ndim - 1];
+  return n * rf_ceil_div(rows, side) * rf_ceil_div(cols, side);
 }
 
 /* --shampoo-stagger: matrices by decreasing cost, each to the phase with the least
@@ -197,7 +204,7 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
   for (int i = 0; i < o->n; i++)
     if (o->views[i].flags & RF_OPTIM_FLAG_MATRIX) {
       RF_TRY(rf_optim_shampoo_check_view(o, &o->views[i].v, i));
-      n_blocks += rf_optim_shampoo_n_blocks(o->views[i].rows, o->views[i].cols, o->opt.shampoo_block);
+      n_blocks += rf_optim_shampoo_n_blocks(&o->views[i].v, o->opt.shampoo_block);
     }
   struct rf_optim_shampoo *sh = rf_xcalloc(1, sizeof *sh);
   o->impl = sh;
@@ -216,8 +223,9 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
     }
     struct rf_optim_shampoo_matrix *x = &sh->mats[sh->n_mats];
     x->view = i;
-    x->rows = w->v.shape[0];
-    x->cols = w->v.shape[1];
+    x->rows = w->rows; /* the stacked matrices' rows for a 3-D view */
+    x->cols = w->cols;
+    x->sub_rows = w->v.shape[w->v.ndim - 2];
     x->state_off = -1;
     rf_optim_shampoo_blocks(sh, x, o->opt.shampoo_block);
     sh->matrix_of[i] = sh->n_mats++;
@@ -413,7 +421,7 @@ static int rf_optim_shampoo_step(struct rf_optim *o, float lr) {
   if (fail == INT64_MAX) return 0;
   const struct rf_optim_view *w = &o->views[fail / 4];
   RF_FAIL("optim: Shampoo, tensor '%s' (%lld x %lld), step %lld: %s (owner rank %d)",
-          w->v.name ? w->v.name : "?", (long long)w->v.shape[0], (long long)w->v.shape[1], (long long)o->step,
+          w->v.name ? w->v.name : "?", (long long)w->rows, (long long)w->cols, (long long)o->step,
           rf_optim_shampoo_fail_what[fail % 4], rf_optim_owners_owner(sh->owners, sh->matrix_of[fail / 4]));
 }
 
