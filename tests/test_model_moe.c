@@ -11,8 +11,11 @@
  * bf16 compute against the reference (the routing stays the same here): loss <= 1u,
  * logits <= 4u, gradients <= 8u (u = 2^-8, as the llama test argues).
  * Finite differences (central, h = 1e-2, J = sum(out * R)): the router op
- * (softmax, top-k, renormalized weights) and the whole MoE block (router, gate_up,
+ * (softmax, top-k, weights renormalized or not) and the whole MoE block (router, gate_up,
  * down weights and the input) away from ties: max|fd - grad| / max|grad| <= 2e-3.
+ * The same for qwen3_moe (tests/data/qwen3_moe_ref.bin: q/k norms, experts of
+ * moe_intermediate_size 20, norm_topk_prob false, layer 1 dense by mlp_only_layers;
+ * the load-balancing loss over the MoE layers' rows only, as transformers counts).
  * Bad configs fail naming the field: top-k > E, E = 0, no num_local_experts,
  * router jitter. */
 #include <math.h>
@@ -23,8 +26,6 @@
 #include "model/model.h"
 #include "rf_test.h"
 
-#define REF_PATH "tests/data/mixtral_ref.bin"
-#define REF_CFG "tests/data/mixtral_ref_config.json"
 #define BF16_U 0x1.0p-8
 #define FD_H 1e-2
 #define FD_TOL 2e-3
@@ -39,13 +40,17 @@ struct ref {
   float **w, **g;
 };
 
-static int ref_load(struct ref *r) {
+/* tests/data/FAMILY_ref.bin and FAMILY_ref_config.json */
+static int ref_load(struct ref *r, const char *family) {
   memset(r, 0, sizeof *r);
-  if (rf_model_config_load(&r->cfg, REF_CFG) != 0) return -1;
+  char path[256];
+  snprintf(path, sizeof path, "tests/data/%s_ref_config.json", family);
+  if (rf_model_config_load(&r->cfg, path) != 0) return -1;
   rf_model_desc_make(&r->cfg, &r->desc);
   char *buf = NULL;
   size_t n = 0;
-  if (rf_file_read_all(REF_PATH, &buf, &n) != 0) return -1;
+  snprintf(path, sizeof path, "tests/data/%s_ref.bin", family);
+  if (rf_file_read_all(path, &buf, &n) != 0) return -1;
   const char *p = buf;
   uint32_t hdr[2];
   memcpy(hdr, p, 8);
@@ -117,7 +122,8 @@ static void run_model(struct ref *r, const float *const *w, enum rf_dtype comput
   int counted = 0;
   for (int k = 0; k < n; k++) counted += r->targets[k] >= 0;
   float coef = (float)r->cfg.moe.router_aux_loss_coef;
-  *aux = rf_model_moe_balance(&ws, ws.moe_count, ws.moe_psum, (double)n * L, coef);
+  *aux = rf_model_moe_balance(&ws, ws.moe_count, ws.moe_psum, (double)n * rf_model_config_moe_layers(&r->cfg),
+                              coef);
   *loss = ce / counted + coef * *aux;
   rf_model_head_backward(&ws, &wt[first[nu - 1]], &grads[first[nu - 1]], 1.0f / (float)counted);
   for (int l = L - 1; l >= 0; l--) rf_model_layer_backward(&ws, l, &wt[first[1 + l]], &grads[first[1 + l]]);
@@ -126,12 +132,12 @@ static void run_model(struct ref *r, const float *const *w, enum rf_dtype comput
   rf_model_ws_free(&ws);
 }
 
-static void test_reference(void) {
+static void test_reference(const char *family) {
   struct ref r;
-  RF_ASSERT(ref_load(&r) == 0);
+  RF_ASSERT(ref_load(&r, family) == 0);
   RF_CHECK(rf_model_config_is_moe(&r.cfg) && r.cfg.moe.num_local_experts == 4 &&
                r.cfg.moe.num_experts_per_tok == 2 && r.cfg.moe.output_router_logits,
-           "the config written by transformers reads as mixtral, 4 experts, top-2");
+           "the config written by transformers reads as %s, 4 experts, top-2", family);
   size_t n = (size_t)r.B * r.T, v = (size_t)r.cfg.vocab_size;
   float *logits = rf_xmalloc(n * v * 4);
   float **g = rf_xcalloc((size_t)r.n_tensors, sizeof(float *));
@@ -146,7 +152,7 @@ static void test_reference(void) {
     double tl = d ? BF16_U : 2e-5, tg = d ? 8 * BF16_U : 1e-4, tz = d ? 4 * BF16_U : 2e-5;
     double el = fabs(loss - r.loss) / fabs(r.loss), ea = fabs(aux - r.aux) / fabs(r.aux);
     double ez = rf_test_max_abs_diff(logits, r.logits, n * v) / rf_test_max_abs(r.logits, n * v);
-    printf("  %s: loss %.8f (ref %.8f, rel %.2g) aux %.8f (rel %.2g) logits rel %.2g\n",
+    printf("  %s %s: loss %.8f (ref %.8f, rel %.2g) aux %.8f (rel %.2g) logits rel %.2g\n", family,
            rf_dtype_name(dts[d]), loss, r.loss, el, aux, ea, ez);
     RF_CHECK(el <= tl, "%s loss rel err %.3g > %g", rf_dtype_name(dts[d]), el, tl);
     RF_CHECK(ea <= tl, "%s aux rel err %.3g > %g", rf_dtype_name(dts[d]), ea, tl);
@@ -230,7 +236,7 @@ static double router_margin(const float *probs, int n, int e, int k) {
 }
 
 struct router_ctx {
-  int n, e, k;
+  int n, e, k, renorm;
   float *logits, *probs, *topw, *r_topw, *r_probs, *scratch;
   int32_t *top;
 };
@@ -239,15 +245,15 @@ struct router_ctx {
 static double router_obj(void *p) {
   struct router_ctx *c = p;
   memcpy(c->scratch, c->logits, sizeof(float) * (size_t)c->n * c->e);
-  rf_model_router_forward(c->probs, c->top, c->topw, c->scratch, c->n, c->e, c->k);
+  rf_model_router_forward(c->probs, c->top, c->topw, c->scratch, c->n, c->e, c->k, c->renorm);
   double s = 0;
   for (int i = 0; i < c->n * c->k; i++) s += (double)c->topw[i] * c->r_topw[i];
   for (int i = 0; i < c->n * c->e; i++) s += (double)c->probs[i] * c->r_probs[i]; /* the extra term's share */
   return s;
 }
 
-static void test_router_fd(void) {
-  struct router_ctx c = {.n = 6, .e = 5, .k = 2};
+static void test_router_fd(int renorm) {
+  struct router_ctx c = {.n = 6, .e = 5, .k = 2, .renorm = renorm};
   size_t ne = (size_t)c.n * c.e, nk = (size_t)c.n * c.k;
   c.logits = rand_buf(ne, 3.0f);
   c.scratch = rand_buf(ne, 1.0f);
@@ -268,8 +274,9 @@ static void test_router_fd(void) {
   }
   RF_CHECK(m > 0.05, "router test data too close to a tie (%.3g)", m);
   float *dz = rf_xmalloc(ne * sizeof(float));
-  rf_model_router_backward(dz, c.r_topw, c.probs, c.top, c.topw, extra, c.n, c.e, c.k);
-  fd_check("router (softmax, top-2)", c.logits, ne, dz, router_obj, &c);
+  rf_model_router_backward(dz, c.r_topw, c.probs, c.top, c.topw, extra, c.n, c.e, c.k, renorm);
+  fd_check(renorm ? "router (top-2, renormalized)" : "router (top-2, not renormalized)", c.logits, ne, dz,
+           router_obj, &c);
   void *bufs[] = {c.logits, c.scratch, c.probs, c.topw, c.top, c.r_topw, c.r_probs, extra, dz};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
@@ -375,10 +382,12 @@ static void test_bad_configs(void) {
 }
 
 int main(void) {
-  printf("mixtral against transformers:\n");
-  test_reference();
+  printf("mixtral and qwen3_moe against transformers:\n");
+  test_reference("mixtral");
+  test_reference("qwen3_moe");
   printf("finite differences:\n");
-  test_router_fd();
+  test_router_fd(1);
+  test_router_fd(0);
   test_block_fd();
   test_bad_configs();
   return rf_test_finish("test_model_moe");

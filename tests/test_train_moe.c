@@ -17,6 +17,8 @@
  *    (every expert's [2*inter, hidden] and [hidden, inter] its own matrix) at W = 3
  *    planned/ragged and W = 5 fsdp2 (experts cut across ranks), 8-bit AdamW at
  *    W = 3, each against its one-rank run;
+ *  - qwen3_moe (q/k norms, experts of 16 not renormalized, layer 1 dense, 3 layers):
+ *    W = 3 planned/ragged with AdamW and W = 5 fsdp2 with Muon against the one-rank runs;
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -38,7 +40,8 @@
 
 #define STEPS 4
 static char dir[64] = "/tmp/rf_test_train_moe.XXXXXX";
-static char model[256], data[200];
+static char model[256], qwen[256], data[200];
+static const char *cur = model; /* the model check_world runs */
 
 static int run(char *out, int out_size, int world, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -69,11 +72,12 @@ static const char *common = "--steps 4 --seq 8 --lr 3e-3 --seed 7 --peak-gflops 
 /* The one-rank run of global batch `batch` in `dtype`; its losses in ref. */
 static void reference(int batch, const char *dtype, const char *optim, double *ref) {
   char out[16384], log[256];
-  snprintf(log, sizeof log, "%s/ref-%d-%s-%s.jsonl", dir, batch, dtype, optim);
+  snprintf(log, sizeof log, "%s/ref-%d-%s-%s-%s.jsonl", dir, batch, dtype, optim,
+           cur == model ? "mixtral" : "qwen3");
   int rc =
       run(out, sizeof out, 1,
           "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --optim %s --log %s",
-          model, data, common, batch, dtype, dtype, optim, log);
+          cur, data, common, batch, dtype, dtype, optim, log);
   RF_CHECK(rc == 0, "reference run (batch %d, %s): rc %d\n%s", batch, dtype, rc, out);
   RF_CHECK(read_field(log, "\"loss\":", ref, STEPS) == STEPS, "reference log of batch %d", batch);
 }
@@ -83,11 +87,12 @@ static void check_world(const char *layout, const char *shard, int w, const char
   double ref[STEPS] = {0}, got[STEPS] = {0}, pad[STEPS] = {0}, copy[STEPS] = {0}, allocs[STEPS] = {0};
   reference(batch, dtype, optim, ref);
   char out[16384], log[256];
-  snprintf(log, sizeof log, "%s/%s-%s-%d-%s-%s.jsonl", dir, layout, shard, w, dtype, optim);
+  snprintf(log, sizeof log, "%s/%s-%s-%d-%s-%s-%s.jsonl", dir, layout, shard, w, dtype, optim,
+           cur == model ? "mixtral" : "qwen3");
   int rc = run(out, sizeof out, w,
                "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --optim %s "
                "--layout %s --shard %s --log %s",
-               model, data, common, batch, dtype, dtype, optim, layout, shard, log);
+               cur, data, common, batch, dtype, dtype, optim, layout, shard, log);
   RF_CHECK(rc == 0, "%s/%s at W=%d: rc %d\n%s", layout, shard, w, rc, out);
   int m = read_field(log, "\"loss\":", got, STEPS);
   RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layout, shard, w, m);
@@ -121,6 +126,10 @@ static void check_invariance(void) {
   check_world("planned", "ragged", 3, "f32", "muon");
   check_world("fsdp2", "equal", 5, "f32", "muon");
   check_world("planned", "ragged", 3, "f32", "adamw8bit");
+  cur = qwen;
+  check_world("planned", "ragged", 3, "f32", "adamw");
+  check_world("fsdp2", "equal", 5, "f32", "muon");
+  cur = model;
 }
 
 /* 6 uninterrupted steps, and a run resumed at `world2` from that run's checkpoint of step 3. */
@@ -246,6 +255,15 @@ int main(void) {
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   write_config(model, 32, ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
+  snprintf(qwen, sizeof qwen, "%s/qwen3.json", dir);
+  const char *q =
+      "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+      "\"moe_intermediate_size\": 16, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, "
+      "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"num_experts\": 8, \"num_experts_per_tok\": 2, "
+      "\"norm_topk_prob\": false, \"mlp_only_layers\": [1], \"output_router_logits\": true, "
+      "\"router_aux_loss_coef\": 0.02}";
+  RF_ASSERT(rf_file_write_all(qwen, q, strlen(q)) == 0);
 
   check_invariance();
   check_resume(2, 2, "adamw");

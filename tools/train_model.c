@@ -41,7 +41,8 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
     }
   }
   RF_REQUIRE(rf_fsdp_finalize(m->fsdp) == 0, "%s", rf_fsdp_error());
-  m->balance = rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits;
+  m->balance =
+      rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) {
     rf_comm_init(&m->balance_comm, comm);
     m->balance_comm.across_groups = rf_fsdp_replicas(m->fsdp) > 1;
@@ -170,10 +171,12 @@ static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
   double *st = m->balance_stats;
   memcpy(st, ws->moe_count, (size_t)ne * sizeof(double));
   memcpy(st + ne, ws->moe_psum, (size_t)ne * sizeof(double));
-  st[2 * ne] = (double)ws->b * ws->t * m->cfg.num_hidden_layers;
+  int layers =
+      rf_model_config_moe_layers(&m->cfg); /* transformers counts the rows of the layers with a router */
+  st[2 * ne] = (double)ws->b * ws->t * layers;
   rf_comm_allreduce(&m->balance_comm, st, 2 * ne + 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   /* d(step loss)/d(aux) = coef * (the micro-batch's tokens) * grad_scale */
-  double tokens = st[2 * ne] / m->cfg.num_hidden_layers, coef = m->cfg.moe.router_aux_loss_coef;
+  double tokens = st[2 * ne] / layers, coef = m->cfg.moe.router_aux_loss_coef;
   double aux = rf_model_moe_balance(ws, st, st + ne, st[2 * ne], (float)(coef * tokens * grad_scale));
   return coef * aux * tokens / m->balance_comm.world;
 }

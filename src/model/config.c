@@ -18,7 +18,13 @@ const char *rf_model_family_name(enum rf_model_family family) {
 }
 
 int rf_model_config_is_moe(const struct rf_model_config *cfg) {
-  return cfg->family == RF_MODEL_FAMILY_MIXTRAL;
+  return cfg->family == RF_MODEL_FAMILY_MIXTRAL || cfg->family == RF_MODEL_FAMILY_QWEN3_MOE;
+}
+
+int rf_model_config_moe_layers(const struct rf_model_config *cfg) {
+  int n = 0;
+  for (int l = 0; l < cfg->num_hidden_layers; l++) n += rf_model_config_layer_is_moe(cfg, l);
+  return n;
 }
 
 /* The routed experts of a trainable MoE config. */
@@ -34,11 +40,11 @@ static int rf_model_config_check_moe(const struct rf_model_config *cfg, const ch
 }
 
 int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
-  RF_REQUIRE(
-      cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2 ||
-          cfg->family == RF_MODEL_FAMILY_MIXTRAL,
-      "%s: field 'model_type': only llama, qwen2 and mixtral models can be trained (%s can be planned)", what,
-      rf_model_family_name(cfg->family));
+  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2 ||
+                 rf_model_config_is_moe(cfg),
+             "%s: field 'model_type': only llama, qwen2, mixtral and qwen3_moe models can be trained (%s can "
+             "be planned)",
+             what, rf_model_family_name(cfg->family));
   if (rf_model_config_is_moe(cfg)) RF_TRY(rf_model_config_check_moe(cfg, what));
   const struct {
     const char *name;
@@ -257,6 +263,10 @@ static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct 
   int window = 0;
   RF_TRY(rf_model_json_int(j, "sliding_window", 0, 0, &window));
   if (window > 0 && window < cfg->max_position_embeddings) cfg->sliding_field = "sliding_window";
+  /* what qwen3_moe reads, as mixtral has it: every layer's experts of intermediate_size, renormalized */
+  cfg->moe.moe_intermediate_size = cfg->intermediate_size;
+  cfg->moe.decoder_sparse_step = 1;
+  cfg->moe.norm_topk_prob = 1;
   return 0;
 }
 
@@ -264,6 +274,12 @@ static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct 
  * num_local_experts as transformers 5 names it), the dense layers. */
 static int rf_model_config_qwen3_moe(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
   RF_TRY(rf_model_config_llama(j, cfg));
+  RF_REQUIRE(!cfg->attention_bias && !cfg->mlp_bias,
+             "%s: field '%s': biases in qwen3_moe are not implemented", j->path,
+             cfg->attention_bias ? "attention_bias" : "mlp_bias");
+  int sliding = 0;
+  RF_TRY(rf_model_json_bool(j, "use_sliding_window", 0, &sliding));
+  if (sliding) cfg->sliding_field = "use_sliding_window";
   const char *experts =
       cJSON_GetObjectItemCaseSensitive(j->root, "num_experts") ? "num_experts" : "num_local_experts";
   RF_TRY(rf_model_json_int(j, experts, -1, 0, &cfg->moe.num_local_experts));

@@ -36,14 +36,14 @@ static int ws_threads(void) {
 /* MoE: the rows of one expert product (a multiple of 16 near the mean tokens per
  * expert, 16..256), and the grouped rows at most (every expert's count rounded up). */
 static int moe_rows(const struct rf_model_config *c, size_t n) {
-  if (!rf_model_config_is_moe(c)) return 0;
+  if (!rf_model_config_is_moe(c) || rf_model_config_moe_layers(c) == 0) return 0;
   size_t mean = rf_ceil_div((int64_t)(n * (size_t)c->moe.num_experts_per_tok), c->moe.num_local_experts);
   size_t r = (size_t)rf_round_up((int64_t)mean, 16);
   return (int)(r < 16 ? 16 : r > 256 ? 256 : r);
 }
 
 static size_t moe_cap(const struct rf_model_config *c, size_t n) {
-  if (!rf_model_config_is_moe(c)) return 0;
+  if (!moe_rows(c, n)) return 0;
   return n * (size_t)c->moe.num_experts_per_tok +
          (size_t)c->moe.num_local_experts * (size_t)(moe_rows(c, n) - 1);
 }
@@ -51,32 +51,40 @@ static size_t moe_cap(const struct rf_model_config *c, size_t n) {
 /* Floats (4-byte words) of one MoE layer's activations and of the MoE scratch. */
 static size_t moe_layer_words(const struct rf_model_config *c, size_t n) {
   size_t e = (size_t)c->moe.num_local_experts, k = (size_t)c->moe.num_experts_per_tok, p = moe_cap(c, n);
-  return n * e + 3 * n * k + p + e + 1 + p * (2 * (size_t)c->intermediate_size + (size_t)c->hidden_size);
+  return n * e + 3 * n * k + p + e + 1 +
+         p * (2 * (size_t)c->moe.moe_intermediate_size + (size_t)c->hidden_size);
 }
 
 static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
   size_t e = (size_t)c->moe.num_local_experts, p = moe_cap(c, n), h = (size_t)c->hidden_size;
-  size_t inter = (size_t)c->intermediate_size;
+  size_t inter = (size_t)c->moe.moe_intermediate_size;
   return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
 }
+
+/* q and k normalized per head before the rotary embedding (qwen3_moe). */
+static int has_qk_norm(const struct rf_model_config *c) { return c->family == RF_MODEL_FAMILY_QWEN3_MOE; }
 
 /* Must add up what rf_model_ws_init allocates (test_model_ref checks it). */
 size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
-  int moe = rf_model_config_is_moe(c);
-  size_t per_layer = n * (2 * h + 2 * qd + 2 * kd + (moe ? 0 : 2 * inter) + 2) +
-                     (size_t)batch * c->num_attention_heads * seq + (moe ? moe_layer_words(c, n) : 0);
+  int qk = has_qk_norm(c);
+  size_t per_layer =
+      n * (2 * h + 2 * qd + 2 * kd + 2) + (size_t)batch * c->num_attention_heads * seq +
+      (qk ? n * (qd + kd + (size_t)c->num_attention_heads + (size_t)c->num_key_value_heads) : 0);
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    bytes += f * (rf_model_config_layer_is_moe(c, l) ? moe_layer_words(c, n) : 2 * n * inter);
+  if (qk) bytes += f * n * (qd + kd);     /* s_qkn */
   bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
   bytes += f * ((size_t)seq * hd);        /* rotary tables */
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
   bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) bytes += f * wide; /* s_bias */
-  if (moe) bytes += moe_scratch_bytes(c, n);
+  if (moe_rows(c, n)) bytes += moe_scratch_bytes(c, n);
   return bytes;
 }
 
@@ -93,14 +101,14 @@ static void ws_moe_layer(struct rf_model_ws *ws, struct rf_model_moe_acts *a, si
   a->pos = ws_ints(ws, n * k);
   a->tok = ws_ints(ws, p);
   a->off = ws_ints(ws, e + 1);
-  a->gu = ws_floats(ws, p * 2 * (size_t)c->intermediate_size);
+  a->gu = ws_floats(ws, p * 2 * (size_t)c->moe.moe_intermediate_size);
   a->ey = ws_floats(ws, p * (size_t)c->hidden_size);
 }
 
 static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
   const struct rf_model_config *c = &ws->cfg;
   size_t e = (size_t)c->moe.num_local_experts, p = (size_t)ws->moe_cap, h = (size_t)c->hidden_size;
-  size_t inter = (size_t)c->intermediate_size;
+  size_t inter = (size_t)c->moe.moe_intermediate_size;
   ws->s_xg = ws_floats(ws, p * h);
   ws->s_hg = ws_floats(ws, p * inter);
   ws->s_dgu = ws_floats(ws, p * 2 * inter);
@@ -130,7 +138,7 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   ws->targets = rf_xcalloc(n, sizeof(int32_t));
   ws->bytes += 2 * n * sizeof(int32_t);
   ws->layers = rf_xcalloc((size_t)c->num_hidden_layers, sizeof(*ws->layers));
-  int moe = rf_model_config_is_moe(c);
+  int qk = has_qk_norm(c);
   ws->expert_rows = moe_rows(c, n);
   ws->moe_cap = (int)moe_cap(c, n);
   for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -144,7 +152,13 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
     a->atty = ws_floats(ws, n * qd);
     a->x2 = ws_floats(ws, n * h);
     a->rstd2 = ws_floats(ws, n);
-    if (moe) {
+    if (qk) {
+      a->q_pre = ws_floats(ws, n * qd);
+      a->k_pre = ws_floats(ws, n * kd);
+      a->rstdq = ws_floats(ws, n * (size_t)c->num_attention_heads);
+      a->rstdk = ws_floats(ws, n * (size_t)c->num_key_value_heads);
+    }
+    if (rf_model_config_layer_is_moe(c, l)) {
       ws_moe_layer(ws, &a->moe, n);
     } else {
       a->gate = ws_floats(ws, n * inter);
@@ -173,7 +187,8 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   wide = wide > qd ? wide : qd;
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) ws->s_bias = ws_floats(ws, wide);
-  if (moe) ws_moe_scratch(ws, n);
+  if (ws->expert_rows) ws_moe_scratch(ws, n);
+  if (qk) ws->s_qkn = ws_floats(ws, n * (qd + kd));
   ws->stage.compute = RF_DTYPE_F32;
   return 0;
 }
@@ -183,7 +198,8 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
 static void compute_sizes(const struct rf_model_config *c, int batch, int seq, size_t *act, size_t *weight) {
   size_t h = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
   size_t qd = (size_t)c->num_attention_heads * c->head_dim, n = (size_t)batch * seq;
-  if (rf_model_config_is_moe(c)) inter *= 2;
+  if (rf_model_config_is_moe(c) && 2 * (size_t)c->moe.moe_intermediate_size > inter)
+    inter = 2 * (size_t)c->moe.moe_intermediate_size;
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   wide = wide > v ? wide : v;
@@ -224,14 +240,15 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
   if (!ws->layers) return;
   for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
     struct rf_model_layer_acts *a = &ws->layers[l];
-    float *bufs[] = {a->x, a->rstd1, a->q, a->k, a->v, a->lse, a->atty, a->x2, a->rstd2, a->gate, a->up};
+    float *bufs[] = {a->x,     a->rstd1, a->q,  a->k,     a->v,     a->lse,   a->atty, a->x2,
+                     a->rstd2, a->gate,  a->up, a->q_pre, a->k_pre, a->rstdq, a->rstdk};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     const struct rf_model_moe_acts *m = &a->moe;
     void *moe[] = {m->probs, m->top, m->topw, m->pos, m->tok, m->off, m->gu, m->ey};
     for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
   }
-  void *moe[] = {ws->s_xg,     ws->s_hg,      ws->s_dgu,    ws->s_dxg,
-                 ws->s_dprobs, ws->moe_count, ws->moe_psum, ws->moe_balance};
+  void *moe[] = {ws->s_xg,      ws->s_hg,     ws->s_dgu,       ws->s_dxg, ws->s_dprobs,
+                 ws->moe_count, ws->moe_psum, ws->moe_balance, ws->s_qkn};
   for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
   free(ws->layers);
   float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
@@ -260,12 +277,16 @@ const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row) {
   return ws->logits + (size_t)row * ws->cfg.vocab_size;
 }
 
-/* A norm weight as f32: borrowed directly, or converted into ws->s_normw. */
-static const float *norm_weight(struct rf_model_ws *ws, const struct rf_model_weight *w) {
+/* A norm weight of n elements as f32: borrowed directly, or converted into ws->s_normw. */
+static const float *norm_weight_n(struct rf_model_ws *ws, const struct rf_model_weight *w, int n) {
   if (w->f32) return w->f32;
-  RF_ASSERT(w->bf16);
-  rf_f32_from_bf16_n(ws->s_normw, w->bf16, (size_t)ws->cfg.hidden_size);
+  RF_ASSERT(w->bf16 && n <= ws->cfg.hidden_size);
+  rf_f32_from_bf16_n(ws->s_normw, w->bf16, (size_t)n);
   return ws->s_normw;
+}
+
+static const float *norm_weight(struct rf_model_ws *ws, const struct rf_model_weight *w) {
+  return norm_weight_n(ws, w, ws->cfg.hidden_size);
 }
 
 /* y [n, out] += the bias of layer tensor t, when the config has it. */
@@ -324,8 +345,15 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   /* attention block */
   rf_model_rmsnorm_forward(ws->s_norm, a->rstd1, a->x, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]),
                            n, h, c->rms_norm_eps);
-  rf_model_linear_forward(a->q, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
-  rf_model_linear_forward(a->k, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
+  int qk = has_qk_norm(c);
+  rf_model_linear_forward(qk ? a->q_pre : a->q, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
+  rf_model_linear_forward(qk ? a->k_pre : a->k, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
+  if (qk) { /* each head's q and k RMS-normalized over head_dim */
+    rf_model_rmsnorm_forward(a->q, a->rstdq, a->q_pre, norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_Q_NORM], hd),
+                             n * nh, hd, c->rms_norm_eps);
+    rf_model_rmsnorm_forward(a->k, a->rstdk, a->k_pre, norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_K_NORM], hd),
+                             n * nkv, hd, c->rms_norm_eps);
+  }
   rf_model_linear_forward(a->v, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
   add_bias(ws, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
   add_bias(ws, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
@@ -341,7 +369,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   /* MLP block */
   rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]),
                            n, h, c->rms_norm_eps);
-  if (rf_model_config_is_moe(c)) {
+  if (rf_model_config_layer_is_moe(c, layer)) {
     float *out = layer_output(ws, layer);
     memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
     rf_model_moe_forward(ws, layer, w, ws->s_norm, out);
@@ -435,7 +463,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
 
   const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
-  if (rf_model_config_is_moe(c)) {
+  if (rf_model_config_layer_is_moe(c, layer)) {
     /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
     renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
     rf_model_moe_backward(ws, layer, w, ws->s_norm, dout, ws->s_dnorm, grads);
@@ -455,6 +483,16 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
                               ws->s_att_blk, ws->n_threads_att);
   rf_model_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
   rf_model_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
+  if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */
+    float *dqp = ws->s_qkn, *dkp = dqp + (size_t)n * qd;
+    memset(dqp, 0, sizeof(float) * (size_t)n * (qd + kd));
+    rf_model_rmsnorm_backward(dqp, grads[RF_MODEL_MOE_TENSOR_Q_NORM], dq, a->q_pre, a->rstdq,
+                              norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_Q_NORM], hd), n * nh, hd);
+    rf_model_rmsnorm_backward(dkp, grads[RF_MODEL_MOE_TENSOR_K_NORM], dk, a->k_pre, a->rstdk,
+                              norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_K_NORM], hd), n * nkv, hd);
+    dq = dqp;
+    dk = dkp;
+  }
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
   bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);

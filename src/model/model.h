@@ -118,8 +118,10 @@ struct rf_model_config {
 
 /* Layer l of a model with routed experts (mixtral, qwen3_moe) has them (1) or a dense MLP (0). */
 int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l);
+/* The layers with routed experts (their router statistics make the load-balancing loss). */
+int rf_model_config_moe_layers(const struct rf_model_config *cfg);
 
-/* A family with routed experts that the trainable model implements (mixtral). */
+/* A family with routed experts that the trainable model implements (mixtral, qwen3_moe). */
 int rf_model_config_is_moe(const struct rf_model_config *cfg);
 
 /* The one reader of a Hugging Face config.json (model_type llama, gpt_oss or
@@ -252,11 +254,17 @@ enum rf_model_layer_tensor {
  *   mlp.experts.gate_up_proj     [E, 2*inter, hidden]   (per expert: gate rows, then up rows)
  *   mlp.experts.down_proj        [E, hidden, inter]
  * The expert tensors are described with sub_count E and block_rows = one expert's
- * rows, so that a layout keeping blocks whole keeps every expert on one rank. */
+ * rows, so that a layout keeping blocks whole keeps every expert on one rank.
+ * A qwen3_moe layer: the same with experts of moe_intermediate_size, or (a dense
+ * layer: mlp_only_layers, decoder_sparse_step) mlp.gate_proj, up_proj, down_proj in
+ * slots 6-8 as a llama's; then q_norm and k_norm (RMSNorm over each head's
+ * head_dim, before the rotary embedding) in slots 9 and 10. */
 enum rf_model_moe_tensor {
   RF_MODEL_MOE_TENSOR_ROUTER = RF_MODEL_LAYER_TENSOR_POST_NORM + 1,
   RF_MODEL_MOE_TENSOR_GATE_UP,
   RF_MODEL_MOE_TENSOR_DOWN,
+  RF_MODEL_MOE_TENSOR_Q_NORM, /* qwen3_moe: self_attn.q_norm.weight [head_dim] (every layer) */
+  RF_MODEL_MOE_TENSOR_K_NORM, /* qwen3_moe: self_attn.k_norm.weight [head_dim] */
   RF_MODEL_MOE_TENSOR_COUNT
 };
 
@@ -338,6 +346,8 @@ struct rf_model_layer_acts {
   float *atty;                  /* [N, heads*hd] attention output before o_proj */
   float *x2;                    /* [N, hidden] residual after attention */
   float *rstd2;                 /* [N] post_attention_layernorm's 1/rms */
+  float *q_pre, *k_pre;         /* qwen3_moe: [N, heads*hd], [N, kv*hd] q and k before their norms */
+  float *rstdq, *rstdk;         /* qwen3_moe: [N*heads], [N*kv] the q/k norms' 1/rms */
   float *gate;                  /* [N, inter] gate_proj output (dense layers) */
   float *up;                    /* [N, inter] up_proj output (dense layers) */
   struct rf_model_moe_acts moe; /* MoE layers */
@@ -376,6 +386,7 @@ struct rf_model_ws {
   int expert_rows, moe_cap;
   float *s_xg, *s_hg, *s_dgu, *s_dxg; /* [moe_cap, hidden / inter / 2*inter / hidden] */
   float *s_dprobs;                    /* [N, E] */
+  float *s_qkn;                       /* qwen3_moe: [N, (heads + kv)*hd] the gradients before the q/k norms */
   double *moe_count, *moe_psum;       /* [E] the last forward's top-k assignments and probability sums */
   float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
   int n_threads_att;                  /* slices of s_att_blk */
@@ -433,15 +444,16 @@ void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads);
  * Returns aux. */
 double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const double *probs, double rows,
                             float grad_weight);
-/* Mixtral's router on xn [n, hidden]: logits = xn Wr^T (into logits [n, E]),
- * probs = softmax, the top k by probability (ties: the lower expert), their
- * weights renormalized to sum 1. */
+/* The router's top-k on logits [n, E]: probs = softmax, the top k by probability
+ * (ties: the lower expert), their weights: the probabilities, renormalized to sum 1
+ * when renorm (mixtral; qwen3_moe's norm_topk_prob). */
 void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
-                             int k);
+                             int k, int renorm);
 /* dlogits [n, E] from d(topw) [n, k] and dprobs_extra [E] (added to every row's
  * d(prob), e.g. the load-balancing loss's; NULL: none). Overwrites dlogits. */
 void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
-                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k);
+                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                              int renorm);
 /* The MoE block of layer l: out [n, hidden] += sum_j topw[j] * expert_top[j](xn),
  * expert(x) = down(silu(gate(x)) * up(x)); w: the router, gate_up, down tensors.
  * Adds the router statistics into ws->moe_count, moe_psum. */

@@ -1,6 +1,8 @@
-/* Mixtral's sparse MoE block: the router (softmax, top-k, renormalized weights),
+/* The sparse MoE block of mixtral and qwen3_moe: the router (softmax, top-k, weights renormalized or not),
  * tokens grouped by expert, every expert's SwiGLU through src/gemm, the
  * load-balancing loss.
+ *
+ * The experts are of moe_intermediate_size (mixtral: intermediate_size).
  *
  * Grouping: expert e's rows are its tokens in token order (each token's choices
  * in rank order), so the grouping depends only on the local batch, never on the
@@ -16,7 +18,7 @@
 #include "model/model.h"
 
 void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
-                             int k) {
+                             int k, int renorm) {
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * n_experts;
     float *p = probs + (size_t)r * n_experts;
@@ -38,14 +40,16 @@ void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *log
       tr[j] = best;
       s += p[best];
     }
-    for (int j = 0; j < k; j++) wr[j] = (float)(p[tr[j]] / s);
+    for (int j = 0; j < k; j++) wr[j] = renorm ? (float)(p[tr[j]] / s) : p[tr[j]];
   }
 }
 
-/* w_j = p_j / S, S = sum over the chosen of p: dp_m = (g_m - sum_j g_j w_j) / S for
- * a chosen m; then the softmax: dz = p * (dp - sum(p * dp)). */
+/* Renormalized, w_j = p_j / S, S = sum over the chosen of p: dp_m = (g_m - sum_j g_j
+ * w_j) / S for a chosen m (else w_j = p_j: dp_m = g_m); then the softmax:
+ * dz = p * (dp - sum(p * dp)). */
 void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
-                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k) {
+                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                              int renorm) {
   for (int r = 0; r < n; r++) {
     const float *p = probs + (size_t)r * n_experts;
     const int32_t *tr = top + (size_t)r * k;
@@ -57,7 +61,7 @@ void rf_model_router_backward(float *dlogits, const float *dtopw, const float *p
       dot += (double)g[j] * wr[j];
     }
     for (int e = 0; e < n_experts; e++) d[e] = dprobs_extra ? dprobs_extra[e] : 0.0f;
-    for (int j = 0; j < k; j++) d[tr[j]] += (float)(((double)g[j] - dot) / s);
+    for (int j = 0; j < k; j++) d[tr[j]] += renorm ? (float)(((double)g[j] - dot) / s) : g[j];
     double pd = 0.0;
     for (int e = 0; e < n_experts; e++) pd += (double)p[e] * d[e];
     for (int e = 0; e < n_experts; e++) d[e] = (float)((double)p[e] * ((double)d[e] - pd));
@@ -129,9 +133,9 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   struct rf_model_moe_acts *a = &ws->layers[layer].moe;
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
-  int h = c->hidden_size, inter = c->intermediate_size, rows = ws->expert_rows;
+  int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
   rf_model_linear_forward(ws->s_dprobs, xn, &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
-  rf_model_router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k);
+  rf_model_router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob);
   for (int r = 0; r < n; r++) {
     for (int j = 0; j < k; j++) ws->moe_count[a->top[(size_t)r * k + j]] += 1.0;
     for (int e = 0; e < ne; e++) ws->moe_psum[e] += a->probs[(size_t)r * ne + e];
@@ -167,7 +171,7 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
   struct rf_model_moe_acts *a = &ws->layers[layer].moe;
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
-  int h = c->hidden_size, inter = c->intermediate_size, rows = ws->expert_rows;
+  int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
   /* the routing weights: d(topw[r, j]) = dout[r] . ey[pos[r, j]] (into s_dxg, free until the experts) */
   float *dtopw = ws->s_dxg;
   for (int r = 0; r < n; r++)
@@ -177,7 +181,8 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
       for (int i = 0; i < h; i++) dot += g[i] * y[i];
       dtopw[(size_t)r * k + j] = dot;
     }
-  rf_model_router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k);
+  rf_model_router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
+                           c->moe.norm_topk_prob);
   rf_model_linear_backward(dxn, grads[RF_MODEL_MOE_TENSOR_ROUTER], ws->s_dprobs, xn,
                            &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
