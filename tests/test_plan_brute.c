@@ -234,7 +234,7 @@ int main(void) {
   printf("test_plan_brute: %d run placements agree item by item\n", run_checks);
 
   /* Bad input is refused with a message naming the tensor. */
-  struct rf_plan_tensor_in bad = {"w", 2, {4, 0}, 0, 4, 1};
+  struct rf_plan_tensor_in bad = {"w", 2, {4, 0}, 0, 4, 1, 0};
   struct rf_plan_unit_in u = {"layer", 1, &bad};
   struct rf_plan_options o = {4, RF_SHARD_MODE_EQUAL, 1, 1, 0.0, 0};
   struct rf_plan_unit p;

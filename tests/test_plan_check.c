@@ -12,9 +12,9 @@
 /* Unit: a [4, 4] matrix with 2-row blocks (8 elements), a vector of 6 (element
  * blocks), a fused [2, 2, 4] tensor with 2 sub-tensors of 8 and 1-row blocks. */
 static struct rf_plan_tensor_in tensors[3] = {
-    {"w", 2, {4, 4}, 16, 8, 1},
-    {"v", 1, {6}, 6, 1, 1},
-    {"e", 3, {2, 2, 4}, 16, 4, 2},
+    {"w", 2, {4, 4}, 16, 8, 1, 0},
+    {"v", 1, {6}, 6, 1, 1, 0},
+    {"e", 3, {2, 2, 4}, 16, 4, 2, 0},
 };
 static struct rf_plan_unit_in unit = {"u", 3, tensors};
 

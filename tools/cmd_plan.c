@@ -29,6 +29,7 @@ struct rf_plan_cmd {
   int max_buffers;
   double max_padding; /* percent; < 0: off */
   int json, buffers;
+  int fp8;                      /* --fp8: the FP8 block tiles of every layout (src/plan/fp8.c) */
   struct rf_plan_policy policy; /* what rfsdp train would run with these options */
   struct rf_plan_sim_args sim;  /* --batch > 0: simulate a step (plan_sim.c) */
   struct rf_plan_sim_model sim_model;
@@ -144,6 +145,50 @@ static void rf_plan_cmd_table(const struct rf_plan_cmd *c, const struct rf_plan_
   printf("\n");
 }
 
+/* The FP8 numbers of rfsdp's layout (k = 0) and the peers' (k = 1 + enum rf_plan_peer). */
+static int rf_plan_cmd_fp8(const struct rf_plan_cmd *c, int world, struct rf_plan_fp8_stats *s) {
+  for (int k = 0; k <= RF_PLAN_PEER_COUNT; k++) {
+    s[k] = (struct rf_plan_fp8_stats){0};
+    for (int u = 0; u < c->model.n_units; u++)
+      RF_TRY(rf_plan_fp8_add(&c->policy, k - 1, &c->units[u], world, &s[k]));
+  }
+  return 0;
+}
+
+static void rf_plan_cmd_fp8_table(const struct rf_plan_cmd *c, const struct rf_plan_fp8_stats *s) {
+  printf(
+      "  fp8 (e4m3, 128x128 tiles): %lld of %lld elements quantized in %lld tiles; others gathered in %s\n",
+      (long long)s[0].q_elems, (long long)s[0].elems, (long long)s[0].tiles,
+      rf_dtype_name(c->policy.param_dtype));
+  printf("  %-10s %12s %14s %14s %14s %8s %9s\n", "layout", "tiles cut", "gather fp8", "gather bf16",
+         "gather f32", "fp8/f32", "fp8/bf16");
+  for (int k = 0; k <= RF_PLAN_PEER_COUNT; k++) {
+    double f8 = (double)rf_plan_fp8_gather_bytes(&s[k], c->policy.param_dtype);
+    double b16 = 2.0 * (double)s[k].padded_elems, f32 = 4.0 * (double)s[k].padded_elems;
+    char a[32], b[32], d[32];
+    rf_plan_cmd_bytes(f8, a, sizeof a);
+    rf_plan_cmd_bytes(b16, b, sizeof b);
+    rf_plan_cmd_bytes(f32, d, sizeof d);
+    printf("  %-10s %12lld %14s %14s %14s %8.4f %9.4f\n",
+           k == 0 ? "rfsdp" : rf_plan_peer_name((enum rf_plan_peer)(k - 1)), (long long)s[k].cut_tiles, a, b,
+           d, f8 / f32, f8 / b16);
+  }
+}
+
+static void rf_plan_cmd_fp8_json(const struct rf_plan_cmd *c, const struct rf_plan_fp8_stats *s, cJSON *o) {
+  cJSON *f = cJSON_AddObjectToObject(o, "fp8");
+  cJSON_AddNumberToObject(f, "quantized_elems", (double)s[0].q_elems);
+  cJSON_AddNumberToObject(f, "tiles", (double)s[0].tiles);
+  for (int k = 0; k <= RF_PLAN_PEER_COUNT; k++) {
+    cJSON *x = cJSON_AddObjectToObject(f, k == 0 ? "rfsdp" : rf_plan_peer_name((enum rf_plan_peer)(k - 1)));
+    cJSON_AddNumberToObject(x, "tiles_cut", (double)s[k].cut_tiles);
+    cJSON_AddNumberToObject(x, "gather_bytes_fp8",
+                            (double)rf_plan_fp8_gather_bytes(&s[k], c->policy.param_dtype));
+    cJSON_AddNumberToObject(x, "gather_bytes_bf16", 2.0 * (double)s[k].padded_elems);
+    cJSON_AddNumberToObject(x, "gather_bytes_f32", 4.0 * (double)s[k].padded_elems);
+  }
+}
+
 static cJSON *rf_plan_cmd_shape(const int64_t *shape, int ndim) {
   cJSON *a = cJSON_CreateArray();
   for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
@@ -194,7 +239,8 @@ static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf
 }
 
 static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r, double limit,
-                             int meets, int suggest, const struct rf_plan_sim_result *sim) {
+                             int meets, int suggest, const struct rf_plan_sim_result *sim,
+                             const struct rf_plan_fp8_stats *fp8) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", c->model_path);
   cJSON_AddNumberToObject(o, "world", r->world * c->sim.replicate);
@@ -229,6 +275,7 @@ static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_m
     cJSON_AddNumberToObject(x, "copy_bytes_per_step", (double)p->copy_elems * (double)c->elem_bytes);
   }
   if (sim) rf_plan_sim_json(&c->sim, &c->sim_model, sim, o);
+  if (fp8) rf_plan_cmd_fp8_json(c, fp8, o);
   if (c->buffers) rf_plan_cmd_layout_json(c, r, o);
   char *text = cJSON_PrintUnformatted(o);
   printf("%s\n", text ? text : "{\"error\": \"out of memory\"}");
@@ -273,6 +320,11 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
     return -1;
   }
   RF_ASSERT(c->policy.layout != RF_LAYOUT_PLANNED || r.split_blocks == 0); /* the checker passed every unit */
+  struct rf_plan_fp8_stats fp8[RF_PLAN_PEER_COUNT + 1];
+  if (c->fp8 && rf_plan_cmd_fp8(c, world / c->sim.replicate, fp8) != 0) {
+    rf_plan_model_result_free(&r);
+    return -1;
+  }
   double limit = c->max_padding / 100.0;
   int meets = 1, suggest = 0;
   if (c->max_padding >= 0) {
@@ -281,9 +333,11 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
     if (suggest < 0) suggest = 0; /* a smaller group that cannot be laid out ends the search */
   }
   if (c->json) {
-    rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest, c->sim.batch > 0 ? &sim : NULL);
+    rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest, c->sim.batch > 0 ? &sim : NULL,
+                     c->fp8 ? fp8 : NULL);
   } else {
     rf_plan_cmd_table(c, &r);
+    if (c->fp8) rf_plan_cmd_fp8_table(c, fp8);
     if (c->sim.batch > 0) rf_plan_sim_print(&c->sim, &c->sim_model, &sim);
     if (c->buffers) rf_plan_cmd_layout_text(c, &r);
     if (c->max_padding >= 0) {
@@ -342,6 +396,11 @@ int rf_cmd_plan(int argc, char **argv) {
       {"json", RF_OPTION_KIND_FLAG, &c.json, "one JSON object per world size", NULL, 0},
       {"buffers", RF_OPTION_KIND_FLAG, &c.buffers,
        "also print every buffer's tensors and offsets (planned and flat layouts)", NULL, 0},
+      {"fp8", RF_OPTION_KIND_FLAG, &c.fp8,
+       "FP8 block quantization of the linear weights: 128-row blocks, and every layout's cut 128x128 tiles "
+       "and "
+       "FP8 gather bytes",
+       NULL, 0},
   };
   int rc =
       rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
@@ -350,7 +409,7 @@ int rf_cmd_plan(int argc, char **argv) {
                        "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
                        "[--max-buffers 4] [--max-padding P] [--replicate R] [--batch B --seq T [--accum A] "
                        "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
-                       "[--efficiency E]] [--json] [--buffers]");
+                       "[--efficiency E]] [--fp8] [--json] [--buffers]");
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
@@ -376,6 +435,7 @@ int rf_cmd_plan(int argc, char **argv) {
   fo.align_bytes = c.align_bytes;
   fo.max_buffers = c.max_buffers;
   rf_fsdp_plan_policy(&fo, &c.policy);
+  c.policy.fp8 = c.fp8;
   c.elem_bytes = rf_dtype_size(c.policy.param_dtype);
   if (rf_model_desc_load(c.model_path, &c.model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());

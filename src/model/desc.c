@@ -16,7 +16,8 @@ enum rf_model_desc_kind {
   RF_MODEL_DESC_KIND_BIAS,     /* a bias, sinks: zeros */
   RF_MODEL_DESC_KIND_EMBED,    /* the token embedding: normal, no decay */
   RF_MODEL_DESC_KIND_OUTPUT,   /* lm_head: normal, decay, not orthogonalized */
-  RF_MODEL_DESC_KIND_LINEAR,   /* a linear weight between hidden states: normal, decay, Muon */
+  RF_MODEL_DESC_KIND_LINEAR,   /* a linear weight between hidden states: normal, decay, Muon, FP8 */
+  RF_MODEL_DESC_KIND_ROUTER,   /* an MoE router: as a linear weight, but kept in high precision under FP8 */
   RF_MODEL_DESC_KIND_RESIDUAL, /* one writing into the residual stream: normal / sqrt(2 layers) */
   RF_MODEL_DESC_KIND_EXPERTS   /* fused experts (3-D): normal, decay, Muon per expert matrix */
 };
@@ -113,13 +114,16 @@ static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b
       t->decay = 1;
       break;
     case RF_MODEL_DESC_KIND_EXPERTS: /* Muon: each expert's matrix (src/optim/muon.c) */
-      t->decay = t->matrix = 1;
+      t->decay = t->matrix = t->fp8 = 1;
       break;
     case RF_MODEL_DESC_KIND_RESIDUAL:
       t->init.value = b->std_res;
-      t->decay = t->matrix = 1;
+      t->decay = t->matrix = t->fp8 = 1;
       break;
     case RF_MODEL_DESC_KIND_LINEAR:
+      t->decay = t->matrix = t->fp8 = 1;
+      break;
+    case RF_MODEL_DESC_KIND_ROUTER:
       t->decay = t->matrix = 1;
       break;
   }
@@ -218,7 +222,7 @@ static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const s
                     "%s.self_attn.sinks", p);
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
                     p);
-  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, x, h, 1, p, "mlp.router");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_ROUTER, x, h, 1, p, "mlp.router");
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter),
                     "%s.mlp.experts.gate_up_proj", p)
       ->sub_count = x;
@@ -311,7 +315,7 @@ static void rf_model_desc_deepseek_v3_layer(struct rf_model_desc_builder *b, con
     rf_model_desc_mlp(b, h, c->intermediate_size, 0, e);
     return;
   }
-  rf_model_desc_linear(b, lin, d->n_routed_experts, h, 0, p, "mlp.gate");
+  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_ROUTER, d->n_routed_experts, h, 0, p, "mlp.gate");
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(d->n_routed_experts),
                     "%s.mlp.gate.e_score_correction_bias", p);
   for (int x = 0; x < d->n_routed_experts && !b->d->too_large; x++) {
@@ -386,6 +390,8 @@ struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *des
       ts->numel = t->numel;
       ts->sub_count = t->sub_count;
       ts->block_elems = rf_plan_block_elems(p, t->ndim, t->shape, t->block_rows);
+      ts->fp8 = p->fp8 && t->fp8;
+      if (ts->fp8) ts->block_elems = rf_plan_fp8_block_elems(ts);
     }
   }
   return units;

@@ -173,6 +173,7 @@ struct rf_model_tensor {
   int64_t block_rows; /* > 0: rows per block of its own (units files); 0: the run's */
   int decay;          /* takes weight decay (linear weights; not norms, biases, embeddings) */
   int matrix;         /* a matrix between hidden states that Muon may orthogonalize */
+  int fp8; /* a linear weight quantized under FP8 block training (not embeddings, norms, router, head) */
   struct rf_init init;
 };
 

@@ -98,6 +98,22 @@ int64_t rf_plan_unit_split_blocks(const struct rf_plan_unit_in *in, const struct
 /* Elements per dim-0 row: the product of shape[1:] (1 for a vector). */
 static int64_t rf_plan_dim0_row(const struct rf_plan_tensor_in *t) { return t->numel / t->shape[0]; }
 
+int64_t rf_plan_megatron_offsets(const struct rf_plan_unit_in *in, int world, int64_t *offsets) {
+  /* One flat buffer: each tensor starts at a multiple of its dim-0 row and the
+   * bucket is padded to W * lcm(rows). */
+  int64_t p = 0, chunk = 1;
+  for (int i = 0; i < in->n_tensors; i++) {
+    const struct rf_plan_tensor_in *t = &in->tensors[i];
+    int64_t row = rf_plan_dim0_row(t);
+    p = rf_round_up(p, row);
+    chunk = rf_lcm_i64_capped(chunk, row, RF_PLAN_PEER_LCM_CAP / world);
+    RF_ASSERT(chunk > 0);
+    offsets[i] = p;
+    p += t->numel;
+  }
+  return rf_round_up(p, (int64_t)world * chunk);
+}
+
 int rf_plan_peer_add(enum rf_plan_peer peer, const struct rf_plan_unit_in *in, int world,
                      struct rf_plan_peer_stats *acc) {
   RF_REQUIRE(world >= 1, "peer layout: world must be >= 1 (got %d)", world);
@@ -120,20 +136,14 @@ int rf_plan_peer_add(enum rf_plan_peer peer, const struct rf_plan_unit_in *in, i
       break;
     }
     case RF_PLAN_PEER_MEGATRON: {
-      /* One flat buffer: each tensor starts at a multiple of its dim-0 row and the
-       * bucket is padded to W * lcm(rows). */
       struct rf_plan_seg *segs = rf_xmalloc((size_t)in->n_tensors * sizeof *segs);
-      int64_t p = 0, chunk = 1;
+      int64_t *offsets = rf_xmalloc((size_t)(in->n_tensors > 0 ? in->n_tensors : 1) * sizeof *offsets);
+      padded = rf_plan_megatron_offsets(in, world, offsets);
       for (int i = 0; i < in->n_tensors; i++) {
         const struct rf_plan_tensor_in *t = &in->tensors[i];
-        int64_t row = rf_plan_dim0_row(t);
-        p = rf_round_up(p, row);
-        chunk = rf_lcm_i64_capped(chunk, row, RF_PLAN_PEER_LCM_CAP / world);
-        RF_ASSERT(chunk > 0);
-        segs[i] = (struct rf_plan_seg){p, t->numel, 0, rf_min_i64(t->block_elems, t->numel), i};
-        p += t->numel;
+        segs[i] = (struct rf_plan_seg){offsets[i], t->numel, 0, rf_min_i64(t->block_elems, t->numel), i};
       }
-      padded = rf_round_up(p, (int64_t)world * chunk);
+      free(offsets);
       cut = rf_plan_split_walk(segs, in->n_tensors, NULL, padded / world, world);
       /* parameters are views of the gathered bucket (no copy); the gradient is
        * copied into the main_grad bucket (no TransformerEngine fusion) */

@@ -27,6 +27,7 @@ struct rf_plan_tensor_in {
   int64_t
       block_elems;   /* elements of one block (whole rows times row length); the last block may be shorter */
   int64_t sub_count; /* > 1: a fused tensor of sub_count equal sub-tensors along dim 0 (MoE experts) */
+  int fp8;           /* 1: quantized to e4m3 in 128x128 tiles (src/plan/fp8.c) */
 };
 
 struct rf_plan_unit_in {
@@ -147,6 +148,7 @@ struct rf_plan_policy {
   enum rf_dtype reduce_dtype; /* dtype of the gradient reduce-scatter */
   int64_t block_rows;         /* rows per block of a tensor of 2+ dimensions (the optimizer's need) */
   int64_t vector_block;       /* elements per block of a vector (the optimizer's need) */
+  int fp8; /* 1: FP8 block quantization of the tensors a model marks (128x128 tiles whole) */
 };
 
 /* The block of a tensor: 2+ dimensions are viewed as 2-D (rows = all leading
@@ -233,6 +235,43 @@ int64_t rf_plan_unit_split_blocks(const struct rf_plan_unit_in *in, const struct
 
 /* Blocks of g elements in [0, e) cut by the boundaries k*S, k = 1..world-1. */
 int64_t rf_plan_split_blocks_uniform(int64_t e, int64_t g, int64_t shard, int world);
+
+/* Megatron-FSDP's bucket of a unit: each tensor's offset (a multiple of its dim-0
+ * row) into offsets[n_tensors]; returns the bucket's padded size (W * lcm(rows) multiple). */
+int64_t rf_plan_megatron_offsets(const struct rf_plan_unit_in *in, int world, int64_t *offsets);
+
+/* ---- FP8 block tiles in a layout (src/plan/fp8.c) ---- */
+
+/* A tensor with fp8 set is quantized per 128x128 tile of each sub-tensor's 2-D view
+ * (rows = its leading dimensions, a row = the last dimension); partial edge tiles
+ * when a size is not a multiple of 128. */
+int64_t rf_plan_fp8_tiles(const struct rf_plan_tensor_in *t);
+/* The block that keeps every tile of t whole on one rank: t's own block rows
+ * (t->block_elems) made a multiple of 128 rows (of whole sub-tensors when a
+ * sub-tensor's rows are not a multiple of 128), at most the tensor. */
+int64_t rf_plan_fp8_block_elems(const struct rf_plan_tensor_in *t);
+/* Tiles of t with elements on both sides of a cut: cuts are element offsets in t
+ * in increasing order (those <= 0 or >= numel cut nothing). */
+int64_t rf_plan_fp8_cut_tiles(const struct rf_plan_tensor_in *t, const int64_t *cuts, int n_cuts);
+
+/* A layout's FP8 numbers, summed over the units added. */
+struct rf_plan_fp8_stats {
+  int64_t elems;        /* real elements */
+  int64_t padded_elems; /* elements an all-gather moves (padding included) */
+  int64_t q_elems;      /* elements of the quantized tensors */
+  int64_t tiles;        /* their 128x128 tiles */
+  int64_t cut_tiles;    /* tiles with a rank boundary inside */
+};
+/* Adds one unit's numbers at `world`: peer < 0 is the layout policy p runs (rfsdp),
+ * else the peer's layout (enum rf_plan_peer; fsdp1 and fsdp2 are laid out by
+ * rf_plan_layout_make like the runtime runs them). Rank boundaries come from each
+ * tensor's RaggedShard (rf_plan_layout_tensor_shard), k * ceil(numel / W) for
+ * DeepSpeed, and the bucket offsets for Megatron. Returns 0, or -1 with a message. */
+int rf_plan_fp8_add(const struct rf_plan_policy *p, int peer, const struct rf_plan_unit_in *in, int world,
+                    struct rf_plan_fp8_stats *acc);
+/* Bytes an FP8 all-gather of that layout moves: one per quantized element and per
+ * padding element, 4 per tile scale, the other tensors in `high` (--param-dtype). */
+int64_t rf_plan_fp8_gather_bytes(const struct rf_plan_fp8_stats *s, enum rf_dtype high);
 
 /* ---- a whole model (src/plan/plan_model.c) ---- */
 
