@@ -61,6 +61,16 @@ static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
   return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
 }
 
+/* The widest row of a weight or bias: hidden, intermediate, heads * head_dim, the experts'. */
+static size_t stage_wide(const struct rf_model_config *c) {
+  size_t wide = (size_t)c->hidden_size, qd = (size_t)c->num_attention_heads * c->head_dim;
+  wide = wide > (size_t)c->intermediate_size ? wide : (size_t)c->intermediate_size;
+  wide = wide > qd ? wide : qd;
+  if (rf_model_config_is_moe(c) && (size_t)c->moe.moe_intermediate_size > wide)
+    wide = (size_t)c->moe.moe_intermediate_size;
+  return wide;
+}
+
 /* q and k normalized per head before the rotary embedding (qwen3_moe). */
 static int has_qk_norm(const struct rf_model_config *c) { return c->family == RF_MODEL_FAMILY_QWEN3_MOE; }
 
@@ -73,8 +83,7 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   size_t per_layer =
       n * (2 * h + 2 * qd + 2 * kd + 2) + (size_t)batch * c->num_attention_heads * seq +
       (qk ? n * (qd + kd + (size_t)c->num_attention_heads + (size_t)c->num_key_value_heads) : 0);
-  size_t wide = h > inter ? h : inter;
-  wide = wide > qd ? wide : qd;
+  size_t wide = stage_wide(c);
   size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
   for (int l = 0; l < c->num_hidden_layers; l++)
     bytes += f * (rf_model_config_layer_is_moe(c, l) ? moe_layer_words(c, n) : 2 * n * inter);
@@ -183,8 +192,7 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   ws->n_threads_att = ws_threads();
   ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_MODEL_ATT_BLOCK * seq);
   ws->s_normw = ws_floats(ws, h);
-  size_t wide = h > inter ? h : inter;
-  wide = wide > qd ? wide : qd;
+  size_t wide = stage_wide(c);
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) ws->s_bias = ws_floats(ws, wide);
   if (ws->expert_rows) ws_moe_scratch(ws, n);
@@ -322,7 +330,7 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
     RF_REQUIRE(tokens[i] >= 0 && tokens[i] < ws->cfg.vocab_size,
                "model: token %d at position %d is not in [0, %d)", tokens[i], i, ws->cfg.vocab_size);
   memcpy(ws->tokens, tokens, sizeof(int32_t) * (size_t)n);
-  if (rf_model_config_is_moe(&ws->cfg)) { /* a new forward: new router statistics, no balance gradient yet */
+  if (ws->moe_count) { /* a new forward: new router statistics, no balance gradient yet */
     size_t e = (size_t)ws->cfg.moe.num_local_experts;
     memset(ws->moe_count, 0, e * sizeof(double));
     memset(ws->moe_psum, 0, e * sizeof(double));
