@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -80,4 +81,29 @@ void rf_cli_write_tiny_model(const char *path) {
       "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
       "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}";
   RF_ASSERT(rf_file_write_all(path, tiny, strlen(tiny)) == 0);
+}
+
+void rf_cli_write_verses(const char *path, size_t bytes) {
+  static const char *lines[] = {
+      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
+      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
+  char *buf = rf_xmalloc(bytes);
+  size_t n = 0;
+  for (int i = 0; n + 200 < bytes; i++)
+    n += (size_t)snprintf(buf + n, bytes - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
+  RF_ASSERT(rf_file_write_all(path, buf, n) == 0);
+  free(buf);
+}
+
+int rf_cli_log_field(const char *path, const char *key, double *v, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, key);
+    if (p && strstr(line, "\"step\":")) v[n++] = atof(p + strlen(key));
+  }
+  fclose(f);
+  return n;
 }

@@ -3,6 +3,8 @@
 #ifndef RF_CLI_H
 #define RF_CLI_H
 
+#include <stddef.h>
+
 /* Runs `rfsdp ARGS` through the shell (stderr merged into stdout). Returns the
  * exit code; up to out_size-1 bytes of output go to `out`. */
 int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -22,5 +24,14 @@ const char *rf_cli_binary(void);
 /* Writes the tiny llama config the CLI tests train to `path` (26240 parameters: embedding
  * 256x32, 2 layers, final norm, head 256x32); aborts when it cannot. */
 void rf_cli_write_tiny_model(const char *path);
+
+/* Writes a text of about `bytes` bytes to `path` for `rfsdp prepare`: numbered verses
+ * of four repeated sentences of Genesis 1 (a corpus with structure to learn); aborts
+ * when it cannot. */
+void rf_cli_write_verses(const char *path, size_t bytes);
+
+/* The value after `key` (e.g. "\"loss\":") on each step line of a train log (JSONL,
+ * lines with a "step"), in order, at most `cap`; returns the count (0: no file). */
+int rf_cli_log_field(const char *path, const char *key, double *v, int cap);
 
 #endif

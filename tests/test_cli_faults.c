@@ -343,14 +343,7 @@ int main(void) {
   snprintf(data0, sizeof data0, "%s/data0", dir);
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(afile, sizeof afile, "%s/afile", dir);
-  static const char *lines[] = {"In the beginning God created the heaven and the earth.",
-                                "And the earth was without form, and void."};
-  size_t cap = 100000, n = 0;
-  char *buf = malloc(cap);
-  for (int i = 0; n + 200 < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 2]);
-  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
-  free(buf);
+  rf_cli_write_verses(text, 100000);
   RF_ASSERT(rf_file_write_all(afile, "x", 1) == 0);
   rf_cli_write_tiny_model(model);
   char out[16384];

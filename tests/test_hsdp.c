@@ -34,20 +34,6 @@ static char dir[64] = "/tmp/rf_test_hsdp.XXXXXX";
 static const char *common =
     "--batch 12 --seq 16 --lr 3e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
 
-/* The field `key` ("\"loss\":") of each logged step, in order; returns the count. */
-static int read_field(const char *path, const char *key, double *v, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[4096];
-  int n = 0;
-  while (n < cap && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, key);
-    if (p && strstr(line, "\"loss\":")) v[n++] = atof(p + strlen(key));
-  }
-  fclose(f);
-  return n;
-}
-
 /* The plan's max_shard_elems (the log's first line), or -1. */
 static double read_plan_shard(const char *path) {
   FILE *f = fopen(path, "r");
@@ -78,10 +64,10 @@ static void check_equivalence(const char *model, const char *data, const char *o
                           "train --model %s --data %s %s --steps %d --optim %s --log %s", model, data, common,
                           STEPS, optim, log);
   RF_CHECK(rc == 0, "%s one-rank run: rc %d\n%s", optim, rc, out);
-  int n = read_field(log, "\"loss\":", ref, STEPS);
+  int n = rf_cli_log_field(log, "\"loss\":", ref, STEPS);
   RF_CHECK(n == STEPS && ref[STEPS - 1] < ref[0], "%s one-rank run: %d steps, loss %g -> %g", optim, n,
            ref[0], ref[n > 0 ? n - 1 : 0]);
-  int m = read_field(log, "\"inter_bytes\":", inter, STEPS);
+  int m = rf_cli_log_field(log, "\"inter_bytes\":", inter, STEPS);
   for (int s = 0; s < m; s++)
     RF_CHECK(inter[s] == 0, "%s W=1 step %d: inter_bytes %g", optim, s + 1, inter[s]);
   for (int k = 0; k < 3; k++) {
@@ -100,13 +86,13 @@ static void check_equivalence(const char *model, const char *data, const char *o
     char banner[64];
     snprintf(banner, sizeof banner, "W=%d (%d x %d)", w, r, meshes[k][1]);
     RF_CHECK(strstr(out, banner) != NULL, "%s: the banner does not say %s\n%s", optim, banner, out);
-    m = read_field(log, "\"loss\":", got, STEPS);
+    m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
     RF_CHECK(m == STEPS, "%s %dx%d: %d steps logged", optim, r, meshes[k][1], m);
     double worst = worst_relative(got, ref, m < n ? m : n);
     RF_CHECK(worst <= 1e-4, "%s %dx%d: loss differs from the one-rank run by %.3g relative", optim, r,
              meshes[k][1], worst);
     double slab = read_plan_shard(log);
-    m = read_field(log, "\"inter_bytes\":", inter, STEPS);
+    m = rf_cli_log_field(log, "\"inter_bytes\":", inter, STEPS);
     RF_CHECK(slab > 0 && m == STEPS, "%s %dx%d: plan shard %g, %d inter_bytes", optim, r, meshes[k][1], slab,
              m);
     for (int s = 0; s < m; s++)
@@ -122,7 +108,7 @@ static void check_resume(const char *model, const char *data) {
   char out[16384], path[400], log[256];
   double full[STEPS], got[STEPS];
   snprintf(log, sizeof log, "%s/adamw8bit-2x2.jsonl", dir);
-  RF_CHECK(read_field(log, "\"loss\":", full, STEPS) == STEPS, "the 2x2 run's log");
+  RF_CHECK(rf_cli_log_field(log, "\"loss\":", full, STEPS) == STEPS, "the 2x2 run's log");
   for (int r = 0; r < 4; r++) {
     snprintf(path, sizeof path, "%s/ck-2x2/step-00000004/rank-%05d.bin", dir, r);
     RF_CHECK((access(path, F_OK) == 0) == (r < 2), "2x2 checkpoint: rank file %d %s", r,
@@ -137,7 +123,7 @@ static void check_resume(const char *model, const char *data) {
                             "--resume %s/ck-2x2/step-00000004 --log %s",
                             model, data, common, STEPS, r, dir, log);
     RF_CHECK(rc == 0 && strstr(out, "resumed from"), "resume at %dx%d: rc %d\n%s", r, meshes[k][1], rc, out);
-    int m = read_field(log, "\"loss\":", got, STEPS);
+    int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
     RF_CHECK(m == STEPS - 4, "resume at %dx%d: %d steps logged", r, meshes[k][1], m);
     double worst = worst_relative(got, full + 4, m < STEPS - 4 ? m : STEPS - 4);
     RF_CHECK(worst <= 1e-4, "resume at %dx%d: loss differs from the uninterrupted 2x2 run by %.3g relative",
@@ -195,14 +181,7 @@ int main(void) {
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
-  static const char *lines[] = {"In the beginning God created the heaven and the earth.",
-                                "And God said, Let there be light: and there was light."};
-  size_t cap = 1 << 17, n = 0;
-  char *buf = malloc(cap);
-  for (int i = 0; n + 200 < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 2]);
-  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
-  free(buf);
+  rf_cli_write_verses(text, 1 << 17);
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   rf_cli_write_tiny_model(model);

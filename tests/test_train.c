@@ -60,28 +60,14 @@ static int run_mpi(char *out, int out_size, int world, const char *fmt, ...) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-/* The field `key` ("\"loss\":") of each step of a JSONL log, in order; returns the count. */
-static int read_field(const char *path, const char *key, double *v, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[4096];
-  int n = 0;
-  while (n < cap && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, key);
-    if (p) v[n++] = atof(p + strlen(key));
-  }
-  fclose(f);
-  return n;
-}
-
 static int read_losses(const char *path, double *loss, int cap) {
-  return read_field(path, "\"loss\":", loss, cap);
+  return rf_cli_log_field(path, "\"loss\":", loss, cap);
 }
 
 /* Steps after the first that allocated (the log's "allocs"). */
 static int allocating_steps(const char *path) {
   double a[STEPS];
-  int n = read_field(path, "\"allocs\":", a, STEPS), bad = 0;
+  int n = rf_cli_log_field(path, "\"allocs\":", a, STEPS), bad = 0;
   for (int s = 1; s < n; s++) bad += a[s] != 0;
   return n > 1 ? bad : -1;
 }
@@ -440,16 +426,7 @@ int main(void) {
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
-  /* a corpus with structure to learn: numbered verses of a few repeated sentences */
-  static const char *lines[] = {
-      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
-      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
-  size_t cap = 1 << 20, n = 0;
-  char *buf = malloc(cap);
-  for (int i = 0; n + 200 < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
-  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
-  free(buf);
+  rf_cli_write_verses(text, 1 << 20);
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   rf_cli_write_tiny_model(model);

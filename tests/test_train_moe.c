@@ -54,19 +54,6 @@ static int run(char *out, int out_size, int world, const char *fmt, ...) {
   return rf_cli_run_mpi(out, out_size, world, 120, "%s", args);
 }
 
-static int read_field(const char *path, const char *key, double *v, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[4096];
-  int n = 0;
-  while (n < cap && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, key);
-    if (p && strstr(line, "\"step\":")) v[n++] = atof(p + strlen(key));
-  }
-  fclose(f);
-  return n;
-}
-
 static const char *common = "--steps 4 --seq 8 --lr 3e-3 --seed 7 --peak-gflops 50 --print-every 0";
 
 /* The one-rank run of global batch `batch` in `dtype`; its losses in ref. */
@@ -79,7 +66,7 @@ static void reference(int batch, const char *dtype, const char *optim, double *r
           "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --optim %s --log %s",
           cur, data, common, batch, dtype, dtype, optim, log);
   RF_CHECK(rc == 0, "reference run (batch %d, %s): rc %d\n%s", batch, dtype, rc, out);
-  RF_CHECK(read_field(log, "\"loss\":", ref, STEPS) == STEPS, "reference log of batch %d", batch);
+  RF_CHECK(rf_cli_log_field(log, "\"loss\":", ref, STEPS) == STEPS, "reference log of batch %d", batch);
 }
 
 static void check_world(const char *layout, const char *shard, int w, const char *dtype, const char *optim) {
@@ -94,15 +81,15 @@ static void check_world(const char *layout, const char *shard, int w, const char
                "--layout %s --shard %s --log %s",
                cur, data, common, batch, dtype, dtype, optim, layout, shard, log);
   RF_CHECK(rc == 0, "%s/%s at W=%d: rc %d\n%s", layout, shard, w, rc, out);
-  int m = read_field(log, "\"loss\":", got, STEPS);
+  int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
   RF_CHECK(m == STEPS, "%s/%s at W=%d: %d steps logged", layout, shard, w, m);
   double worst = 0;
   for (int s = 0; s < m; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
   RF_CHECK(worst <= 1e-4, "%s %s/%s at W=%d: loss differs from the one-rank run by %.3g relative", dtype,
            layout, shard, w, worst);
-  read_field(log, "\"allocs\":", allocs, STEPS);
-  read_field(log, "\"padding_bytes\":", pad, STEPS);
-  read_field(log, "\"copy_bytes\":", copy, STEPS);
+  rf_cli_log_field(log, "\"allocs\":", allocs, STEPS);
+  rf_cli_log_field(log, "\"padding_bytes\":", pad, STEPS);
+  rf_cli_log_field(log, "\"copy_bytes\":", copy, STEPS);
   int bad = 0;
   for (int s = 1; s < m; s++) bad += allocs[s] != 0;
   RF_CHECK(bad == 0, "%s/%s at W=%d: %d steps after the first allocated", layout, shard, w, bad);
@@ -150,7 +137,7 @@ static void check_resume(int world, int world2, const char *optim) {
       model, data, args, optim, b, a, logb);
   RF_CHECK(rc == 0, "resumed %s W=%d->%d: rc %d\n%s", optim, world, world2, rc, out);
   double la[6] = {0}, lb[6] = {0};
-  int na = read_field(loga, "\"loss\":", la, 6), nb = read_field(logb, "\"loss\":", lb, 6);
+  int na = rf_cli_log_field(loga, "\"loss\":", la, 6), nb = rf_cli_log_field(logb, "\"loss\":", lb, 6);
   RF_CHECK(na == 6 && nb == 3, "%s: %d and %d steps logged", optim, na, nb);
   double worst = 0;
   for (int s = 0; s < 3 && nb == 3 && na == 6; s++) worst = rf_test_max(worst, fabs(lb[s] - la[3 + s]));
@@ -243,15 +230,7 @@ int main(void) {
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/moe.json", dir);
-  static const char *lines[] = {
-      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
-      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
-  size_t cap = 1 << 18, n = 0;
-  char *buf = malloc(cap);
-  for (int i = 0; n + 200 < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
-  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
-  free(buf);
+  rf_cli_write_verses(text, 1 << 18);
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   write_config(model, 32, ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
