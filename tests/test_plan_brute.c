@@ -233,6 +233,43 @@ int main(void) {
   }
   printf("test_plan_brute: %d run placements agree item by item\n", run_checks);
 
+  /* The S search follows the earliest placement over whole ranges of S at once
+   * (rf_plan_items_fit_range) instead of one S at a time: against the unpruned
+   * scan, every S (a multiple of align) from align up, placed item by item, the
+   * first that fits. Units like an MoE layer: a few small leading items, then
+   * up to 3 kinds of expert matrix repeated (gate, up, down alternate), items
+   * longer than S (one or two boundaries inside), last blocks shorter, W up to
+   * 64, with and without a limit on S. */
+  int range_checks = 0;
+  for (int inst = 0; inst < 4000; inst++) {
+    struct rf_plan_item its[48];
+    int64_t offsets[48], ke[3], kg[3];
+    int n = 0, kinds = (int)rnd(&st, 1, 3);
+    for (int k = 0; k < kinds; k++) {
+      kg[k] = rnd(&st, 1, 16);
+      ke[k] = kg[k] * rnd(&st, 1, 12) + (rnd(&st, 0, 3) == 0 ? rnd(&st, 0, kg[k] - 1) : 0);
+    }
+    for (int k = (int)rnd(&st, 0, 4); k > 0; k--) {
+      int64_t g = rnd(&st, 0, 1) ? 1 : rnd(&st, 1, 16);
+      its[n] = (struct rf_plan_item){g * rnd(&st, 1, 6), g, n, 0, 1};
+      n++;
+    }
+    for (int r = (int)rnd(&st, 1, 14); r > 0 && n + kinds <= 48; r--)
+      for (int k = 0; k < kinds; k++, n++) its[n] = (struct rf_plan_item){ke[k], kg[k], n, 0, 1};
+    int W = (int)rnd(&st, 1, 64);
+    int64_t align = rnd(&st, 1, 8), want = align;
+    while (!rf_plan_items_fit(its, n, W, want, offsets)) want += align;
+    int64_t got = rf_plan_items_min_shard(its, n, W, align, NULL);
+    RF_CHECK(got == want, "range search %d: S %lld, unpruned scan %lld", inst, (long long)got,
+             (long long)want);
+    int64_t limit = rnd(&st, 1, 2 * want);
+    got = rf_plan_items_min_shard_below(its, n, W, align, limit, NULL);
+    RF_CHECK(got == (want < limit ? want : -1), "range search %d below %lld: S %lld, unpruned scan %lld",
+             inst, (long long)limit, (long long)got, (long long)want);
+    range_checks += 2;
+  }
+  printf("test_plan_brute: %d range searches agree with the unpruned scan\n", range_checks);
+
   /* Bad input is refused with a message naming the tensor. */
   struct rf_plan_tensor_in bad = {"w", 2, {4, 0}, 0, 4, 1, 0};
   struct rf_plan_unit_in u = {"layer", 1, &bad};

@@ -98,6 +98,87 @@ int rf_plan_items_fit(const struct rf_plan_item *items, int n, int world, int64_
   return 1;
 }
 
+/* The earliest placement followed for every S of [*lo, *hi] at once (*lo a
+ * multiple of align). Within a range of S where every decision of
+ * rf_plan_place_one comes out the same, the cursor is k*S + x with k and x fixed
+ * (an item is placed either before the next boundary or a whole number of its
+ * blocks before it, so its end is a fixed offset past a boundary), and each
+ * decision compares S with a fixed number: "fits before the boundary" (x + e <=
+ * S), the blocks before the boundary (floor((S - x) / g)), "ends before the
+ * boundary after" (e - g*m <= S). The range is narrowed to where they hold as
+ * at *lo; the fit condition (padding within the slack, (W - k) * S >= x + the
+ * elements still to place) holds from a threshold on, which raises *lo. Returns
+ * 1 when the aligned S = *lo fits (and no aligned S of the range below it does);
+ * 0 when no aligned S in [*lo, *hi] fits, *hi lowered to where that is known. */
+static int rf_plan_items_fit_range(const struct rf_plan_item *items, int n, int world, int64_t elems,
+                                   int64_t align, int64_t *lo_io, int64_t *hi_io) {
+  int64_t lo = rf_max_i64(*lo_io, rf_round_up(rf_ceil_div(elems, world), align)), hi = *hi_io;
+  int64_t k = 0, x = 0, rest = elems; /* cursor k*S + x with 0 <= x < S on the whole range */
+  int i = 0;
+  for (; i < n && lo <= hi; i++) {
+    int64_t e = items[i].numel, g = items[i].block_elems;
+    int placed = 0;
+    for (int pass = 0; pass < 2 && !placed; pass++) {
+      if (x + e <= lo) { /* before the boundary, and so for every larger S */
+        x += e;
+        placed = 1;
+        break;
+      }
+      hi = rf_min_i64(hi, x + e - 1);
+      int64_t m = (lo - x) / g; /* whole blocks before the boundary */
+      hi = rf_min_i64(hi, x + (m + 1) * g - 1);
+      if (m >= 1) {
+        int64_t y = e - g * m; /* its end past the boundary */
+        int ok = y <= lo;
+        if (!ok) { /* it holds two boundaries: legal where S is a whole number of blocks */
+          ok = lo % g == 0;
+          hi = ok ? lo : rf_min_i64(hi, rf_min_i64(y, rf_round_up(lo, g)) - 1);
+        }
+        if (ok) {
+          k++;
+          x = y;
+          placed = 1;
+          break;
+        }
+      }
+      if (x == 0) break;
+      k++;
+      x = 0;
+    }
+    if (!placed) break;
+    if (x >= lo) { /* at a boundary (or past) at S = lo only */
+      hi = lo;
+      k += x / lo;
+      x %= lo;
+    }
+    rest -= e;
+    /* p <= W*S and padding <= slack: (W - k) * S >= x + rest */
+    if (world - k <= 0) {
+      if (world - k < 0 || x + rest > 0) break;
+    } else {
+      lo = rf_max_i64(lo, rf_round_up(rf_ceil_div(x + rest, world - k), align));
+    }
+  }
+  if (i == n && lo <= hi) {
+    *lo_io = lo;
+    return 1;
+  }
+  *hi_io = hi;
+  return 0;
+}
+
+/* The smallest S in [from, to] (a multiple of align) at which the items fit in
+ * this order, or -1: rf_plan_items_fit_range over consecutive ranges. */
+static int64_t rf_plan_items_first_fit(const struct rf_plan_item *items, int n, int world, int64_t align,
+                                       int64_t elems, int64_t from, int64_t to) {
+  for (int64_t lo = rf_round_up(from, align); lo <= to;) {
+    int64_t hi = to;
+    if (rf_plan_items_fit_range(items, n, world, elems, align, &lo, &hi)) return lo;
+    lo = rf_round_up(hi + 1, align);
+  }
+  return -1;
+}
+
 /* The distinct (numel, block) pairs of a set of items, with lcm(align, block):
  * the candidate conditions depend on nothing else, and a unit of hundreds of
  * experts has only a handful of distinct pairs. */
@@ -183,61 +264,6 @@ int64_t rf_plan_lower_bound(const struct rf_plan_item *items, int n, int world, 
   return rf_plan_next_candidate(items, n, align, rf_ceil_div(rf_plan_items_elems(items, n), world));
 }
 
-/* Neighbours: consecutive items a, b of the order with blocks ga, gb > 1 and
- * numel(a) a whole number of blocks ga; g = gcd(ga, gb). When both are longer
- * than S, each holds a boundary, and a legal placement starts each a whole
- * number of its blocks before its first boundary (at most S after its start), so
- * a ends a whole number of ga past its first boundary; so the padding between
- * them is congruent to jS (mod g), j >= 1 the shards between those boundaries,
- * and larger than jS - numel(a) - S. (Experts whose gate, up and down matrices
- * alternate have different blocks with a large common divisor.) The smallest such padding, summed over the
- * order's neighbours, must fit in the slack W*S - N: a necessary condition that skips most candidates S of a
- * unit of many big identical tensors (MoE experts) without placing anything; the plan found is the same.
- * Neighbours with the same (numel(a), g, shorter of the two) are counted together; up to
- * RF_PLAN_NEIGHBOUR_KINDS kinds (further ones are left out: a weaker bound). */
-#define RF_PLAN_NEIGHBOUR_KINDS 64
-
-struct rf_plan_neighbours {
-  int n;
-  int64_t numel[RF_PLAN_NEIGHBOUR_KINDS], block[RF_PLAN_NEIGHBOUR_KINDS], shorter[RF_PLAN_NEIGHBOUR_KINDS];
-  int64_t count[RF_PLAN_NEIGHBOUR_KINDS];
-};
-
-static void rf_plan_neighbours_init(struct rf_plan_neighbours *nb, const struct rf_plan_item *items, int n) {
-  nb->n = 0;
-  for (int i = 0; i + 1 < n; i++) {
-    int64_t e = items[i].numel, ga = items[i].block_elems, m = rf_min_i64(e, items[i + 1].numel);
-    int64_t g = rf_gcd_i64(ga, items[i + 1].block_elems);
-    if (g <= 1 || e % ga != 0) continue;
-    int k = 0;
-    while (k < nb->n && !(nb->numel[k] == e && nb->block[k] == g && nb->shorter[k] == m)) k++;
-    if (k == RF_PLAN_NEIGHBOUR_KINDS) continue;
-    if (k == nb->n) nb->numel[k] = e, nb->block[k] = g, nb->shorter[k] = m, nb->count[k] = 0, nb->n++;
-    nb->count[k]++;
-  }
-}
-
-/* The least padding between neighbours (numel(a) = e, block g) at shard size S. */
-static int64_t rf_plan_neighbour_pad(int64_t e, int64_t g, int64_t S) {
-  int64_t best = INT64_MAX;
-  for (int64_t j = 1;; j++) {
-    int64_t lo = rf_max_i64(0, j * S - e - S + 1);
-    if (lo >= best) break;
-    int64_t r = (j % g) * (S % g) % g;
-    best = rf_min_i64(best, lo + ((r - lo % g) % g + g) % g);
-  }
-  return best;
-}
-
-/* 0 when the neighbours' least padding exceeds the slack of S (no placement fits). */
-static int rf_plan_neighbours_allow(const struct rf_plan_neighbours *nb, int world, int64_t elems,
-                                    int64_t S) {
-  int64_t slack = (int64_t)world * S - elems, pad = 0;
-  for (int k = 0; k < nb->n && pad <= slack; k++)
-    if (nb->shorter[k] > S) pad += nb->count[k] * rf_plan_neighbour_pad(nb->numel[k], nb->block[k], S);
-  return pad <= slack;
-}
-
 /* The smallest aligned S in (lo, hi] that fits, given that lo fails, hi fits
  * (hi < 0: unknown), no S at or below `limit` matters (limit < 0: none), and
  * feasibility is monotone from lo on; -1 if none below limit. */
@@ -272,19 +298,19 @@ int64_t rf_plan_items_min_shard_below(const struct rf_plan_item *items, int n, i
   int64_t max_numel = 0;
   for (int i = 0; i < n; i++) max_numel = rf_max_i64(max_numel, items[i].numel);
   int64_t elems = rf_plan_items_elems(items, n), s = rf_plan_pairs_next(&p, align, rf_ceil_div(elems, world));
-  struct rf_plan_neighbours nb;
-  rf_plan_neighbours_init(&nb, items, n);
-  /* Terminates: at S >= sum of numel everything fits in the first shard. */
-  while ((limit < 0 || s < limit) &&
-         !(rf_plan_neighbours_allow(&nb, world, elems, s) && rf_plan_items_fit(items, n, world, s, NULL))) {
-    if (s >= max_numel) {
-      /* No item can hold a whole shard any more: feasibility is monotone in S
-       * (../shared/DESIGN.md), and every aligned S is a candidate, so search. */
-      s = rf_plan_monotone_search(items, n, world, align, s, limit);
-      if (s < 0) s = limit;
-      break;
-    }
-    s = rf_plan_pairs_next(&p, align, s + align);
+  if (s < max_numel) {
+    /* Below the largest item: the smallest fitting S, range by range. */
+    int64_t end = limit < 0 ? max_numel - 1 : rf_min_i64(max_numel, limit) - 1;
+    int64_t f = s <= end ? rf_plan_items_first_fit(items, n, world, align, elems, s, end) : -1;
+    s = f >= 0 ? f : rf_plan_pairs_next(&p, align, end + 1);
+  }
+  if ((limit < 0 || s < limit) && !rf_plan_items_fit(items, n, world, s, NULL)) {
+    /* Here s >= every item: no item can hold a whole shard any more, so
+     * feasibility is monotone in S (../shared/DESIGN.md), and every aligned S is
+     * a candidate: search. Terminates: at S >= sum of numel everything fits in
+     * the first shard. */
+    s = rf_plan_monotone_search(items, n, world, align, s, limit);
+    if (s < 0) s = limit;
   }
   rf_plan_pairs_free(&p);
   if (limit >= 0 && s >= limit) return -1;
