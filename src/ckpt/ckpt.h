@@ -245,6 +245,23 @@ int rf_ckpt_is_param(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t);
  * tensor in memory), checksums verified; the file appears atomically when
  * complete. __metadata__: {"format": "pt", "rfsdp_step": "<step>"}. */
 int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype);
+/* The tensors an export writes in FP8, DeepSeek-V3's format: each named parameter
+ * (a matrix [rows, cols], or fused matrices [E, rows, cols]) becomes its e4m3 codes
+ * under its own name (F8_E4M3) and NAME + "_scale_inv" (F32: one scale per 128x128
+ * tile of each matrix, [ceil(rows/128), ceil(cols/128)] or [E, ...]), the value being
+ * code * scale_inv. Scales are amax / 448, powers of two with pow2 (rf_fp8_scale). */
+struct rf_ckpt_export_fp8 {
+  int n;
+  const char *const *names; /* borrowed */
+  int pow2;
+};
+/* rf_ckpt_export_safetensors with the tensors fp8 names quantized (each matrix
+ * read whole and quantized by rf_fp8_quantize); the others as there. Refused, the
+ * file untouched: a name the checkpoint has no parameter of, a tensor not 2-D or
+ * 3-D, a NaN or infinity (the message names the tensor and the element).
+ * __metadata__ adds "rfsdp_fp8". */
+int rf_ckpt_export_safetensors_fp8(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype,
+                                   const struct rf_ckpt_export_fp8 *fp8);
 /* Fills this rank's range of every view's master weights from a safetensors file
  * (tensors by name, same shape, F32/BF16/F16 converted to f32), or from the shards
  * of a Hugging Face index when `path` ends in ".json"

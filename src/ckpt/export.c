@@ -1,5 +1,5 @@
-/* A checkpoint's parameters to a safetensors file (streamed), and a safetensors
- * file into the runtime's views. */
+/* A checkpoint's parameters to a safetensors file (streamed; optionally the linear
+ * weights in FP8, DeepSeek-V3's format), and a safetensors file into the runtime's views. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -19,65 +19,184 @@ static void rf_ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *sh
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
-static int rf_ckpt_export_stream(struct rf_ckpt *ck, struct rf_safetensors_writer *w, const int *params,
-                                 int n) {
-  float *buf = rf_xmalloc((size_t)RF_CKPT_EXPORT_PIECE * sizeof(float));
-  int rc = 0;
-  for (int k = 0; k < n && rc == 0; k++) {
-    const struct rf_ckpt_tensor *t = &ck->tensors[params[k]];
-    for (int64_t at = 0; at < t->numel && rc == 0; at += RF_CKPT_EXPORT_PIECE) {
-      int64_t m = rf_min_i64(RF_CKPT_EXPORT_PIECE, t->numel - at);
-      if (t->dtype == RF_DTYPE_F32) {
-        rc = rf_ckpt_read(ck, t->name, t->dtype, t->ndim, t->shape, at, at + m, buf);
-      } else { /* bf16: read into the upper half, widen in place from the front */
-        uint16_t *h = (uint16_t *)(void *)buf + m;
-        rc = rf_ckpt_read(ck, t->name, t->dtype, t->ndim, t->shape, at, at + m, h);
-        for (int64_t i = 0; i < m && rc == 0; i++) buf[i] = rf_f32_from_bf16(h[i]);
-      }
-      if (rc == 0) rc = rf_safetensors_writer_write_f32(w, buf, m);
-    }
+/* Elements [at, at + m) of parameter t as f32 (bf16 widened) into buf (m floats). */
+static int rf_ckpt_export_read(struct rf_ckpt *ck, const struct rf_ckpt_tensor *t, int64_t at, int64_t m,
+                               float *buf) {
+  if (t->dtype == RF_DTYPE_F32)
+    return rf_ckpt_read(ck, t->name, t->dtype, t->ndim, t->shape, at, at + m, buf);
+  /* bf16: read into the upper half, widen in place from the front */
+  uint16_t *h = (uint16_t *)(void *)buf + m;
+  RF_TRY(rf_ckpt_read(ck, t->name, t->dtype, t->ndim, t->shape, at, at + m, h));
+  for (int64_t i = 0; i < m; i++) buf[i] = rf_f32_from_bf16(h[i]);
+  return 0;
+}
+
+/* A parameter in the export's dtype, in pieces. */
+static int rf_ckpt_export_plain(struct rf_ckpt *ck, struct rf_safetensors_writer *w,
+                                const struct rf_ckpt_tensor *t, float *buf) {
+  for (int64_t at = 0; at < t->numel; at += RF_CKPT_EXPORT_PIECE) {
+    int64_t m = rf_min_i64(RF_CKPT_EXPORT_PIECE, t->numel - at);
+    RF_TRY(rf_ckpt_export_read(ck, t, at, m, buf));
+    RF_TRY(rf_safetensors_writer_write_f32(w, buf, m));
   }
-  free(buf);
+  return 0;
+}
+
+/* The matrices of an FP8 tensor: [rows, cols] or E fused [E, rows, cols]. */
+static struct rf_fp8_grid rf_ckpt_export_fp8_grid(const struct rf_ckpt_tensor *t, int64_t *matrices) {
+  *matrices = t->ndim == 3 ? t->shape[0] : 1;
+  return (struct rf_fp8_grid){.rows = t->shape[t->ndim - 2],
+                              .cols = t->shape[t->ndim - 1],
+                              .tile_rows = RF_FP8_TILE,
+                              .tile_cols = RF_FP8_TILE};
+}
+
+/* An FP8 tensor: each matrix read whole and quantized, its codes written; then
+ * every matrix's scales (the next declared tensor, NAME_scale_inv). */
+static int rf_ckpt_export_quantized(struct rf_ckpt *ck, struct rf_safetensors_writer *w,
+                                    const struct rf_ckpt_tensor *t, int pow2) {
+  int64_t e_count;
+  struct rf_fp8_grid g = rf_ckpt_export_fp8_grid(t, &e_count);
+  int64_t elems = g.rows * g.cols, tiles = rf_fp8_grid_tiles(&g);
+  float *x = rf_xmalloc((size_t)elems * sizeof(float) + 1);
+  uint8_t *codes = rf_xmalloc((size_t)elems + 1);
+  float *scales = rf_xmalloc((size_t)(e_count * tiles) * sizeof(float) + 1);
+  int rc = 0;
+  for (int64_t e = 0; e < e_count && rc == 0; e++) {
+    char name[RF_FILE_PATH_MAX];
+    if (t->ndim == 3)
+      snprintf(name, sizeof name, "%s[%" PRId64 "]", t->name, e);
+    else
+      snprintf(name, sizeof name, "%s", t->name);
+    rc = rf_ckpt_export_read(ck, t, e * elems, elems, x);
+    if (rc == 0) rc = rf_fp8_quantize(&g, x, pow2, name, codes, scales + e * tiles);
+    if (rc == 0) rc = rf_safetensors_writer_write(w, codes, (size_t)elems);
+  }
+  if (rc == 0) rc = rf_safetensors_writer_write_f32(w, scales, e_count * tiles);
+  free(scales);
+  free(codes);
+  free(x);
   return rc;
 }
 
-int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype) {
+/* The index in fp8->names of parameter `name`, or -1. */
+static int rf_ckpt_export_fp8_index(const struct rf_ckpt_export_fp8 *fp8, const char *name) {
+  for (int i = 0; fp8 && i < fp8->n; i++)
+    if (strcmp(fp8->names[i], name) == 0) return i;
+  return -1;
+}
+
+/* The declarations of the export: every parameter, an FP8 one followed by its scales
+ * (scale_names[k] owns that name). Fills params (checkpoint indices) and quant. */
+static int rf_ckpt_export_declare(const struct rf_ckpt *ck, const char *ckpt_dir, enum rf_dtype dtype,
+                                  const struct rf_ckpt_export_fp8 *fp8, int *params, int *quant,
+                                  struct rf_safetensors_decl *decls, char **scale_names, int *n_params,
+                                  int *n_decls) {
+  int n = 0, nd = 0;
+  int *seen = rf_xcalloc((size_t)(fp8 ? fp8->n : 0) + 1, sizeof *seen);
+  int rc = 0;
+  for (int i = 0; i < ck->n_tensors && rc == 0; i++) {
+    const struct rf_ckpt_tensor *t = &ck->tensors[i];
+    if (!rf_ckpt_is_param(ck, t)) continue;
+    if (t->dtype != RF_DTYPE_F32 && t->dtype != RF_DTYPE_BF16) {
+      rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; only f32 and bf16 parameters export",
+                        ckpt_dir, t->name, rf_dtype_name(t->dtype));
+      break;
+    }
+    int q = rf_ckpt_export_fp8_index(fp8, t->name);
+    if (q >= 0 && t->ndim != 2 && t->ndim != 3) {
+      rc = rf_error_set(
+          __FILE__, __LINE__,
+          "%s: tensor '%s' has %d dimensions; FP8 tiles need a matrix or fused matrices (2 or 3)", ckpt_dir,
+          t->name, t->ndim);
+      break;
+    }
+    if (q >= 0) seen[q] = 1;
+    params[n] = i;
+    quant[n] = q >= 0;
+    decls[nd] = (struct rf_safetensors_decl){
+        .name = t->name,
+        .dtype = q >= 0 ? RF_SAFETENSORS_DTYPE_F8_E4M3 : rf_safetensors_dtype_from_rf(dtype),
+        .ndim = t->ndim};
+    memcpy(decls[nd].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    nd++;
+    if (q >= 0) {
+      int64_t e_count;
+      struct rf_fp8_grid g = rf_ckpt_export_fp8_grid(t, &e_count);
+      size_t len = strlen(t->name) + sizeof "_scale_inv";
+      scale_names[n] = rf_xmalloc(len);
+      snprintf(scale_names[n], len, "%s_scale_inv", t->name);
+      decls[nd] = (struct rf_safetensors_decl){
+          .name = scale_names[n], .dtype = RF_SAFETENSORS_DTYPE_F32, .ndim = t->ndim};
+      if (t->ndim == 3) decls[nd].shape[0] = e_count;
+      decls[nd].shape[t->ndim - 2] = rf_fp8_grid_tile_rows(&g);
+      decls[nd].shape[t->ndim - 1] = rf_fp8_grid_tile_cols(&g);
+      nd++;
+    }
+    n++;
+  }
+  for (int q = 0; fp8 && q < fp8->n && rc == 0; q++)
+    if (!seen[q])
+      rc = rf_error_set(__FILE__, __LINE__,
+                        "%s: no parameter '%s' to export in FP8 (a checkpoint of another model?)", ckpt_dir,
+                        fp8->names[q]);
+  if (rc == 0 && n == 0)
+    rc = rf_error_set(__FILE__, __LINE__, "%s: the checkpoint holds no parameters", ckpt_dir);
+  free(seen);
+  *n_params = n;
+  *n_decls = nd;
+  return rc;
+}
+
+static int rf_ckpt_export(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype,
+                          const struct rf_ckpt_export_fp8 *fp8) {
   if (dtype != RF_DTYPE_F32 && dtype != RF_DTYPE_BF16)
     RF_FAIL("%s: export dtype must be f32 or bf16, not %s", out_path, rf_dtype_name(dtype));
   struct rf_ckpt ck;
   RF_TRY(rf_ckpt_open(&ck, ckpt_dir));
-  int *params = rf_xcalloc((size_t)ck.n_tensors + 1, sizeof *params);
-  struct rf_safetensors_decl *decls = rf_xcalloc((size_t)ck.n_tensors + 1, sizeof *decls);
-  int n = 0, rc = 0;
-  for (int i = 0; i < ck.n_tensors && rc == 0; i++) {
-    const struct rf_ckpt_tensor *t = &ck.tensors[i];
-    if (!rf_ckpt_is_param(&ck, t)) continue;
-    if (t->dtype != RF_DTYPE_F32 && t->dtype != RF_DTYPE_BF16)
-      rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; only f32 and bf16 parameters export",
-                        ckpt_dir, t->name, rf_dtype_name(t->dtype));
-    params[n] = i;
-    decls[n] = (struct rf_safetensors_decl){
-        .name = t->name, .dtype = rf_safetensors_dtype_from_rf(dtype), .ndim = t->ndim};
-    memcpy(decls[n].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    n++;
-  }
-  if (rc == 0 && n == 0)
-    rc = rf_error_set(__FILE__, __LINE__, "%s: the checkpoint holds no parameters", ckpt_dir);
-  char meta[96];
-  snprintf(meta, sizeof meta, "{\"format\":\"pt\",\"rfsdp_step\":\"%" PRId64 "\"}", ck.step);
+  size_t cap = (size_t)ck.n_tensors + 1;
+  int *params = rf_xcalloc(cap, sizeof *params), *quant = rf_xcalloc(cap, sizeof *quant);
+  char **scale_names = rf_xcalloc(cap, sizeof *scale_names);
+  struct rf_safetensors_decl *decls = rf_xcalloc(2 * cap, sizeof *decls);
+  int n = 0, n_decls = 0;
+  int rc = rf_ckpt_export_declare(&ck, ckpt_dir, dtype, fp8, params, quant, decls, scale_names, &n, &n_decls);
+  char meta[256];
+  snprintf(meta, sizeof meta, "{\"format\":\"pt\",\"rfsdp_step\":\"%" PRId64 "\"%s%s}", ck.step,
+           fp8 ? ",\"rfsdp_fp8\":\"e4m3 128x128 blocks, value = weight * weight_scale_inv, scales " : "",
+           !fp8        ? ""
+           : fp8->pow2 ? "powers of two\""
+                       : "amax/448\"");
   struct rf_safetensors_writer w;
-  if (rc == 0) rc = rf_safetensors_writer_open(&w, out_path, n, decls, meta);
+  if (rc == 0) rc = rf_safetensors_writer_open(&w, out_path, n_decls, decls, meta);
   if (rc == 0) {
-    rc = rf_ckpt_export_stream(&ck, &w, params, n);
+    float *buf = rf_xmalloc((size_t)RF_CKPT_EXPORT_PIECE * sizeof(float));
+    for (int k = 0; k < n && rc == 0; k++) {
+      const struct rf_ckpt_tensor *t = &ck.tensors[params[k]];
+      rc = quant[k] && fp8 ? rf_ckpt_export_quantized(&ck, &w, t, fp8->pow2)
+                           : rf_ckpt_export_plain(&ck, &w, t, buf);
+    }
+    free(buf);
     if (rc == 0)
       rc = rf_safetensors_writer_commit(&w);
     else
       rf_safetensors_writer_abort(&w);
   }
+  for (size_t k = 0; k < cap; k++) free(scale_names[k]);
+  free(scale_names);
   free(decls);
+  free(quant);
   free(params);
   rf_ckpt_close(&ck);
   return rc;
+}
+
+int rf_ckpt_export_safetensors(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype) {
+  return rf_ckpt_export(ckpt_dir, out_path, dtype, NULL);
+}
+
+int rf_ckpt_export_safetensors_fp8(const char *ckpt_dir, const char *out_path, enum rf_dtype dtype,
+                                   const struct rf_ckpt_export_fp8 *fp8) {
+  return rf_ckpt_export(ckpt_dir, out_path, dtype, fp8);
 }
 
 /* The files of an import: one safetensors file, or the shards named by a Hugging
