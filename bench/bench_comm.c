@@ -18,9 +18,21 @@
  *   thread   a second thread calls rf_comm_test in a loop (busy) while the main
  *            thread computes; only when MPI provides MPI_THREAD_MULTIPLE
  *   thread-s the same thread sleeping 50 us between tests
+ * Part 3 (RF_BENCH_PART=step, and only then): each collective as a training step
+ * meets it, what bench/scale.sh fits the simulator's "here" profile to. Every rank
+ * computes a chunk of gemms of about RF_BENCH_CHUNK_MS (default 4) ms of its own
+ * CPU time (a unit's forward on configs/demo.json at W = 2..4); all-gather and
+ * reduce-scatter (f32, non-blocking, block shards: src/dbuffer's equal mode) are
+ * started before the chunk and polled after every gemm, then waited on (the
+ * runtime's prefetch); the all-reduce (blocking: the step's scalars, HSDP's slab)
+ * follows the chunk. cost = (chunk with the collective) - (the chunk alone), each
+ * the median over repetitions of the slowest rank, the two interleaved so that
+ * both see the same load. With more ranks than cores the chunk alone is already
+ * time-shared, and the cost is what the collective adds to that: the peers'
+ * time slices, spinning ranks taking the cores of computing ones.
  * Environment: RF_BENCH_MAX_MIB (the largest size), RF_BENCH_MIN_KIB (the
- * smallest, 1 MiB unless smaller), RF_BENCH_PART=bandwidth (part 1 only: what
- * bench/scale.sh fits its alpha-beta model to).
+ * smallest, 1 MiB unless smaller), RF_BENCH_PART=bandwidth (part 1 only) or
+ * step (part 3 only), RF_BENCH_CHUNK_MS.
  * Results and the command are in docs/comm.md. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,7 +46,7 @@
 #include "core/core.h"
 #include "gemm/gemm.h"
 
-enum { BENCH_REPS = 9, OVERLAP_REPS = 7, GEMM_N = 192 };
+enum { BENCH_REPS = 9, OVERLAP_REPS = 7, STEP_REPS = 9, GEMM_N = 192 };
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -307,6 +319,95 @@ static void bench_overlap(const struct rf_comm *comm, int64_t bytes) {
   free(buf);
 }
 
+/* This thread's CPU time (ms): the gemm chunk is sized by it, whatever the load. */
+static double thread_cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+enum step_op { STEP_OP_ALLGATHER = 0, STEP_OP_REDUCE_SCATTER, STEP_OP_ALLREDUCE, STEP_OP_COUNT };
+static const char *const step_op_names[] = {"step_allgather", "step_reduce_scatter", "step_allreduce"};
+
+/* One repetition of part 3: the chunk of n gemms, with collective `op` on `count`
+ * f32 per rank (op < 0: alone). Wall ms of this rank. */
+static double step_rep(const struct rf_comm *comm, int op, float *buf, float *recv, int64_t count, int n,
+                       const float *a, const float *b, float *c, struct rf_comm_req *req) {
+  rf_comm_barrier(comm);
+  uint64_t t0 = rf_time_ns();
+  if (op == STEP_OP_ALLGATHER) rf_comm_iallgather(comm, buf, count, RF_DTYPE_F32, req);
+  if (op == STEP_OP_REDUCE_SCATTER) rf_comm_ireduce_scatter_block(comm, buf, recv, count, RF_DTYPE_F32, req);
+  int pending = op == STEP_OP_ALLGATHER || op == STEP_OP_REDUCE_SCATTER;
+  for (int k = 0; k < n; k++) {
+    gemm(a, b, c);
+    if (pending) rf_comm_test(req);
+  }
+  if (pending) rf_comm_wait(req);
+  if (op == STEP_OP_ALLREDUCE)
+    rf_comm_allreduce(comm, buf, count * comm->world, RF_DTYPE_F32, RF_REDUCE_OP_SUM);
+  return (double)(rf_time_ns() - t0) / 1e6;
+}
+
+static void bench_step(const struct rf_comm *comm, int64_t min_bytes, int64_t max_bytes, double chunk_ms) {
+  const int world = comm->world;
+  float *buf = rf_xaligned(64, (size_t)max_bytes);
+  float *recv = rf_xaligned(64, (size_t)max_bytes);
+  const size_t mat = (size_t)GEMM_N * GEMM_N;
+  float *a = rf_xaligned(64, mat * sizeof(float)), *b = rf_xaligned(64, mat * sizeof(float));
+  float *c = rf_xaligned(64, mat * sizeof(float));
+  for (size_t i = 0; i < mat; i++) {
+    a[i] = (float)(i % 17) * 0.01f;
+    b[i] = (float)(i % 13) * 0.01f;
+    c[i] = 0.0f;
+  }
+  /* the chunk: gemms of chunk_ms of CPU time, the slowest rank's gemm setting n on every rank */
+  gemm(a, b, c);
+  double g0 = thread_cpu_ms();
+  for (int k = 0; k < 16; k++) gemm(a, b, c);
+  double per_gemm = (thread_cpu_ms() - g0) / 16;
+  MPI_Allreduce(MPI_IN_PLACE, &per_gemm, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
+  int n = (int)(chunk_ms / per_gemm + 0.5);
+  n = n < 1 ? 1 : n;
+  if (comm->rank == 0) {
+    printf(
+        "\ncollectives inside a step, W=%d: a chunk of %d x sgemm %d^3 (%.2f ms of CPU time) per "
+        "collective;\n",
+        world, n, GEMM_N, n * per_gemm);
+    printf(
+        "cost = chunk with the collective - chunk alone (medians over reps of the slowest rank; size = full "
+        "buffer)\n");
+    printf("%10s  %-20s %-5s %10s %12s %12s %5s\n", "size", "op", "dtype", "cost ms", "alone ms", "with ms",
+           "reps");
+  }
+  struct rf_comm_req req;
+  rf_comm_req_init(&req, world);
+  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    int64_t count = bytes / (int64_t)sizeof(float) / world;
+    fill(buf, count * world, RF_DTYPE_F32, comm->rank);
+    for (int op = 0; op < STEP_OP_COUNT; op++) {
+      double alone[STEP_REPS], with[STEP_REPS];
+      step_rep(comm, op, buf, recv, count, n, a, b, c, &req); /* warm-up */
+      for (int rep = 0; rep < STEP_REPS; rep++) {
+        alone[rep] = step_rep(comm, -1, buf, recv, count, n, a, b, c, &req);
+        with[rep] = step_rep(comm, op, buf, recv, count, n, a, b, c, &req);
+      }
+      double t_alone = median_of_max(comm, alone, STEP_REPS), t_with = median_of_max(comm, with, STEP_REPS);
+      double size = (double)(count * world) * (double)sizeof(float);
+      int mib = size >= (1 << 20);
+      if (comm->rank == 0)
+        printf("%7.0f %s  %-20s %-5s %10.3f %12.3f %12.3f %5d\n", size / (mib ? 1 << 20 : 1 << 10),
+               mib ? "MiB" : "KiB", step_op_names[op], "f32", t_with - t_alone, t_alone, t_with, STEP_REPS);
+    }
+  }
+  rf_comm_req_free(&req);
+  if (c[0] != c[0]) printf("nan\n"); /* keep the gemm results live */
+  free(c);
+  free(b);
+  free(a);
+  free(recv);
+  free(buf);
+}
+
 /* The machine's load average (1 minute), or -1: numbers on a shared machine
  * mean little when it is above the core count. */
 static double load_average(void) {
@@ -332,11 +433,17 @@ int main(int argc, char **argv) {
   int64_t min_bytes = (int64_t)1 << 20;
   env = getenv("RF_BENCH_MIN_KIB");
   if (env && atoll(env) > 0 && ((int64_t)atoll(env) << 10) < min_bytes) min_bytes = (int64_t)atoll(env) << 10;
-  bench_bandwidth(&comm, min_bytes, max_bytes);
-  env = getenv("RF_BENCH_PART"); /* "bandwidth": only part 1 */
-  if (!env || strcmp(env, "bandwidth") != 0) {
-    bench_overlap(&comm, max_bytes / 4);
-    bench_overlap(&comm, max_bytes);
+  const char *part = getenv("RF_BENCH_PART"); /* "bandwidth": only part 1; "step": only part 3 */
+  if (part && strcmp(part, "step") == 0) {
+    env = getenv("RF_BENCH_CHUNK_MS");
+    double chunk_ms = env && atof(env) > 0 ? atof(env) : 4.0;
+    bench_step(&comm, min_bytes, max_bytes, chunk_ms);
+  } else {
+    bench_bandwidth(&comm, min_bytes, max_bytes);
+    if (!part || strcmp(part, "bandwidth") != 0) {
+      bench_overlap(&comm, max_bytes / 4);
+      bench_overlap(&comm, max_bytes);
+    }
   }
   if (comm.rank == 0) printf("load average %.2f at the end\n", load_average());
   rf_comm_free(&comm);
