@@ -10,25 +10,30 @@
 /* {alpha_us, busbw_gbs} for all-gather, reduce-scatter, all-reduce. */
 static const struct rf_plan_network rf_plan_networks[] = {
     {.name = "here",
-     .source =
-         "this machine (2 cores, MPICH shared memory): alpha-beta fitted by bench/scale.sh to bench_comm at "
-         "W=2 (a 'node' = the 2 cores) and W=4 (4 ranks time-sharing 2 cores: the links 'across nodes'), "
-         "2026-11-25 under load 13; all-reduce = reduce-scatter + all-gather; no overlap (docs/comm.md: "
-         "a polled non-blocking all-gather stays exposed); give --peak-gflops",
-     .ranks_per_node = 2,
+     .source = "this machine (2 cores, MPICH shared memory, every rank on it): bench/scale.sh's fit of "
+               "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on; the "
+               "cost they add) at W=2 (intra: a core per rank) and W=4 (shared: 4 ranks time-sharing the 2 "
+               "cores), PLACEHOLDER; compute and optimizer per rank alone, stretched by ranks / cores; "
+               "AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give --peak-gflops "
+               "(bench_model's CPU-time GFLOP/s)",
+     .cores_per_node = 2,
+     .ranks_per_node = 0,
      .intra = {{4.5, 10.6}, {6.1, 3.8}, {10.6, 5.6}},
+     .shared = {{27000.0, 0.23}, {26500.0, 0.28}, {53500.0, 0.25}},
      .inter = {{27000.0, 0.23}, {26500.0, 0.28}, {53500.0, 0.25}},
-     .peak_gflops = 50.0,
+     .peak_gflops = 88.0,
      .efficiency = 1.0,
-     .mem_gbs = 8.0,
+     .mem_gbs = 50.0,
      .overlap = 0.0},
     {.name = "h100-ib",
      .source = "8 H100 SXM per node on NVLink4/NVSwitch (nccl-tests bus bandwidth about 360 GB/s for "
                "all-gather, reduce-scatter and all-reduce), one 400 Gb/s InfiniBand NDR port per GPU (about "
                "45 GB/s bus bandwidth across nodes), 10 / 20 us per doubling of the ranks; 989 TFLOP/s dense "
                "bf16 at 50% in the matmuls; 2.5 TB/s for the optimizer; communication fully overlappable",
+     .cores_per_node = 8,
      .ranks_per_node = 8,
      .intra = {{10.0, 360.0}, {10.0, 360.0}, {10.0, 360.0}},
+     .shared = {{10.0, 360.0}, {10.0, 360.0}, {10.0, 360.0}},
      .inter = {{20.0, 45.0}, {20.0, 45.0}, {20.0, 45.0}},
      .peak_gflops = 989e3,
      .efficiency = 0.5,
@@ -38,8 +43,10 @@ static const struct rf_plan_network rf_plan_networks[] = {
      .source = "8 A100 SXM per node on NVLink3/NVSwitch (bus bandwidth about 230 GB/s), one 200 Gb/s "
                "InfiniBand HDR port per GPU (about 23 GB/s), 10 / 20 us per doubling; 312 TFLOP/s dense bf16 "
                "at 50%; 1.6 TB/s for the optimizer; communication fully overlappable",
+     .cores_per_node = 8,
      .ranks_per_node = 8,
      .intra = {{10.0, 230.0}, {10.0, 230.0}, {10.0, 230.0}},
+     .shared = {{10.0, 230.0}, {10.0, 230.0}, {10.0, 230.0}},
      .inter = {{20.0, 23.0}, {20.0, 23.0}, {20.0, 23.0}},
      .peak_gflops = 312e3,
      .efficiency = 0.5,

@@ -339,19 +339,26 @@ struct rf_plan_link {
   double busbw_gbs; /* GB/s (1e9 bytes) */
 };
 
-/* A machine: links inside a node and between nodes, the compute peak, the
- * memory bandwidth of the optimizer's update, and how much of a unit's
- * communication the next unit's compute hides. */
+/* A machine: nodes of `cores_per_node` cores (GPUs) holding `ranks_per_node`
+ * ranks each (0: every rank on one node), links inside a node (`intra`), inside
+ * a node whose ranks outnumber its cores (`shared`: the ranks time-share the
+ * cores; a collective waits for the peers' time slices) and between nodes
+ * (`inter`), the compute peak of one rank alone, the memory bandwidth of the
+ * optimizer's update, and how much of a unit's communication the next unit's
+ * compute hides. Ranks beyond the cores divide them: compute, optimizer and
+ * copies take max(1, ranks on the node / cores_per_node) times as long. */
 struct rf_plan_network {
   const char *name;
-  const char *source; /* where the numbers come from (stated assumptions) */
-  int ranks_per_node;
-  struct rf_plan_link intra[RF_PLAN_COLL_COUNT]; /* every rank of the group on one node */
-  struct rf_plan_link inter[RF_PLAN_COLL_COUNT]; /* the group spans nodes */
-  double peak_gflops;                            /* per rank, dense, in the compute dtype */
-  double efficiency;                             /* achieved share of the peak in the model's matmuls */
-  double mem_gbs; /* per rank: the optimizer's update streams its state at this rate */
-  double overlap; /* 1: communication hides behind compute; 0: none */
+  const char *source; /* where the numbers come from (stated assumptions or the fit) */
+  int cores_per_node; /* cores (GPUs) a node runs ranks on at once */
+  int ranks_per_node; /* ranks placed on a node; 0: every rank on one node */
+  struct rf_plan_link intra[RF_PLAN_COLL_COUNT];  /* the group on one node, a core per rank */
+  struct rf_plan_link shared[RF_PLAN_COLL_COUNT]; /* the group on one node whose ranks outnumber its cores */
+  struct rf_plan_link inter[RF_PLAN_COLL_COUNT];  /* the group spans nodes */
+  double peak_gflops;                             /* per rank alone, dense, in the compute dtype */
+  double efficiency;                              /* achieved share of the peak in the model's matmuls */
+  double mem_gbs; /* per rank alone: the optimizer's update streams its state at this rate */
+  double overlap; /* 1: communication hides behind compute; 0: none (the links' cost is what is left) */
 };
 
 /* The profile named `name` ("here", "h100-ib", "a100-ib"); -1 with
@@ -399,7 +406,8 @@ struct rf_plan_sim_result {
   int64_t bytes_intra;  /* inside the shard group: gathers and reduce-scatters */
   int64_t bytes_inter;  /* across groups: the gradient shard all-reduced over the replicas */
   /* time per step, ms */
-  double compute_ms;      /* FLOPs / (peak * efficiency) */
+  double time_share;      /* max(1, ranks on a node / cores): compute, optimizer and copies stretch by it */
+  double compute_ms;      /* FLOPs / (peak * efficiency) x time_share */
   double comm_ms;         /* every collective back to back */
   double exposed_comm_ms; /* what the prefetch schedule leaves uncovered */
   double optim_ms;        /* the optimizer's pass over its state */

@@ -143,6 +143,18 @@ static int64_t rf_plan_sim_others(const struct rf_plan_unit *p, const struct rf_
   return b->total_elems - (b->starts[r + 1] - b->starts[r]);
 }
 
+/* Ranks of a run of `world` ranks on one node. */
+static int rf_plan_sim_ranks_on_node(const struct rf_plan_network *net, int world) {
+  return net->ranks_per_node > 0 && net->ranks_per_node < world ? net->ranks_per_node : world;
+}
+
+/* The links of a collective whose members span `span` ranks of the run (the
+ * shard group: S; the replicas and the world: W) placed node by node. */
+static const struct rf_plan_link *rf_plan_sim_links(const struct rf_plan_network *net, int span, int world) {
+  if (net->ranks_per_node > 0 && span > net->ranks_per_node) return net->inter;
+  return rf_plan_sim_ranks_on_node(net, world) > net->cores_per_node ? net->shared : net->intra;
+}
+
 /* What the prefetch schedule leaves of communication m while computing c. */
 static double rf_plan_sim_hide(double c, double m, double overlap) {
   double left = m - overlap * c;
@@ -159,6 +171,9 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   RF_REQUIRE(o->accum >= 1 && o->prefetch >= 0, "simulate: accum %d, prefetch %d", o->accum, o->prefetch);
   RF_REQUIRE(o->net.peak_gflops > 0 && o->net.efficiency > 0 && o->net.mem_gbs > 0,
              "simulate: network %s: peak, efficiency and memory bandwidth must be positive", o->net.name);
+  RF_REQUIRE(o->net.cores_per_node >= 1 && o->net.ranks_per_node >= 0,
+             "simulate: network %s: %d cores and %d ranks per node", o->net.name, o->net.cores_per_node,
+             o->net.ranks_per_node);
   out->replicate = o->replicate;
   out->shard_world = s;
   out->world = s * o->replicate;
@@ -177,9 +192,8 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   }
   /* bytes of that rank per step, and the time of each unit's collectives */
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
-  int ranks_node = o->net.ranks_per_node;
-  const struct rf_plan_link *sl = s <= ranks_node ? o->net.intra : o->net.inter;
-  const struct rf_plan_link *wl = out->world <= ranks_node ? o->net.intra : o->net.inter;
+  const struct rf_plan_link *sl = rf_plan_sim_links(&o->net, s, out->world);
+  const struct rf_plan_link *wl = rf_plan_sim_links(&o->net, out->world, out->world);
   double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
   double *c = rf_xcalloc((size_t)n, sizeof *c);
   int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
@@ -213,9 +227,12 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   out->bytes_intra += (s > 1 ? 8 : 0) + (o->replicate == 1 ? scalars - (s > 1 ? 8 : 0) : 0);
   out->bytes_inter += o->replicate > 1 ? o->scalar_reduce_bytes : 0;
 
-  /* time: compute split over the units by their share of the elements */
-  out->compute_ms =
-      o->flops_per_token * o->tokens_per_rank / (o->net.peak_gflops * 1e9 * o->net.efficiency) * 1e3;
+  /* time: compute split over the units by their share of the elements; ranks
+   * beyond a node's cores time-share them */
+  int on_node = rf_plan_sim_ranks_on_node(&o->net, out->world);
+  out->time_share = on_node > o->net.cores_per_node ? (double)on_node / o->net.cores_per_node : 1.0;
+  out->compute_ms = o->flops_per_token * o->tokens_per_rank / (o->net.peak_gflops * 1e9 * o->net.efficiency) *
+                    1e3 * out->time_share;
   double micro = out->compute_ms / o->accum, ov = o->net.overlap, step = 0, comm = 0;
   for (int u = 0; u < n; u++) c[u] = micro * (double)m->units[u].plan.elems / (double)rf_max_i64(m->elems, 1);
   for (int a = 0; a < o->accum; a++) {
@@ -243,9 +260,9 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   comm += tail;
   /* the optimizer streams parameters, gradients and its state once (read, and write but the gradient) */
   double per_elem = o->optim == RF_OPTIM_KIND_ADAMW8BIT ? 4 + 4 + 4 + 2 * 2 : 4 + 4 + 4 + 2 * 4 * 2;
-  out->optim_ms = (double)out->shard_elems * per_elem / (o->net.mem_gbs * 1e9) * 1e3;
+  out->optim_ms = (double)out->shard_elems * per_elem / (o->net.mem_gbs * 1e9) * 1e3 * out->time_share;
   /* the layout's copies (docs/planner.md's counting rule: per step of one micro-batch) */
-  out->copy_ms = (double)o->accum * (double)m->copy_bytes / (o->net.mem_gbs * 1e9) * 1e3;
+  out->copy_ms = (double)o->accum * (double)m->copy_bytes / (o->net.mem_gbs * 1e9) * 1e3 * out->time_share;
   out->comm_ms = comm;
   out->exposed_comm_ms = step - out->compute_ms;
   out->step_ms = step + out->optim_ms + out->copy_ms;
