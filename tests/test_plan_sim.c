@@ -11,7 +11,8 @@
  * resharding, the fsdp2 and flat layouts, HSDP on a 2x2 mesh (--replicate 2: the
  * log's intra_bytes and inter_bytes, inside and across the shard groups), and a
  * small Mixtral (fused experts, its load-balancing statistics all-reduced).
- * The simulator's FLOPs per token are the trainer's (its start line). The
+ * The simulator's FLOPs per token are the trainer's (its start line). A
+ * --network FILE.json replaces the profile's fields (time-sharing, links). The
  * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
  * (bench/scale.sh). */
@@ -110,6 +111,43 @@ static void check_one(const char *model, const char *data, int world, const char
   cJSON_Delete(step2);
 }
 
+/* A --network FILE.json: its fields replace the base profile's. One core for
+ * two ranks time-shares it (compute x 2) and puts the collectives on the
+ * file's `shared` links: 1 ms per collective (busbw so high the bytes cost
+ * nothing) for the 3U + 1 collectives of a step over U units (U gathers
+ * forward, U - 1 backward, U reduce-scatters, the gradient norm and the
+ * trainer's scalars). A bad field is refused with the file and the field named. */
+static void check_network_file(const char *model) {
+  char net[128];
+  snprintf(net, sizeof net, "%s/net.json", dir);
+  const char *text =
+      "{\"base\": \"here\", \"cores_per_node\": 1, \"peak_gflops\": 10, \"efficiency\": 0.5, "
+      "\"shared\": {\"allgather\": [1000, 1e12], \"reduce_scatter\": [1000, 1e12], \"allreduce\": [1000, "
+      "1e12]}}";
+  RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
+  int rc =
+      rf_cli_run(out, sizeof out,
+                 "plan --model %s --world 2 --batch 8 --seq 8 --optim adamw --network %s --json", model, net);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  RF_CHECK(p != NULL, "plan --network %s: rc %d '%.400s'", net, rc, out);
+  if (p) {
+    double u = num(p, "buffer_count"), want = num(p, "flops_per_token") * 8 * 8 / 2 / (10e9 * 0.5) * 1e3 * 2;
+    RF_CHECK(num(p, "time_share") == 2, "time share %g, want 2 (2 ranks on 1 core)", num(p, "time_share"));
+    RF_CHECK(fabs(num(p, "compute_ms") - want) <= 1e-9 * want, "compute %.17g ms, want %.17g",
+             num(p, "compute_ms"), want);
+    RF_CHECK(fabs(num(p, "comm_ms") - (3 * u + 1)) < 1e-6, "communication %.9g ms over %g units, want %g",
+             num(p, "comm_ms"), u, 3 * u + 1);
+  }
+  cJSON_Delete(p);
+  text = "{\"intra\": {\"allgather\": [-1, 10]}}";
+  RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
+  rc = rf_cli_run(out, sizeof out, "plan --model %s --world 2 --batch 8 --network %s", model, net);
+  RF_CHECK(rc != 0 && strstr(out, net) && strstr(out, "\"intra\".\"allgather\""),
+           "a negative latency: rc %d '%.400s'", rc, out);
+  rc = rf_cli_run(out, sizeof out, "plan --model %s --world 2 --batch 8 --network %s/none.json", model, dir);
+  RF_CHECK(rc != 0 && strstr(out, "none.json"), "a missing file: rc %d '%.400s'", rc, out);
+}
+
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
   char text[256], data[200], model[256], moe[256];
@@ -148,6 +186,7 @@ int main(void) {
   check_one(model, data, 4, "--replicate 2 --shard ragged --optim adamw8bit --accum 2");
   check_one(moe, data, 1, "--optim adamw");
   check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
+  check_network_file(model);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -40,12 +40,83 @@ static double rf_plan_sim_inactive_elems(const struct rf_model_desc *d, const st
   return inactive;
 }
 
+/* A number field of a network file, kept when absent; -1 when present but not a number >= lo. */
+static int rf_plan_sim_net_number(const cJSON *o, const char *key, double lo, const char *path, double *out) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!x) return 0;
+  RF_REQUIRE(cJSON_IsNumber(x) && x->valuedouble >= lo, "--network %s: \"%s\" must be a number >= %g", path,
+             key, lo);
+  *out = x->valuedouble;
+  return 0;
+}
+
+/* A links object {"allgather": [alpha_us, busbw_gbs], "reduce_scatter": [...], "allreduce": [...]}. */
+static int rf_plan_sim_net_links(const cJSON *root, const char *key, const char *path,
+                                 struct rf_plan_link *out) {
+  static const char *const kinds[RF_PLAN_COLL_COUNT] = {"allgather", "reduce_scatter", "allreduce"};
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!o) return 0;
+  RF_REQUIRE(cJSON_IsObject(o), "--network %s: \"%s\" must be an object of collectives", path, key);
+  for (int k = 0; k < RF_PLAN_COLL_COUNT; k++) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, kinds[k]);
+    if (!l) continue;
+    const cJSON *a = cJSON_GetArrayItem(l, 0), *b = cJSON_GetArrayItem(l, 1);
+    RF_REQUIRE(cJSON_IsArray(l) && cJSON_GetArraySize(l) == 2 && cJSON_IsNumber(a) && cJSON_IsNumber(b) &&
+                   a->valuedouble >= 0 && b->valuedouble > 0,
+               "--network %s: \"%s\".\"%s\" must be [alpha_us >= 0, busbw_gbs > 0]", path, key, kinds[k]);
+    out[k] = (struct rf_plan_link){a->valuedouble, b->valuedouble};
+  }
+  return 0;
+}
+
+/* A machine profile from a JSON file: "base" (a built-in profile, default
+ * "here") with the fields the file gives replaced (docs/scale.md). */
+static int rf_plan_sim_network_read(const char *path, struct rf_plan_sim_model *out) {
+  char *text = NULL;
+  size_t n = 0;
+  RF_REQUIRE(rf_file_read_all(path, &text, &n) == 0, "--network %s: cannot read the file", path);
+  cJSON *root = cJSON_ParseWithLength(text, n);
+  free(text);
+  RF_REQUIRE(cJSON_IsObject(root), "--network %s: not a JSON object", path);
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base"),
+              *src = cJSON_GetObjectItemCaseSensitive(root, "source");
+  int rc = rf_plan_network_find(cJSON_IsString(base) ? base->valuestring : "here", &out->net);
+  double cores = out->net.cores_per_node, ranks = out->net.ranks_per_node;
+  if (rc == 0)
+    rc = rf_plan_sim_net_number(root, "cores_per_node", 1, path, &cores) ||
+                 rf_plan_sim_net_number(root, "ranks_per_node", 0, path, &ranks) ||
+                 rf_plan_sim_net_number(root, "peak_gflops", 1e-9, path, &out->net.peak_gflops) ||
+                 rf_plan_sim_net_number(root, "efficiency", 1e-9, path, &out->net.efficiency) ||
+                 rf_plan_sim_net_number(root, "mem_gbs", 1e-9, path, &out->net.mem_gbs) ||
+                 rf_plan_sim_net_number(root, "overlap", 0, path, &out->net.overlap) ||
+                 rf_plan_sim_net_links(root, "intra", path, out->net.intra) ||
+                 rf_plan_sim_net_links(root, "shared", path, out->net.shared) ||
+                 rf_plan_sim_net_links(root, "inter", path, out->net.inter)
+             ? -1
+             : 0;
+  snprintf(out->net_name, sizeof out->net_name, "%s", path);
+  snprintf(out->net_source, sizeof out->net_source, "%s", cJSON_IsString(src) ? src->valuestring : path);
+  cJSON_Delete(root);
+  RF_TRY(rc);
+  out->net.cores_per_node = (int)cores;
+  out->net.ranks_per_node = (int)ranks;
+  out->net.name = out->net_name;
+  out->net.source = out->net_source;
+  return 0;
+}
+
 int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
                       const struct rf_model_desc *desc, struct rf_plan_sim_model *out) {
   memset(out, 0, sizeof *out);
-  RF_TRY(rf_plan_network_find(a->network, &out->net));
-  if (strcmp(a->compute_dtype, "f32") == 0 && strcmp(out->net.name, "here") != 0)
-    out->net.peak_gflops /= 2; /* the GPU profiles' peaks are bf16; f32 matmuls run as TF32 at half */
+  size_t len = strlen(a->network);
+  if (len > 5 &&
+      strcmp(a->network + len - 5, ".json") == 0) { /* a file states its peak in the compute dtype */
+    RF_TRY(rf_plan_sim_network_read(a->network, out));
+  } else {
+    RF_TRY(rf_plan_network_find(a->network, &out->net));
+    if (strcmp(a->compute_dtype, "f32") == 0 && strcmp(out->net.name, "here") != 0)
+      out->net.peak_gflops /= 2; /* the GPU profiles' peaks are bf16; f32 matmuls run as TF32 at half */
+  }
   if (a->peak_gflops > 0) out->net.peak_gflops = a->peak_gflops;
   if (a->efficiency > 0) out->net.efficiency = a->efficiency;
   if (strcmp(desc->model_type, "generic") == 0) {
@@ -128,9 +199,10 @@ void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_si
          t[1], t[2], t[3]);
   printf(
       "    step time        %.2f ms = compute %.2f + exposed communication %.2f + optimizer %.2f + "
-      "copies %.2f (communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f)\n",
+      "copies %.2f (communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f, time share "
+      "%.2f)\n",
       r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->copy_ms, r->comm_ms,
-      sm->flops_per_token * 1e-9, sm->net.peak_gflops, sm->net.efficiency);
+      sm->flops_per_token * 1e-9, sm->net.peak_gflops, sm->net.efficiency, r->time_share);
 }
 
 void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
@@ -159,6 +231,7 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(o, "reduce_bytes_per_step", (double)r->reduce_bytes);
   cJSON_AddNumberToObject(o, "predicted_step_ms", r->step_ms);
   cJSON_AddNumberToObject(o, "compute_ms", r->compute_ms);
+  cJSON_AddNumberToObject(o, "time_share", r->time_share);
   cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
   cJSON_AddNumberToObject(o, "exposed_comm_ms", r->exposed_comm_ms);
   cJSON_AddNumberToObject(o, "optim_ms", r->optim_ms);

@@ -28,35 +28,37 @@ struct rf_plan_sim_args {
   }
 
 /* The option table rows of struct rf_plan_sim_args `a`. */
-#define RF_PLAN_SIM_OPTIONS(a)                                                                              \
-  {"replicate",    RF_OPTION_KIND_INT,                                                                      \
-   &(a).replicate, "HSDP: R replicas of shard groups of W/R ranks (R divides every W)",                     \
-   "[1, inf)",     0},                                                                                      \
-      {"batch",    RF_OPTION_KIND_I64,                                                                      \
-       &(a).batch, "global batch in sequences: simulate a step (memory, bytes, time; 0: only the layout)",  \
-       "[0, inf)", 0},                                                                                      \
-      {"seq", RF_OPTION_KIND_I64, &(a).seq, "tokens per sequence", "[1, inf)", 0},                          \
-      {"rank",      RF_OPTION_KIND_INT,                                                                     \
-       &(a).rank,   "the shard-group rank simulated (-1: the one with the most memory)",                    \
-       "[-1, inf)", 0},                                                                                     \
-      {"accum", RF_OPTION_KIND_INT, &(a).accum, "micro-batches per step", "[1, inf)", 0},                   \
-      {"prefetch", RF_OPTION_KIND_INT, &(a).prefetch, "units gathered ahead", "[0, inf)", 0},               \
-      {"no-reshard",                                                                                        \
-       RF_OPTION_KIND_FLAG,                                                                                 \
-       &(a).no_reshard,                                                                                     \
-       "keep parameters gathered from forward to backward",                                                 \
-       NULL,                                                                                                \
-       0},                                                                                                  \
-      {"compute-dtype",    RF_OPTION_KIND_CHOICE,                                                           \
-       &(a).compute_dtype, "operands of the matmuls (the network's peak in that dtype)",                    \
-       "f32|bf16",         0},                                                                              \
-      {"network", RF_OPTION_KIND_STRING, &(a).network, "machine profile: here, h100-ib, a100-ib", NULL, 0}, \
-      {"peak-gflops",    RF_OPTION_KIND_DOUBLE,                                                             \
-       &(a).peak_gflops, "matmul peak per rank in the compute dtype (0: the network's)",                    \
-       "[0, inf)",       0},                                                                                \
-  {                                                                                                         \
-    "efficiency", RF_OPTION_KIND_DOUBLE, &(a).efficiency,                                                   \
-        "achieved share of the peak in the matmuls (0: the network's)", "[0, 1]", 0                         \
+#define RF_PLAN_SIM_OPTIONS(a)                                                                             \
+  {"replicate",    RF_OPTION_KIND_INT,                                                                     \
+   &(a).replicate, "HSDP: R replicas of shard groups of W/R ranks (R divides every W)",                    \
+   "[1, inf)",     0},                                                                                     \
+      {"batch",    RF_OPTION_KIND_I64,                                                                     \
+       &(a).batch, "global batch in sequences: simulate a step (memory, bytes, time; 0: only the layout)", \
+       "[0, inf)", 0},                                                                                     \
+      {"seq", RF_OPTION_KIND_I64, &(a).seq, "tokens per sequence", "[1, inf)", 0},                         \
+      {"rank",      RF_OPTION_KIND_INT,                                                                    \
+       &(a).rank,   "the shard-group rank simulated (-1: the one with the most memory)",                   \
+       "[-1, inf)", 0},                                                                                    \
+      {"accum", RF_OPTION_KIND_INT, &(a).accum, "micro-batches per step", "[1, inf)", 0},                  \
+      {"prefetch", RF_OPTION_KIND_INT, &(a).prefetch, "units gathered ahead", "[0, inf)", 0},              \
+      {"no-reshard",                                                                                       \
+       RF_OPTION_KIND_FLAG,                                                                                \
+       &(a).no_reshard,                                                                                    \
+       "keep parameters gathered from forward to backward",                                                \
+       NULL,                                                                                               \
+       0},                                                                                                 \
+      {"compute-dtype",    RF_OPTION_KIND_CHOICE,                                                          \
+       &(a).compute_dtype, "operands of the matmuls (the network's peak in that dtype)",                   \
+       "f32|bf16",         0},                                                                             \
+      {"network",    RF_OPTION_KIND_STRING,                                                                \
+       &(a).network, "machine profile: here, h100-ib, a100-ib, or FILE.json",                              \
+       NULL,         0},                                                                                   \
+      {"peak-gflops",    RF_OPTION_KIND_DOUBLE,                                                            \
+       &(a).peak_gflops, "matmul peak per rank in the compute dtype (0: the network's)",                   \
+       "[0, inf)",       0},                                                                               \
+  {                                                                                                        \
+    "efficiency", RF_OPTION_KIND_DOUBLE, &(a).efficiency,                                                  \
+        "achieved share of the peak in the matmuls (0: the network's)", "[0, 1]", 0                        \
   }
 
 /* What the model contributes: FLOPs per token and the activation estimate. */
@@ -66,6 +68,7 @@ struct rf_plan_sim_model {
   int experts_per_token;  /* MoE: routed experts a token meets (num_experts_per_tok) */
   double flops_per_token; /* 6 x active matmul parameters + attention (rf_model_flops_per_token) */
   struct rf_plan_network net;
+  char net_name[256], net_source[1024]; /* a --network FILE.json's (net.name and net.source point here) */
 };
 
 /* Reads what the simulation needs from the model's config (a units file has no
