@@ -11,16 +11,17 @@
 static const struct rf_plan_network rf_plan_networks[] = {
     {.name = "here",
      .source = "this machine (2 cores, MPICH shared memory, every rank on it): bench/scale.sh's fit of "
-               "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on; the "
-               "cost they add) at W=2 (intra: a core per rank) and W=4 (shared: 4 ranks time-sharing the 2 "
-               "cores), PLACEHOLDER; compute and optimizer per rank alone, stretched by ranks / cores; "
-               "AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give --peak-gflops "
-               "(bench_model's CPU-time GFLOP/s)",
+               "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on: "
+               "the cost they add) at W=2 (intra: a core per rank) and W=4 (shared: 4 ranks time-sharing "
+               "the 2 cores), 2026-11-25 20:19 UTC under load 14 (other jobs held the cores; a quiet run's "
+               "runs/.../here.json goes to --network); compute and optimizer of a rank alone, stretched by "
+               "ranks / cores; AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give "
+               "--peak-gflops (bench_model's CPU-time GFLOP/s)",
      .cores_per_node = 2,
      .ranks_per_node = 0,
-     .intra = {{4.5, 10.6}, {6.1, 3.8}, {10.6, 5.6}},
-     .shared = {{27000.0, 0.23}, {26500.0, 0.28}, {53500.0, 0.25}},
-     .inter = {{27000.0, 0.23}, {26500.0, 0.28}, {53500.0, 0.25}},
+     .intra = {{19.0, 0.37}, {5.7, 0.46}, {39106.1, 1.39}},
+     .shared = {{13499.5, 0.17}, {13545.8, 0.16}, {47881.4, 0.30}},
+     .inter = {{13499.5, 0.17}, {13545.8, 0.16}, {47881.4, 0.30}}, /* unused: every rank on one node */
      .peak_gflops = 88.0,
      .efficiency = 1.0,
      .mem_gbs = 50.0,
