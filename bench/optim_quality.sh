@@ -19,6 +19,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 top=$(pwd)
+bench=optim_quality.sh
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
 build=${1:-build}
 rfsdp=$top/$build/rfsdp
 [ -x "$rfsdp" ] || {
@@ -55,23 +58,10 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load 
 echo "$blas_note"
 echo "command (OMP_NUM_THREADS=1): ${cmd[*]}"
 
-json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-
 for opt in adamw adamw8bit muon; do
   run=("${cmd[@]/OPTIM/$opt}")
-  rm -f "$out/$opt".hwm.*
-  # Each rank's peak RSS (kB) in $out/OPTIM.hwm.RANK (GNU time, else polling /proc).
-  # shellcheck disable=SC2016
-  OMP_NUM_THREADS=1 "${run[@]:0:3}" bash -c '
-    r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}; p=$0
-    if [ -x /usr/bin/time ]; then exec /usr/bin/time -f %M -o "$p.$r" "$@"; fi
-    "$@" & pid=$!; h=0
-    while kill -0 $pid 2>/dev/null; do
-      while read -r k v _; do [ "$k" = VmHWM: ] && h=$v; done </proc/$pid/status 2>/dev/null
-      sleep 0.05
-    done
-    wait $pid; rc=$?; echo "$h" >"$p.$r"; exit $rc' "$out/$opt.hwm" "${run[@]:3}" >"$out/$opt.out" 2>&1 || {
+  # Each rank's peak RSS (kB) in $out/OPTIM.hwm.RANK.
+  rf_peak_run "$out/$opt.hwm" "$w" 1 "${run[@]:3}" >"$out/$opt.out" 2>&1 || {
     echo "optim_quality.sh: --optim $opt failed; see $out/$opt.out:" >&2
     tail -5 "$out/$opt.out" >&2
   }

@@ -33,6 +33,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 top=$(pwd)
+bench=train.sh
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
 build=${1:-build}
 rfsdp=$top/$build/rfsdp
 [ -x "$rfsdp" ] || {
@@ -66,57 +69,6 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load 
 echo "$blas_note"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); outputs in $out"
 
-# ---- helpers ----------------------------------------------------------------------
-
-# cfg_get FILE KEY: an integer field of a config.json
-cfg_get() { grep -o "\"$2\" *: *[0-9]*" "$1" | grep -o '[0-9]*$'; }
-
-# rf_run NAME CONFIG W THREADS B T STEPS [extra train options]: one rfsdp training run.
-rf_run() {
-  local name=$1 cfg=$2 w=$3 th=$4 b=$5 t=$6 s=$7
-  shift 7
-  rm -f "$out/$name".hwm.* "$out/$name.jsonl"
-  # Each rank's peak RSS (kB) goes to $out/NAME.hwm.RANK: GNU time when present,
-  # else polling VmHWM in /proc/PID/status.
-  # shellcheck disable=SC2016
-  OMP_NUM_THREADS=$th scripts/rfmpirun -np "$w" bash -c '
-    r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}; p=$0
-    if [ -x /usr/bin/time ]; then exec /usr/bin/time -f %M -o "$p.$r" "$@"; fi
-    "$@" & pid=$!; h=0
-    while kill -0 $pid 2>/dev/null; do
-      while read -r k v _; do [ "$k" = VmHWM: ] && h=$v; done </proc/$pid/status 2>/dev/null
-      sleep 0.05
-    done
-    wait $pid; rc=$?; echo "$h" >"$p.$r"; exit $rc' "$out/$name.hwm" \
-    "$rfsdp" train --model "$cfg" --data data/kjv --steps "$s" --batch "$b" --seq "$t" --lr 1e-3 \
-    --log "$out/$name.jsonl" --print-every 1000 "$@" >"$out/$name.out" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    echo "train.sh: rfsdp run $name failed (exit $rc); see $out/$name.out:" >&2
-    tail -5 "$out/$name.out" >&2
-  fi
-  return $rc
-}
-
-# json_num FILE KEY: the KEY of every line of a JSONL file, one per line.
-json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
-
-# median of the numbers on stdin
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-
-# rf_stats NAME: "median_ms mfu max_hwm_mb per_rank_mb(comma list)" of a run
-# (median over steps 2..N; MFU scaled from the trainer's per-step MFU).
-rf_stats() {
-  local name=$1 med mfu hw list
-  med=$(json_num "$out/$name.jsonl" ms | tail -n +2 | median)
-  [ "$med" = nan ] && med=$(json_num "$out/$name.jsonl" ms | median)
-  mfu=$(paste <(json_num "$out/$name.jsonl" ms) <(json_num "$out/$name.jsonl" mfu) | tail -1 |
-    awk -v m="$med" '{printf "%.4f", $1 * $2 / m}')
-  list=$(cat "$out/$name".hwm.* 2>/dev/null | awk '{printf "%s%.0f", (NR>1?",":""), $1/1024}')
-  hw=$(cat "$out/$name".hwm.* 2>/dev/null | awk 'BEGIN{m=0} {if ($1>m) m=$1} END{printf "%.0f", m/1024}')
-  echo "$med $mfu $hw $list"
-}
-
 # ---- the GEMM peaks of this run, and the runtime floors ---------------------------------
 
 tiny=$out/tiny.json
@@ -144,63 +96,18 @@ echo "oneDNN GEMM peaks measured now (2048^3, CPU time): f32 $(peak_of f32 2) GF
 
 # ---- PyTorch ------------------------------------------------------------------------------
 
-py=""
-torch_note=""
-if [ "${RF_BENCH_TORCH:-1}" = 0 ]; then
-  torch_note="PyTorch columns skipped: RF_BENCH_TORCH=0"
-else
-  venv=${RF_VENV:-$top/.venv}
-  if ! "$venv/bin/python" -c 'import torch, transformers, numpy' 2>/dev/null; then
-    echo "train.sh: creating the PyTorch venv $venv (scripts/pyenv)" >&2
-    RF_VENV=$venv scripts/pyenv >/dev/null 2>"$out/pyenv.log" || true
-  fi
-  if "$venv/bin/python" -c 'import torch, transformers, numpy' 2>/dev/null; then
-    py=$venv/bin/python
-  else
-    torch_note="PyTorch columns skipped: no venv with torch+transformers at $venv (scripts/pyenv failed, see $out/pyenv.log)"
-  fi
-fi
+torch_setup
 [ -n "$torch_note" ] && echo "$torch_note"
 
-# torch_run MODE THREADS [TAG ARGS...]: both models (or the --run/--param-dtype ARGS given)
-# in one set of processes; JSON lines in $out/torch-TAG.json (TAG: MODE by default)
-torch_run() {
-  local mode=$1 th=$2 tag=${3:-$1}
-  shift 2
-  [ $# -gt 0 ] && shift
-  [ $# -gt 0 ] || set -- --run "$demo_cfg:$demo_b:$demo_t:$demo_s" --run "$big_cfg:$big_b:$big_t:$big_s"
-  [ -n "$py" ] || return 1
-  OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th "$py" bench/torch_train.py --mode "$mode" \
-    --threads "$th" --world 2 --data data/kjv --lr 1e-3 --port $((29500 + RANDOM % 400)) "$@" \
-    >"$out/torch-$tag.json" 2>"$out/torch-$tag.err"
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    echo "train.sh: PyTorch $mode failed (exit $rc); see $out/torch-$tag.err:" >&2
-    tail -3 "$out/torch-$tag.err" >&2
-  fi
-  return $rc
-}
-
-# torch_stats MODE CONFIG: "median_ms max_rss_mb per_rank_mb floor_mb optimizer median_cpu_ms"
-torch_stats() {
-  [ -s "$out/torch-$1.json" ] || return 1
-  "$py" - "$out/torch-$1.json" "$2" <<'EOF'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r["config"] == sys.argv[2]:
-        per = ",".join("%.0f" % m for m in r["maxrss_mb"])
-        print("%.2f %.0f %s %.0f %s %.2f" % (r["median_ms"], max(r["maxrss_mb"]), per,
-              max(r["import_rss_mb"]), r["optimizer"].replace(" ", "_"), r.get("median_cpu_ms", 0)))
-EOF
-}
+# the runs of torch_run when none are given: both models in one set of processes
+torch_default_runs=(--run "$demo_cfg:$demo_b:$demo_t:$demo_s" --run "$big_cfg:$big_b:$big_t:$big_s")
 
 # ---- compute dtype (issue 14): the 100M model, A/B interleaved ------------------------------
 
 compute_part() {
-  local b t s bf16="--compute-dtype bf16 --param-dtype bf16" load
+  local b t s bf16="--compute-dtype bf16 --param-dtype bf16"
   read -r b t s <<<"${RF_BENCH_COMPUTE:-4 128 6}"
-  load() { uptime | sed 's/.*load average: //'; }
+  load() { bench_load; }
   echo
   echo "compute dtype: $big_cfg, global batch $b x $t, $s steps (first excluded), AdamW; load (1/5/15 min) before: $(load)"
   # shellcheck disable=SC2086
