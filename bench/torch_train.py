@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/train.sh: the same LLaMA training step as `rfsdp train`
-(Hugging Face LlamaForCausalLM built from the same config.json, float32,
+"""PyTorch side of bench/train.sh and bench/moe.sh: the same training step as
+`rfsdp train` (the Hugging Face model of the config's model_type built from the
+same config.json -- LlamaForCausalLM, MixtralForCausalLM, ... --, float32,
 forward + backward + global-norm clipping at 1.0 + AdamW betas (0.9, 0.95),
 eps 1e-8, weight decay 0.1 on matrices) on the same KJV token file, timed
-step by step.
+step by step. With output_router_logits in the config (mixtral), the loss adds
+router_aux_loss_coef x the model's load-balancing loss, as rfsdp's does; the
+experts run with transformers' default experts implementation (reported).
 
 Modes:
   single  one process, --threads threads (torch.set_num_threads)
@@ -91,13 +94,16 @@ def train_one(rank, world, dist, args, spec):
     import gc
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
     config, batch, seq, steps = spec
-    cfg = LlamaConfig.from_json_file(config)
-    cfg._attn_implementation = "sdpa"
+    with open(config) as f:
+        model_type = json.load(f)["model_type"]
+    cfg = CONFIG_MAPPING[model_type].from_json_file(config)
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM(cfg).float()
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float()
+    aux_coef = cfg.router_aux_loss_coef if getattr(cfg, "output_router_logits", False) else 0.0
+    experts_impl = getattr(model.config, "_experts_implementation", None)
     n_params = sum(p.numel() for p in model.parameters())
     layer_cls = type(model.model.layers[0])
     if args.mode == "fsdp2":
@@ -137,8 +143,11 @@ def train_one(rank, world, dist, args, spec):
         x, y = batch_for(tokens, step, rank, world, batch, seq, args.seed)
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=x, use_cache=False).logits  # y is already shifted
+        out = model(input_ids=x, use_cache=False)
+        logits = out.logits  # y is already shifted
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        if aux_coef:
+            loss = loss + aux_coef * out.aux_loss
         loss.backward()
         if args.mode == "fsdp1":
             model.clip_grad_norm_(1.0)
@@ -159,7 +168,7 @@ def train_one(rank, world, dist, args, spec):
         losses.append(float(lv.item()))
         if rank == 0 and args.verbose:
             print(f"torch {args.mode} {config} step {step + 1}: loss {losses[-1]:.4f} {ms:.1f} ms", file=sys.stderr)
-    del model, opt, logits, loss
+    del model, opt, out, logits, loss
     gc.collect()
     mem = maxrss_mb()
     if dist is not None:
@@ -180,6 +189,8 @@ def train_one(rank, world, dist, args, spec):
         "torch": torch.__version__,
         "params": n_params,
         "optimizer": f"AdamW ({opt_kind})",
+        "model_type": model_type,
+        "experts_implementation": experts_impl if model_type != "llama" else None,
         "batch": batch,
         "seq": seq,
         "step_ms": times,
