@@ -94,6 +94,7 @@ def train_one(rank, world, dist, args, spec):
     import gc
 
     import torch
+    import transformers
     from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
     config, batch, seq, steps = spec
@@ -187,6 +188,7 @@ def train_one(rank, world, dist, args, spec):
         "world": world,
         "threads": args.threads,
         "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "params": n_params,
         "optimizer": f"AdamW ({opt_kind})",
         "model_type": model_type,
