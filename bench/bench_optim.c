@@ -16,7 +16,8 @@
  * and the refresh step (the second), wall and CPU time.
  *   3. Two layers, measured on each rank's own shard: nanoseconds per parameter of
  *      an adamw and an adamw8bit step (median of 7 interleaved repeats of 2 steps, rank 0's
- *      shard; threads as OMP_NUM_THREADS) and their ratio (issue 14: <= 3). */
+ *      shard; threads as OMP_NUM_THREADS) and their ratio (issue 14: <= 3); `bench_optim elementwise` runs
+ * this part only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,13 +421,17 @@ int main(int argc, char **argv) {
   struct rf_comm comm;
   rf_comm_init(&comm, MPI_COMM_WORLD);
   if (comm.world > MAXW) RF_DIE("at most %d ranks", MAXW);
-  int only_shampoo = argc > 1 && strcmp(argv[1], "shampoo") == 0; /* bench_optim shampoo: parts 1 and 4 */
-  whole_model(&comm);
-  if (!only_shampoo) {
-    one_layer(&comm);
+  const char *only = argc > 1 ? argv[1] : ""; /* "shampoo": parts 1 and 4; "elementwise": part 3 */
+  if (strcmp(only, "elementwise") == 0) {
     elementwise(&comm);
+  } else {
+    whole_model(&comm);
+    if (strcmp(only, "shampoo") != 0) {
+      one_layer(&comm);
+      elementwise(&comm);
+    }
+    shampoo_layers(&comm);
   }
-  shampoo_layers(&comm);
   rf_comm_free(&comm);
   rf_comm_mpi_finalize();
   return 0;

@@ -11,9 +11,13 @@
  *     f32 midpoints between neighbouring codes (the ties) and 4 floats either
  *     side, the edges of every lookup bucket, zeros, subnormals, FLT_MIN,
  *     values just outside [-1, 1], huge values, infinities, NaNs, 10^6 random
- *     values in [-1.1, 1.1] and 10^6 random bit patterns;
+ *     values in [-1.1, 1.1] and 10^6 random bit patterns; the batch quantizer
+ *     (AVX-512 where built, and the portable loop) on all of them too;
  *   - tile geometry: 67 x 250 has 3 x 8 tiles, pieces cut at strips, inside a
  *     strip and inside a row give the expected block counts and cut tiles;
+ *   - the AVX-512 8-bit AdamW step equals the portable one bit for bit on all those
+ *     pieces (random codes and scales, zero scales, gradients with zeros, NaN,
+ *     overflowing and tiny values; 4 steps);
  *   - 8-bit AdamW against f32 AdamW on a fixed noisy quadratic (curvatures over
  *     3 decades, 300 steps): at every step the losses differ by at most 1% of
  *     the initial loss, the final loss is within 10% of f32's (near the noise
@@ -117,10 +121,16 @@ static float f32_of_bits(uint32_t b) {
   return x;
 }
 
+/* Every float quantize_diff checked, for the batch quantizer after. */
+#define QX_MAX 2200000
+static float qx[QX_MAX];
+static uint8_t qcodes[QX_MAX];
+
 /* Counts the floats where the lookup and the search disagree (prints the first). */
 static int64_t quantize_diff(int sgn, float x, int64_t *checked) {
   uint8_t fast = rf_optim_quantize(sgn, x), ref = rf_optim_quantize_search(sgn, x);
-  (*checked)++;
+  RF_ASSERT(*checked < QX_MAX);
+  qx[(*checked)++] = x;
   if (fast == ref) return 0;
   printf("  map %s, x = %a: lookup %d, search %d\n", sgn ? "signed" : "unsigned", (double)x, fast, ref);
   return 1;
@@ -185,6 +195,18 @@ static void test_quantize_exact(void) {
       rng = rng * 6364136223846793005ull + 1442695040888963407ull;
       bad += quantize_diff(sgn, f32_of_bits((uint32_t)(rng >> 32)), &checked);
     }
+    /* the batch quantizer (AVX-512 where built, then the portable loop) on the same floats */
+    for (int simd = 1; simd >= 0; simd--) {
+      int was = rf_optim_simd_set(simd);
+      rf_optim_quantize_scaled(sgn, qx, checked, 1.0f, qcodes);
+      rf_optim_simd_set(was);
+      int64_t bad_batch = 0;
+      for (int64_t i = 0; i < checked; i++) bad_batch += qcodes[i] != rf_optim_quantize_search(sgn, qx[i]);
+      printf("quantizer, %s map, batch (%s): %lld of %lld differ from the search\n",
+             sgn ? "signed" : "unsigned", simd && rf_optim_simd_get() ? "AVX-512" : "portable",
+             (long long)bad_batch, (long long)checked);
+      bad += bad_batch;
+    }
     printf(
         "quantizer, %s map: lookup = search on %lld floats (%lld exact ties among the midpoints), %lld "
         "differ\n",
@@ -194,23 +216,26 @@ static void test_quantize_exact(void) {
   }
 }
 
+/* Pieces of tensors: whole, strips, cut inside a strip and inside a row, vectors,
+ * with their expected 8-bit block counts. */
+static const struct {
+  int ndim;
+  int64_t d0, d1, b, e, count, first, cut;
+} cases[] = {
+    {2, 67, 250, 0, 67 * 250, 24, 0, 0},
+    {2, 67, 250, 32 * 250, 64 * 250, 8, 8, 0},
+    {2, 67, 250, 64 * 250, 67 * 250, 8, 16, 0},
+    {2, 67, 250, 0, 40 * 250, 16, 0, 8},
+    {2, 67, 250, 100, 300, 7, 0, 7},
+    {1, 300, 0, 0, 300, 2, 0, 0},
+    {1, 300, 0, 256, 300, 1, 1, 0},
+    {2, 2, 5, 0, 10, 1, 0, 0},
+    {2, 40, 1000, 0, 40 * 1000, 64, 0, 0},
+    {1, 3, 0, 1, 2, 1, 0, 1},
+};
+
 static void test_tiles(void) {
   static float buf[67 * 250], gbuf[67 * 250];
-  struct {
-    int ndim;
-    int64_t d0, d1, b, e, count, first, cut;
-  } cases[] = {
-      {2, 67, 250, 0, 67 * 250, 24, 0, 0},
-      {2, 67, 250, 32 * 250, 64 * 250, 8, 8, 0},
-      {2, 67, 250, 64 * 250, 67 * 250, 8, 16, 0},
-      {2, 67, 250, 0, 40 * 250, 16, 0, 8},
-      {2, 67, 250, 100, 300, 7, 0, 7},
-      {1, 300, 0, 0, 300, 2, 0, 0},
-      {1, 300, 0, 256, 300, 1, 1, 0},
-      {2, 2, 5, 0, 10, 1, 0, 0},
-      {2, 40, 1000, 0, 40 * 1000, 64, 0, 0},
-      {1, 3, 0, 1, 2, 1, 0, 1},
-  };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     struct rf_tensor_view v;
     view_piece(&v, "w", cases[k].ndim, cases[k].d0, cases[k].d1, cases[k].b, cases[k].e, buf, gbuf);
@@ -240,6 +265,80 @@ static void test_tiles(void) {
              (long long)rf_optim_tensor_blocks(o, 0), (long long)total);
     rf_optim_free(o);
   }
+}
+
+/* A gradient with edge values: zeros (a whole run, then scattered), huge ones
+ * (v overflows to inf, its block's v codes to 0), a NaN now and then, tiny ones. */
+static void edge_grad(float *g, int64_t n, uint64_t *rng, int step) {
+  for (int64_t i = 0; i < n; i++) {
+    float u = rf_test_rand_f32(rng);
+    g[i] = 1e-3f * u;
+    if (i < 40 || (u > 0.9f && u < 0.93f)) g[i] = 0.0f;
+    if (u > 0.999f) g[i] = 1e-30f;
+    if (u < -0.9995f) g[i] = 3e19f;
+  }
+  if (n > 50 && step == 2) g[n / 2] = NAN;
+}
+
+/* The AVX-512 8-bit AdamW step equals the portable one bit for bit (parameters,
+ * codes, scales) on every piece of test_tiles, from random codes and scales
+ * (zeros included) over 4 steps of gradients with edge values. */
+static void test_8bit_simd_exact(void) {
+  if (!rf_optim_simd_get()) {
+    printf("8-bit AdamW: no AVX-512 kernels in this build, nothing to compare\n");
+    return;
+  }
+  static float p[2][40 * 1000], g[40 * 1000];
+  int64_t compared = 0, bad = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t n = cases[c].e - cases[c].b;
+    struct rf_tensor_view v[2];
+    struct rf_optim *o[2];
+    int flags = RF_OPTIM_FLAG_DECAY;
+    uint64_t rng = 100 + c;
+    for (int k = 0; k < 2; k++) {
+      view_piece(&v[k], "w", cases[c].ndim, cases[c].d0, cases[c].d1, cases[c].b, cases[c].e, p[k], g);
+      struct rf_optim_options opt;
+      rf_optim_options_default(&opt);
+      opt.kind = RF_OPTIM_KIND_ADAMW8BIT;
+      RF_ASSERT(rf_optim_create(&o[k], &opt, &v[k], &flags, 1, n, NULL) == 0);
+    }
+    for (int s = 0; s < 4; s++) {
+      struct rf_optim_state_slab sl[2][4];
+      for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4; i++) rf_optim_state(o[k], i, &sl[k][i]);
+      if (s == 0) { /* random state, the same in both */
+        for (int64_t i = 0; i < n; i++) {
+          p[0][i] = p[1][i] = rf_test_rand_f32(&rng);
+          for (int j = 0; j < 2; j++)
+            ((uint8_t *)sl[0][j].data)[i] = ((uint8_t *)sl[1][j].data)[i] = (uint8_t)rf_test_rand_u64(&rng);
+        }
+        for (int j = 2; j < 4; j++)
+          for (int64_t i = 0; i < sl[0][j].count; i++) {
+            float x = rf_test_rand_f32(&rng);
+            ((float *)sl[0][j].data)[i] = ((float *)sl[1][j].data)[i] = x < -0.8f ? 0.0f : 1e-2f * fabsf(x);
+          }
+      }
+      edge_grad(g, n, &rng, s);
+      for (int k = 0; k < 2; k++) {
+        int was = rf_optim_simd_set(k == 0);
+        RF_ASSERT(rf_optim_step(o[k], 1e-2f) == 0);
+        rf_optim_simd_set(was);
+      }
+      int64_t diff = memcmp(p[0], p[1], (size_t)n * sizeof(float)) != 0;
+      for (int j = 0; j < 4; j++)
+        diff +=
+            memcmp(sl[0][j].data, sl[1][j].data, (size_t)sl[0][j].count * (j < 2 ? 1 : sizeof(float))) != 0;
+      if (diff && !bad)
+        printf("  case %zu, step %d: %lld of p and the 4 state slabs differ\n", c, s, (long long)diff);
+      bad += diff;
+      compared += n;
+    }
+    for (int k = 0; k < 2; k++) rf_optim_free(o[k]);
+  }
+  printf("8-bit AdamW, AVX-512 vs portable kernels: %lld elements-steps over %zu pieces, %lld differ\n",
+         (long long)compared, sizeof cases / sizeof cases[0], (long long)bad);
+  RF_CHECK(bad == 0, "the AVX-512 8-bit step differs from the portable one (%lld slabs)", (long long)bad);
 }
 
 /* 0.5 sum h (p - t)^2 over a 96 x 80 matrix and a 300-vector. */
@@ -391,6 +490,7 @@ int main(void) {
   test_roundtrip();
   test_quantize_exact();
   test_tiles();
+  test_8bit_simd_exact();
   test_8bit_vs_f32();
   test_newton_schulz();
   test_errors();

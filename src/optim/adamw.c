@@ -18,18 +18,17 @@ void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyp
   h->decay = 1.0f - lr * o->opt.weight_decay;
 }
 
-/* torch.optim.AdamW's arithmetic: m.lerp_(g, 1 - b1); v = b2 v + (1 - b2) g^2;
- * p = p (1 - lr wd) - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+/* torch.optim.AdamW's arithmetic (RF_OPTIM_ADAMW_*). */
 static void rf_optim_adamw_chunk(const struct rf_optim_hyper *h, float dec, float *restrict p,
                                  const float *restrict g, float *restrict m, float *restrict v, int64_t len) {
 #pragma omp simd
   for (int64_t i = 0; i < len; i++) {
     float gi = g[i];
-    float mi = m[i] + h->one_m_b1 * (gi - m[i]);
-    float vi = h->b2 * v[i] + h->one_m_b2 * (gi * gi);
+    float mi = RF_OPTIM_ADAMW_M(m[i], gi, h->one_m_b1);
+    float vi = RF_OPTIM_ADAMW_V(v[i], gi, h->b2, h->one_m_b2);
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
+    p[i] = RF_OPTIM_ADAMW_P(p[i], dec, h->step_size, mi, sqrtf(vi), h->bc2_sqrt, h->eps);
   }
 }
 

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "optim/optim.h"
+#include "optim/simd.h"
 
-#define RF_OPTIM_TILE 32        /* 32 x 32 tiles of matrices */
-#define RF_OPTIM_VEC_BLOCK 256  /* runs of 256 elements of vectors */
-#define RF_OPTIM_BLOCK_MAX 1024 /* the largest block, in elements */
+#define RF_OPTIM_TILE 32       /* 32 x 32 tiles of matrices */
+#define RF_OPTIM_VEC_BLOCK 256 /* runs of 256 elements of vectors */
 
 /* A view's blocks in the scale slabs. */
 struct rf_optim_8bit_view {
@@ -25,7 +25,16 @@ struct rf_optim_8bit {
   float *ms, *vs;                   /* absmax per block, n_scales */
   int64_t n_scales;
   uint8_t zero_code_m;
-  float *blk_m, *blk_v; /* RF_OPTIM_BLOCK_MAX each: one block's moments in f32 */
+  /* workspace of a group of blocks (rf_optim_8bit_group) */
+  float *blk_m, *blk_v;      /* RF_OPTIM_VEC_BLOCK each: one run's moments in f32 (portable kernel) */
+  int64_t *blk_k;            /* per block of the group: its scale index, -1: empty */
+  float *blk_ms, *blk_vs;    /* its old scales */
+  uint32_t *blk_am, *blk_av; /* its new absmax, as bits */
+  float *blk_im, *blk_iv;    /* 1 / absmax (0 for 0) */
+#if RF_OPTIM_AVX512
+  __m512i *blk_um, *blk_uv; /* the new absmax per lane (the AVX-512 kernels) */
+#endif
+  int64_t max_blocks; /* blocks in a group, at most */
 };
 
 /* ---- blocks ------------------------------------------------------------------ */
@@ -146,10 +155,27 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   }
   q->ms = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
   q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
-  q->blk_m = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
-  q->blk_v = rf_xaligned(64, RF_OPTIM_BLOCK_MAX * sizeof(float));
+  q->max_blocks = 1;
+  for (int i = 0; i < o->n; i++)
+    q->max_blocks = rf_max_i64(q->max_blocks, rf_optim_tiles_per_strip(&o->views[i]));
+  size_t nb = (size_t)q->max_blocks;
+  q->blk_m = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
+  q->blk_v = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
+  q->blk_k = rf_xcalloc(nb, sizeof *q->blk_k);
+  q->blk_ms = rf_xcalloc(nb, sizeof *q->blk_ms);
+  q->blk_vs = rf_xcalloc(nb, sizeof *q->blk_vs);
+#if RF_OPTIM_AVX512
+  q->blk_um = rf_xaligned(64, nb * sizeof *q->blk_um);
+  q->blk_uv = rf_xaligned(64, nb * sizeof *q->blk_uv);
+#endif
+  q->blk_am = rf_xcalloc(nb, sizeof *q->blk_am);
+  q->blk_av = rf_xcalloc(nb, sizeof *q->blk_av);
+  q->blk_im = rf_xcalloc(nb, sizeof *q->blk_im);
+  q->blk_iv = rf_xcalloc(nb, sizeof *q->blk_iv);
   o->stats.state_bytes = 2 * o->shard_elems + 2 * q->n_scales * (int64_t)sizeof(float);
-  o->stats.workspace_bytes = 2 * RF_OPTIM_BLOCK_MAX * (int64_t)sizeof(float);
+  o->stats.workspace_bytes =
+      2 * RF_OPTIM_VEC_BLOCK * (int64_t)sizeof(float) +
+      q->max_blocks * (int64_t)(sizeof *q->blk_k + 6 * sizeof(float) + 2 * 64 * RF_OPTIM_AVX512);
   return 0;
 }
 
@@ -163,58 +189,264 @@ static void rf_optim_8bit_free(struct rf_optim *o) {
   free(q->vs);
   free(q->blk_m);
   free(q->blk_v);
+  free(q->blk_k);
+  free(q->blk_ms);
+  free(q->blk_vs);
+#if RF_OPTIM_AVX512
+  free(q->blk_um);
+  free(q->blk_uv);
+#endif
+  free(q->blk_am);
+  free(q->blk_av);
+  free(q->blk_im);
+  free(q->blk_iv);
   free(q);
 }
 
 /* ---- step ---------------------------------------------------------------------- */
 
-/* One block: decode, update in f32 (the parameter uses the f32 moments, as
- * bitsandbytes does), re-encode with the new absmax. */
-static void rf_optim_8bit_block(struct rf_optim_8bit *q, const struct rf_optim_hyper *h,
-                                const struct rf_optim_view *w, const struct rf_optim_runs *runs, int64_t k) {
-  const float *qs = rf_optim_qmap(1), *qu = rf_optim_qmap(0);
+/* The largest of the non-NaN values among |x| by their bits: the order of
+ * non-negative floats is that of their bits as unsigned integers (an integer max
+ * vectorizes with gcc and clang alike; a float one needs -ffast-math in clang). */
+static inline uint32_t rf_optim_absmax_bits(uint32_t acc, float x) {
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  b &= 0x7fffffffu;
+  b = b <= 0x7f800000u ? b : 0u; /* NaN: ignored */
+  return b > acc ? b : acc;
+}
+
+/* The kernels work on one run of one block (consecutive elements) with its old
+ * scales ms, vs. Pass 1 (update): decode, the moments in f32, the parameter (it
+ * uses the f32 moments, as bitsandbytes does), and the maxima of the new moments
+ * (as bits) into *am, *av. Pass 2 (encode), once the block's new scales are
+ * known: the same moments again (the same expressions on the same codes, so the
+ * same bits) encoded with the inverse new scales im, iv; a positive v never
+ * encodes to 0 (no m / eps blow-up). Portable kernels first, then AVX-512. */
+
+static void rf_optim_8bit_update(const struct rf_optim_hyper *h, float dec, float ms, float vs,
+                                 float *restrict p, const float *restrict g, const uint8_t *restrict mq,
+                                 const uint8_t *restrict vq, int64_t n, uint32_t *am, uint32_t *av) {
+  const float *restrict qs = rf_optim_qmap(1), *restrict qu = rf_optim_qmap(0);
+  uint32_t um = *am, uv = *av;
+#pragma omp simd simdlen(16) reduction(max : um, uv)
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i];
+    float m0 = qs[mq[i]] * ms, v0 = qu[vq[i]] * vs; /* own statements: not contracted with what follows */
+    float mi = RF_OPTIM_ADAMW_M(m0, gi, h->one_m_b1);
+    float vi = RF_OPTIM_ADAMW_V(v0, gi, h->b2, h->one_m_b2);
+    um = rf_optim_absmax_bits(um, mi);
+    uv = rf_optim_absmax_bits(uv, vi);
+    p[i] = RF_OPTIM_ADAMW_P(p[i], dec, h->step_size, mi, sqrtf(vi), h->bc2_sqrt, h->eps);
+  }
+  *am = um;
+  *av = uv;
+}
+
+/* bm, bv: n floats of scratch. */
+static void rf_optim_8bit_encode(const struct rf_optim_hyper *h, float ms, float vs, float im, float iv,
+                                 const float *restrict g, uint8_t *restrict mq, uint8_t *restrict vq,
+                                 float *restrict bm, float *restrict bv, int64_t n) {
+  const float *restrict qs = rf_optim_qmap(1), *restrict qu = rf_optim_qmap(0);
+#pragma omp simd simdlen(16)
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i];
+    float m0 = qs[mq[i]] * ms, v0 = qu[vq[i]] * vs;
+    bm[i] = RF_OPTIM_ADAMW_M(m0, gi, h->one_m_b1);
+    bv[i] = RF_OPTIM_ADAMW_V(v0, gi, h->b2, h->one_m_b2);
+  }
+  rf_optim_quantize_scaled(1, bm, n, im, mq);
+  rf_optim_quantize_scaled(0, bv, n, iv, vq);
+#pragma omp simd simdlen(16)
+  for (int64_t i = 0; i < n; i++) vq[i] = (uint8_t)(vq[i] | ((vq[i] == 0) & (bv[i] > 0.0f)));
+}
+
+#if RF_OPTIM_AVX512
+/* The hyperparameters broadcast and the tables. */
+struct rf_optim_8bit_vec {
+  __m512 one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, dec;
+  const uint8_t *ps, *pu;  /* the maps' byte planes (signed, unsigned) */
+  const uint32_t *es, *eu; /* the quantizer's entries */
+};
+
+static void rf_optim_8bit_vec_init(const struct rf_optim_hyper *h, float dec, struct rf_optim_8bit_vec *c) {
+  c->one_m_b1 = _mm512_set1_ps(h->one_m_b1);
+  c->b2 = _mm512_set1_ps(h->b2);
+  c->one_m_b2 = _mm512_set1_ps(h->one_m_b2);
+  c->step_size = _mm512_set1_ps(h->step_size);
+  c->bc2_sqrt = _mm512_set1_ps(h->bc2_sqrt);
+  c->eps = _mm512_set1_ps(h->eps);
+  c->dec = _mm512_set1_ps(dec);
+  c->ps = rf_optim_qmap_planes(1);
+  c->pu = rf_optim_qmap_planes(0);
+  c->es = rf_optim_qentries(1);
+  c->eu = rf_optim_qentries(0);
+}
+
+static inline __mmask64 rf_optim_mask64(int64_t left) {
+  return left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+}
+
+/* 16 elements of pass 1 in block j (k: the lanes in the run). */
+static inline void rf_optim_8bit_update16(const struct rf_optim_8bit *q, const struct rf_optim_8bit_vec *c,
+                                          int64_t j, __mmask16 k, __m512 dm, __m512 dv, float *p,
+                                          const float *g) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  __m512 gi = _mm512_maskz_loadu_ps(k, g), pi = _mm512_maskz_loadu_ps(k, p);
+  __m512 m0 = dm * _mm512_set1_ps(q->blk_ms[j]), v0 = dv * _mm512_set1_ps(q->blk_vs[j]);
+  __m512 mi = RF_OPTIM_ADAMW_M(m0, gi, c->one_m_b1);
+  __m512 vi = RF_OPTIM_ADAMW_V(v0, gi, c->b2, c->one_m_b2);
+  __m512i bm = _mm512_and_si512(_mm512_castps_si512(mi), abs),
+          bv = _mm512_and_si512(_mm512_castps_si512(vi), abs);
+  __m512i *um = &q->blk_um[j], *uv = &q->blk_uv[j];
+  *um = _mm512_mask_max_epu32(*um, _mm512_mask_cmple_epu32_mask(k, bm, inf), *um, bm); /* NaN: ignored */
+  *uv = _mm512_mask_max_epu32(*uv, _mm512_mask_cmple_epu32_mask(k, bv, inf), *uv, bv);
+  _mm512_mask_storeu_ps(
+      p, k, RF_OPTIM_ADAMW_P(pi, c->dec, c->step_size, mi, _mm512_sqrt_ps(vi), c->bc2_sqrt, c->eps));
+}
+
+/* 16 elements of pass 2 in block j: their m and v codes (in 32-bit lanes). */
+static inline void rf_optim_8bit_encode16(const struct rf_optim_8bit *q, const struct rf_optim_8bit_vec *c,
+                                          int64_t j, __mmask16 k, __m512 dm, __m512 dv, const float *g,
+                                          __m512i *cm, __m512i *cv) {
+  __m512 gi = _mm512_maskz_loadu_ps(k, g);
+  __m512 m0 = dm * _mm512_set1_ps(q->blk_ms[j]), v0 = dv * _mm512_set1_ps(q->blk_vs[j]);
+  __m512 mi = RF_OPTIM_ADAMW_M(m0, gi, c->one_m_b1);
+  __m512 vi = RF_OPTIM_ADAMW_V(v0, gi, c->b2, c->one_m_b2);
+  *cm = rf_optim_quantize16(c->es, _mm512_mul_ps(mi, _mm512_set1_ps(q->blk_im[j])));
+  __m512i v = rf_optim_quantize16(c->eu, _mm512_mul_ps(vi, _mm512_set1_ps(q->blk_iv[j])));
+  __mmask16 lift = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()) &
+                   _mm512_cmp_ps_mask(vi, _mm512_setzero_ps(), _CMP_GT_OQ);
+  *cv = _mm512_mask_mov_epi32(v, lift, _mm512_set1_epi32(1));
+}
+
+/* Pass 1 or 2 over n consecutive elements of a row, 64 at a time (codes decoded
+ * with byte permutes, rf_optim_decode64; the arithmetic the same expressions on
+ * __m512): all in block j0, or (`tiles`) starting at the left edge of block j0
+ * and crossing into the next blocks every RF_OPTIM_TILE elements. */
+static void rf_optim_8bit_run_avx512(const struct rf_optim_8bit *q, const struct rf_optim_8bit_vec *c,
+                                     int pass, float *p, const float *g, uint8_t *mq, uint8_t *vq, int64_t n,
+                                     int64_t j0, int tiles) {
+  for (int64_t i = 0; i < n; i += 64) {
+    __mmask64 k64 = rf_optim_mask64(n - i);
+    __m512 dm[4], dv[4];
+    rf_optim_decode64(c->ps, rf_optim_decode64_order(_mm512_maskz_loadu_epi8(k64, mq + i)), &dm[0], &dm[1],
+                      &dm[2], &dm[3]);
+    rf_optim_decode64(c->pu, rf_optim_decode64_order(_mm512_maskz_loadu_epi8(k64, vq + i)), &dv[0], &dv[1],
+                      &dv[2], &dv[3]);
+    if (pass == 0) {
+#define RF_UPDATE16(u)                                                           \
+  if (u == 0 || n - i > 16 * u)                                                  \
+    rf_optim_8bit_update16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0, \
+                           rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], p + i + 16 * u, g + i + 16 * u);
+      RF_UPDATE16(0)
+      RF_UPDATE16(1)
+      RF_UPDATE16(2)
+      RF_UPDATE16(3)
+#undef RF_UPDATE16
+    } else {
+      __m512i cm[4], cv[4];
+#define RF_ENCODE16(u)                                                           \
+  cm[u] = cv[u] = _mm512_setzero_si512();                                        \
+  if (u == 0 || n - i > 16 * u)                                                  \
+    rf_optim_8bit_encode16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0, \
+                           rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], g + i + 16 * u, &cm[u], &cv[u]);
+      RF_ENCODE16(0)
+      RF_ENCODE16(1)
+      RF_ENCODE16(2)
+      RF_ENCODE16(3)
+#undef RF_ENCODE16
+      _mm512_mask_storeu_epi8(mq + i, k64, rf_optim_codes64(cm[0], cm[1], cm[2], cm[3]));
+      _mm512_mask_storeu_epi8(vq + i, k64, rf_optim_codes64(cv[0], cv[1], cv[2], cv[3]));
+    }
+  }
+}
+#endif
+
+/* A group of blocks stepped together: the 32-row strip of a matrix (its tiles
+ * side by side) or one block of a vector, [glo, ghi) of the tensor's elements,
+ * rows of `row` elements cut in blocks `width` wide (a vector: one row, one block).
+ * Row by row, so that the reads stream; pass 1 over the whole group, then pass 2.
+ * `k` is the scale index of its first nonempty block; returns the next one. */
+static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_optim_hyper *h,
+                                   const struct rf_optim_view *w, int64_t glo, int64_t ghi, int64_t row,
+                                   int64_t width, int64_t k) {
+  const int64_t b = w->v.begin, nb = rf_ceil_div(row, width);
   float *p = w->v.master;
   const float *g = w->v.grad;
   uint8_t *mq = q->mq + w->v.shard_offset, *vq = q->vq + w->v.shard_offset;
-  float ms = q->ms[k], vs = q->vs[k];
-  float am = 0.0f, av = 0.0f;
-  float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? h->decay : 1.0f;
-  float *bm = q->blk_m, *bv = q->blk_v;
-  int64_t t = 0;
-  for (int r = 0; r < runs->n; r++) {
-    int64_t lo = runs->lo[r], n = runs->hi[r] - lo;
-    float *restrict pr = p + lo, *restrict bmr = bm + t, *restrict bvr = bv + t;
-    const float *restrict gr = g + lo;
-    const uint8_t *restrict mqr = mq + lo, *restrict vqr = vq + lo;
-    for (int64_t i = 0; i < n; i++) {
-      float gi = gr[i];
-      float mi = qs[mqr[i]] * ms, vi = qu[vqr[i]] * vs;
-      mi = mi + h->one_m_b1 * (gi - mi);
-      vi = h->b2 * vi + h->one_m_b2 * (gi * gi);
-      bmr[i] = mi;
-      bvr[i] = vi;
-      float ai = fabsf(mi);
-      am = ai > am ? ai : am; /* fmaxf here (no NaN in am), without the call */
-      av = vi > av ? vi : av;
-      pr[i] = pr[i] * dec - h->step_size * (mi / (sqrtf(vi) / h->bc2_sqrt + h->eps));
+  const float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? h->decay : 1.0f;
+  const int simd = rf_optim_simd_get();
+#if RF_OPTIM_AVX512
+  struct rf_optim_8bit_vec c;
+  rf_optim_8bit_vec_init(h, dec, &c);
+#endif
+  /* the nonempty blocks, their scale indices (in block order) and old scales */
+  for (int64_t j = 0; j < nb; j++) q->blk_k[j] = -1;
+  for (int64_t r = glo / row; r * row < ghi; r++) {
+    int64_t lo = rf_max_i64(glo, r * row), hi = rf_min_i64(ghi, (r + 1) * row);
+    for (int64_t j = (lo - r * row) / width; j * width < hi - r * row; j++) q->blk_k[j] = 0;
+  }
+  for (int64_t j = 0; j < nb; j++)
+    if (q->blk_k[j] == 0) {
+      q->blk_k[j] = k++;
+      q->blk_ms[j] = q->ms[q->blk_k[j]];
+      q->blk_vs[j] = q->vs[q->blk_k[j]];
+      q->blk_am[j] = q->blk_av[j] = 0;
+#if RF_OPTIM_AVX512
+      q->blk_um[j] = q->blk_uv[j] = _mm512_setzero_si512();
+#endif
     }
-    t += n;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t r = glo / row; r * row < ghi; r++) {
+      int64_t lo = rf_max_i64(glo, r * row), hi = rf_min_i64(ghi, (r + 1) * row);
+#if RF_OPTIM_AVX512
+      if (simd) { /* the piece of a block the row starts in, then whole blocks */
+        int64_t j0 = (lo - r * row) / width, edge = rf_min_i64(hi, r * row + (j0 + 1) * width);
+        if (lo - r * row != j0 * width || width != RF_OPTIM_TILE) {
+          rf_optim_8bit_run_avx512(q, &c, pass, p + lo - b, g + lo - b, mq + lo - b, vq + lo - b, edge - lo,
+                                   j0, 0);
+          lo = edge;
+          j0++;
+        }
+        if (hi > lo)
+          rf_optim_8bit_run_avx512(q, &c, pass, p + lo - b, g + lo - b, mq + lo - b, vq + lo - b, hi - lo, j0,
+                                   1);
+        continue;
+      }
+#endif
+      for (int64_t j = (lo - r * row) / width; j * width < hi - r * row; j++) {
+        int64_t a = rf_max_i64(lo, r * row + j * width) - b,
+                n = rf_min_i64(hi, r * row + (j + 1) * width) - b - a;
+        if (pass == 0)
+          rf_optim_8bit_update(h, dec, q->blk_ms[j], q->blk_vs[j], p + a, g + a, mq + a, vq + a, n,
+                               &q->blk_am[j], &q->blk_av[j]);
+        else
+          rf_optim_8bit_encode(h, q->blk_ms[j], q->blk_vs[j], q->blk_im[j], q->blk_iv[j], g + a, mq + a,
+                               vq + a, q->blk_m, q->blk_v, n);
+      }
+    }
+    for (int64_t j = 0; j < nb; j++) {
+      if (q->blk_k[j] < 0) continue;
+#if RF_OPTIM_AVX512
+      if (simd && pass == 0) {
+        q->blk_am[j] = _mm512_reduce_max_epu32(q->blk_um[j]);
+        q->blk_av[j] = _mm512_reduce_max_epu32(q->blk_uv[j]);
+      }
+#endif
+      float am, av;
+      memcpy(&am, &q->blk_am[j], sizeof am);
+      memcpy(&av, &q->blk_av[j], sizeof av);
+      if (pass == 0) {
+        q->blk_im[j] = am > 0.0f ? 1.0f / am : 0.0f;
+        q->blk_iv[j] = av > 0.0f ? 1.0f / av : 0.0f;
+      } else {
+        q->ms[q->blk_k[j]] = am;
+        q->vs[q->blk_k[j]] = av;
+      }
+    }
   }
-  float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
-  t = 0;
-  for (int r = 0; r < runs->n; r++) {
-    int64_t lo = runs->lo[r], n = runs->hi[r] - lo;
-    uint8_t *restrict vqr = vq + lo;
-    const float *restrict bvr = bv + t;
-    rf_optim_quantize_scaled(1, bm + t, n, im, mq + lo);
-    rf_optim_quantize_scaled(0, bvr, n, iv, vqr);
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) /* a positive v never decodes to 0 (no m / eps blow-up) */
-      vqr[i] = (uint8_t)(vqr[i] | ((vqr[i] == 0) & (bvr[i] > 0.0f)));
-    t += n;
-  }
-  q->ms[k] = am;
-  q->vs[k] = av;
+  return k;
 }
 
 static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
@@ -223,15 +455,18 @@ static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
   rf_optim_hyper_init(o, lr, &h);
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];
-    if (w->v.end == w->v.begin) continue;
-    int64_t first, last, k = q->views[i].scale_off;
-    rf_optim_block_span(w, &first, &last);
-    for (int64_t blk = first; blk < last; blk++) {
-      struct rf_optim_runs runs;
-      rf_optim_block_runs(w, blk, &runs);
-      if (runs.elems == 0) continue;
-      RF_ASSERT(runs.elems <= RF_OPTIM_BLOCK_MAX);
-      rf_optim_8bit_block(q, &h, w, &runs, k++);
+    int64_t b = w->v.begin, e = w->v.end, k = q->views[i].scale_off;
+    if (e == b) continue;
+    if (w->cols == 0) {
+      for (int64_t blk = b / RF_OPTIM_VEC_BLOCK; blk * RF_OPTIM_VEC_BLOCK < e; blk++)
+        k = rf_optim_8bit_group(q, &h, w, rf_max_i64(b, blk * RF_OPTIM_VEC_BLOCK),
+                                rf_min_i64(e, (blk + 1) * RF_OPTIM_VEC_BLOCK), RF_OPTIM_VEC_BLOCK,
+                                RF_OPTIM_VEC_BLOCK, k);
+    } else {
+      int64_t strip = RF_OPTIM_TILE * w->cols;
+      for (int64_t s = b / strip; s * strip < e; s++)
+        k = rf_optim_8bit_group(q, &h, w, rf_max_i64(b, s * strip), rf_min_i64(e, (s + 1) * strip), w->cols,
+                                RF_OPTIM_TILE, k);
     }
     RF_ASSERT(k == q->views[i].scale_off + q->views[i].n_blocks);
   }

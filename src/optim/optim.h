@@ -77,6 +77,24 @@ struct rf_optim_hyper {
 
 void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyper *h);
 
+/* torch.optim.AdamW's arithmetic on floats or on vectors of them (GCC vector
+ * types such as __m512): one expression text, so the scalar and the vector paths
+ * round alike and a compiler that contracts a * b + c into an FMA does so in
+ * both (pass variables: an expression argument may be contracted with the
+ * macro's own operations). m.lerp_(g, 1 - b1); v = b2 v + (1 - b2) g^2; p (1 - lr wd) - step_size *
+ * m / (sqrt(v) / sqrt(1 - b2^t) + eps), `sqrt_v` = sqrt(v). */
+#define RF_OPTIM_ADAMW_M(m, g, one_m_b1) ((m) + (one_m_b1) * ((g) - (m)))
+#define RF_OPTIM_ADAMW_V(v, g, b2, one_m_b2) ((b2) * (v) + (one_m_b2) * ((g) * (g)))
+#define RF_OPTIM_ADAMW_P(p, dec, step_size, m, sqrt_v, bc2_sqrt, eps) \
+  ((p) * (dec) - (step_size) * ((m) / ((sqrt_v) / (bc2_sqrt) + (eps))))
+
+/* The AVX-512 kernels of 8-bit AdamW and the quantizer: built when the compiler
+ * targets AVX-512 (F, BW, VL, VBMI), used unless switched off. 0 switches to the
+ * portable kernels (the reference the AVX-512 ones are tested against bit for
+ * bit), 1 back; returns the previous setting (always 0 without AVX-512). */
+int rf_optim_simd_set(int on);
+int rf_optim_simd_get(void);
+
 /* f32 AdamW state over the shard (m, v at the views' shard offsets). */
 struct rf_optim_adamw_state {
   float *m, *v;
@@ -153,7 +171,7 @@ uint8_t rf_optim_quantize(int is_signed, float x);
 /* The same by binary search over the map: the reference the lookup is built
  * from and tested against. */
 uint8_t rf_optim_quantize_search(int is_signed, float x);
-/* codes[i] = rf_optim_quantize(is_signed, x[i] * scale). */
+/* codes[i] = rf_optim_quantize(is_signed, x[i] * scale) (AVX-512 where on). */
 void rf_optim_quantize_scaled(int is_signed, const float *x, int64_t n, float scale, uint8_t *codes);
 /* Quantizes n floats with their absmax: codes[i] = nearest(x[i] / absmax). */
 void rf_optim_quantize_block(int is_signed, const float *x, int64_t n, uint8_t *codes, float *absmax);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "optim/optim.h"
+#include "optim/simd.h"
 
 /* ---- dynamic maps ---------------------------------------------------------- */
 
@@ -45,24 +46,23 @@ static void rf_optim_map_build(float *map, int is_signed) {
  *
  * The reference: a binary search for the largest code c with map[c] <= x, then
  * c + 1 when map[c+1] - x < x - map[c] in f32 (a tie goes to the lower code; x
- * below the map or NaN: 0). Between two neighbouring map values the test is
- * monotone in x, so the code is the number of thresholds T[c] <= x, T[c] the
- * smallest float in (map[c], map[c+1]] that the search sends to c + 1.
+ * below the map or NaN: 0). The search's code is monotone in x.
  *
- * The fast path looks the code up directly: the float's sign and the top 16 bits
- * of its magnitude (8 exponent bits, 7 mantissa bits) index a bucket (magnitudes
- * below 2^-30 share the first, 2 and above the last); the bucket's interval of x
- * holds at most two thresholds (checked when the table is built), so the code is
- * the code at the interval's lower end plus two comparisons. Identical to the
- * search for every float (tests/test_optim_quant.c). */
+ * The fast path is one table load: the float's sign and the top 16 bits of its
+ * magnitude (8 exponent bits, 7 mantissa bits) index a bucket (magnitudes below
+ * 2^-30 share the first, 2 and above the last). Inside a bucket the order of x is
+ * the order of its low 16 bits (reversed for negative x), and the search's code
+ * changes at most once (checked when the table is built), so an entry holds the
+ * code below that change (bits 16-23), the code from it on (bits 24-31) and the
+ * low 16 bits where it happens (bits 0-15). Identical to the search for every
+ * float (tests/test_optim_quant.c). */
 
-#define RF_OPTIM_QKEY_LO (97 << 7)                            /* magnitude key of 2^-30 */
-#define RF_OPTIM_QBUCKETS ((128 << 7) - RF_OPTIM_QKEY_LO + 1) /* up to 2, then the rest */
+/* RF_OPTIM_QKEY_LO, RF_OPTIM_QBUCKETS: simd.h */
 
 struct rf_optim_qtable {
   float map[256];
-  float thr[257];                       /* T[0..254], then NaN, NaN (never <= x) */
-  int32_t start[2 * RF_OPTIM_QBUCKETS]; /* [sign][bucket]: the code at the bucket's lower end */
+  _Alignas(64) uint8_t planes[4 * 256];  /* byte j of map[c] at [256 j + c] (rf_optim_qmap_planes) */
+  uint32_t entry[2 * RF_OPTIM_QBUCKETS]; /* [sign][bucket]: change | below << 16 | from << 24 */
 };
 
 static struct rf_optim_qtable rf_optim_qtables[2]; /* [is_signed] */
@@ -93,43 +93,44 @@ static uint32_t rf_optim_bits_of(float x) {
   return b;
 }
 
-/* Floats in increasing order as unsigned keys, and back. */
-static uint32_t rf_optim_order_key(float x) {
-  uint32_t b = rf_optim_bits_of(x);
-  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+/* The entry of bucket `top` (the top 16 bits, sign included): the code changes
+ * at most once over its 2^16 floats. */
+static uint32_t rf_optim_qentry(const float *map, uint32_t top) {
+  uint8_t below = rf_optim_quantize_map(map, rf_optim_f32_of(top << 16));
+  uint8_t from = rf_optim_quantize_map(map, rf_optim_f32_of(top << 16 | 0xffffu));
+  uint32_t lo = 0, hi = 0xffffu; /* the first low half with the upper code */
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (rf_optim_quantize_map(map, rf_optim_f32_of(top << 16 | mid)) == below)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (below == from) lo = 0;
+  RF_ASSERT(rf_optim_quantize_map(map, rf_optim_f32_of(top << 16 | lo)) == from);
+  return lo | (uint32_t)below << 16 | (uint32_t)from << 24;
 }
 
-static float rf_optim_order_f32(uint32_t k) {
-  return rf_optim_f32_of((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+/* A clamped bucket: the floats from `first` to `last` (bits, one sign) share one code. */
+static uint32_t rf_optim_qentry_clamped(const float *map, uint32_t first, uint32_t last) {
+  uint8_t c = rf_optim_quantize_map(map, rf_optim_f32_of(first));
+  RF_ASSERT(rf_optim_quantize_map(map, rf_optim_f32_of(last)) == c); /* monotone: all between too */
+  return (uint32_t)c << 16 | (uint32_t)c << 24;
 }
 
 static void rf_optim_qtable_build(struct rf_optim_qtable *t, int is_signed) {
   rf_optim_map_build(t->map, is_signed);
-  for (int c = 0; c < 255; c++) { /* the smallest x that the search sends above c */
-    uint32_t lo = rf_optim_order_key(t->map[c]), hi = rf_optim_order_key(t->map[c + 1]);
-    RF_ASSERT(rf_optim_quantize_map(t->map, t->map[c]) == c &&
-              rf_optim_quantize_map(t->map, t->map[c + 1]) > c);
-    while (hi - lo > 1) {
-      uint32_t mid = lo + (hi - lo) / 2;
-      if (rf_optim_quantize_map(t->map, rf_optim_order_f32(mid)) > c)
-        hi = mid;
-      else
-        lo = mid;
-    }
-    t->thr[c] = rf_optim_order_f32(hi);
+  for (int c = 0; c < 256; c++) {
+    uint32_t b = rf_optim_bits_of(t->map[c]);
+    for (int j = 0; j < 4; j++) t->planes[256 * j + c] = (uint8_t)(b >> (8 * j));
   }
-  t->thr[255] = t->thr[256] = NAN; /* never <= x, not even +inf */
-  for (int sign = 0; sign < 2; sign++)
-    for (int i = 0; i < RF_OPTIM_QBUCKETS; i++) {
-      uint32_t mlo = i == 0 ? 0 : (uint32_t)(RF_OPTIM_QKEY_LO + i) << 16;
-      uint32_t mhi =
-          i == RF_OPTIM_QBUCKETS - 1 ? 0x7f800000u : ((uint32_t)(RF_OPTIM_QKEY_LO + i + 1) << 16) - 1;
-      float a = rf_optim_f32_of(sign ? mhi | 0x80000000u : mlo),
-            b = rf_optim_f32_of(sign ? mlo | 0x80000000u : mhi);
-      uint8_t ca = rf_optim_quantize_map(t->map, a), cb = rf_optim_quantize_map(t->map, b);
-      RF_ASSERT(cb >= ca && cb - ca <= 2);
-      t->start[sign * RF_OPTIM_QBUCKETS + i] = ca;
-    }
+  for (uint32_t sign = 0; sign < 2; sign++) {
+    uint32_t *e = t->entry + sign * RF_OPTIM_QBUCKETS, s = sign << 31;
+    e[0] = rf_optim_qentry_clamped(t->map, s, s | ((((uint32_t)RF_OPTIM_QKEY_LO + 1) << 16) - 1));
+    for (uint32_t i = 1; i + 1 < RF_OPTIM_QBUCKETS; i++)
+      e[i] = rf_optim_qentry(t->map, sign << 15 | (RF_OPTIM_QKEY_LO + i));
+    e[RF_OPTIM_QBUCKETS - 1] = rf_optim_qentry_clamped(t->map, s | (128u << 23), s | 0x7f800000u);
+  }
 }
 
 static void rf_optim_maps_init(void) {
@@ -144,13 +145,23 @@ const float *rf_optim_qmap(int is_signed) {
   return rf_optim_qtables[is_signed != 0].map;
 }
 
+const uint32_t *rf_optim_qentries(int is_signed) {
+  rf_optim_maps_init();
+  return rf_optim_qtables[is_signed != 0].entry;
+}
+
+const uint8_t *rf_optim_qmap_planes(int is_signed) {
+  rf_optim_maps_init();
+  return rf_optim_qtables[is_signed != 0].planes;
+}
+
 static inline uint8_t rf_optim_quantize_fast(const struct rf_optim_qtable *t, float x) {
   uint32_t b = rf_optim_bits_of(x);
   int32_t k = (int32_t)((b & 0x7fffffffu) >> 16) - RF_OPTIM_QKEY_LO;
   k = k > 0 ? k : 0;
   k = k < RF_OPTIM_QBUCKETS - 1 ? k : RF_OPTIM_QBUCKETS - 1;
-  int32_t c = t->start[(int32_t)(b >> 31) * RF_OPTIM_QBUCKETS + k];
-  c += (t->thr[c] <= x) + (t->thr[c + 1] <= x);
+  uint32_t e = t->entry[(int32_t)(b >> 31) * RF_OPTIM_QBUCKETS + k];
+  uint32_t c = (b & 0xffffu) >= (e & 0xffffu) ? e >> 24 : (e >> 16) & 0xffu;
   return (uint8_t)(c * (x == x)); /* NaN: 0, as the search */
 }
 
@@ -163,10 +174,38 @@ uint8_t rf_optim_quantize_search(int is_signed, float x) {
   return rf_optim_quantize_map(rf_optim_qmap(is_signed), x);
 }
 
+#if RF_OPTIM_AVX512
+static void rf_optim_quantize_scaled_avx512(const struct rf_optim_qtable *t, const float *x, int64_t n,
+                                            float scale, uint8_t *codes) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = rf_optim_mask16(n - i);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), s);
+    _mm_mask_storeu_epi8(codes + i, k, _mm512_cvtepi32_epi8(rf_optim_quantize16(t->entry, v)));
+  }
+}
+#endif
+
+static int rf_optim_simd_on = RF_OPTIM_AVX512;
+
+int rf_optim_simd_set(int on) {
+  int was = rf_optim_simd_on;
+  rf_optim_simd_on = RF_OPTIM_AVX512 && on;
+  return was;
+}
+
+int rf_optim_simd_get(void) { return rf_optim_simd_on; }
+
 void rf_optim_quantize_scaled(int is_signed, const float *x, int64_t n, float scale, uint8_t *codes) {
   rf_optim_maps_init();
   const struct rf_optim_qtable *t = &rf_optim_qtables[is_signed != 0];
-#pragma omp simd
+#if RF_OPTIM_AVX512
+  if (rf_optim_simd_on) {
+    rf_optim_quantize_scaled_avx512(t, x, n, scale, codes);
+    return;
+  }
+#endif
+#pragma omp simd simdlen(16)
   for (int64_t i = 0; i < n; i++) codes[i] = rf_optim_quantize_fast(t, x[i] * scale);
 }
 
