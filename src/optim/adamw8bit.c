@@ -335,27 +335,18 @@ static void rf_optim_8bit_run_avx512(const struct rf_optim_8bit *q, const struct
     rf_optim_decode64(c->pu, rf_optim_decode64_order(_mm512_maskz_loadu_epi8(k64, vq + i)), &dv[0], &dv[1],
                       &dv[2], &dv[3]);
     if (pass == 0) {
-#define RF_UPDATE16(u)                                                           \
-  if (u == 0 || n - i > 16 * u)                                                  \
-    rf_optim_8bit_update16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0, \
-                           rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], p + i + 16 * u, g + i + 16 * u);
-      RF_UPDATE16(0)
-      RF_UPDATE16(1)
-      RF_UPDATE16(2)
-      RF_UPDATE16(3)
-#undef RF_UPDATE16
+      for (int u = 0; u < 4 && n - i > 16 * u; u++)
+        rf_optim_8bit_update16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0,
+                               rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], p + i + 16 * u, g + i + 16 * u);
     } else {
       __m512i cm[4], cv[4];
-#define RF_ENCODE16(u)                                                           \
-  cm[u] = cv[u] = _mm512_setzero_si512();                                        \
-  if (u == 0 || n - i > 16 * u)                                                  \
-    rf_optim_8bit_encode16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0, \
-                           rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], g + i + 16 * u, &cm[u], &cv[u]);
-      RF_ENCODE16(0)
-      RF_ENCODE16(1)
-      RF_ENCODE16(2)
-      RF_ENCODE16(3)
-#undef RF_ENCODE16
+      for (int u = 0; u < 4; u++) {
+        cm[u] = cv[u] = _mm512_setzero_si512();
+        if (n - i > 16 * u)
+          rf_optim_8bit_encode16(q, c, tiles ? j0 + (i + 16 * u) / RF_OPTIM_TILE : j0,
+                                 rf_optim_mask16(n - i - 16 * u), dm[u], dv[u], g + i + 16 * u, &cm[u],
+                                 &cv[u]);
+      }
       _mm512_mask_storeu_epi8(mq + i, k64, rf_optim_codes64(cm[0], cm[1], cm[2], cm[3]));
       _mm512_mask_storeu_epi8(vq + i, k64, rf_optim_codes64(cv[0], cv[1], cv[2], cv[3]));
     }
@@ -376,8 +367,8 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
   const float *g = w->v.grad;
   uint8_t *mq = q->mq + w->v.shard_offset, *vq = q->vq + w->v.shard_offset;
   const float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? h->decay : 1.0f;
-  const int simd = rf_optim_simd_get();
 #if RF_OPTIM_AVX512
+  const int simd = rf_optim_simd_get();
   struct rf_optim_8bit_vec c;
   rf_optim_8bit_vec_init(h, dec, &c);
 #endif
