@@ -1,6 +1,11 @@
 /* Products on FP8 block-quantized operands: a bf16 product of the codes per 128-wide
  * slice of K, each scaled by its two tiles' scales and added in f32. */
+#include <omp.h>
+
 #include "gemm/gemm.h"
+
+/* Elements of C below which the scaling pass stays on the calling thread. */
+#define RF_GEMM_FP8_PAR_MIN 16384
 
 static void fp8_check_operand(const struct rf_gemm_fp8_operand *op, const char *which, int outer, int k,
                               int k_along_rows) {
@@ -19,6 +24,32 @@ static void fp8_check_operand(const struct rf_gemm_fp8_operand *op, const char *
 /* The scale of the tile holding stored element (row, col). */
 static float fp8_scale_at(const struct rf_gemm_fp8_operand *op, int64_t row, int64_t col) {
   return op->scales[(row / op->grid.tile_rows) * rf_fp8_grid_tile_cols(&op->grid) + col / op->grid.tile_cols];
+}
+
+/* One row of C: c = p * (sa * sb), or c += that (vectorized: c, p and sb do not alias). */
+static void fp8_row_set(float *c, const float *p, float sa, const float *sb, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) c[j] = p[j] * (sa * sb[j]);
+}
+
+static void fp8_row_add(float *c, const float *p, float sa, const float *sb, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) c[j] += p[j] * (sa * sb[j]);
+}
+
+/* C (+)= P * (sa(i) * sb(j)) for the slice at k0: rows on the OpenMP threads (the calling
+ * thread alone inside a parallel region, as rf_gemm_run). */
+static void fp8_scale_add(const struct rf_gemm_fp8_desc *d, int k0, const float *p, const float *sb, float *c,
+                          int write) {
+  int m = d->m, n = d->n;
+#pragma omp parallel for schedule(static) if ((int64_t)m * n >= RF_GEMM_FP8_PAR_MIN && !omp_in_parallel())
+  for (int i = 0; i < m; i++) {
+    float sa = d->a.trans ? fp8_scale_at(&d->a, k0, i) : fp8_scale_at(&d->a, i, k0);
+    if (write)
+      fp8_row_set(c + (int64_t)i * n, p + (int64_t)i * n, sa, sb, n);
+    else
+      fp8_row_add(c + (int64_t)i * n, p + (int64_t)i * n, sa, sb, n);
+  }
 }
 
 int64_t rf_gemm_fp8_work_elems(const struct rf_gemm_fp8_desc *d) { return (int64_t)d->m * d->n + d->n; }
@@ -46,15 +77,6 @@ void rf_gemm_fp8_run(const struct rf_gemm_fp8_desc *d, float *c, float *work) {
     const uint16_t *b = d->b.codes + (d->b.trans ? k0 : (int64_t)k0 * ldb);
     rf_gemm_run(&g, a, b, p);
     for (int j = 0; j < n; j++) sb[j] = d->b.trans ? fp8_scale_at(&d->b, j, k0) : fp8_scale_at(&d->b, k0, j);
-    int write = k0 == 0 && !d->accumulate;
-    for (int i = 0; i < m; i++) {
-      float sa = d->a.trans ? fp8_scale_at(&d->a, k0, i) : fp8_scale_at(&d->a, i, k0);
-      float *ci = c + (int64_t)i * n;
-      const float *pi = p + (int64_t)i * n;
-      if (write)
-        for (int j = 0; j < n; j++) ci[j] = pi[j] * (sa * sb[j]);
-      else
-        for (int j = 0; j < n; j++) ci[j] += pi[j] * (sa * sb[j]);
-    }
+    fp8_scale_add(d, k0, p, sb, c, k0 == 0 && !d->accumulate);
   }
 }
