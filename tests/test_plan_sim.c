@@ -12,7 +12,8 @@
  * log's intra_bytes and inter_bytes, inside and across the shard groups), and a
  * small Mixtral (fused experts, its load-balancing statistics all-reduced).
  * The simulator's FLOPs per token are the trainer's (its start line). A
- * --network FILE.json replaces the profile's fields (time-sharing, links). The
+ * --network FILE.json replaces the profile's fields (time-sharing, links);
+ * --replicate node and auto choose the mesh as rfsdp train does. The
  * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
  * (bench/scale.sh). */
@@ -148,6 +149,60 @@ static void check_network_file(const char *model) {
   RF_CHECK(rc != 0 && strstr(out, "none.json"), "a missing file: rc %d '%.400s'", rc, out);
 }
 
+/* plan's JSON at W = 4 for the tiny model with `opts`; NULL when plan fails (its output in `out`). */
+static cJSON *plan4(const char *model, const char *opts) {
+  int rc = rf_cli_run(out, sizeof out, "plan --model %s --world 4 --batch 8 --seq 8 --json %s", model, opts);
+  return rc == 0 ? cJSON_Parse(out) : NULL;
+}
+
+/* --replicate node and auto in plan: node = the network's ranks per node; auto
+ * by memory = the smallest group whose simulated memory fits (the memories of
+ * the explicit meshes), by padding = the planner's largest group; bad meshes
+ * refused naming --replicate. */
+static void check_mesh(const char *model) {
+  char net[128], opts[256];
+  snprintf(net, sizeof net, "%s/node2.json", dir);
+  const char *text = "{\"base\": \"h100-ib\", \"ranks_per_node\": 2, \"cores_per_node\": 2}";
+  RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
+  snprintf(opts, sizeof opts, "--replicate node --network %s", net);
+  cJSON *p = plan4(model, opts);
+  RF_CHECK(p && num(p, "replicate") == 2 && num(p, "shard_world") == 2,
+           "--replicate node, 2 per node: '%.300s'", out);
+  cJSON_Delete(p);
+  p = plan4(model, "--replicate node");
+  RF_CHECK(p && num(p, "replicate") == 1 && num(p, "shard_world") == 4, "--replicate node here: '%.300s'",
+           out);
+  cJSON_Delete(p);
+  double mem[3];
+  for (int k = 0; k < 3; k++) { /* groups of 1, 2, 4 */
+    snprintf(opts, sizeof opts, "--replicate %d", 4 >> k);
+    p = plan4(model, opts);
+    mem[k] = p ? num(p, "memory_per_rank_bytes") : -1;
+    cJSON_Delete(p);
+  }
+  RF_CHECK(mem[0] > mem[1] && mem[1] > mem[2] && mem[2] > 0, "memory per rank %g, %g, %g", mem[0], mem[1],
+           mem[2]);
+  snprintf(opts, sizeof opts, "--replicate auto --memory-per-rank %.9g", (mem[0] + mem[1]) / 2 / 1e9);
+  p = plan4(model, opts);
+  RF_CHECK(p && num(p, "shard_world") == 2 && num(p, "memory_per_rank_bytes") == mem[1],
+           "--replicate auto by memory: '%.300s'", out);
+  cJSON_Delete(p);
+  snprintf(opts, sizeof opts, "--replicate auto --memory-per-rank %.9g", mem[2] / 2 / 1e9);
+  p = plan4(model, opts);
+  RF_CHECK(!p && strstr(out, "fits --memory-per-rank"), "a memory no group fits: '%.300s'", out);
+  cJSON_Delete(p);
+  p = plan4(model, "--replicate auto --max-padding 100");
+  RF_CHECK(p && num(p, "shard_world") == 4, "--replicate auto --max-padding 100: '%.300s'", out);
+  cJSON_Delete(p);
+  static const char *const bad[] = {"--replicate 3", "--replicate auto", "--replicate x",
+                                    "--replicate 2 --memory-per-rank 1"};
+  for (int k = 0; k < 4; k++) {
+    p = plan4(model, bad[k]);
+    RF_CHECK(!p && strstr(out, "--replicate"), "%s: '%.300s'", bad[k], out);
+    cJSON_Delete(p);
+  }
+}
+
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
   char text[256], data[200], model[256], moe[256];
@@ -187,6 +242,7 @@ int main(void) {
   check_one(moe, data, 1, "--optim adamw");
   check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
   check_network_file(model);
+  check_mesh(model);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -310,8 +310,8 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   struct rf_plan_model_result r;
   struct rf_plan_sim_result sim;
-  RF_REQUIRE(world % c->sim.replicate == 0, "--replicate %d does not divide the world size %d",
-             c->sim.replicate, world);
+  RF_TRY(rf_plan_sim_mesh(&c->sim, &c->sim_model, c->units, c->model.n_units, &c->policy, world, c->optim,
+                          c->max_padding));
   /* the layout the runtime runs: the shard group's (every replica the same) */
   RF_TRY(rf_plan_model_make(c->units, c->model.n_units, &c->policy, world / c->sim.replicate, 1, &r));
   if (c->sim.batch > 0 &&
@@ -402,14 +402,14 @@ int rf_cmd_plan(int argc, char **argv) {
        "FP8 gather bytes",
        NULL, 0},
   };
-  int rc =
-      rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
-                       "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
-                       "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
-                       "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
-                       "[--max-buffers 4] [--max-padding P] [--replicate R] [--batch B --seq T [--accum A] "
-                       "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
-                       "[--efficiency E]] [--fp8] [--json] [--buffers]");
+  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
+                            "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
+                            "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
+                            "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
+                            "[--max-buffers 4] [--max-padding P] [--replicate R|node|auto [--memory-per-rank "
+                            "GB]] [--batch B --seq T [--accum A] "
+                            "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
+                            "[--efficiency E]] [--fp8] [--json] [--buffers]");
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
@@ -442,7 +442,9 @@ int rf_cmd_plan(int argc, char **argv) {
     return 1;
   }
   c.units = rf_model_desc_plan_units(&c.model, &c.policy);
-  if (c.sim.batch > 0 && rf_plan_sim_setup(&c.sim, c.model_path, &c.model, &c.sim_model) != 0) {
+  /* the step's numbers, and the network's nodes for --replicate node */
+  int setup = c.sim.batch > 0 || strcmp(c.sim.mesh, "node") == 0;
+  if (setup && rf_plan_sim_setup(&c.sim, c.model_path, &c.model, &c.sim_model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     free(c.units);
     rf_model_desc_free(&c.model);

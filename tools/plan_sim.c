@@ -165,6 +165,81 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   return rf_plan_simulate(units, m, p, &o, out);
 }
 
+int rf_plan_sim_auto_group(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                           const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
+                           int world, enum rf_optim_kind optim, double max_padding, double memory_gb,
+                           int *group) {
+  if (memory_gb <= 0) {
+    int g = rf_plan_advise_group(units, n_units, p, world, 0, max_padding / 100.0);
+    if (g < 0) return -1;
+    RF_REQUIRE(g > 0, "--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
+               max_padding);
+    *group = g;
+    return 0;
+  }
+  struct rf_plan_sim_args sa = *a;
+  int64_t least = -1;
+  int least_group = 0;
+  for (int s = 1; s <= world; s++) {
+    if (world % s) continue;
+    struct rf_plan_model_result m;
+    struct rf_plan_sim_result r;
+    RF_TRY(rf_plan_model_make(units, n_units, p, s, 0, &m));
+    int padding_ok = max_padding < 0 || rf_plan_model_meets(&m, max_padding / 100.0);
+    sa.replicate = world / s;
+    int rc = rf_plan_sim_world(&sa, sm, units, &m, p, world, optim, &r);
+    rf_plan_model_result_free(&m);
+    RF_TRY(rc);
+    if (!padding_ok) continue;
+    if ((double)r.mem.total <= memory_gb * 1e9) {
+      *group = s;
+      return 0;
+    }
+    if (least < 0 || r.mem.total < least) least = r.mem.total, least_group = s;
+  }
+  if (least < 0)
+    RF_FAIL("--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world, max_padding);
+  RF_FAIL(
+      "--replicate auto: no shard group size dividing %d fits --memory-per-rank %g GB%s: the least is %.4g "
+      "GB "
+      "per rank, in groups of %d",
+      world, memory_gb, max_padding >= 0 ? " under --max-padding" : "", (double)least / 1e9, least_group);
+}
+
+int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                     const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
+                     int world, enum rf_optim_kind optim, double max_padding) {
+  int group = 0;
+  RF_REQUIRE(a->memory_per_rank <= 0 || strcmp(a->mesh, "auto") == 0,
+             "--memory-per-rank chooses the shard group of --replicate auto (got --replicate %s)", a->mesh);
+  if (strcmp(a->mesh, "node") == 0) {
+    int per_node = sm->net.ranks_per_node;
+    group = per_node > 0 && per_node < world ? per_node : world;
+    RF_REQUIRE(
+        world % group == 0,
+        "--replicate node: the %d ranks do not fill nodes of %d ranks (network %s): give --replicate R",
+        world, group, sm->net.name);
+  } else if (strcmp(a->mesh, "auto") == 0) {
+    RF_REQUIRE(
+        max_padding >= 0 || a->memory_per_rank > 0,
+        "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
+        "give --max-padding PERCENT, --memory-per-rank GB, or both");
+    RF_REQUIRE(a->memory_per_rank <= 0 || a->batch > 0,
+               "--memory-per-rank compares the simulated memory of a step: give --batch");
+    RF_TRY(rf_plan_sim_auto_group(a, sm, units, n_units, p, world, optim, max_padding, a->memory_per_rank,
+                                  &group));
+  } else {
+    char *end = NULL;
+    long r = strtol(a->mesh, &end, 10);
+    RF_REQUIRE(end != a->mesh && *end == 0 && r >= 1,
+               "--replicate '%s': expected a replica count R >= 1, node or auto", a->mesh);
+    RF_REQUIRE(world % r == 0, "--replicate %ld does not divide the world size %d", r, world);
+    group = world / (int)r;
+  }
+  a->replicate = world / group;
+  return 0;
+}
+
 static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
   if (bytes >= 1e9)
     snprintf(out, size, "%.2f GB", bytes / 1e9);

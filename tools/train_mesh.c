@@ -58,12 +58,15 @@ static int rf_train_mesh_node_size(MPI_Comm comm, int *group) {
   return 0;
 }
 
-/* --replicate auto with --memory-per-rank: the smallest S dividing W whose plan
- * meets --max-padding (when given) and whose simulated memory per rank
- * (rf_plan_simulate, as rfsdp plan --batch prints it) fits. */
-static int rf_train_mesh_fit(const struct rf_train_args *a, int world, const struct rf_model_desc *desc,
-                             const struct rf_plan_unit_in *units, const struct rf_plan_policy *policy,
-                             int *group) {
+/* --replicate auto: the shard group by the planner's padding or the simulated
+ * memory per rank (rf_plan_sim_auto_group, as rfsdp plan --replicate auto). */
+static int rf_train_mesh_auto(const struct rf_train_args *a, int world, const struct rf_model_config *cfg,
+                              const struct rf_fsdp_options *o, int *group) {
+  struct rf_model_desc desc;
+  struct rf_plan_policy policy;
+  rf_model_desc_make(cfg, &desc);
+  rf_fsdp_plan_policy(o, &policy);
+  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&desc, &policy);
   struct rf_plan_sim_args sa = RF_PLAN_SIM_ARGS_DEFAULT;
   sa.batch = a->batch;
   sa.seq = a->seq;
@@ -72,60 +75,12 @@ static int rf_train_mesh_fit(const struct rf_train_args *a, int world, const str
   sa.no_reshard = a->no_reshard;
   sa.compute_dtype = a->compute_dtype;
   struct rf_plan_sim_model sm;
-  enum rf_optim_kind kind;
-  RF_TRY(rf_plan_sim_setup(&sa, a->model, desc, &sm));
-  RF_TRY(rf_optim_kind_parse(a->plan.optim, &kind));
-  int64_t least = -1;
-  int least_group = 0;
-  for (int s = 1; s <= world; s++) {
-    if (world % s) continue;
-    struct rf_plan_model_result m;
-    struct rf_plan_sim_result r;
-    RF_TRY(rf_plan_model_make(units, desc->n_units, policy, s, 0, &m));
-    int padding_ok = a->max_padding < 0 || rf_plan_model_meets(&m, a->max_padding / 100.0);
-    sa.replicate = world / s;
-    int rc = rf_plan_sim_world(&sa, &sm, units, &m, policy, world, kind, &r);
-    rf_plan_model_result_free(&m);
-    RF_TRY(rc);
-    if (!padding_ok) continue;
-    if ((double)r.mem.total <= a->memory_per_rank * 1e9) {
-      *group = s;
-      return 0;
-    }
-    if (least < 0 || r.mem.total < least) least = r.mem.total, least_group = s;
-  }
-  if (least < 0)
-    RF_FAIL("--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
-            a->max_padding);
-  RF_FAIL(
-      "--replicate auto: no shard group size dividing %d fits --memory-per-rank %g GB%s: the least is %.4g "
-      "GB "
-      "per rank, in groups of %d",
-      world, a->memory_per_rank, a->max_padding >= 0 ? " under --max-padding" : "", (double)least / 1e9,
-      least_group);
-}
-
-static int rf_train_mesh_auto(const struct rf_train_args *a, int world, const struct rf_model_config *cfg,
-                              const struct rf_fsdp_options *o, int *group) {
-  struct rf_model_desc desc;
-  struct rf_plan_policy policy;
-  rf_model_desc_make(cfg, &desc);
-  rf_fsdp_plan_policy(o, &policy);
-  struct rf_plan_unit_in *units = rf_model_desc_plan_units(&desc, &policy);
-  int rc = 0;
-  if (a->memory_per_rank > 0) {
-    rc = rf_train_mesh_fit(a, world, &desc, units, &policy, group);
-  } else {
-    int g = rf_plan_advise_group(units, desc.n_units, &policy, world, 0, a->max_padding / 100.0);
-    if (g == 0)
-      rc = rf_error_set(__FILE__, __LINE__,
-                        "--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
-                        a->max_padding);
-    else if (g > 0)
-      *group = g;
-    else
-      rc = -1;
-  }
+  enum rf_optim_kind kind = RF_OPTIM_KIND_ADAMW;
+  int rc = a->memory_per_rank > 0 ? rf_plan_sim_setup(&sa, a->model, &desc, &sm) : 0;
+  if (rc == 0 && a->memory_per_rank > 0) rc = rf_optim_kind_parse(a->plan.optim, &kind);
+  if (rc == 0)
+    rc = rf_plan_sim_auto_group(&sa, &sm, units, desc.n_units, &policy, world, kind, a->max_padding,
+                                a->memory_per_rank, group);
   free(units);
   rf_model_desc_free(&desc);
   return rc;
