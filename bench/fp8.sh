@@ -17,8 +17,9 @@
 #     to 0.1x, weight decay 0.1, clip 1.0, seed 1, validation every 100 steps on 16
 #     batches) for RF_BENCH_FP8_STEPS steps (default 1000) in bf16 and in fp8: the
 #     validation losses side by side, fp8's relative difference at the end (target
-#     within 2%), the two curves in one chart ($out/fp8-demo.png; copied to
-#     docs/fp8-demo.png when the run is the documented 1000 steps). The losses are
+#     within 2%), the two curves in one chart (scripts/loss-chart: against the step
+#     and against CPU seconds; $out/fp8-demo.png, copied to docs/fp8-demo.png when
+#     the run is the documented 1000 steps). The losses are
 #     deterministic (the same on any machine and load); the time is not.
 #
 # Time on an idle 2-core machine: part 1 about 1 minute, part 2 about 2 x 3-5 minutes.
@@ -124,26 +125,16 @@ if [ "$part" = all ] || [ "$part" = demo ]; then
   awk '{printf "| %d | %.4f | %.4f | %+.2f%% |\n", $1, $2, $3, 100 * ($3 - $2) / $2}' "$out/demo.dat"
   tail -1 "$out/demo.dat" | awk '{d = 100 * ($3 - $2) / $2; printf "final validation loss: fp8 %.4f, bf16 %.4f: %+.2f%% (target within 2%%: %s)\n", $3, $2, d, (d <= 2 && d >= -2) ? "met" : "NOT met"}'
   awk '$1 ~ /^demo-/ {printf "%s: %d s wall\n", $1, $2}' "$out/seconds.txt"
-  if command -v gnuplot >/dev/null; then
-    gnuplot <<EOF 2>&1 | head -5
-set terminal pngcairo size 800,480 font 'sans,10'
-set output '$out/fp8-demo.png'
-set title 'demo model (3.0M), W=2, 16 x 128 tokens per step: validation loss, bf16 compute against --fp8 block'
-set xlabel 'step'
-set ylabel 'validation loss (16 batches)'
-set grid
-set key top right
-plot '$out/demo-bf16.dat' u 1:2 w lp lw 2 pt 7 t 'bf16 (--param-dtype bf16 --compute-dtype bf16)', \
-     '$out/demo-fp8.dat' u 1:2 w lp lw 2 pt 5 t 'fp8 (--fp8 block, e4m3 128x128 weights, 1x128 activations)'
-EOF
+  if scripts/loss-chart "$out/fp8-demo.png" \
+    "demo model, W=$w, 16 x 128 tokens per step: bf16 compute against --fp8 block" \
+    "bf16 (--param-dtype bf16 --compute-dtype bf16)=$out/demo-bf16.jsonl" \
+    "fp8 (--fp8 block: e4m3 128x128 weights, 1x128 X and dY)=$out/demo-fp8.jsonl" >/dev/null; then
     if [ "$steps" = 1000 ]; then
       cp "$out/fp8-demo.png" docs/fp8-demo.png
-      echo "chart: docs/fp8-demo.png (data in $out/demo-*.dat)"
+      echo "chart: docs/fp8-demo.png (scripts/loss-chart; data in $out/demo-*.jsonl)"
     else
       echo "chart: $out/fp8-demo.png ($steps steps: docs/fp8-demo.png is the 1000-step run's)"
     fi
-  else
-    echo "chart: gnuplot not available (scripts/setup installs it)"
   fi
 fi
 echo "finished: $(date -u '+%H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//'); commands in $out/commands.txt"
