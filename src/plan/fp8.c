@@ -33,7 +33,8 @@ int64_t rf_plan_fp8_block_elems(const struct rf_plan_tensor_in *t) {
   int64_t unit = g.subs > 1 && g.rows % RF_FP8_TILE != 0 ? g.rows : RF_FP8_TILE;
   int64_t all_rows = g.subs * g.rows;
   rows = rf_lcm_i64_capped(rows, unit, all_rows);
-  return rf_min_i64(rows, all_rows) * g.cols;
+  /* beyond the tensor (e.g. fewer than 128 rows): the whole tensor is one block */
+  return (rows < 0 ? all_rows : rf_min_i64(rows, all_rows)) * g.cols;
 }
 
 int64_t rf_plan_fp8_cut_tiles(const struct rf_plan_tensor_in *t, const int64_t *cuts, int n_cuts) {
