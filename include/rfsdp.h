@@ -35,6 +35,12 @@ struct rf_fsdp_options {
   enum rf_dtype param_dtype;  /* f32 or bf16: the dtype of the gathered parameters */
   enum rf_dtype reduce_dtype; /* f32 or bf16: the dtype of the reduce-scatter */
   uint64_t seed;              /* for rf_init */
+  /* FP8 block mode (docs/fp8.md; planned layout only): the tensors marked with
+   * rf_fsdp_set_fp8 are gathered as e4m3 codes, one f32 scale per 128x128 tile
+   * (amax / 448, or a power of two with fp8_pow2), each rank quantizing its own tiles
+   * from its f32 master before every gather; the others in param_dtype. */
+  int fp8;
+  int fp8_pow2;
 };
 
 /* The defaults above. */
@@ -66,6 +72,10 @@ int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name);
  * For ndim >= 2, a row is the last dimension and leading dimensions are flattened. */
 int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
                        int64_t block_rows, struct rf_init init);
+/* Marks a declared matrix (ndim 2) for FP8 block mode: its blocks become whole
+ * bands of 128 rows (every 128x128 tile on one rank). Nothing when opt.fp8 is 0.
+ * Returns 0, or -1 (not a matrix, after finalize). */
+int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor);
 /* Plans every unit, allocates the shards and the arena, initializes parameters.
  * Returns 0, or -1 (bad declarations, a plan that fails its check). */
 int rf_fsdp_finalize(struct rf_fsdp *f);
@@ -115,6 +125,15 @@ void rf_fsdp_poll(struct rf_fsdp *f);
  * other returns NULL. Gradients are always f32; the model adds into them. */
 const float *rf_fsdp_param(struct rf_fsdp *f, int tensor);
 const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor);
+/* An FP8 tensor's gathered e4m3 codes (row-major [rows, cols]), and its tile scales
+ * ([ceil(rows/128), ceil(cols/128)] row-major) in *scales; NULL for other tensors
+ * (whose rf_fsdp_param / rf_fsdp_param_bf16 is then NULL). */
+const uint8_t *rf_fsdp_param_fp8(struct rf_fsdp *f, int tensor, const float **scales);
+/* 0, or -1 with rf_fsdp_error() once a gather has failed (FP8: a tile of a master
+ * holding NaN or an infinity, the tensor named). Every rank of the shard group
+ * fails at the same gather with the same message (the scales are gathered), so
+ * every rank takes the same branch; the views of a failed gather hold NaN scales. */
+int rf_fsdp_status(const struct rf_fsdp *f);
 float *rf_fsdp_grad(struct rf_fsdp *f, int tensor);
 
 /* ---- after backward -------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * this rank's master shard into its range of the slot (own-shard bytes). The fsdp2
  * layout adds the copies PyTorch FSDP2 makes (copied bytes). Every byte moved here
  * goes through src/core's counted helpers (rf_move_*). */
+#include <math.h>
 #include <string.h>
 
 #include "dbuffer/dbuffer.h"
@@ -11,9 +12,12 @@ static inline uint8_t *rf_dbuffer_at(void *base, int64_t elems, size_t size) {
   return (uint8_t *)base + (size_t)elems * size;
 }
 
-size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype param_dtype) {
-  return (size_t)db->slot_elems * rf_dtype_size(param_dtype);
+/* FP8 tensor x's tile scales in the param slot. */
+static inline float *rf_dbuffer_scales(void *slot, const struct rf_dbuffer_tensor *x) {
+  return (float *)(void *)rf_dbuffer_at(slot, x->scale_byte, 1);
 }
+
+size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db) { return db->slot_bytes; }
 
 /* The grad slot: f32 views, then the staging buffer (reduce dtype) when one is
  * needed, then the receive scratch (this rank's shard, f32-sized). */
@@ -36,28 +40,79 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
   return rf_dbuffer_scratch_offset(db, reduce_dtype) + (size_t)db->shard_elems * sizeof(float);
 }
 
-void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
-                             void *slot, enum rf_dtype param_dtype, struct rf_comm_req *reqs) {
-  size_t ps = rf_dtype_size(param_dtype);
+/* FP8 buffer b: this rank's range of every FP8 tensor in it quantized into the
+ * slot (codes at its view, scales at its tiles), one 128-row band at a time; a
+ * band holding NaN or an infinity gets NaN scales, which the gather takes to every
+ * rank. */
+static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const float *shard, void *slot,
+                                    int pow2) {
   int r = db->rank;
-  for (int b = 0; b < db->n_buffers; b++) {
-    const struct rf_dbuffer_buf *buf = &db->bufs[b];
-    int64_t own = buf->starts[r + 1] - buf->starts[r];
-    void *base = rf_dbuffer_at(slot, buf->slot_off, ps);
-    rf_move_own_shard(rf_dbuffer_at(base, buf->starts[r], ps), param_dtype, shard + buf->shard_off,
-                      (size_t)own);
-    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * ps;
-    if (buf->equal > 0)
-      rf_comm_iallgather(comm, base, buf->equal, param_dtype, &reqs[b]);
-    else
-      rf_comm_iallgatherv(comm, base, buf->starts, param_dtype, &reqs[b]);
+  for (int t = 0; t < db->n_tensors; t++) {
+    const struct rf_dbuffer_tensor *x = &db->tensors[t];
+    if (x->buffer != b || x->starts[r + 1] == x->starts[r]) continue;
+    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), band = (int64_t)RF_FP8_TILE * x->cols;
+    float *scales = rf_dbuffer_scales(slot, x);
+    for (int64_t e = x->starts[r], k = x->scale_starts[r]; e < x->starts[r + 1]; e += band, k += tc) {
+      struct rf_fp8_grid g = {rf_min_i64(band, x->starts[r + 1] - e) / x->cols, x->cols, RF_FP8_TILE,
+                              RF_FP8_TILE};
+      if (rf_fp8_quantize(&g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
+                          rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k) != 0)
+        for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
+    }
+    int64_t own = x->starts[r + 1] - x->starts[r], tiles = x->scale_starts[r + 1] - x->scale_starts[r];
+    rf_counters_global.bytes_own_shard += (uint64_t)(own + tiles * (int64_t)sizeof(float));
   }
 }
 
-void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
-                              struct rf_comm_req *reqs) {
-  for (int b = 0; b < db->n_buffers; b++) rf_comm_wait(&reqs[b]);
-  if (db->layout != RF_LAYOUT_FSDP2) return;
+void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
+                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs) {
+  int r = db->rank;
+  for (int b = 0; b < db->n_buffers; b++) {
+    const struct rf_dbuffer_buf *buf = &db->bufs[b];
+    enum rf_dtype dt = buf->fp8 ? RF_DTYPE_FP8E4M3 : param_dtype;
+    size_t ps = rf_dtype_size(dt);
+    int64_t own = buf->starts[r + 1] - buf->starts[r];
+    void *base = rf_dbuffer_at(slot, buf->slot_byte, 1);
+    if (buf->fp8)
+      rf_dbuffer_quantize_own(db, b, shard, slot, pow2);
+    else
+      rf_move_own_shard(rf_dbuffer_at(base, buf->starts[r], ps), dt, shard + buf->shard_off, (size_t)own);
+    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * ps;
+    if (buf->equal > 0)
+      rf_comm_iallgather(comm, base, buf->equal, dt, &reqs[b]);
+    else
+      rf_comm_iallgatherv(comm, base, buf->starts, dt, &reqs[b]);
+  }
+  for (int t = 0, k = db->n_buffers; t < db->n_tensors; t++)
+    if (db->tensors[t].fp8)
+      rf_comm_iallgatherv(comm, rf_dbuffer_scales(slot, &db->tensors[t]), db->tensors[t].scale_starts,
+                          RF_DTYPE_F32, &reqs[k++]);
+}
+
+/* The gathered scales of every FP8 tensor: a NaN (a tile with NaN or an infinity on
+ * its owner) fails, naming the tensor and the tile's rows. */
+static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
+  for (int t = 0; t < db->n_tensors; t++) {
+    const struct rf_dbuffer_tensor *x = &db->tensors[t];
+    if (!x->fp8) continue;
+    const float *s = rf_dbuffer_scales(slot, x);
+    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE);
+    for (int64_t i = 0; i < x->scale_starts[db->world]; i++)
+      if (isnan(s[i])) {
+        int64_t row = i / tc * RF_FP8_TILE;
+        RF_FAIL(
+            "fp8: tensor '%s' holds NaN or an infinity in rows [%lld, %lld): its 128x128 tiles cannot "
+            "be quantized to e4m3",
+            x->name, (long long)row, (long long)rf_min_i64(row + RF_FP8_TILE, x->rows));
+      }
+  }
+  return 0;
+}
+
+int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+                             struct rf_comm_req *reqs) {
+  for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_wait(&reqs[b]);
+  if (db->layout != RF_LAYOUT_FSDP2) return rf_dbuffer_check_scales(db, slot);
   /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
    * into the tensor's own storage. */
   size_t ps = rf_dtype_size(param_dtype);
@@ -69,6 +124,7 @@ void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_d
                    (size_t)n * ps);
     }
   }
+  return 0;
 }
 
 /* FSDP2's copy-in: every tensor's gradient into the rank-major staging buffer,
@@ -133,8 +189,8 @@ void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *g
   }
 }
 
-int rf_dbuffer_test(const struct rf_dbuffer *db, struct rf_comm_req *reqs) {
+int rf_dbuffer_test(struct rf_comm_req *reqs, int n) {
   int done = 1;
-  for (int b = 0; b < db->n_buffers; b++) done &= rf_comm_test(&reqs[b]);
+  for (int b = 0; b < n; b++) done &= rf_comm_test(&reqs[b]);
   return done;
 }

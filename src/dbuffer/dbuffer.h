@@ -14,7 +14,16 @@
  * Three layouts (enum rf_layout): planned (the planner's buffers, tensors at their
  * offsets: no copy around any collective), flat (FSDP1: tensors back to back,
  * padded at the end to a multiple of W), fsdp2 (per tensor ceil(d0/W) rows per
- * rank; all-gather into staging then copy out; copy in before the reduce). */
+ * rank; all-gather into staging then copy out; copy in before the reduce).
+ *
+ * FP8 block mode (policy->fp8, planned layout): the unit's FP8 tensors and its
+ * other tensors are planned as two groups, so every buffer holds one kind. An FP8
+ * buffer is gathered as e4m3 codes (1 byte per element): each rank quantizes its
+ * own range of every FP8 tensor (whole 128-row bands, hence whole 128x128 tiles)
+ * straight into its range of the param slot, and each FP8 tensor's tile scales
+ * (f32, row-major over the tiles, after the buffers in the param slot) are
+ * gathered in place by one all-gather-v (rank r's bands are consecutive tiles).
+ * Gradients are f32 in every buffer, as without FP8. */
 #ifndef RF_DBUFFER_H
 #define RF_DBUFFER_H
 
@@ -35,6 +44,14 @@ struct rf_dbuffer_tensor {
   int64_t view_off;  /* elements: the whole tensor's view in the param slot */
   int64_t gview_off; /* elements: the whole tensor's view in the grad slot (f32) */
   int64_t shard_off; /* elements: this rank's piece in the unit's shard (add the unit's base) */
+  int64_t view_byte; /* bytes: the whole tensor's view in the param slot (its buffer's dtype) */
+  /* FP8 tensors: the 2-D view [rows, cols] in 128x128 tiles, the tile scales' place in the
+   * param slot (bytes) and world + 1 offsets (in scales) of every rank's tiles */
+  int fp8;
+  const char *name; /* borrowed from the caller's tensors (for messages) */
+  int64_t rows, cols;
+  int64_t scale_byte;
+  int64_t *scale_starts;
 };
 
 /* One collective. Owns starts. */
@@ -45,6 +62,8 @@ struct rf_dbuffer_buf {
   int64_t slot_off;  /* elements: the buffer's place in the param and grad slots */
   int64_t shard_off; /* elements: this rank's range in the unit's shard */
   int64_t pad_other; /* padding elements outside this rank's range (moved by the collectives) */
+  int fp8;           /* holds FP8 tensors only: gathered as e4m3 codes */
+  int64_t slot_byte; /* bytes: the buffer's place in the param slot */
 };
 
 /* A unit's DBuffer on one rank. Owns its arrays. */
@@ -64,6 +83,9 @@ struct rf_dbuffer {
   int64_t max_shard_elems; /* the layout's: sum over buffers of the largest rank range */
   int64_t split_blocks;    /* the layout's: blocks cut by a rank boundary */
   int64_t copy_bytes;      /* the layout's: bytes copied around the collectives per step (counting rule) */
+  int n_fp8;               /* FP8 tensors (one scales all-gather-v each, after the buffers' requests) */
+  int n_gather_reqs;       /* n_buffers + n_fp8 */
+  size_t slot_bytes;       /* the param slot in the policy's param dtype (FP8 buffers: 1 byte each) */
 };
 
 /* Builds a unit's DBuffer on `rank` from the layout the policy gives
@@ -75,18 +97,22 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
                     int n_tensors, int world, int rank, const struct rf_plan_policy *policy);
 void rf_dbuffer_free(struct rf_dbuffer *db);
 
-/* Bytes of a param slot / grad slot for this unit with these dtypes. */
-size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype param_dtype);
+/* Bytes of a param slot (the policy's param dtype) / grad slot (this reduce dtype). */
+size_t rf_dbuffer_param_slot_bytes(const struct rf_dbuffer *db);
 size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype reduce_dtype);
 
 /* Gather: casts the master shard (f32, `shard` = the unit's base in the slab) into
- * this rank's ranges of the slot, then starts one in-place all-gather per buffer
- * (reqs: n_buffers requests). finish waits and, in the fsdp2 layout, copies the
- * staging buffer out into each tensor's storage. */
+ * this rank's ranges of the slot (FP8 buffers: quantizes it, power-of-two scales
+ * when pow2), then starts one in-place all-gather per buffer and one per FP8
+ * tensor's scales (reqs: n_gather_reqs requests). A tile holding NaN or an
+ * infinity gets the scale NaN, which every rank receives. finish waits and, in
+ * the fsdp2 layout, copies the staging buffer out into each tensor's storage; it
+ * returns -1 with a message naming the tensor and its rows when a gathered scale
+ * is NaN (the same on every rank: the scales are the same everywhere), else 0. */
 void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
-                             void *slot, enum rf_dtype param_dtype, struct rf_comm_req *reqs);
-void rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
-                              struct rf_comm_req *reqs);
+                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs);
+int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+                             struct rf_comm_req *reqs);
 
 /* Reduce: starts one reduce-scatter per buffer from the grad slot (the backward
  * wrote f32 gradients into its views; padding is zero). With f32 and no
@@ -98,7 +124,7 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
                               enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs);
 
-/* 1 when every request of the unit finished (drives MPI progress). */
-int rf_dbuffer_test(const struct rf_dbuffer *db, struct rf_comm_req *reqs);
+/* 1 when the first n requests of the unit finished (drives MPI progress). */
+int rf_dbuffer_test(struct rf_comm_req *reqs, int n);
 
 #endif

@@ -29,6 +29,7 @@ void rf_dbuffer_free(struct rf_dbuffer *db) {
   for (int t = 0; t < db->n_tensors; t++) {
     free(db->tensors[t].starts);
     free(db->tensors[t].piece);
+    free(db->tensors[t].scale_starts);
   }
   free(db->bufs);
   free(db->tensors);
@@ -98,22 +99,73 @@ static void rf_dbuffer_finish_fsdp2(struct rf_dbuffer *db, int64_t align) {
   db->staging_elems = buf->total;
 }
 
-/* Tensor t's ranges (a RaggedShard from the layout) and where each rank's piece
- * sits in its buffer. */
+/* Tensor i of the group `in` (tensor t of the unit): its ranges (a RaggedShard from
+ * the layout) and where each rank's piece sits in its buffer (the group's buffers
+ * begin at first_buf). */
 static int rf_dbuffer_place(struct rf_dbuffer *db, const struct rf_plan_layout *l,
-                            const struct rf_plan_unit_in *in, int t) {
+                            const struct rf_plan_unit_in *in, int i, int t, int first_buf) {
   struct rf_dbuffer_tensor *x = &db->tensors[t];
-  const struct rf_plan_layout_tensor *lt = &l->tensors[t];
+  const struct rf_plan_layout_tensor *lt = &l->tensors[i];
   struct rf_shard sh;
-  RF_TRY(rf_plan_layout_tensor_shard(l, in, t, &sh));
+  RF_TRY(rf_plan_layout_tensor_shard(l, in, i, &sh));
   rf_shard_starts(&sh, x->starts);
   x->blocks_whole = sh.block_elems == rf_min_i64(x->block_elems, x->numel);
   rf_shard_free(&sh);
-  x->buffer = lt->buffer;
+  x->buffer = first_buf + lt->buffer;
   for (int r = 0; r < db->world; r++)
     x->piece[r] = lt->chunk > 0 ? r * l->plan.buffers[0].shard_elems + lt->offset : lt->offset + x->starts[r];
   x->view_off = lt->offset; /* contiguous: relative to the buffer until the slots are laid out */
   return 0;
+}
+
+/* FP8 tensor t: its tile grid and every rank's first tile; fails when a rank's
+ * range starts inside a 128-row band (its tiles would be cut). */
+static int rf_dbuffer_fp8_tiles(struct rf_dbuffer *db, const char *unit_name,
+                                const struct rf_plan_tensor_in *in, int t) {
+  struct rf_dbuffer_tensor *x = &db->tensors[t];
+  RF_REQUIRE(in->ndim == 2, "unit %s: FP8 tensor %s is not a matrix", unit_name, in->name);
+  x->fp8 = 1;
+  x->name = in->name;
+  x->cols = in->shape[1];
+  x->rows = in->shape[0];
+  int64_t band = (int64_t)RF_FP8_TILE * x->cols, tc = rf_ceil_div(x->cols, RF_FP8_TILE);
+  x->scale_starts = rf_xcalloc((size_t)db->world + 1, sizeof(int64_t));
+  for (int r = 0; r <= db->world; r++) {
+    int64_t s = x->starts[r];
+    RF_REQUIRE(s % band == 0 || s == x->numel,
+               "unit %s: FP8 tensor %s: rank %d's range starts at row %lld, inside a band of 128x128 tiles "
+               "(the layout must keep 128-row blocks whole)",
+               unit_name, in->name, r, (long long)(s / x->cols));
+    x->scale_starts[r] = rf_ceil_div(s / x->cols, RF_FP8_TILE) * tc;
+  }
+  db->n_fp8++;
+  return 0;
+}
+
+/* The param slot in bytes: every buffer in its dtype (FP8 buffers: 1 byte per
+ * element) on the alignment of the element offsets, then the FP8 tensors' scales;
+ * without FP8 buffers, exactly slot_elems elements of the param dtype. */
+static void rf_dbuffer_slot_bytes(struct rf_dbuffer *db, enum rf_dtype param_dtype, int64_t align) {
+  int64_t ps = (int64_t)rf_dtype_size(param_dtype), at = 0;
+  if (db->layout == RF_LAYOUT_FSDP2) {
+    for (int t = 0; t < db->n_tensors; t++) db->tensors[t].view_byte = db->tensors[t].view_off * ps;
+    db->slot_bytes = (size_t)(db->slot_elems * ps);
+    return;
+  }
+  for (int b = 0; b < db->n_buffers; b++) {
+    struct rf_dbuffer_buf *buf = &db->bufs[b];
+    buf->slot_byte = at;
+    at = rf_round_up(at + buf->total * (buf->fp8 ? 1 : ps), align * ps);
+  }
+  for (int t = 0; t < db->n_tensors; t++) {
+    struct rf_dbuffer_tensor *x = &db->tensors[t];
+    const struct rf_dbuffer_buf *buf = &db->bufs[x->buffer];
+    x->view_byte = buf->slot_byte + (x->view_off - buf->slot_off) * (buf->fp8 ? 1 : ps);
+    if (!x->fp8) continue;
+    x->scale_byte = at;
+    at = rf_round_up(at + x->scale_starts[db->world] * (int64_t)sizeof(float), align * ps);
+  }
+  db->slot_bytes = (size_t)at;
 }
 
 int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
@@ -123,29 +175,66 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
   db->layout = policy->layout;
   db->world = world;
   db->rank = rank;
-  for (int t = 0; t < n_tensors; t++) db->elems += tensors[t].numel;
-  struct rf_plan_unit_in in = {unit_name, n_tensors, tensors};
-  struct rf_plan_layout l;
-  RF_TRY(rf_plan_layout_make(policy, world, &in, &l));
-  RF_ASSERT(!l.plan.used_sub_padding); /* every tensor is one run */
-  rf_dbuffer_alloc(db, l.plan.n_buffers, tensors, n_tensors);
-  for (int b = 0; b < l.plan.n_buffers; b++) {
-    const struct rf_plan_buffer *pb = &l.plan.buffers[b];
-    memcpy(db->bufs[b].starts, pb->starts, ((size_t)world + 1) * sizeof(int64_t));
-    db->bufs[b].equal = l.plan.mode == RF_SHARD_MODE_EQUAL ? pb->shard_elems : 0;
+  int fp8 = 0;
+  for (int t = 0; t < n_tensors; t++) {
+    db->elems += tensors[t].numel;
+    fp8 |= policy->fp8 && tensors[t].fp8;
   }
-  int rc = 0;
-  for (int t = 0; t < n_tensors && rc == 0; t++) rc = rf_dbuffer_place(db, &l, &in, t);
+  RF_REQUIRE(!fp8 || policy->layout == RF_LAYOUT_PLANNED,
+             "unit %s: FP8 block mode needs the planned layout (fsdp2 and flat cut 128x128 tiles)",
+             unit_name);
+  /* two groups under FP8 (the other tensors, then the FP8 ones), each planned into
+   * buffers of its own: every collective moves one kind; else one group */
+  struct rf_plan_tensor_in *sub = rf_xcalloc((size_t)n_tensors, sizeof *sub);
+  int *map = rf_xcalloc((size_t)n_tensors, sizeof *map), n_sub[2] = {0, 0};
+  for (int t = 0; t < n_tensors; t++) n_sub[fp8 && tensors[t].fp8]++;
+  for (int t = 0, at[2] = {0, n_sub[0]}; t < n_tensors; t++) {
+    int g = fp8 && tensors[t].fp8;
+    map[at[g]] = t;
+    sub[at[g]++] = tensors[t];
+  }
+  struct rf_plan_layout l[2];
+  struct rf_plan_unit_in in[2];
+  int group_fp8[2], n_l = 0, n_buffers = 0, rc = 0;
+  for (int g = 0; g < 2 && rc == 0; g++) {
+    if (n_sub[g] == 0) continue;
+    in[n_l] = (struct rf_plan_unit_in){unit_name, n_sub[g], sub + (g ? n_sub[0] : 0)};
+    rc = rf_plan_layout_make(policy, world, &in[n_l], &l[n_l]);
+    if (rc != 0) break;
+    RF_ASSERT(!l[n_l].plan.used_sub_padding); /* every tensor is one run */
+    group_fp8[n_l] = g;
+    n_buffers += l[n_l++].plan.n_buffers;
+  }
+  if (rc == 0) rf_dbuffer_alloc(db, n_buffers, tensors, n_tensors);
+  for (int i = 0, first = 0, mapped = 0; i < n_l && rc == 0; i++) {
+    for (int b = 0; b < l[i].plan.n_buffers; b++) {
+      const struct rf_plan_buffer *pb = &l[i].plan.buffers[b];
+      struct rf_dbuffer_buf *buf = &db->bufs[first + b];
+      memcpy(buf->starts, pb->starts, ((size_t)world + 1) * sizeof(int64_t));
+      buf->equal = l[i].plan.mode == RF_SHARD_MODE_EQUAL ? pb->shard_elems : 0;
+      buf->fp8 = group_fp8[i];
+    }
+    for (int k = 0; k < in[i].n_tensors && rc == 0; k++)
+      rc = rf_dbuffer_place(db, &l[i], &in[i], k, map[mapped + k], first);
+    mapped += in[i].n_tensors;
+    first += l[i].plan.n_buffers;
+    db->max_shard_elems += l[i].plan.max_shard_elems;
+    db->split_blocks += l[i].split_blocks;
+    db->copy_bytes += l[i].copy_bytes;
+  }
+  int64_t align = rf_plan_policy_align_elems(policy);
   if (rc == 0) {
-    int64_t align = rf_plan_policy_align_elems(policy);
     if (policy->layout == RF_LAYOUT_FSDP2)
       rf_dbuffer_finish_fsdp2(db, align);
     else
       rf_dbuffer_finish_contiguous(db, align);
-    db->max_shard_elems = l.plan.max_shard_elems;
-    db->split_blocks = l.split_blocks;
-    db->copy_bytes = l.copy_bytes;
   }
-  rf_plan_layout_free(&l);
+  for (int t = 0; t < n_tensors && rc == 0; t++)
+    if (fp8 && tensors[t].fp8) rc = rf_dbuffer_fp8_tiles(db, unit_name, &tensors[t], t);
+  if (rc == 0) rf_dbuffer_slot_bytes(db, policy->param_dtype, align);
+  db->n_gather_reqs = db->n_buffers + db->n_fp8;
+  for (int i = 0; i < n_l; i++) rf_plan_layout_free(&l[i]);
+  free(sub);
+  free(map);
   return rc;
 }

@@ -35,6 +35,9 @@ static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
              "param dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->param_dtype));
   RF_REQUIRE(o->reduce_dtype == RF_DTYPE_F32 || o->reduce_dtype == RF_DTYPE_BF16,
              "reduce dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->reduce_dtype));
+  RF_REQUIRE(!o->fp8 || o->layout == RF_LAYOUT_PLANNED,
+             "FP8 block mode (--fp8 block) needs the planned layout (--layout planned): fsdp2 and flat cut "
+             "128x128 tiles across ranks");
   return 0;
 }
 
@@ -46,7 +49,8 @@ void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy 
                                  .param_dtype = o->param_dtype,
                                  .reduce_dtype = o->reduce_dtype,
                                  .block_rows = o->block_rows,
-                                 .vector_block = o->vector_block};
+                                 .vector_block = o->vector_block,
+                                 .fp8 = o->fp8};
 }
 
 int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt) {
@@ -74,10 +78,12 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
     if (x->gather_reqs) {
-      for (int b = 0; b < x->db.n_buffers; b++) {
+      for (int b = 0; b < x->db.n_gather_reqs; b++) {
         rf_comm_wait(&x->gather_reqs[b]);
-        rf_comm_wait(&x->reduce_reqs[b]);
         rf_comm_req_free(&x->gather_reqs[b]);
+      }
+      for (int b = 0; b < x->db.n_buffers; b++) {
+        rf_comm_wait(&x->reduce_reqs[b]);
         rf_comm_req_free(&x->reduce_reqs[b]);
       }
       free(x->gather_reqs);
@@ -151,6 +157,21 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
   return f->n_tensors++;
 }
 
+int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
+  RF_REQUIRE(tensor >= 0 && tensor < f->n_tensors, "rf_fsdp_set_fp8: no tensor %d", tensor);
+  struct rf_fsdp_tensor *t = &f->tensors[tensor];
+  RF_REQUIRE(!f->finalized, "tensor %s marked FP8 after rf_fsdp_finalize", t->name);
+  RF_REQUIRE(t->ndim == 2, "tensor %s: only matrices are quantized in 128x128 tiles (ndim %d)", t->name,
+             t->ndim);
+  if (!f->opt.fp8) return 0;
+  struct rf_plan_tensor_in in = {
+      .name = t->name, .ndim = 2, .numel = t->numel, .block_elems = t->block_elems};
+  memcpy(in.shape, t->shape, sizeof in.shape);
+  t->block_elems = rf_plan_fp8_block_elems(&in);
+  t->fp8 = 1;
+  return 0;
+}
+
 /* `label`: the unit's name (borrowed; the units array is fixed after finalize),
  * which the collective watchdog prints. */
 static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world, const char *label) {
@@ -165,7 +186,7 @@ static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world, const
 static void rf_fsdp_make_slots(struct rf_fsdp *f) {
   size_t pbytes = 0, gbytes = 0;
   for (int u = 0; u < f->n_units; u++) {
-    size_t p = rf_dbuffer_param_slot_bytes(&f->units[u].db, f->opt.param_dtype);
+    size_t p = rf_dbuffer_param_slot_bytes(&f->units[u].db);
     size_t g = rf_dbuffer_grad_slot_bytes(&f->units[u].db, f->opt.reduce_dtype);
     if (p > pbytes) pbytes = p;
     if (g > gbytes) gbytes = g;
@@ -201,7 +222,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     for (int i = 0; i < x->n_tensors; i++) {
       const struct rf_fsdp_tensor *t = &f->tensors[x->first_tensor + i];
       in[i] = (struct rf_plan_tensor_in){
-          .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems};
+          .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems, .fp8 = t->fp8};
       memcpy(in[i].shape, t->shape, sizeof in[i].shape);
     }
     int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &f->policy);
@@ -209,7 +230,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
     slab += x->db.shard_elems;
-    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_buffers, w, x->name);
+    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_gather_reqs, w, x->name);
     rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w, x->name);
   }
   f->shard_elems = rf_max_i64(slab, 1);
@@ -276,22 +297,42 @@ static const struct rf_dbuffer_tensor *rf_fsdp_placed(const struct rf_fsdp *f, i
   return &(*unit)->db.tensors[t->index_in_unit];
 }
 
-const float *rf_fsdp_param(struct rf_fsdp *f, int tensor) {
+/* Tensor t's place in its unit's param slot (the slot is returned, its place in
+ * *placed); dies when the unit is not gathered. */
+static const void *rf_fsdp_param_slot(struct rf_fsdp *f, int tensor,
+                                      const struct rf_dbuffer_tensor **placed) {
   const struct rf_fsdp_unit *x;
   const struct rf_dbuffer_tensor *d = rf_fsdp_placed(f, tensor, &x);
-  if (f->opt.param_dtype != RF_DTYPE_F32) return NULL;
   if (x->state != RF_FSDP_UNIT_STATE_READY)
     RF_DIE("parameter %s read while its unit %s is not gathered", f->tensors[tensor].name, x->name);
-  return (const float *)f->pslots[x->pslot] + d->view_off;
+  *placed = d;
+  return f->pslots[x->pslot];
+}
+
+static const void *rf_fsdp_at(const void *slot, int64_t bytes) { return (const char *)slot + bytes; }
+
+const float *rf_fsdp_param(struct rf_fsdp *f, int tensor) {
+  const struct rf_dbuffer_tensor *d;
+  const void *slot = rf_fsdp_param_slot(f, tensor, &d);
+  return f->opt.param_dtype == RF_DTYPE_F32 && !d->fp8 ? rf_fsdp_at(slot, d->view_byte) : NULL;
 }
 
 const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor) {
-  const struct rf_fsdp_unit *x;
-  const struct rf_dbuffer_tensor *d = rf_fsdp_placed(f, tensor, &x);
-  if (f->opt.param_dtype != RF_DTYPE_BF16) return NULL;
-  if (x->state != RF_FSDP_UNIT_STATE_READY)
-    RF_DIE("parameter %s read while its unit %s is not gathered", f->tensors[tensor].name, x->name);
-  return (const uint16_t *)f->pslots[x->pslot] + d->view_off;
+  const struct rf_dbuffer_tensor *d;
+  const void *slot = rf_fsdp_param_slot(f, tensor, &d);
+  return f->opt.param_dtype == RF_DTYPE_BF16 && !d->fp8 ? rf_fsdp_at(slot, d->view_byte) : NULL;
+}
+
+const uint8_t *rf_fsdp_param_fp8(struct rf_fsdp *f, int tensor, const float **scales) {
+  const struct rf_dbuffer_tensor *d;
+  const void *slot = rf_fsdp_param_slot(f, tensor, &d);
+  *scales = d->fp8 ? rf_fsdp_at(slot, d->scale_byte) : NULL;
+  return d->fp8 ? rf_fsdp_at(slot, d->view_byte) : NULL;
+}
+
+int rf_fsdp_status(const struct rf_fsdp *f) {
+  if (f->failed) RF_FAIL("%s", f->fail_msg);
+  return 0;
 }
 
 float *rf_fsdp_grad(struct rf_fsdp *f, int tensor) {
@@ -305,8 +346,7 @@ float *rf_fsdp_grad(struct rf_fsdp *f, int tensor) {
 int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f) {
   int64_t bytes = 0;
   for (int s = 0; s < f->n_pslots; s++)
-    if (f->pslot_unit[s] >= 0)
-      bytes += (int64_t)rf_dbuffer_param_slot_bytes(&f->units[f->pslot_unit[s]].db, f->opt.param_dtype);
+    if (f->pslot_unit[s] >= 0) bytes += (int64_t)rf_dbuffer_param_slot_bytes(&f->units[f->pslot_unit[s]].db);
   for (int s = 0; s < f->n_gslots; s++)
     if (f->gslot_unit[s] >= 0)
       bytes += (int64_t)rf_dbuffer_grad_slot_bytes(&f->units[f->gslot_unit[s]].db, f->opt.reduce_dtype);

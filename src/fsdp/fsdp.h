@@ -27,6 +27,7 @@ struct rf_fsdp_tensor {
   int64_t shape[RF_MAX_DIMS];
   int64_t numel;
   int64_t block_elems;
+  int fp8; /* rf_fsdp_set_fp8 under opt.fp8 */
   struct rf_init init;
 };
 
@@ -82,6 +83,8 @@ struct rf_fsdp {
   struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
   int steps_begun;
   int grads_across; /* HSDP: the shard was all-reduced across replicas since rf_fsdp_zero_grad */
+  int failed;       /* a gather failed (rf_fsdp_status): fail_msg says why */
+  char fail_msg[512];
 };
 
 /* A context on `mesh`, whatever its backend: the entry points of one backend

@@ -1,6 +1,7 @@
 /* The step: gather with prefetch, reshard, reduce, in the same order on every
  * rank (non-blocking collectives on one communicator must be started in the same
  * order everywhere, and the schedule depends only on the unit sequence). */
+#include <stdio.h>
 #include <string.h>
 
 #include "fsdp/fsdp.h"
@@ -26,7 +27,7 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   x->pslot = s;
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
   rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
-                          x->gather_reqs);
+                          f->opt.fp8_pow2, x->gather_reqs);
   rf_fsdp_note_peak(f);
   return 1;
 }
@@ -37,7 +38,11 @@ static void rf_fsdp_gather_wait(struct rf_fsdp *f, int u) {
     RF_DIE("no free parameter slot for unit %s (%d slots): units must be handed back in order", x->name,
            f->n_pslots);
   if (x->state == RF_FSDP_UNIT_STATE_GATHERING) {
-    rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, x->gather_reqs);
+    if (rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, x->gather_reqs) != 0 &&
+        !f->failed) {
+      f->failed = 1;
+      snprintf(f->fail_msg, sizeof f->fail_msg, "%s", rf_error_msg());
+    }
     x->state = RF_FSDP_UNIT_STATE_READY;
   }
 }
@@ -160,7 +165,7 @@ void rf_fsdp_reshard_all(struct rf_fsdp *f) {
 void rf_fsdp_poll(struct rf_fsdp *f) {
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
-    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_dbuffer_test(&x->db, x->gather_reqs);
-    if (x->reducing) rf_dbuffer_test(&x->db, x->reduce_reqs);
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_dbuffer_test(x->gather_reqs, x->db.n_gather_reqs);
+    if (x->reducing) rf_dbuffer_test(x->reduce_reqs, x->db.n_buffers);
   }
 }
