@@ -239,7 +239,7 @@ struct lin_ctx {
 
 static double lin_obj(void *p) {
   struct lin_ctx *c = p;
-  struct rf_model_weight w = {c->w, NULL};
+  struct rf_model_weight w = {.f32 = c->w};
   rf_model_linear_forward(c->y, c->x, &w, c->n, c->in, c->out, 0.0f, NULL);
   return dot_d(c->y, c->r, (size_t)c->n * c->out);
 }
@@ -255,7 +255,7 @@ static void test_linear(void) {
   for (int i = 0; i < c.in; i++) y12 += (double)c.x[1 * c.in + i] * c.w[2 * c.in + i];
   RF_CHECK_CLOSE(c.y[1 * c.out + 2], y12, 1e-5, 1e-6, "y = x W^T with W [out, in]");
   float *dx = rf_xcalloc((size_t)c.n * c.in, 4), *dw = rf_xcalloc((size_t)c.out * c.in, 4);
-  struct rf_model_weight w = {c.w, NULL};
+  struct rf_model_weight w = {.f32 = c.w};
   rf_model_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 0.0f, NULL);
   fd_check("linear dx", c.x, (size_t)c.n * c.in, dx, lin_obj, &c);
   fd_check("linear dw", c.w, (size_t)c.out * c.in, dw, lin_obj, &c);
@@ -292,7 +292,7 @@ static void test_linear_bf16(void) {
                               .wf32 = rf_xmalloc((size_t)RF_MODEL_STAGE_ROWS * in * 4),
                               .progress = count_progress,
                               .progress_ctx = &progress_calls};
-  struct rf_model_weight w32 = {wf, NULL}, w16 = {NULL, wb};
+  struct rf_model_weight w32 = {.f32 = wf}, w16 = {.bf16 = wb};
   float *ya = rf_xmalloc((size_t)n * out * 4), *yb = rf_xmalloc((size_t)n * out * 4);
   rf_model_linear_forward(ya, x, &w32, n, in, out, 0.0f, NULL);
   rf_model_linear_forward(yb, x, &w16, n, in, out, 0.0f, &st);
@@ -385,7 +385,7 @@ struct emb_ctx {
 
 static double emb_obj(void *p) {
   struct emb_ctx *c = p;
-  struct rf_model_weight w = {c->table, NULL};
+  struct rf_model_weight w = {.f32 = c->table};
   rf_model_embedding_forward(c->out, &w, c->tok, c->n, c->d);
   return dot_d(c->out, c->r, (size_t)c->n * c->d);
 }
@@ -421,8 +421,8 @@ struct layer_ctx {
 
 static double layer_obj(void *p) {
   struct layer_ctx *c = p;
-  struct rf_model_weight e = {c->emb, NULL}, lw[RF_MODEL_LAYER_TENSOR_COUNT];
-  for (int i = 0; i < c->n_w; i++) lw[i] = (struct rf_model_weight){c->w[i], NULL};
+  struct rf_model_weight e = {.f32 = c->emb}, lw[RF_MODEL_LAYER_TENSOR_COUNT];
+  for (int i = 0; i < c->n_w; i++) lw[i] = (struct rf_model_weight){.f32 = c->w[i]};
   RF_ASSERT(rf_model_embed_forward(&c->ws, &e, c->tok) == 0);
   rf_model_layer_forward(&c->ws, 0, lw);
   return dot_d(c->ws.xf, c->r, (size_t)c->ws.b * c->ws.t * c->cfg.hidden_size);
@@ -469,7 +469,7 @@ static void test_layer(int biased) {
   for (int i = 0; i < c.n_w; i++) g[i] = rf_xcalloc((size_t)numel[i], 4);
   memcpy(c.ws.dx, c.r, (size_t)N * H * 4);
   struct rf_model_weight lw[RF_MODEL_LAYER_TENSOR_COUNT];
-  for (int i = 0; i < c.n_w; i++) lw[i] = (struct rf_model_weight){c.w[i], NULL};
+  for (int i = 0; i < c.n_w; i++) lw[i] = (struct rf_model_weight){.f32 = c.w[i]};
   rf_model_layer_backward(&c.ws, 0, lw, g);
   float *demb = rf_xcalloc((size_t)9 * H, 4);
   rf_model_embed_backward(&c.ws, &demb);

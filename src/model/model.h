@@ -292,11 +292,15 @@ struct rf_model_units {
 };
 void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_units *out);
 
-/* One tensor's weights as the runtime gives them: exactly one pointer is non-NULL
- * (bf16 when parameters are gathered in bf16). Borrowed. */
+/* One tensor's weights as the runtime gives them: exactly one of f32, bf16 and fp8
+ * is non-NULL (bf16 when parameters are gathered in bf16; fp8: a linear weight's
+ * e4m3 codes [out, in] with one scale per 128x128 tile, row-major over the tiles,
+ * in FP8 block mode). Borrowed. */
 struct rf_model_weight {
   const float *f32;
   const uint16_t *bf16;
+  const uint8_t *fp8;
+  const float *fp8_scales;
 };
 
 /* How the linear layers multiply, and their staging. compute RF_DTYPE_F32: f32
@@ -306,10 +310,23 @@ struct rf_model_weight {
  * an f32 weight rounded to bf16 (gathered bf16 weights are used in place). Buffers
  * borrowed (the workspace owns them; NULL when the compute dtype does not use them). */
 #define RF_MODEL_STAGE_ROWS 256
+/* FP8 block mode (rf_model_ws_set_fp8): a linear whose weight comes as e4m3 codes
+ * quantizes its activation and output-gradient operands (1 x 128 tiles; 128 x 1
+ * along the tokens for the weight gradient dW = dY^T X, as DeepSeek-V3 does) and
+ * multiplies on codes held as bf16 (rf_gemm_fp8_run). codes: one operand's e4m3
+ * codes; a, b: two operands' codes as bf16; w: the weight's codes as bf16; sa, sb:
+ * their scales; work: the product's. Sized at set-up for the largest linear. */
+struct rf_model_fp8_stage {
+  int pow2; /* power-of-two scales */
+  uint8_t *codes;
+  uint16_t *a, *b, *w;
+  float *sa, *sb, *work;
+};
 struct rf_model_stage {
   enum rf_dtype compute;
   uint16_t *act, *act2, *wbf16;
   float *wf32;
+  struct rf_model_fp8_stage fp8; /* allocated by rf_model_ws_set_fp8 (codes NULL: not) */
   /* Called after every linear op's matmuls when set (the trainer drives MPI
    * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
   void (*progress)(void *ctx);
@@ -407,6 +424,10 @@ size_t rf_model_ws_bytes(const struct rf_model_config *cfg, int batch, int seq);
 int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute);
 size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, int seq,
                                  enum rf_dtype compute);
+/* FP8 block mode: allocates the linear layers' FP8 staging (counted in ws->bytes),
+ * used by the linears whose weight comes as codes; pow2: power-of-two scales for
+ * the activations and output gradients too. Call at set-up. */
+void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix
  * when sampling). Returns -1 when above capacity. */
 int rf_model_ws_set_shape(struct rf_model_ws *ws, int b, int t);
@@ -508,12 +529,15 @@ float rf_model_expf(float x);
 void rf_model_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
                               size_t n);
-/* y [n, out] = x [n, in] W^T + beta * y (beta 0 or 1), W [out, in] f32 or bf16;
- * st: the compute dtype and staging (NULL: f32 compute with f32 weights). */
+/* y [n, out] = x [n, in] W^T + beta * y (beta 0 or 1), W [out, in] f32, bf16 or
+ * FP8 codes (then x is quantized per 1 x 128 tile and the product runs on codes;
+ * a non-finite x makes y NaN); st: the compute dtype and staging (NULL: f32
+ * compute with f32 weights). */
 void rf_model_linear_forward(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                              int out, float beta, const struct rf_model_stage *st);
 /* dx [n, in] = dy W + beta * dx (beta 0 or 1; skipped when dx is NULL); dw [out, in] += dy^T x
- * (skipped when dw is NULL). */
+ * (skipped when dw is NULL). FP8 weights: dy quantized per 1 x 128 tile for dx, dy and
+ * x per 128 x 1 tile (along the n rows) for dw, products on codes. */
 void rf_model_linear_backward(float *dx, float *dw, const float *dy, const float *x,
                               const struct rf_model_weight *w, int n, int in, int out, float beta,
                               const struct rf_model_stage *st);

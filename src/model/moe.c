@@ -82,7 +82,7 @@ double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const 
 
 /* Expert e's slice of a fused expert tensor of `per` elements per expert. */
 static struct rf_model_weight expert_weight(const struct rf_model_weight *w, int e, size_t per) {
-  struct rf_model_weight x = {NULL, NULL};
+  struct rf_model_weight x = {.f32 = NULL};
   if (w->f32)
     x.f32 = w->f32 + (size_t)e * per;
   else

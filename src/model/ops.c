@@ -408,8 +408,67 @@ static const uint16_t *weight_bf16(const struct rf_model_weight *w, size_t n,
   return st->wbf16;
 }
 
+/* ---- FP8 block mode: products on e4m3 codes (docs/fp8.md) ---- */
+
+/* x [rows, cols] quantized in tile_rows x tile_cols tiles into the operand op
+ * (codes as bf16 in dst, scales in scales); -1 when x holds NaN or an infinity. */
+static int fp8_operand(const struct rf_model_fp8_stage *q, struct rf_gemm_fp8_operand *op, uint16_t *dst,
+                       float *scales, const float *x, int rows, int cols, int tile_rows, int trans) {
+  struct rf_fp8_grid g = {rows, cols, tile_rows, tile_rows == 1 ? RF_FP8_TILE : 1};
+  RF_TRY(rf_fp8_quantize(&g, x, q->pow2, "activation", q->codes, scales));
+  rf_fp8_codes_to_bf16(dst, q->codes, (size_t)rows * (size_t)cols);
+  *op = (struct rf_gemm_fp8_operand){dst, scales, g, trans};
+  return 0;
+}
+
+/* The weight [out, in] as an operand (its gathered codes and 128 x 128 tile scales). */
+static struct rf_gemm_fp8_operand fp8_weight(const struct rf_model_fp8_stage *q,
+                                             const struct rf_model_weight *w, int out, int in, int trans) {
+  rf_fp8_codes_to_bf16(q->w, w->fp8, (size_t)out * (size_t)in);
+  return (struct rf_gemm_fp8_operand){q->w, w->fp8_scales, {out, in, RF_FP8_TILE, RF_FP8_TILE}, trans};
+}
+
+/* c [m, n] (+)= the product, or NaN everywhere when an operand could not be quantized. */
+static void fp8_product(const struct rf_model_fp8_stage *q, int ok, int m, int n, int k,
+                        struct rf_gemm_fp8_operand a, struct rf_gemm_fp8_operand b, int accumulate,
+                        float *c) {
+  if (!ok) {
+    for (size_t i = 0; i < (size_t)m * (size_t)n; i++) c[i] = NAN;
+    return;
+  }
+  struct rf_gemm_fp8_desc d = {m, n, k, a, b, accumulate};
+  rf_gemm_fp8_run(&d, c, q->work);
+}
+
+static void linear_forward_fp8(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
+                               int out, float beta, const struct rf_model_fp8_stage *q) {
+  struct rf_gemm_fp8_operand a = {0};
+  int ok = fp8_operand(q, &a, q->a, q->sa, x, n, in, 1, 0) == 0;
+  fp8_product(q, ok, n, out, in, a, fp8_weight(q, w, out, in, 1), beta != 0.0f, y);
+}
+
+static void linear_backward_fp8(float *dx, float *dw, const float *dy, const float *x,
+                                const struct rf_model_weight *w, int n, int in, int out, float beta,
+                                const struct rf_model_fp8_stage *q) {
+  struct rf_gemm_fp8_operand a = {0}, b = {0};
+  if (dw) { /* dW [out, in] += dY^T X over the n tokens: 128 x 1 tiles along them */
+    int ok = fp8_operand(q, &a, q->a, q->sa, dy, n, out, RF_FP8_TILE, 1) == 0 &&
+             fp8_operand(q, &b, q->b, q->sb, x, n, in, RF_FP8_TILE, 0) == 0;
+    fp8_product(q, ok, out, in, n, a, b, 1, dw);
+  }
+  if (dx) { /* dX [n, in] = dY W over the out features: dY in 1 x 128 tiles */
+    int ok = fp8_operand(q, &a, q->a, q->sa, dy, n, out, 1, 0) == 0;
+    fp8_product(q, ok, n, in, out, a, fp8_weight(q, w, out, in, 0), beta != 0.0f, dx);
+  }
+}
+
 static void linear_forward_products(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                                     int out, float beta, const struct rf_model_stage *st) {
+  if (w->fp8) {
+    RF_ASSERT(st && st->fp8.codes);
+    linear_forward_fp8(y, x, w, n, in, out, beta, &st->fp8);
+    return;
+  }
   if (stage_bf16(st)) {
     to_bf16(st->act, x, (size_t)n * in);
     lin_gemm(RF_DTYPE_BF16, 0, 1, n, out, in, st->act, weight_bf16(w, (size_t)out * in, st), beta, y, out);
@@ -430,6 +489,11 @@ static void linear_forward_products(float *y, const float *x, const struct rf_mo
 static void linear_backward_products(float *dx, float *dw, const float *dy, const float *x,
                                      const struct rf_model_weight *w, int n, int in, int out, float beta,
                                      const struct rf_model_stage *st) {
+  if (w->fp8) {
+    RF_ASSERT(st && st->fp8.codes);
+    linear_backward_fp8(dx, dw, dy, x, w, n, in, out, beta, &st->fp8);
+    return;
+  }
   if (stage_bf16(st)) {
     to_bf16(st->act, dy, (size_t)n * out);
     if (dw) {
