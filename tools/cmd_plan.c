@@ -29,7 +29,6 @@ struct rf_plan_cmd {
   int max_buffers;
   double max_padding; /* percent; < 0: off */
   int json, buffers;
-  int fp8;                      /* --fp8: the FP8 block tiles of every layout (src/plan/fp8.c) */
   struct rf_plan_policy policy; /* what rfsdp train would run with these options */
   struct rf_plan_sim_args sim;  /* --batch > 0: simulate a step (plan_sim.c) */
   struct rf_plan_sim_model sim_model;
@@ -321,7 +320,7 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   }
   RF_ASSERT(c->policy.layout != RF_LAYOUT_PLANNED || r.split_blocks == 0); /* the checker passed every unit */
   struct rf_plan_fp8_stats fp8[RF_PLAN_PEER_COUNT + 1];
-  if (c->fp8 && rf_plan_cmd_fp8(c, world / c->sim.replicate, fp8) != 0) {
+  if (c->policy.fp8 && rf_plan_cmd_fp8(c, world / c->sim.replicate, fp8) != 0) {
     rf_plan_model_result_free(&r);
     return -1;
   }
@@ -334,10 +333,10 @@ static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   }
   if (c->json) {
     rf_plan_cmd_json(c, &r, c->max_padding >= 0 ? limit : -1, meets, suggest, c->sim.batch > 0 ? &sim : NULL,
-                     c->fp8 ? fp8 : NULL);
+                     c->policy.fp8 ? fp8 : NULL);
   } else {
     rf_plan_cmd_table(c, &r);
-    if (c->fp8) rf_plan_cmd_fp8_table(c, fp8);
+    if (c->policy.fp8) rf_plan_cmd_fp8_table(c, fp8);
     if (c->sim.batch > 0) rf_plan_sim_print(&c->sim, &c->sim_model, &sim);
     if (c->buffers) rf_plan_cmd_layout_text(c, &r);
     if (c->max_padding >= 0) {
@@ -396,11 +395,6 @@ int rf_cmd_plan(int argc, char **argv) {
       {"json", RF_OPTION_KIND_FLAG, &c.json, "one JSON object per world size", NULL, 0},
       {"buffers", RF_OPTION_KIND_FLAG, &c.buffers,
        "also print every buffer's tensors and offsets (planned and flat layouts)", NULL, 0},
-      {"fp8", RF_OPTION_KIND_FLAG, &c.fp8,
-       "FP8 block quantization of the linear weights: 128-row blocks, and every layout's cut 128x128 tiles "
-       "and "
-       "FP8 gather bytes",
-       NULL, 0},
   };
   int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
                             "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
@@ -409,7 +403,7 @@ int rf_cmd_plan(int argc, char **argv) {
                             "[--max-buffers 4] [--max-padding P] [--replicate R|node|auto [--memory-per-rank "
                             "GB]] [--batch B --seq T [--accum A] "
                             "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
-                            "[--efficiency E]] [--fp8] [--json] [--buffers]");
+                            "[--efficiency E]] [--fp8 off|block [--fp8-pow2-scales]] [--json] [--buffers]");
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);
@@ -435,7 +429,6 @@ int rf_cmd_plan(int argc, char **argv) {
   fo.align_bytes = c.align_bytes;
   fo.max_buffers = c.max_buffers;
   rf_fsdp_plan_policy(&fo, &c.policy);
-  c.policy.fp8 = c.fp8;
   c.elem_bytes = rf_dtype_size(c.policy.param_dtype);
   if (rf_model_desc_load(c.model_path, &c.model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());

@@ -115,6 +115,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
                                 s->world * a->accum, s->tokens, s->targets));
     loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
   }
+  RF_TRY(rf_fsdp_status(f)); /* FP8: a weight's tile with NaN or Inf, the same on every rank */
   rf_fsdp_grads_finish(f);
   double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
   rf_comm_allreduce(&s->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);

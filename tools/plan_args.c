@@ -23,6 +23,9 @@ int rf_plan_args_fsdp_options(const struct rf_plan_args *a, struct rf_fsdp_optio
   o->vector_block = needs.vector_block;
   RF_TRY(rf_dtype_parse(a->param_dtype, &o->param_dtype));
   RF_TRY(rf_dtype_parse(a->reduce_dtype, &o->reduce_dtype));
+  o->fp8 = strcmp(a->fp8, "block") == 0;
+  RF_REQUIRE(o->fp8 || !a->fp8_pow2, "--fp8-pow2-scales needs --fp8 block");
+  o->fp8_pow2 = a->fp8_pow2;
   return 0;
 }
 

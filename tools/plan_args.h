@@ -15,12 +15,14 @@
 struct rf_plan_args {
   const char *layout, *shard, *optim, *param_dtype, *reduce_dtype;
   int64_t block_rows; /* -1: what the optimizer needs */
+  const char *fp8;    /* "off" or "block" (docs/fp8.md) */
+  int fp8_pow2;       /* --fp8-pow2-scales */
 };
 
 #define RF_PLAN_ARGS_DEFAULT                                                                              \
   {                                                                                                       \
     .layout = "planned", .shard = "equal", .optim = "adamw", .param_dtype = "f32", .reduce_dtype = "f32", \
-    .block_rows = -1                                                                                      \
+    .block_rows = -1, .fp8 = "off"                                                                        \
   }
 
 /* The option table rows of struct rf_plan_args `a`. */
@@ -35,9 +37,18 @@ struct rf_plan_args {
        "[0, inf)",                                                                                             \
        0},                                                                                                     \
       {"param-dtype", RF_OPTION_KIND_CHOICE, &(a).param_dtype, "dtype of gathered parameters", "f32|bf16", 0}, \
+      {"reduce-dtype",    RF_OPTION_KIND_CHOICE,                                                               \
+       &(a).reduce_dtype, "dtype of the gradient reduce-scatter",                                              \
+       "f32|bf16",        0},                                                                                  \
+      {"fp8",                                                                                                  \
+       RF_OPTION_KIND_CHOICE,                                                                                  \
+       &(a).fp8,                                                                                               \
+       "block: the linear weights in e4m3 with one scale per 128x128 tile (gathered as codes, 128-row "        \
+       "blocks), activations and output gradients per 1x128 tile (docs/fp8.md)",                               \
+       "off|block",                                                                                            \
+       0},                                                                                                     \
   {                                                                                                            \
-    "reduce-dtype", RF_OPTION_KIND_CHOICE, &(a).reduce_dtype, "dtype of the gradient reduce-scatter",          \
-        "f32|bf16", 0                                                                                          \
+    "fp8-pow2-scales", RF_OPTION_KIND_FLAG, &(a).fp8_pow2, "--fp8 block: power-of-two tile scales", NULL, 0    \
   }
 
 /* Sets o's layout, shard mode, blocks (the optimizer's needs unless --block-rows)

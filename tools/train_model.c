@@ -27,6 +27,9 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   RF_REQUIRE(!cfg->tie_word_embeddings || opt->prefetch >= 1 || !opt->reshard_after_forward,
              "tie_word_embeddings: the unit holding the embedding stays gathered through the step; "
              "--prefetch 0 leaves no parameter slot for the layers (use --prefetch 1 or more)");
+  RF_REQUIRE(!opt->fp8 || !rf_model_config_is_moe(cfg),
+             "--fp8 block: the routed experts of %s models are not quantized yet (llama and qwen2 only)",
+             rf_model_family_name(cfg->family));
   m->n_units = m->desc.n_units;
   m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
   for (int u = 0; u < m->n_units; u++) {
@@ -37,6 +40,8 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
       int t = rf_fsdp_add_tensor(m->fsdp, unit, spec->name, spec->ndim, spec->shape, spec->block_rows,
                                  spec->init);
       RF_REQUIRE(t >= 0, "%s", rf_fsdp_error());
+      /* the linear weights; embeddings, norms, biases and the output head stay in the param dtype */
+      if (spec->fp8) RF_REQUIRE(rf_fsdp_set_fp8(m->fsdp, t) == 0, "%s", rf_fsdp_error());
       if (i == 0) m->first_tensor[u] = t;
     }
   }
@@ -50,6 +55,10 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   }
   RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));
   RF_TRY(rf_model_ws_init(&m->gen_ws, cfg, 1, seq));
+  if (opt->fp8) {
+    rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2);
+    rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2);
+  }
   /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
   m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;
   m->ws.stage.progress_ctx = m->gen_ws.stage.progress_ctx = m->fsdp;
@@ -120,7 +129,8 @@ static void rf_train_weights(struct rf_train_model *m, int u, struct rf_model_we
   for (int i = 0; i < n; i++) {
     int t = m->first_tensor[u] + i;
     w[i].f32 = rf_fsdp_param(m->fsdp, t);
-    w[i].bf16 = w[i].f32 ? NULL : rf_fsdp_param_bf16(m->fsdp, t);
+    w[i].bf16 = rf_fsdp_param_bf16(m->fsdp, t);
+    w[i].fp8 = rf_fsdp_param_fp8(m->fsdp, t, &w[i].fp8_scales);
     if (g) g[i] = rf_fsdp_grad(m->fsdp, t);
   }
 }

@@ -1,0 +1,199 @@
+/* rf-test: timeout=300
+ * `rfsdp train --fp8 block` under mpirun (docs/fp8.md):
+ *  - the same run at W = 1, 2, 3 (a llama of hidden 128, MLP 384, 2 layers; 6
+ *    steps of 6 sequences of 128 tokens, so that the weight gradient's 128 x 1
+ *    tiles along the tokens are the same sequences at every W): the first step's
+ *    loss is bit-identical to the one-rank run's, the later ones within 1e-4
+ *    relative; no step after the first allocates; the loss falls;
+ *  - resume: the W = 2 run resumed from its checkpoint of step 3 ends with
+ *    bit-identical checkpoints and losses (checkpoints hold the f32 masters);
+ *  - gather bytes counted by the runtime (the log's gather_bytes of a step) on a
+ *    model whose linear weights are 97% of the parameters (4 layers of hidden 128
+ *    and MLP 512, tied 256-token embedding): FP8 (the others in bf16) <= 0.27x the
+ *    f32 run's and <= 0.53x the bf16 run's;
+ *  - a NaN in a weight (--init from a safetensors file with one NaN in
+ *    model.layers.1.mlp.up_proj.weight) stops every rank at W = 2 and 3 with the
+ *    tensor named; fsdp2 with --fp8 block is refused. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+#include "safetensors/safetensors.h"
+
+#define STEPS 6
+static char dir[64] = "/tmp/rf_test_train_fp8.XXXXXX";
+
+/* The field `key` of each step of a JSONL log, in order; returns the count. */
+static int read_field(const char *path, const char *key, double *v, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096];
+  int n = 0;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, key);
+    if (p && strstr(line, "\"step\":")) v[n++] = strtod(p + strlen(key), NULL);
+  }
+  fclose(f);
+  return n;
+}
+
+static const char *common =
+    "--batch 6 --seq 128 --lr 1e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
+
+static void check_equivalence(const char *model, const char *data) {
+  char out[16384], log[256], ckpt[256];
+  double loss[4][STEPS], allocs[STEPS];
+  for (int w = 1; w <= 3; w++) {
+    snprintf(log, sizeof log, "%s/fp8-%d.jsonl", dir, w);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-%d", dir, w);
+    int rc = rf_cli_run_mpi(out, sizeof out, w, 120,
+                            "train --model %s --data %s %s --steps %d --fp8 block --log %s --ckpt-dir %s "
+                            "--save-every 3",
+                            model, data, common, STEPS, log, ckpt);
+    RF_CHECK(rc == 0, "--fp8 block at W=%d: rc %d\n%s", w, rc, out);
+    int n = read_field(log, "\"loss\":", loss[w], STEPS);
+    RF_CHECK(n == STEPS, "W=%d: %d steps logged", w, n);
+    if (n != STEPS) return;
+    int m = read_field(log, "\"allocs\":", allocs, STEPS), bad = 0;
+    for (int s = 1; s < m; s++) bad += allocs[s] != 0;
+    RF_CHECK(m == STEPS && bad == 0, "W=%d: %d steps after the first allocated", w, bad);
+  }
+  RF_CHECK(loss[1][STEPS - 1] < loss[1][0] - 0.5, "the loss does not fall: %g -> %g", loss[1][0],
+           loss[1][STEPS - 1]);
+  for (int w = 2; w <= 3; w++) {
+    RF_CHECK(loss[w][0] == loss[1][0], "W=%d: first loss %a, one rank's %a", w, loss[w][0], loss[1][0]);
+    double worst = 0;
+    for (int s = 1; s < STEPS; s++)
+      worst = rf_test_max(worst, fabs(loss[w][s] - loss[1][s]) / fabs(loss[1][s]));
+    RF_CHECK(worst <= 1e-4, "W=%d: the loss differs from the one-rank run by %.3g relative", w, worst);
+    printf("fp8 W=%d: first loss %a (one rank: %a), later steps within %.2g relative\n", w, loss[w][0],
+           loss[1][0], worst);
+  }
+}
+
+static void check_resume(const char *model, const char *data) {
+  char out[16384], log[256], ckpt[256], half[256], fa[512], fb[512];
+  snprintf(log, sizeof log, "%s/resumed.jsonl", dir);
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-resumed", dir);
+  snprintf(half, sizeof half, "%s/ckpt-2/step-00000003", dir);
+  int rc = rf_cli_run_mpi(out, sizeof out, 2, 120,
+                          "train --model %s --data %s %s --steps %d --fp8 block --log %s --ckpt-dir %s "
+                          "--save-every 3 --resume %s",
+                          model, data, common, STEPS, log, ckpt, half);
+  RF_CHECK(rc == 0 && strstr(out, "resumed from"), "resumed --fp8 block run: rc %d\n%s", rc, out);
+  for (int r = 0; r < 2; r++) {
+    snprintf(fa, sizeof fa, "%s/ckpt-2/step-%08d/rank-%05d.bin", dir, STEPS, r);
+    snprintf(fb, sizeof fb, "%s/step-%08d/rank-%05d.bin", ckpt, STEPS, r);
+    RF_CHECK(rf_test_files_equal(fa, fb), "rank %d's final checkpoint differs after resume", r);
+  }
+  double la[STEPS], lb[STEPS];
+  snprintf(fa, sizeof fa, "%s/fp8-2.jsonl", dir);
+  int na = read_field(fa, "\"loss\":", la, STEPS), nb = read_field(log, "\"loss\":", lb, STEPS);
+  RF_CHECK(na == STEPS && nb == STEPS - 3, "%d and %d steps logged", na, nb);
+  for (int s = 0; s < STEPS - 3 && na == STEPS && nb == STEPS - 3; s++)
+    RF_CHECK(la[3 + s] == lb[s], "step %d: loss %a resumed, %a uninterrupted", 4 + s, lb[s], la[3 + s]);
+}
+
+/* The gather bytes of the last of 2 steps at W=2 with these options. */
+static double gather_bytes(const char *model, const char *data, const char *opts, const char *name) {
+  char out[16384], log[256];
+  snprintf(log, sizeof log, "%s/bytes-%s.jsonl", dir, name);
+  int rc = rf_cli_run_mpi(out, sizeof out, 2, 120,
+                          "train --model %s --data %s --batch 2 --seq 16 --steps 2 --peak-gflops 50 "
+                          "--print-every 0 --log %s %s",
+                          model, data, log, opts);
+  RF_CHECK(rc == 0, "%s: rc %d\n%s", name, rc, out);
+  double b[2] = {0, 0};
+  RF_CHECK(read_field(log, "\"gather_bytes\":", b, 2) == 2 && b[1] > 0, "%s: no gather bytes logged", name);
+  return b[1];
+}
+
+static void check_bytes(const char *data) {
+  char model[256];
+  snprintf(model, sizeof model, "%s/wide.json", dir);
+  const char *wide =
+      "{\"model_type\": \"llama\", \"hidden_size\": 128, \"intermediate_size\": 512, "
+      "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 128, \"tie_word_embeddings\": true}";
+  RF_ASSERT(rf_file_write_all(model, wide, strlen(wide)) == 0);
+  double f32 = gather_bytes(model, data, "", "f32");
+  double bf16 = gather_bytes(model, data, "--param-dtype bf16", "bf16");
+  double fp8 = gather_bytes(model, data, "--fp8 block --param-dtype bf16", "fp8");
+  double fp8_f32 = gather_bytes(model, data, "--fp8 block", "fp8-f32");
+  RF_CHECK(fp8 <= 0.27 * f32, "FP8 gathers %.0f bytes, %.4fx the f32 run's %.0f", fp8, fp8 / f32, f32);
+  RF_CHECK(fp8 <= 0.53 * bf16, "FP8 gathers %.0f bytes, %.4fx the bf16 run's %.0f", fp8, fp8 / bf16, bf16);
+  RF_CHECK(fp8 < fp8_f32 && fp8_f32 < 0.5 * f32, "FP8 with f32 others: %.0f bytes", fp8_f32);
+  printf(
+      "gather bytes per step at W=2: f32 %.0f, bf16 %.0f, fp8 (others bf16) %.0f = %.4fx f32, %.4fx bf16; "
+      "fp8 (others f32) %.0f = %.4fx f32\n",
+      f32, bf16, fp8, fp8 / f32, fp8 / bf16, fp8_f32, fp8_f32 / f32);
+}
+
+/* A safetensors file of the W=1 run's step-3 weights with one NaN in down_proj. */
+static void check_nan(const char *model, const char *data) {
+  char out[16384], path[256], src[256];
+  snprintf(path, sizeof path, "%s/nan.safetensors", dir);
+  snprintf(src, sizeof src, "%s/ckpt-1/step-00000003", dir);
+  int rc = rf_cli_run(out, sizeof out, "ckpt export %s --out %s", src, path);
+  RF_CHECK(rc == 0, "export: %s", out);
+  struct rf_safetensors_file f;
+  if (rc != 0 || rf_safetensors_open(&f, path) != 0) return;
+  const struct rf_safetensors_tensor *t = rf_safetensors_find(&f, "model.layers.1.mlp.up_proj.weight");
+  RF_ASSERT(t && t->dtype == RF_SAFETENSORS_DTYPE_F32);
+  off_t at = (off_t)(f.data_start + t->begin + 4 * (200 * 128 + 5)); /* row 200 of [384, 128] */
+  rf_safetensors_close(&f);
+  float nan = NAN;
+  int fd = open(path, O_WRONLY);
+  RF_ASSERT(fd >= 0 && pwrite(fd, &nan, 4, at) == 4 && close(fd) == 0);
+  for (int w = 2; w <= 3; w++) {
+    rc = rf_cli_run_mpi(out, sizeof out, w, 60,
+                        "train --model %s --data %s %s --steps 2 --fp8 block --init %s", model, data, common,
+                        path);
+    RF_CHECK(rc == 1 && strstr(out, "'model.layers.1.mlp.up_proj.weight'") && strstr(out, "rows [128, 256)"),
+             "a NaN in a weight at W=%d: rc %d\n%s", w, rc, out);
+  }
+  rc = rf_cli_run_mpi(out, sizeof out, 2, 60,
+                      "train --model %s --data %s %s --steps 2 --fp8 block --layout fsdp2", model, data,
+                      common);
+  RF_CHECK(rc != 0 && strstr(out, "planned layout"), "--fp8 block --layout fsdp2: rc %d\n%s", rc, out);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256], out[8192];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/small.json", dir);
+  static const char *lines[] = {
+      "In the beginning God created the heaven and the earth.", "And the earth was without form, and void.",
+      "And God said, Let there be light: and there was light.", "And God saw the light, that it was good."};
+  size_t cap = 1 << 18, n = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; n + 200 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
+  RF_ASSERT(rf_file_write_all(text, buf, n) == 0);
+  free(buf);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  const char *small =
+      "{\"model_type\": \"llama\", \"hidden_size\": 128, \"intermediate_size\": 384, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-5}";
+  RF_ASSERT(rf_file_write_all(model, small, strlen(small)) == 0);
+
+  check_equivalence(model, data);
+  check_resume(model, data);
+  check_nan(model, data);
+  check_bytes(data);
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_train_fp8");
+}
