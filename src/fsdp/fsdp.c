@@ -161,9 +161,9 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
   RF_REQUIRE(tensor >= 0 && tensor < f->n_tensors, "rf_fsdp_set_fp8: no tensor %d", tensor);
   struct rf_fsdp_tensor *t = &f->tensors[tensor];
   RF_REQUIRE(!f->finalized, "tensor %s marked FP8 after rf_fsdp_finalize", t->name);
+  if (!f->opt.fp8) return 0;
   RF_REQUIRE(t->ndim == 2, "tensor %s: only matrices are quantized in 128x128 tiles (ndim %d)", t->name,
              t->ndim);
-  if (!f->opt.fp8) return 0;
   struct rf_plan_tensor_in in = {
       .name = t->name, .ndim = 2, .numel = t->numel, .block_elems = t->block_elems};
   memcpy(in.shape, t->shape, sizeof in.shape);
