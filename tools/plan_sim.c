@@ -236,6 +236,7 @@ int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model 
     RF_REQUIRE(world % r == 0, "--replicate %ld does not divide the world size %d", r, world);
     group = world / (int)r;
   }
+  RF_ASSERT(group >= 1 && world % group == 0);
   a->replicate = world / group;
   return 0;
 }
