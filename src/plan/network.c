@@ -13,15 +13,15 @@ static const struct rf_plan_network rf_plan_networks[] = {
      .source = "this machine (2 cores, MPICH shared memory, every rank on it): bench/scale.sh's fit of "
                "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on: "
                "the cost they add) at W=2 (intra: a core per rank) and W=4 (shared: 4 ranks time-sharing "
-               "the 2 cores), 2026-11-25 20:19 UTC under load 14 (other jobs held the cores; a quiet run's "
+               "the 2 cores), 2026-11-25 22:13 UTC on the quiet machine (load 2.9; a new run's "
                "runs/.../here.json goes to --network); compute and optimizer of a rank alone, stretched by "
                "ranks / cores; AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give "
                "--peak-gflops (bench_model's CPU-time GFLOP/s)",
      .cores_per_node = 2,
      .ranks_per_node = 0,
-     .intra = {{19.0, 0.37}, {5.7, 0.46}, {39106.1, 1.39}},
-     .shared = {{13499.5, 0.17}, {13545.8, 0.16}, {47881.4, 0.30}},
-     .inter = {{13499.5, 0.17}, {13545.8, 0.16}, {47881.4, 0.30}}, /* unused: every rank on one node */
+     .intra = {{41.2, 9.19}, {43.2, 2.01}, {42.5, 5.61}},
+     .shared = {{3725.0, 0.81}, {2933.0, 1.04}, {8509.4, 18.65}},
+     .inter = {{3725.0, 0.81}, {2933.0, 1.04}, {8509.4, 18.65}}, /* unused: every rank on one node */
      .peak_gflops = 88.0,
      .efficiency = 1.0,
      .mem_gbs = 50.0,
