@@ -125,8 +125,29 @@ static inline float rf_f32_from_bf16(uint16_t b) {
   return x;
 }
 /* fp8 e4m3 (OCP: bias 7, no infinities, 0x7f/0xff are NaN, max 448): round to
- * nearest even, saturating to +-448, NaN stays NaN, inf saturates. */
-uint8_t rf_fp8e4m3_from_f32(float x);
+ * nearest even, saturating to +-448, NaN stays NaN, inf saturates. Without branches
+ * (every path computed, one selected), so quantizing loops run without mispredictions:
+ * normal results from the bits (exponent rebiased 127 -> 7, 3 mantissa bits rounded to
+ * even on the 20 dropped, carries into the exponent, clamped at 0x7e = 448); below 2^-6
+ * the value in units of 2^-9 rounded to even by adding and subtracting 2^23. */
+static inline uint8_t rf_fp8e4m3_from_f32(float x) {
+  union { /* not memcpy: a union keeps loops over this vectorizable */
+    float f;
+    uint32_t u;
+  } in = {.f = x};
+  uint32_t u = in.u;
+  uint32_t sign = (u >> 24) & 0x80u, mag = u & 0x7fffffffu;
+  uint32_t mant = mag & 0x7fffffu, rem = mant & 0xfffffu;
+  uint32_t v = (((mag >> 23) - 120u) << 3) | (mant >> 20); /* wraps below 2^-7: not selected then */
+  v += (uint32_t)(rem > 0x80000u) | ((uint32_t)(rem == 0x80000u) & v);
+  v = v > 0x7eu ? 0x7eu : v;
+  float small = mag < 0x3c800000u ? __builtin_fabsf(x) : 0.0f; /* |x| < 2^-6 */
+  uint32_t sub = (uint32_t)((small * 0x1p9f + 0x1p23f) - 0x1p23f);
+  uint32_t r = mag < 0x3c800000u ? sub : v;
+  r = mag >= 0x7f800000u ? 0x7eu : r;
+  r = mag > 0x7f800000u ? 0x7fu : r;
+  return (uint8_t)(sign | r);
+}
 float rf_f32_from_fp8e4m3(uint8_t b);
 
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);

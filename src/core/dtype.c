@@ -50,29 +50,6 @@ void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n) {
 
 /* e4m3: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits. Exponent 0 is
  * subnormal (m * 2^-9); S.1111.111 is NaN; the largest finite value is 448. */
-uint8_t rf_fp8e4m3_from_f32(float x) {
-  uint32_t u = rf_f32_bits(x);
-  uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
-  uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u) return (uint8_t)(sign | 0x7f);
-  if (mag >= 0x7f800000u) return (uint8_t)(sign | 0x7e); /* inf saturates */
-  float a = rf_f32_from_bits(mag);
-  if (a < 0x1p-6f) {
-    /* subnormal range: the code is the value in units of 2^-9, rounded to even;
-     * a result of 8 is the smallest normal, whose code is also 8. */
-    float q = nearbyintf(a * 0x1p9f);
-    return (uint8_t)(sign | (uint8_t)q);
-  }
-  int32_t e8 = (int32_t)(mag >> 23) - 127 + 7;
-  if (e8 > 15) return (uint8_t)(sign | 0x7e);
-  uint32_t mant = mag & 0x7fffffu;
-  uint32_t v = ((uint32_t)e8 << 3) | (mant >> 20);
-  uint32_t rem = mant & 0xfffffu;
-  if (rem > 0x80000u || (rem == 0x80000u && (v & 1u))) v++;
-  if (v > 0x7eu) v = 0x7eu;
-  return (uint8_t)(sign | v);
-}
-
 float rf_f32_from_fp8e4m3(uint8_t b) {
   float s = (b & 0x80) ? -1.0f : 1.0f;
   uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;

@@ -43,7 +43,9 @@ static uint16_t fp8_bf16_bits(uint8_t b) {
 }
 
 void rf_fp8_codes_to_bf16(uint16_t *dst, const uint8_t *codes, size_t n) {
-  for (size_t i = 0; i < n; i++) dst[i] = fp8_bf16_bits(codes[i]);
+  uint16_t table[256];
+  for (int b = 0; b < 256; b++) table[b] = fp8_bf16_bits((uint8_t)b);
+  for (size_t i = 0; i < n; i++) dst[i] = table[codes[i]];
 }
 
 static int fp8_check_grid(const struct rf_fp8_grid *g) {
@@ -53,9 +55,44 @@ static int fp8_check_grid(const struct rf_fp8_grid *g) {
   return 0;
 }
 
+/* rf_fp8_quantize for tiles one column wide (128x1: the weight gradient's operands):
+ * a band of rows at a time, every column's amax accumulated row by row in the band's
+ * scales, so the loops run along rows (contiguous) instead of down columns. */
+static int fp8_quantize_columns(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name,
+                                uint8_t *codes, float *scales) {
+  int64_t cols = g->cols;
+  for (int64_t r0 = 0; r0 < g->rows; r0 += g->tile_rows) {
+    int64_t r1 = r0 + g->tile_rows < g->rows ? r0 + g->tile_rows : g->rows;
+    float *band = scales + (r0 / g->tile_rows) * cols;
+    int finite = 1;
+    for (int64_t c = 0; c < cols; c++) band[c] = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+      for (int64_t c = 0; c < cols; c++) {
+        float m = fabsf(x[r * cols + c]);
+        finite &= m <= FLT_MAX;
+        band[c] = m > band[c] ? m : band[c];
+      }
+    for (int64_t c = 0; c < cols && !finite; c++)
+      for (int64_t r = r0; r < r1; r++) {
+        float v = x[r * cols + c];
+        if (!isfinite(v))
+          RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
+                  isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)c);
+      }
+    for (int64_t c = 0; c < cols; c++) band[c] = rf_fp8_scale(band[c], pow2);
+    for (int64_t r = r0; r < r1; r++) {
+      const float *xr = x + r * cols;
+      uint8_t *cr = codes + r * cols;
+      for (int64_t c = 0; c < cols; c++) cr[c] = rf_fp8e4m3_from_f32(xr[c] / band[c]);
+    }
+  }
+  return 0;
+}
+
 int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name, uint8_t *codes,
                     float *scales) {
   RF_TRY(fp8_check_grid(g));
+  if (g->tile_cols == 1) return fp8_quantize_columns(g, x, pow2, name, codes, scales);
   int64_t tc = rf_fp8_grid_tile_cols(g), cols = g->cols;
   for (int64_t r0 = 0; r0 < g->rows; r0 += g->tile_rows) {
     int64_t r1 = r0 + g->tile_rows < g->rows ? r0 + g->tile_rows : g->rows;
@@ -63,19 +100,27 @@ int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const
     for (int64_t j = 0; j < tc; j++) {
       int64_t c0 = j * g->tile_cols, c1 = c0 + g->tile_cols < cols ? c0 + g->tile_cols : cols;
       float amax = 0.0f;
-      for (int64_t r = r0; r < r1; r++) {
+      int finite = 1;
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++) {
+          float m = fabsf(x[r * cols + c]);
+          finite &= m <= FLT_MAX;
+          amax = m > amax ? m : amax;
+        }
+      for (int64_t r = r0; r < r1 && !finite; r++)
         for (int64_t c = c0; c < c1; c++) {
           float v = x[r * cols + c];
           if (!isfinite(v))
             RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
                     isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)c);
-          amax = fabsf(v) > amax ? fabsf(v) : amax;
         }
-      }
       float s = rf_fp8_scale(amax, pow2);
       band[j] = s;
-      for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = c0; c < c1; c++) codes[r * cols + c] = rf_fp8e4m3_from_f32(x[r * cols + c] / s);
+      for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * cols;
+        uint8_t *cr = codes + r * cols;
+        for (int64_t c = c0; c < c1; c++) cr[c] = rf_fp8e4m3_from_f32(xr[c] / s);
+      }
     }
   }
   return 0;
