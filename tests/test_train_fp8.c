@@ -29,20 +29,6 @@
 #define STEPS 6
 static char dir[64] = "/tmp/rf_test_train_fp8.XXXXXX";
 
-/* The field `key` of each step of a JSONL log, in order; returns the count. */
-static int read_field(const char *path, const char *key, double *v, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[4096];
-  int n = 0;
-  while (n < cap && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, key);
-    if (p && strstr(line, "\"step\":")) v[n++] = strtod(p + strlen(key), NULL);
-  }
-  fclose(f);
-  return n;
-}
-
 static const char *common =
     "--batch 6 --seq 128 --lr 1e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
 
@@ -57,10 +43,10 @@ static void check_equivalence(const char *model, const char *data) {
                             "--save-every 3",
                             model, data, common, STEPS, log, ckpt);
     RF_CHECK(rc == 0, "--fp8 block at W=%d: rc %d\n%s", w, rc, out);
-    int n = read_field(log, "\"loss\":", loss[w], STEPS);
+    int n = rf_cli_log_field(log, "\"loss\":", loss[w], STEPS);
     RF_CHECK(n == STEPS, "W=%d: %d steps logged", w, n);
     if (n != STEPS) return;
-    int m = read_field(log, "\"allocs\":", allocs, STEPS), bad = 0;
+    int m = rf_cli_log_field(log, "\"allocs\":", allocs, STEPS), bad = 0;
     for (int s = 1; s < m; s++) bad += allocs[s] != 0;
     RF_CHECK(m == STEPS && bad == 0, "W=%d: %d steps after the first allocated", w, bad);
   }
@@ -94,7 +80,7 @@ static void check_resume(const char *model, const char *data) {
   }
   double la[STEPS], lb[STEPS];
   snprintf(fa, sizeof fa, "%s/fp8-2.jsonl", dir);
-  int na = read_field(fa, "\"loss\":", la, STEPS), nb = read_field(log, "\"loss\":", lb, STEPS);
+  int na = rf_cli_log_field(fa, "\"loss\":", la, STEPS), nb = rf_cli_log_field(log, "\"loss\":", lb, STEPS);
   RF_CHECK(na == STEPS && nb == STEPS - 3, "%d and %d steps logged", na, nb);
   for (int s = 0; s < STEPS - 3 && na == STEPS && nb == STEPS - 3; s++)
     RF_CHECK(la[3 + s] == lb[s], "step %d: loss %a resumed, %a uninterrupted", 4 + s, lb[s], la[3 + s]);
@@ -110,7 +96,7 @@ static double gather_bytes(const char *model, const char *data, const char *opts
                           model, data, log, opts);
   RF_CHECK(rc == 0, "%s: rc %d\n%s", name, rc, out);
   double b[2] = {0, 0};
-  RF_CHECK(read_field(log, "\"gather_bytes\":", b, 2) == 2 && b[1] > 0, "%s: no gather bytes logged", name);
+  RF_CHECK(rf_cli_log_field(log, "\"gather_bytes\":", b, 2) == 2 && b[1] > 0, "%s: no gather bytes logged", name);
   return b[1];
 }
 
