@@ -27,18 +27,6 @@ int rf_dtype_parse(const char *name, enum rf_dtype *out) {
   RF_FAIL("unknown dtype '%s' (expected f32, bf16, fp8e4m3, u8, i32, i64 or f64)", name);
 }
 
-static inline uint32_t rf_f32_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-static inline float rf_f32_from_bits(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
-
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
 #pragma omp simd
   for (size_t i = 0; i < n; i++) dst[i] = rf_bf16_from_f32(src[i]);
