@@ -106,14 +106,18 @@ const char *rf_dtype_name(enum rf_dtype dtype);
 /* Parses "f32", "bf16", "fp8e4m3", "u8", "i32", "i64", "f64". Returns -1 on an unknown name. */
 int rf_dtype_parse(const char *name, enum rf_dtype *out);
 
-/* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). Inline
- * and branch-free so that loops over them vectorize (the bf16 sum of src/comm). */
-static inline uint16_t rf_bf16_from_f32(float x) {
-  union { /* not memcpy: a union keeps loops over this vectorizable */
+/* The bits of an f32. Not memcpy: a union keeps loops over its callers vectorizable. */
+static inline uint32_t rf_f32_bits(float x) {
+  union {
     float f;
     uint32_t u;
   } v = {.f = x};
-  uint32_t u = v.u;
+  return v.u;
+}
+/* bf16 stored as uint16_t: round to nearest even, NaN stays NaN (quiet). Inline
+ * and branch-free so that loops over them vectorize (the bf16 sum of src/comm). */
+static inline uint16_t rf_bf16_from_f32(float x) {
+  uint32_t u = rf_f32_bits(x);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   uint32_t quiet_nan = (u >> 16) | 0x0040u;
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
@@ -131,11 +135,7 @@ static inline float rf_f32_from_bf16(uint16_t b) {
  * even on the 20 dropped, carries into the exponent, clamped at 0x7e = 448); below 2^-6
  * the value in units of 2^-9 rounded to even by adding and subtracting 2^23. */
 static inline uint8_t rf_fp8e4m3_from_f32(float x) {
-  union { /* not memcpy: a union keeps loops over this vectorizable */
-    float f;
-    uint32_t u;
-  } in = {.f = x};
-  uint32_t u = in.u;
+  uint32_t u = rf_f32_bits(x);
   uint32_t sign = (u >> 24) & 0x80u, mag = u & 0x7fffffffu;
   uint32_t mant = mag & 0x7fffffu, rem = mant & 0xfffffu;
   uint32_t v = (((mag >> 23) - 120u) << 3) | (mant >> 20); /* wraps below 2^-7: not selected then */
