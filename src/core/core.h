@@ -149,6 +149,8 @@ static inline uint8_t rf_fp8e4m3_from_f32(float x) {
   return (uint8_t)(sign | r);
 }
 float rf_f32_from_fp8e4m3(uint8_t b);
+/* dst[i] = rf_fp8e4m3_from_f32(src[i]), i < n (AVX-512 when rf_fp8_simd_set is on). */
+void rf_fp8e4m3_from_f32_n(uint8_t *dst, const float *src, size_t n);
 
 void rf_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void rf_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
@@ -181,10 +183,18 @@ float rf_fp8_scale(float amax, int pow2);
  * tile. Fails, naming `name` and the element, when x holds a NaN or an infinity. */
 int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name, uint8_t *codes,
                     float *scales);
+/* rf_fp8_quantize writing the codes as bf16 bits (rf_fp8_codes_to_bf16's) instead of
+ * bytes: the operand of a product on codes in one pass. */
+int rf_fp8_quantize_bf16(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name,
+                         uint16_t *codes_bf16, float *scales);
 /* x[e] = f32(codes[e]) * scale of e's tile. */
 void rf_fp8_dequantize(const struct rf_fp8_grid *g, const uint8_t *codes, const float *scales, float *x);
 /* The codes as bf16 (exact: every e4m3 value is a bf16 value), for products on codes. */
 void rf_fp8_codes_to_bf16(uint16_t *dst, const uint8_t *codes, size_t n);
+/* The AVX-512 quantizer and widening (built under -march with AVX-512 F, BW and VL) on
+ * or off (the portable ones: the same codes, bits and scales); returns the previous
+ * setting. Always off in a build without them. Not thread-safe: set before work. */
+int rf_fp8_simd_set(int on);
 
 /* ---- counters ----------------------------------------------------------- */
 

@@ -1,8 +1,26 @@
-/* FP8 e4m3 block quantization: one f32 scale per tile (DeepSeek-V3's recipe). */
+/* FP8 e4m3 block quantization: one f32 scale per tile (DeepSeek-V3's recipe). The
+ * AVX-512 kernels (built when the compiler targets AVX-512 F, BW and VL: -march=native
+ * on such a machine, not under ARCH=-march=x86-64-v3) sit beside the portable ones and
+ * give the same codes, bf16 bits and scales bit for bit (rf_fp8_simd_set chooses). */
 #include <float.h>
 #include <math.h>
 
 #include "core/core.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define RF_FP8_AVX512 1
+#include <immintrin.h>
+#else
+#define RF_FP8_AVX512 0
+#endif
+
+static int fp8_simd_on = RF_FP8_AVX512;
+
+int rf_fp8_simd_set(int on) {
+  int was = fp8_simd_on;
+  fp8_simd_on = RF_FP8_AVX512 && on;
+  return was;
+}
 
 int64_t rf_fp8_grid_tile_rows(const struct rf_fp8_grid *g) {
   return (g->rows + g->tile_rows - 1) / g->tile_rows;
@@ -42,10 +60,154 @@ static uint16_t fp8_bf16_bits(uint8_t b) {
   return (uint16_t)(sign | ((p + 118u) << 7) | ((m - (1u << p)) << (7u - p)));
 }
 
-void rf_fp8_codes_to_bf16(uint16_t *dst, const uint8_t *codes, size_t n) {
+/* Where quantized elements go: their e4m3 codes, or (bf16 non-NULL) the codes' bf16
+ * bits through `table` (fp8_bf16_bits of every code). */
+struct fp8_out {
+  uint8_t *codes;
+  uint16_t *bf16;
   uint16_t table[256];
-  for (int b = 0; b < 256; b++) table[b] = fp8_bf16_bits((uint8_t)b);
-  for (size_t i = 0; i < n; i++) dst[i] = table[codes[i]];
+};
+
+static void fp8_out_init(struct fp8_out *o, uint8_t *codes, uint16_t *bf16) {
+  o->codes = codes;
+  o->bf16 = bf16;
+  for (int b = 0; b < 256; b++) o->table[b] = fp8_bf16_bits((uint8_t)b);
+}
+
+#if RF_FP8_AVX512
+/* rf_fp8e4m3_from_f32 of 16 floats (codes in 32-bit lanes): the same steps, lane-wise. */
+static inline __m512i fp8_encode16(__m512 y) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x80000),
+                inf = _mm512_set1_epi32(0x7f800000);
+  __m512i u = _mm512_castps_si512(y), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+  __m512i mant = _mm512_and_si512(mag, _mm512_set1_epi32(0x7fffff));
+  __m512i rem = _mm512_and_si512(mant, _mm512_set1_epi32(0xfffff));
+  __m512i v = _mm512_or_si512(
+      _mm512_slli_epi32(_mm512_sub_epi32(_mm512_srli_epi32(mag, 23), _mm512_set1_epi32(120)), 3),
+      _mm512_srli_epi32(mant, 20));
+  __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
+                 (__mmask16)(_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(v, one));
+  v = _mm512_min_epu32(_mm512_mask_add_epi32(v, up, v, one), _mm512_set1_epi32(0x7e));
+  __mmask16 small = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x3c800000));
+  __m512 a = _mm512_maskz_mov_ps(small, _mm512_castsi512_ps(mag));
+  __m512 t = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(a, _mm512_set1_ps(0x1p9f)), _mm512_set1_ps(0x1p23f)),
+                           _mm512_set1_ps(0x1p23f));
+  __m512i r = _mm512_mask_mov_epi32(v, small, _mm512_cvttps_epu32(t));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epu32_mask(mag, inf), _mm512_set1_epi32(0x7e));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(mag, inf), _mm512_set1_epi32(0x7f));
+  return _mm512_or_si512(sign, r);
+}
+
+/* The table's first 128 entries in 4 registers (entry c | 0x80 is entry c with the
+ * sign bit: fp8_bf16_bits ORs the sign in). */
+struct fp8_table128 {
+  __m512i t[4];
+};
+
+static inline struct fp8_table128 fp8_table128_load(const uint16_t *table) {
+  struct fp8_table128 t;
+  for (int i = 0; i < 4; i++) t.t[i] = _mm512_loadu_si512((const void *)(table + 32 * i));
+  return t;
+}
+
+/* The bf16 bits of 32 codes (16-bit lanes): two 64-entry permutes, a blend on bit 6,
+ * the sign. */
+static inline __m512i fp8_bf16_32(const struct fp8_table128 *t, __m512i c) {
+  __m512i lo = _mm512_permutex2var_epi16(t->t[0], c, t->t[1]);
+  __m512i hi = _mm512_permutex2var_epi16(t->t[2], c, t->t[3]);
+  __m512i m = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(0x40)), lo, hi);
+  return _mm512_or_si512(m, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
+}
+
+static inline __mmask16 fp8_mask16(int64_t left) {
+  return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+}
+
+/* out[at + i] = e4m3(x[i] / s[per_elem ? i : 0]), i < n: 32 at a time. */
+static void fp8_encode_avx512(const struct fp8_out *o, int64_t at, const float *x, int64_t n, const float *s,
+                              int per_elem) {
+  struct fp8_table128 t = fp8_table128_load(o->table);
+  const __m512 s1 = _mm512_set1_ps(s[0]);
+  for (int64_t i = 0; i < n; i += 32) {
+    __mmask16 k0 = fp8_mask16(n - i), k1 = fp8_mask16(n - i - 16);
+    __m512 d0 = per_elem ? _mm512_maskz_loadu_ps(k0, s + i) : s1;
+    __m512 d1 = per_elem ? _mm512_maskz_loadu_ps(k1, s + i + 16) : s1;
+    __m512i c0 = fp8_encode16(_mm512_maskz_div_ps(k0, _mm512_maskz_loadu_ps(k0, x + i), d0));
+    __m512i c1 = fp8_encode16(_mm512_maskz_div_ps(k1, _mm512_maskz_loadu_ps(k1, x + i + 16), d1));
+    if (o->bf16) {
+      __m512i c =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
+      _mm512_mask_storeu_epi16(o->bf16 + at + i, (__mmask32)k0 | (__mmask32)k1 << 16, fp8_bf16_32(&t, c));
+    } else {
+      _mm_mask_storeu_epi8(o->codes + at + i, k0, _mm512_cvtepi32_epi8(c0));
+      _mm_mask_storeu_epi8(o->codes + at + i + 16, k1, _mm512_cvtepi32_epi8(c1));
+    }
+  }
+}
+
+/* The largest magnitude's bits over x[0, n) (NaN and infinities above 0x7f7fffff). */
+static uint32_t fp8_amax_bits_avx512(const float *x, int64_t n) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  __m512i m = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16)
+    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_maskz_loadu_epi32(fp8_mask16(n - i), x + i), abs));
+  return _mm512_reduce_max_epu32(m);
+}
+
+/* band[c] = max(band[c], |x[c]|), c < n, on the bits (a NaN or an infinity stays above
+ * FLT_MAX). */
+static void fp8_amax_cols_avx512(float *band, const float *x, int64_t n) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t c = 0; c < n; c += 16) {
+    __mmask16 k = fp8_mask16(n - c);
+    __m512i b = _mm512_maskz_loadu_epi32(k, band + c);
+    b = _mm512_max_epu32(b, _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + c), abs));
+    _mm512_mask_storeu_epi32(band + c, k, b);
+  }
+}
+#endif
+
+/* out[at + i] = e4m3(x[i] / s[per_elem ? i : 0]), i < n. */
+static void fp8_encode(const struct fp8_out *o, int64_t at, const float *x, int64_t n, const float *s,
+                       int per_elem) {
+#if RF_FP8_AVX512
+  if (fp8_simd_on) {
+    fp8_encode_avx512(o, at, x, n, s, per_elem);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    uint8_t c = rf_fp8e4m3_from_f32(x[i] / s[per_elem ? i : 0]);
+    if (o->bf16)
+      o->bf16[at + i] = o->table[c];
+    else
+      o->codes[at + i] = c;
+  }
+}
+
+void rf_fp8e4m3_from_f32_n(uint8_t *dst, const float *src, size_t n) {
+  struct fp8_out o;
+  fp8_out_init(&o, dst, NULL);
+  const float one = 1.0f; /* x / 1 is x (a NaN stays a NaN of its sign) */
+  fp8_encode(&o, 0, src, (int64_t)n, &one, 0);
+}
+
+void rf_fp8_codes_to_bf16(uint16_t *dst, const uint8_t *codes, size_t n) {
+  struct fp8_out o;
+  fp8_out_init(&o, NULL, dst);
+#if RF_FP8_AVX512
+  if (fp8_simd_on) {
+    struct fp8_table128 t = fp8_table128_load(o.table);
+    for (size_t i = 0; i < n; i += 32) {
+      __mmask32 k = n - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n - i)) - 1u);
+      __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, codes + i));
+      _mm512_mask_storeu_epi16(dst + i, k, fp8_bf16_32(&t, c));
+    }
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = o.table[codes[i]];
 }
 
 static int fp8_check_grid(const struct rf_fp8_grid *g) {
@@ -55,44 +217,73 @@ static int fp8_check_grid(const struct rf_fp8_grid *g) {
   return 0;
 }
 
-/* rf_fp8_quantize for tiles one column wide (128x1: the weight gradient's operands):
- * a band of rows at a time, every column's amax accumulated row by row in the band's
+/* max(a, m) for magnitudes, a NaN or an infinity kept once met (so a tile's amax is
+ * above FLT_MAX, or NaN, exactly when the tile holds one). */
+static float fp8_max_sticky(float a, float m) { return m > a || isnan(m) ? m : a; }
+
+/* The largest |x[i]|, i < n (above FLT_MAX or NaN when x holds NaN or an infinity). */
+static float fp8_amax(const float *x, int64_t n) {
+#if RF_FP8_AVX512
+  if (fp8_simd_on) {
+    uint32_t b = fp8_amax_bits_avx512(x, n);
+    float a;
+    memcpy(&a, &b, sizeof a);
+    return a;
+  }
+#endif
+  float a = 0.0f;
+  for (int64_t i = 0; i < n; i++) a = fp8_max_sticky(a, fabsf(x[i]));
+  return a;
+}
+
+/* band[c] = the largest of band[c] and |x[c]|, c < n, as fp8_amax. */
+static void fp8_amax_cols(float *band, const float *x, int64_t n) {
+#if RF_FP8_AVX512
+  if (fp8_simd_on) {
+    fp8_amax_cols_avx512(band, x, n);
+    return;
+  }
+#endif
+  for (int64_t c = 0; c < n; c++) band[c] = fp8_max_sticky(band[c], fabsf(x[c]));
+}
+
+/* Fails naming the first NaN or infinity of rows [r0, r1) x columns [c0, c1). */
+static int fp8_refuse(const float *x, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                      const char *name) {
+  for (int64_t r = r0; r < r1; r++)
+    for (int64_t c = c0; c < c1; c++) {
+      float v = x[r * cols + c];
+      if (!isfinite(v))
+        RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
+                isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)c);
+    }
+  return 0;
+}
+
+/* fp8_quantize for tiles one column wide (128x1: the weight gradient's operands): a
+ * band of rows at a time, every column's amax accumulated row by row in the band's
  * scales, so the loops run along rows (contiguous) instead of down columns. */
 static int fp8_quantize_columns(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name,
-                                uint8_t *codes, float *scales) {
+                                const struct fp8_out *o, float *scales) {
   int64_t cols = g->cols;
   for (int64_t r0 = 0; r0 < g->rows; r0 += g->tile_rows) {
     int64_t r1 = r0 + g->tile_rows < g->rows ? r0 + g->tile_rows : g->rows;
     float *band = scales + (r0 / g->tile_rows) * cols;
     int finite = 1;
     for (int64_t c = 0; c < cols; c++) band[c] = 0.0f;
-    for (int64_t r = r0; r < r1; r++)
-      for (int64_t c = 0; c < cols; c++) {
-        float m = fabsf(x[r * cols + c]);
-        finite &= m <= FLT_MAX;
-        band[c] = m > band[c] ? m : band[c];
-      }
-    for (int64_t c = 0; c < cols && !finite; c++)
-      for (int64_t r = r0; r < r1; r++) {
-        float v = x[r * cols + c];
-        if (!isfinite(v))
-          RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
-                  isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)c);
-      }
+    for (int64_t r = r0; r < r1; r++) fp8_amax_cols(band, x + r * cols, cols);
+    for (int64_t c = 0; c < cols; c++) finite &= band[c] <= FLT_MAX;
+    if (!finite) RF_TRY(fp8_refuse(x, cols, r0, r1, 0, cols, name));
     for (int64_t c = 0; c < cols; c++) band[c] = rf_fp8_scale(band[c], pow2);
-    for (int64_t r = r0; r < r1; r++) {
-      const float *xr = x + r * cols;
-      uint8_t *cr = codes + r * cols;
-      for (int64_t c = 0; c < cols; c++) cr[c] = rf_fp8e4m3_from_f32(xr[c] / band[c]);
-    }
+    for (int64_t r = r0; r < r1; r++) fp8_encode(o, r * cols, x + r * cols, cols, band, 1);
   }
   return 0;
 }
 
-int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name, uint8_t *codes,
-                    float *scales) {
+static int fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name,
+                        const struct fp8_out *o, float *scales) {
   RF_TRY(fp8_check_grid(g));
-  if (g->tile_cols == 1) return fp8_quantize_columns(g, x, pow2, name, codes, scales);
+  if (g->tile_cols == 1) return fp8_quantize_columns(g, x, pow2, name, o, scales);
   int64_t tc = rf_fp8_grid_tile_cols(g), cols = g->cols;
   for (int64_t r0 = 0; r0 < g->rows; r0 += g->tile_rows) {
     int64_t r1 = r0 + g->tile_rows < g->rows ? r0 + g->tile_rows : g->rows;
@@ -100,30 +291,28 @@ int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const
     for (int64_t j = 0; j < tc; j++) {
       int64_t c0 = j * g->tile_cols, c1 = c0 + g->tile_cols < cols ? c0 + g->tile_cols : cols;
       float amax = 0.0f;
-      int finite = 1;
-      for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = c0; c < c1; c++) {
-          float m = fabsf(x[r * cols + c]);
-          finite &= m <= FLT_MAX;
-          amax = m > amax ? m : amax;
-        }
-      for (int64_t r = r0; r < r1 && !finite; r++)
-        for (int64_t c = c0; c < c1; c++) {
-          float v = x[r * cols + c];
-          if (!isfinite(v))
-            RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
-                    isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)c);
-        }
+      for (int64_t r = r0; r < r1; r++) amax = fp8_max_sticky(amax, fp8_amax(x + r * cols + c0, c1 - c0));
+      if (!(amax <= FLT_MAX)) RF_TRY(fp8_refuse(x, cols, r0, r1, c0, c1, name));
       float s = rf_fp8_scale(amax, pow2);
       band[j] = s;
-      for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + r * cols;
-        uint8_t *cr = codes + r * cols;
-        for (int64_t c = c0; c < c1; c++) cr[c] = rf_fp8e4m3_from_f32(xr[c] / s);
-      }
+      for (int64_t r = r0; r < r1; r++) fp8_encode(o, r * cols + c0, x + r * cols + c0, c1 - c0, &s, 0);
     }
   }
   return 0;
+}
+
+int rf_fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name, uint8_t *codes,
+                    float *scales) {
+  struct fp8_out o;
+  fp8_out_init(&o, codes, NULL);
+  return fp8_quantize(g, x, pow2, name, &o, scales);
+}
+
+int rf_fp8_quantize_bf16(const struct rf_fp8_grid *g, const float *x, int pow2, const char *name,
+                         uint16_t *codes_bf16, float *scales) {
+  struct fp8_out o;
+  fp8_out_init(&o, NULL, codes_bf16);
+  return fp8_quantize(g, x, pow2, name, &o, scales);
 }
 
 void rf_fp8_dequantize(const struct rf_fp8_grid *g, const uint8_t *codes, const float *scales, float *x) {
