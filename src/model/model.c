@@ -247,15 +247,13 @@ int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute) {
 void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
   struct rf_model_fp8_stage *q = &ws->stage.fp8;
   q->pow2 = pow2;
-  if (q->codes) return;
+  if (q->work) return;
   size_t act = 0, weight = 0;
   compute_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight);
   /* the widest operand: act = rows * wide; its tiles: 1 x 128 (rows * ceil(wide / 128))
    * or 128 x 1 (ceil(rows / 128) * wide), both at most act / 128 + rows + wide */
   size_t rows = (size_t)ws->cap_b * ws->cap_t, wide = act / rows;
   size_t tiles = act / RF_FP8_TILE + rows + wide + 1;
-  q->codes = rf_xaligned(64, (size_t)rf_round_up((int64_t)act, 64));
-  ws->bytes += act;
   q->a = ws_halves(ws, act);
   q->b = ws_halves(ws, act);
   q->w = ws_halves(ws, weight);
@@ -288,7 +286,7 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
   free(ws->stage.wbf16);
   free(ws->stage.wf32);
   const struct rf_model_fp8_stage *q = &ws->stage.fp8;
-  void *fp8[] = {q->codes, q->a, q->b, q->w, q->sa, q->sb, q->work};
+  void *fp8[] = {q->a, q->b, q->w, q->sa, q->sb, q->work};
   for (size_t i = 0; i < sizeof(fp8) / sizeof(fp8[0]); i++) free(fp8[i]);
   free(ws->tokens);
   free(ws->targets);

@@ -313,12 +313,11 @@ struct rf_model_weight {
 /* FP8 block mode (rf_model_ws_set_fp8): a linear whose weight comes as e4m3 codes
  * quantizes its activation and output-gradient operands (1 x 128 tiles; 128 x 1
  * along the tokens for the weight gradient dW = dY^T X, as DeepSeek-V3 does) and
- * multiplies on codes held as bf16 (rf_gemm_fp8_run). codes: one operand's e4m3
- * codes; a, b: two operands' codes as bf16; w: the weight's codes as bf16; sa, sb:
+ * multiplies on codes held as bf16 (rf_gemm_fp8_run). a, b: two operands' codes
+ * as bf16 (rf_fp8_quantize_bf16); w: the weight's codes as bf16; sa, sb:
  * their scales; work: the product's. Sized at set-up for the largest linear. */
 struct rf_model_fp8_stage {
   int pow2; /* power-of-two scales */
-  uint8_t *codes;
   uint16_t *a, *b, *w;
   float *sa, *sb, *work;
 };
@@ -326,7 +325,7 @@ struct rf_model_stage {
   enum rf_dtype compute;
   uint16_t *act, *act2, *wbf16;
   float *wf32;
-  struct rf_model_fp8_stage fp8; /* allocated by rf_model_ws_set_fp8 (codes NULL: not) */
+  struct rf_model_fp8_stage fp8; /* allocated by rf_model_ws_set_fp8 (work NULL: not) */
   /* Called after every linear op's matmuls when set (the trainer drives MPI
    * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
   void (*progress)(void *ctx);

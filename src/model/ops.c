@@ -411,12 +411,12 @@ static const uint16_t *weight_bf16(const struct rf_model_weight *w, size_t n,
 /* ---- FP8 block mode: products on e4m3 codes (docs/fp8.md) ---- */
 
 /* x [rows, cols] quantized in tile_rows x tile_cols tiles into the operand op
- * (codes as bf16 in dst, scales in scales); -1 when x holds NaN or an infinity. */
+ * (codes as bf16 in dst, in one pass; scales in scales); -1 when x holds NaN or an
+ * infinity. */
 static int fp8_operand(const struct rf_model_fp8_stage *q, struct rf_gemm_fp8_operand *op, uint16_t *dst,
                        float *scales, const float *x, int rows, int cols, int tile_rows, int trans) {
   struct rf_fp8_grid g = {rows, cols, tile_rows, tile_rows == 1 ? RF_FP8_TILE : 1};
-  RF_TRY(rf_fp8_quantize(&g, x, q->pow2, "activation", q->codes, scales));
-  rf_fp8_codes_to_bf16(dst, q->codes, (size_t)rows * (size_t)cols);
+  RF_TRY(rf_fp8_quantize_bf16(&g, x, q->pow2, "activation", dst, scales));
   *op = (struct rf_gemm_fp8_operand){dst, scales, g, trans};
   return 0;
 }
@@ -465,7 +465,7 @@ static void linear_backward_fp8(float *dx, float *dw, const float *dy, const flo
 static void linear_forward_products(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
                                     int out, float beta, const struct rf_model_stage *st) {
   if (w->fp8) {
-    RF_ASSERT(st && st->fp8.codes);
+    RF_ASSERT(st && st->fp8.work);
     linear_forward_fp8(y, x, w, n, in, out, beta, &st->fp8);
     return;
   }
@@ -490,7 +490,7 @@ static void linear_backward_products(float *dx, float *dw, const float *dy, cons
                                      const struct rf_model_weight *w, int n, int in, int out, float beta,
                                      const struct rf_model_stage *st) {
   if (w->fp8) {
-    RF_ASSERT(st && st->fp8.codes);
+    RF_ASSERT(st && st->fp8.work);
     linear_backward_fp8(dx, dw, dy, x, w, n, in, out, beta, &st->fp8);
     return;
   }
