@@ -30,9 +30,14 @@
  * both see the same load. With more ranks than cores the chunk alone is already
  * time-shared, and the cost is what the collective adds to that: the peers'
  * time slices, spinning ranks taking the cores of computing ones.
+ * RF_BENCH_GROUP=g (a divisor of W) runs each collective on groups of g ranks
+ * instead of the world, every group at once next to the others' chunks: HSDP's
+ * collectives on a 2 x 2 mesh (W = 4, g = 2). The groups are g consecutive
+ * ranks (the shard groups), or with RF_BENCH_STRIDED=1 ranks W / g apart (the
+ * replica groups: {0, 2} and {1, 3}). The chunk and its barrier stay on the world.
  * Environment: RF_BENCH_MAX_MIB (the largest size), RF_BENCH_MIN_KIB (the
  * smallest, 1 MiB unless smaller), RF_BENCH_PART=bandwidth (part 1 only) or
- * step (part 3 only), RF_BENCH_CHUNK_MS.
+ * step (part 3 only), RF_BENCH_CHUNK_MS, RF_BENCH_GROUP, RF_BENCH_STRIDED.
  * Results and the command are in docs/comm.md. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -329,11 +334,12 @@ static double thread_cpu_ms(void) {
 enum step_op { STEP_OP_ALLGATHER = 0, STEP_OP_REDUCE_SCATTER, STEP_OP_ALLREDUCE, STEP_OP_COUNT };
 static const char *const step_op_names[] = {"step_allgather", "step_reduce_scatter", "step_allreduce"};
 
-/* One repetition of part 3: the chunk of n gemms, with collective `op` on `count`
- * f32 per rank (op < 0: alone). Wall ms of this rank. */
-static double step_rep(const struct rf_comm *comm, int op, float *buf, float *recv, int64_t count, int n,
-                       const float *a, const float *b, float *c, struct rf_comm_req *req) {
-  rf_comm_barrier(comm);
+/* One repetition of part 3: the chunk of n gemms after a barrier on the world,
+ * with collective `op` on `count` f32 per rank of the group `comm` (op < 0:
+ * alone). Wall ms of this rank. */
+static double step_rep(const struct rf_comm *world, const struct rf_comm *comm, int op, float *buf, float *recv,
+                       int64_t count, int n, const float *a, const float *b, float *c, struct rf_comm_req *req) {
+  rf_comm_barrier(world);
   uint64_t t0 = rf_time_ns();
   if (op == STEP_OP_ALLGATHER) rf_comm_iallgather(comm, buf, count, RF_DTYPE_F32, req);
   if (op == STEP_OP_REDUCE_SCATTER) rf_comm_ireduce_scatter_block(comm, buf, recv, count, RF_DTYPE_F32, req);
@@ -348,7 +354,10 @@ static double step_rep(const struct rf_comm *comm, int op, float *buf, float *re
   return (double)(rf_time_ns() - t0) / 1e6;
 }
 
-static void bench_step(const struct rf_comm *comm, int64_t min_bytes, int64_t max_bytes, double chunk_ms) {
+/* Part 3 on the world `wc`, each collective on the group `comm` (the world, or
+ * one of the concurrent groups of RF_BENCH_GROUP; `layout` names them). */
+static void bench_step(const struct rf_comm *wc, const struct rf_comm *comm, const char *layout,
+                       int64_t min_bytes, int64_t max_bytes, double chunk_ms) {
   const int world = comm->world;
   float *buf = rf_xaligned(64, (size_t)max_bytes);
   float *recv = rf_xaligned(64, (size_t)max_bytes);
@@ -365,14 +374,14 @@ static void bench_step(const struct rf_comm *comm, int64_t min_bytes, int64_t ma
   double g0 = thread_cpu_ms();
   for (int k = 0; k < 16; k++) gemm(a, b, c);
   double per_gemm = (thread_cpu_ms() - g0) / 16;
-  MPI_Allreduce(MPI_IN_PLACE, &per_gemm, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
+  MPI_Allreduce(MPI_IN_PLACE, &per_gemm, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(wc));
   int n = (int)(chunk_ms / per_gemm + 0.5);
   n = n < 1 ? 1 : n;
-  if (comm->rank == 0) {
+  if (wc->rank == 0) {
     printf(
-        "\ncollectives inside a step, W=%d: a chunk of %d x sgemm %d^3 (%.2f ms of CPU time) per "
-        "collective;\n",
-        world, n, GEMM_N, n * per_gemm);
+        "\ncollectives inside a step, W=%d, groups of %d (%s): a chunk of %d x sgemm %d^3 (%.2f ms of CPU "
+        "time) per collective;\n",
+        wc->world, world, layout, n, GEMM_N, n * per_gemm);
     printf(
         "cost = chunk with the collective - chunk alone (medians over reps of the slowest rank; size = full "
         "buffer)\n");
@@ -386,15 +395,15 @@ static void bench_step(const struct rf_comm *comm, int64_t min_bytes, int64_t ma
     fill(buf, count * world, RF_DTYPE_F32, comm->rank);
     for (int op = 0; op < STEP_OP_COUNT; op++) {
       double alone[STEP_REPS], with[STEP_REPS];
-      step_rep(comm, op, buf, recv, count, n, a, b, c, &req); /* warm-up */
+      step_rep(wc, comm, op, buf, recv, count, n, a, b, c, &req); /* warm-up */
       for (int rep = 0; rep < STEP_REPS; rep++) {
-        alone[rep] = step_rep(comm, -1, buf, recv, count, n, a, b, c, &req);
-        with[rep] = step_rep(comm, op, buf, recv, count, n, a, b, c, &req);
+        alone[rep] = step_rep(wc, comm, -1, buf, recv, count, n, a, b, c, &req);
+        with[rep] = step_rep(wc, comm, op, buf, recv, count, n, a, b, c, &req);
       }
-      double t_alone = median_of_max(comm, alone, STEP_REPS), t_with = median_of_max(comm, with, STEP_REPS);
+      double t_alone = median_of_max(wc, alone, STEP_REPS), t_with = median_of_max(wc, with, STEP_REPS);
       double size = (double)(count * world) * (double)sizeof(float);
       int mib = size >= (1 << 20);
-      if (comm->rank == 0)
+      if (wc->rank == 0)
         printf("%7.0f %s  %-20s %-5s %10.3f %12.3f %12.3f %5d\n", size / (mib ? 1 << 20 : 1 << 10),
                mib ? "MiB" : "KiB", step_op_names[op], "f32", t_with - t_alone, t_alone, t_with, STEP_REPS);
     }
@@ -437,7 +446,20 @@ int main(int argc, char **argv) {
   if (part && strcmp(part, "step") == 0) {
     env = getenv("RF_BENCH_CHUNK_MS");
     double chunk_ms = env && atof(env) > 0 ? atof(env) : 4.0;
-    bench_step(&comm, min_bytes, max_bytes, chunk_ms);
+    env = getenv("RF_BENCH_GROUP");
+    int g = env && atoi(env) > 0 ? atoi(env) : comm.world;
+    if (comm.world % g != 0) RF_DIE("RF_BENCH_GROUP=%d does not divide the %d ranks", g, comm.world);
+    env = getenv("RF_BENCH_STRIDED");
+    int strided = env && atoi(env) != 0;
+    MPI_Comm split;
+    MPI_Comm_split(rf_comm_mpi_handle(&comm), strided ? comm.rank % (comm.world / g) : comm.rank / g,
+                   comm.rank, &split);
+    struct rf_comm group;
+    rf_comm_init(&group, split);
+    MPI_Comm_free(&split);
+    bench_step(&comm, &group, g == comm.world ? "the world" : strided ? "strided" : "consecutive", min_bytes,
+               max_bytes, chunk_ms);
+    rf_comm_free(&group);
   } else {
     bench_bandwidth(&comm, min_bytes, max_bytes);
     if (!part || strcmp(part, "bandwidth") != 0) {
