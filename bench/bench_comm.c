@@ -337,8 +337,9 @@ static const char *const step_op_names[] = {"step_allgather", "step_reduce_scatt
 /* One repetition of part 3: the chunk of n gemms after a barrier on the world,
  * with collective `op` on `count` f32 per rank of the group `comm` (op < 0:
  * alone). Wall ms of this rank. */
-static double step_rep(const struct rf_comm *world, const struct rf_comm *comm, int op, float *buf, float *recv,
-                       int64_t count, int n, const float *a, const float *b, float *c, struct rf_comm_req *req) {
+static double step_rep(const struct rf_comm *world, const struct rf_comm *comm, int op, float *buf,
+                       float *recv, int64_t count, int n, const float *a, const float *b, float *c,
+                       struct rf_comm_req *req) {
   rf_comm_barrier(world);
   uint64_t t0 = rf_time_ns();
   if (op == STEP_OP_ALLGATHER) rf_comm_iallgather(comm, buf, count, RF_DTYPE_F32, req);
@@ -457,8 +458,11 @@ int main(int argc, char **argv) {
     struct rf_comm group;
     rf_comm_init(&group, split);
     MPI_Comm_free(&split);
-    bench_step(&comm, &group, g == comm.world ? "the world" : strided ? "strided" : "consecutive", min_bytes,
-               max_bytes, chunk_ms);
+    bench_step(&comm, &group,
+               g == comm.world ? "the world"
+               : strided       ? "strided"
+                               : "consecutive",
+               min_bytes, max_bytes, chunk_ms);
     rf_comm_free(&group);
   } else {
     bench_bandwidth(&comm, min_bytes, max_bytes);

@@ -3,16 +3,20 @@
 # (scripts/run-bench) as
 #   bench/scale.sh BUILD_DIR
 #  1. fit (about 1 minute on a quiet machine): bench_comm's part 3 (RF_BENCH_PART=step)
-#     at W = 2 and 4: each collective as a step meets it, started before a chunk
+#     at W = 2 and 4, and at W = 4 on two groups of 2 ranks at once (RF_BENCH_GROUP=2,
+#     consecutive and strided: HSDP 2x2's shard and replica groups): each collective
+#     as a step meets it, started before a chunk
 #     of 4 ms of gemms, polled between them and waited on (all-gather,
 #     reduce-scatter) or after the chunk (all-reduce), 16 KiB .. 16 MiB f32; its
 #     cost = the chunk with it - the chunk alone. Fitted per kind to
-#     t = alpha ceil(log2 W) + f (W-1)/W B / busbw (f = 2 for the all-reduce) by least
-#     squares on the relative error (costs under 0.05 ms counted as 0.05 ms: the
-#     chunk's own noise); the median and largest error. W = 2 on 2 cores gives the
-#     `intra` links, W = 4 (4 ranks time-sharing 2 cores) the `shared` links of the
-#     profile $out/here.json (cores = nproc, every rank on this node); the
-#     built-in `here` of src/plan/network.c holds the numbers of one such run.
+#     t = alpha ceil(log2 g) + f (g-1)/g B / busbw over groups of g ranks (f = 2 for the
+#     all-reduce) by least squares on the relative error (costs under 0.05 ms counted
+#     as 0.05 ms: the chunk's own noise); the median and largest error. W = 2 on 2
+#     cores gives the `intra` links; at W = 4 (4 ranks time-sharing 2 cores) the
+#     groups of 2 (they fit the cores) the `shared_small` links and the world the
+#     `shared` links of the profile $out/here.json (cores = nproc, every rank on this
+#     node); the built-in `here` of src/plan/network.c holds the numbers of one such
+#     run (the fit prints them as C initializers to paste there).
 #  2. validation (about 1 minute): the compute rate of one rank alone at each run's micro-batch
 #     (bench_model configs/demo.json B/W 128: its CPU-time GFLOP/s, forward and
 #     backward, f32), then rfsdp train on configs/demo.json (byte-level KJV) at W = 1,
@@ -56,29 +60,40 @@ doc_put() { # NAME FILE
 
 # ---- 1. the fit of the collectives inside a step ---------------------------------------------
 if [ "$part" = all ] || [ "$part" = fit ]; then
-  for w in 2 4; do
-    RF_BENCH_MIN_KIB=16 RF_BENCH_MAX_MIB=16 RF_BENCH_PART=step RF_BENCH_CHUNK_MS=4 OMP_NUM_THREADS=1 \
-      scripts/rfmpirun -np $w "$build/bench/bench_comm" >"$out/comm-step-w$w.txt" 2>&1 ||
-      echo "scale.sh: bench_comm at W=$w failed (see $out/comm-step-w$w.txt)"
+  # runs: "W group strided name": the world at W = 2 and 4, and at W = 4 two groups of 2 at once, consecutive
+  # (HSDP 2x2's shard groups) and strided (its replica groups)
+  runs=("2 2 0 w2" "4 4 0 w4" "4 2 0 w4-g2" "4 2 1 w4-g2s")
+  for r in "${runs[@]}"; do
+    read -r w g st name <<<"$r"
+    RF_BENCH_GROUP=$g RF_BENCH_STRIDED=$st RF_BENCH_MIN_KIB=16 RF_BENCH_MAX_MIB=16 RF_BENCH_PART=step \
+      RF_BENCH_CHUNK_MS=4 OMP_NUM_THREADS=1 scripts/rfmpirun -np "$w" "$build/bench/bench_comm" >"$out/comm-step-$name.txt" 2>&1 ||
+      echo "scale.sh: bench_comm at W=$w, groups of $g failed (see $out/comm-step-$name.txt)"
   done
   {
-    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(grep -m1 -o 'load average [0-9.]*' "$out/comm-step-w2.txt" | sed 's/.* //') (W=2) and"
-    echo "$(grep -m1 -o 'load average [0-9.]*' "$out/comm-step-w4.txt" | sed 's/.* //') (W=4), $cores cores, chunk: $(grep -m1 -o 'a chunk of [^;]*' "$out/comm-step-w2.txt" | sed 's/a chunk of //'):"
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), load average at the start of each run $(for r in "${runs[@]}"; do
+      read -r w g st name <<<"$r"
+      printf '%s (%s) ' "$(grep -m1 -o 'load average [0-9.]*' "$out/comm-step-$name.txt" | sed 's/.* //')" "$name"
+    done | sed 's/ $//'),"
+    echo "$cores cores, chunk: $(grep -m1 -o 'a chunk of [^;]*' "$out/comm-step-w2.txt" | sed 's/a chunk of //'):"
     echo
-    echo "| collective | W | link | points | alpha us | busbw GB/s | median error | largest error |"
-    echo "|---|---:|---|---:|---:|---:|---:|---:|"
+    echo "| collective | link | W | group | points | alpha us | busbw GB/s | median error | largest error |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   } >"$out/fit.md"
-  for w in 2 4; do awk -v w=$w '$2 ~ /^(KiB|MiB)$/ && $3 ~ /^step_/ {print w, $0}' "$out/comm-step-w$w.txt"; done |
-    awk -v cores="$cores" -v json="$out/links.txt" '
-    { k = substr($4, 6) " " $1; keys[k] = 1
-      b = $2 * ($3 == "MiB" ? 1048576 : 1024); t = $6; if (t < 0.05) t = 0.05
-      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $1) x1[k, n[k]]++
-      x2[k, n[k]] = ($4 == "step_allreduce" ? 2 : 1) * ($1 - 1) / $1 * b; tt[k, n[k]] = t }
+  rm -f "$out/links.txt"
+  # each point: W, group size, the link of that group here (intra: a core per rank; shared_small: more ranks
+  # than cores, the group fits the cores; shared: the group does not), then bench_comm's line
+  for r in "${runs[@]}"; do
+    read -r w g st name <<<"$r"
+    if [ "$w" -le "$cores" ]; then link=intra; elif [ "$g" -le "$cores" ]; then link=shared_small; else link=shared; fi
+    awk -v w="$w" -v g="$g" -v link="$link" '$2 ~ /^(KiB|MiB)$/ && $3 ~ /^step_/ {print w, g, link, $0}' "$out/comm-step-$name.txt"
+  done |
+    awk -v json="$out/links.txt" '
+    { k = substr($6, 6) " " $3; if (!(k in n)) order[++nk] = k; runs[k] = $1 " " $2
+      b = $4 * ($5 == "MiB" ? 1048576 : 1024); t = $8; if (t < 0.05) t = 0.05
+      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $2) x1[k, n[k]]++
+      x2[k, n[k]] = ($6 == "step_allreduce" ? 2 : 1) * ($2 - 1) / $2 * b; tt[k, n[k]] = t }
     END {
-      split("allgather 2,reduce_scatter 2,allreduce 2,allgather 4,reduce_scatter 4,allreduce 4", ks, ",")
-      for (j = 1; j <= 6; j++) { k = ks[j]; split(k, kw, " "); a11 = a12 = a22 = r1 = r2 = 0
-        link = kw[2] <= cores ? "intra" : "shared"
-        if (n[k] == 0) { print "| " kw[1] " | " kw[2] " | " link " | 0 | - | - | - | - |"; continue }
+      for (j = 1; j <= nk; j++) { k = order[j]; split(k, kl, " "); split(runs[k], wg, " "); a11 = a12 = a22 = r1 = r2 = 0
         for (i = 1; i <= n[k]; i++) { wgt = 1 / (tt[k, i] ^ 2)
           a11 += wgt * x1[k, i] ^ 2; a12 += wgt * x1[k, i] * x2[k, i]; a22 += wgt * x2[k, i] ^ 2
           r1 += wgt * x1[k, i] * tt[k, i]; r2 += wgt * x2[k, i] * tt[k, i] }
@@ -90,19 +105,22 @@ if [ "$part" = all ] || [ "$part" = fit ]; then
         for (i = 1; i <= n[k]; i++) for (l = i + 1; l <= n[k]; l++) if (e[l] < e[i]) { s = e[i]; e[i] = e[l]; e[l] = s }
         med = n[k] % 2 ? e[(n[k] + 1) / 2] : (e[n[k] / 2] + e[n[k] / 2 + 1]) / 2
         bw = bb > 0 ? 1e-6 / bb : 1e6   # GB/s; 1e6: no bandwidth term
-        printf "| %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kw[1], kw[2], link, n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
-        printf "%s %s %.3f %.6g\n", link, kw[1], a * 1e3, bw >>json }
+        printf "| %s | %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kl[1], kl[2], wg[1], wg[2], n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
+        printf "%s %s %.3f %.6g\n", kl[2], kl[1], a * 1e3, bw >>json }
     }' >>"$out/fit.md"
   # the profile: the built-in here with the fitted links (cores = this machine's, every rank on it)
   awk -v cores="$cores" -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" '
-    { v[$1, $2] = "[" $3 ", " $4 "]"; seen[$1] = 1 }
+    { if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") "\"" $2 "\": [" $3 ", " $4 "]" }
     END {
       printf "{\"base\": \"here\", \"source\": \"bench/scale.sh fit of %s\", \"cores_per_node\": %d, \"ranks_per_node\": 0", date, cores
-      for (l in seen) printf ", \"%s\": {\"allgather\": %s, \"reduce_scatter\": %s, \"allreduce\": %s}", l, v[l, "allgather"], v[l, "reduce_scatter"], v[l, "allreduce"]
+      for (j = 1; j <= nl; j++) printf ", \"%s\": {%s}", order[j], v[order[j]]
       print "}" }' "$out/links.txt" >"$out/here.json"
   network=$out/here.json
   echo "the collectives inside a step, fitted (profile $network):"
   cat "$out/fit.md"
+  echo "for src/plan/network.c's here (alpha us, busbw GB/s: all-gather, reduce-scatter, all-reduce):"
+  awk '{ if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("{%.1f, %.3g}", $3, $4) }
+    END { for (j = 1; j <= nl; j++) printf "     .%s = {%s},\n", order[j], v[order[j]] }' "$out/links.txt"
   doc_put fit "$out/fit.md"
   echo
 fi

@@ -57,6 +57,12 @@ static int rf_plan_sim_net_links(const cJSON *root, const char *key, const char 
   const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
   if (!o) return 0;
   RF_REQUIRE(cJSON_IsObject(o), "--network %s: \"%s\" must be an object of collectives", path, key);
+  for (const cJSON *l = o->child; l; l = l->next)
+    RF_REQUIRE(
+        strcmp(l->string, kinds[0]) == 0 || strcmp(l->string, kinds[1]) == 0 ||
+            strcmp(l->string, kinds[2]) == 0,
+        "--network %s: \"%s\".\"%s\": unknown collective (known: allgather, reduce_scatter, allreduce)", path,
+        key, l->string);
   for (int k = 0; k < RF_PLAN_COLL_COUNT; k++) {
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, kinds[k]);
     if (!l) continue;
@@ -69,8 +75,28 @@ static int rf_plan_sim_net_links(const cJSON *root, const char *key, const char 
   return 0;
 }
 
+/* Refuses a field of a network file that is not a profile's (a misspelled one
+ * would otherwise leave the base profile's value in silence). */
+static int rf_plan_sim_net_known(const cJSON *root, const char *path) {
+  static const char *const keys[] = {"base",        "source",       "cores_per_node", "ranks_per_node",
+                                     "peak_gflops", "efficiency",   "mem_gbs",        "overlap",
+                                     "intra",       "shared_small", "shared",         "inter"};
+  for (const cJSON *k = root->child; k; k = k->next) {
+    size_t i = 0;
+    while (i < sizeof keys / sizeof keys[0] && strcmp(k->string, keys[i]) != 0) i++;
+    RF_REQUIRE(i < sizeof keys / sizeof keys[0],
+               "--network %s: unknown field \"%s\" (known: base, source, cores_per_node, ranks_per_node, "
+               "peak_gflops, efficiency, mem_gbs, overlap, intra, shared_small, shared, inter)",
+               path, k->string);
+  }
+  return 0;
+}
+
 /* A machine profile from a JSON file: "base" (a built-in profile, default
- * "here") with the fields the file gives replaced (docs/scale.md). */
+ * "here") with the fields the file gives replaced (docs/scale.md). A file with
+ * "shared" links and no "shared_small" (written before groups on a shared node
+ * had their own links) prices every group on a shared node on its "shared", as
+ * it did. */
 static int rf_plan_sim_network_read(const char *path, struct rf_plan_sim_model *out) {
   char *text = NULL;
   size_t n = 0;
@@ -82,6 +108,12 @@ static int rf_plan_sim_network_read(const char *path, struct rf_plan_sim_model *
               *src = cJSON_GetObjectItemCaseSensitive(root, "source");
   int rc = rf_plan_network_find(cJSON_IsString(base) ? base->valuestring : "here", &out->net);
   double cores = out->net.cores_per_node, ranks = out->net.ranks_per_node;
+  if (rc == 0) rc = rf_plan_sim_net_known(root, path);
+  if (rc == 0 && cJSON_GetObjectItemCaseSensitive(root, "shared") &&
+      !cJSON_GetObjectItemCaseSensitive(root, "shared_small")) {
+    memcpy(out->net.shared_small, out->net.shared, sizeof out->net.shared);
+    rc = rf_plan_sim_net_links(root, "shared", path, out->net.shared_small);
+  }
   if (rc == 0)
     rc = rf_plan_sim_net_number(root, "cores_per_node", 1, path, &cores) ||
                  rf_plan_sim_net_number(root, "ranks_per_node", 0, path, &ranks) ||
@@ -91,6 +123,7 @@ static int rf_plan_sim_network_read(const char *path, struct rf_plan_sim_model *
                  rf_plan_sim_net_number(root, "overlap", 0, path, &out->net.overlap) ||
                  rf_plan_sim_net_links(root, "intra", path, out->net.intra) ||
                  rf_plan_sim_net_links(root, "shared", path, out->net.shared) ||
+                 rf_plan_sim_net_links(root, "shared_small", path, out->net.shared_small) ||
                  rf_plan_sim_net_links(root, "inter", path, out->net.inter)
              ? -1
              : 0;

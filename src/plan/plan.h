@@ -341,8 +341,10 @@ struct rf_plan_link {
 
 /* A machine: nodes of `cores_per_node` cores (GPUs) holding `ranks_per_node`
  * ranks each (0: every rank on one node), links inside a node (`intra`), inside
- * a node whose ranks outnumber its cores (`shared`: the ranks time-share the
- * cores; a collective waits for the peers' time slices) and between nodes
+ * a node whose ranks outnumber its cores (the ranks time-share the cores; a
+ * collective waits for the peers' time slices): `shared_small` for a group of
+ * at most cores_per_node ranks (its members can run at once), `shared` for a
+ * larger one (some member always waits for a core), and between nodes
  * (`inter`), the compute peak of one rank alone, the memory bandwidth of the
  * optimizer's update, and how much of a unit's communication the next unit's
  * compute hides. Ranks beyond the cores divide them: compute, optimizer and
@@ -352,13 +354,14 @@ struct rf_plan_network {
   const char *source; /* where the numbers come from (stated assumptions or the fit) */
   int cores_per_node; /* cores (GPUs) a node runs ranks on at once */
   int ranks_per_node; /* ranks placed on a node; 0: every rank on one node */
-  struct rf_plan_link intra[RF_PLAN_COLL_COUNT];  /* the group on one node, a core per rank */
-  struct rf_plan_link shared[RF_PLAN_COLL_COUNT]; /* the group on one node whose ranks outnumber its cores */
-  struct rf_plan_link inter[RF_PLAN_COLL_COUNT];  /* the group spans nodes */
-  double peak_gflops;                             /* per rank alone, dense, in the compute dtype */
-  double efficiency;                              /* achieved share of the peak in the model's matmuls */
-  double mem_gbs; /* per rank alone: the optimizer's update streams its state at this rate */
-  double overlap; /* 1: communication hides behind compute; 0: none (the links' cost is what is left) */
+  struct rf_plan_link intra[RF_PLAN_COLL_COUNT];        /* the group on one node, a core per rank */
+  struct rf_plan_link shared_small[RF_PLAN_COLL_COUNT]; /* ranks > cores on the node, group <= cores */
+  struct rf_plan_link shared[RF_PLAN_COLL_COUNT];       /* ranks > cores on the node, group > cores */
+  struct rf_plan_link inter[RF_PLAN_COLL_COUNT];        /* the group spans nodes */
+  double peak_gflops;                                   /* per rank alone, dense, in the compute dtype */
+  double efficiency; /* achieved share of the peak in the model's matmuls */
+  double mem_gbs;    /* per rank alone: the optimizer's update streams its state at this rate */
+  double overlap;    /* 1: communication hides behind compute; 0: none (the links' cost is what is left) */
 };
 
 /* The profile named `name` ("here", "h100-ib", "a100-ib"); -1 with

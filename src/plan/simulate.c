@@ -148,11 +148,16 @@ static int rf_plan_sim_ranks_on_node(const struct rf_plan_network *net, int worl
   return net->ranks_per_node > 0 && net->ranks_per_node < world ? net->ranks_per_node : world;
 }
 
-/* The links of a collective whose members span `span` ranks of the run (the
- * shard group: S; the replicas and the world: W) placed node by node. */
-static const struct rf_plan_link *rf_plan_sim_links(const struct rf_plan_network *net, int span, int world) {
+/* The links of a collective over a group of n ranks whose members span `span`
+ * ranks of the run (the shard group: S of S; the replicas: R of W; the world: W)
+ * placed node by node: across nodes `inter`; on a node with a core per rank
+ * `intra`; on a node whose ranks outnumber its cores `shared_small` when the
+ * group fits its cores (its members can run at once), else `shared`. */
+static const struct rf_plan_link *rf_plan_sim_links(const struct rf_plan_network *net, int n, int span,
+                                                    int world) {
   if (net->ranks_per_node > 0 && span > net->ranks_per_node) return net->inter;
-  return rf_plan_sim_ranks_on_node(net, world) > net->cores_per_node ? net->shared : net->intra;
+  if (rf_plan_sim_ranks_on_node(net, world) <= net->cores_per_node) return net->intra;
+  return n > net->cores_per_node ? net->shared : net->shared_small;
 }
 
 /* What the prefetch schedule leaves of communication m while computing c. */
@@ -192,8 +197,9 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   }
   /* bytes of that rank per step, and the time of each unit's collectives */
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
-  const struct rf_plan_link *sl = rf_plan_sim_links(&o->net, s, out->world);
-  const struct rf_plan_link *wl = rf_plan_sim_links(&o->net, out->world, out->world);
+  const struct rf_plan_link *sl = rf_plan_sim_links(&o->net, s, s, out->world);
+  const struct rf_plan_link *rl = rf_plan_sim_links(&o->net, o->replicate, out->world, out->world);
+  const struct rf_plan_link *wl = rf_plan_sim_links(&o->net, out->world, out->world, out->world);
   double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
   double *c = rf_xcalloc((size_t)n, sizeof *c);
   int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
@@ -252,7 +258,7 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
     comm += red[0];
   }
   double tail =
-      rf_plan_link_ms(&wl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, o->replicate, (double)inter) +
+      rf_plan_link_ms(&rl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, o->replicate, (double)inter) +
       rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, s, 8.0) +
       rf_plan_link_ms(&wl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, out->world,
                       (double)o->scalar_reduce_bytes);
