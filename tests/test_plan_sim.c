@@ -12,7 +12,9 @@
  * log's intra_bytes and inter_bytes, inside and across the shard groups), and a
  * small Mixtral (fused experts, its load-balancing statistics all-reduced).
  * The simulator's FLOPs per token are the trainer's (its start line). A
- * --network FILE.json replaces the profile's fields (time-sharing, links);
+ * --network FILE.json replaces the profile's fields (time-sharing, links: on
+ * a node whose ranks outnumber its cores, groups that fit the cores take
+ * `shared_small`, larger ones `shared`; old files without it still load);
  * --replicate node and auto choose the mesh as rfsdp train does. The
  * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
@@ -140,13 +142,69 @@ static void check_network_file(const char *model) {
              num(p, "comm_ms"), u, 3 * u + 1);
   }
   cJSON_Delete(p);
-  text = "{\"intra\": {\"allgather\": [-1, 10]}}";
-  RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
-  rc = rf_cli_run(out, sizeof out, "plan --model %s --world 2 --batch 8 --network %s", model, net);
-  RF_CHECK(rc != 0 && strstr(out, net) && strstr(out, "\"intra\".\"allgather\""),
-           "a negative latency: rc %d '%.400s'", rc, out);
+  static const struct {
+    const char *text, *names; /* a bad file, and what its error must name */
+  } bad[] = {
+      {"{\"intra\": {\"allgather\": [-1, 10]}}", "\"intra\".\"allgather\""},
+      {"{\"shared_small\": {\"allreduce\": [1, 0]}}", "\"shared_small\".\"allreduce\""},
+      {"{\"shared_smal\": {}}", "\"shared_smal\""},
+      {"{\"shared_small\": {\"all_gather\": [1, 1]}}", "\"shared_small\".\"all_gather\""},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    RF_ASSERT(rf_file_write_all(net, bad[k].text, strlen(bad[k].text)) == 0);
+    rc = rf_cli_run(out, sizeof out, "plan --model %s --world 2 --batch 8 --network %s", model, net);
+    RF_CHECK(rc != 0 && strstr(out, net) && strstr(out, bad[k].names), "%s: rc %d '%.400s'", bad[k].text, rc,
+             out);
+  }
   rc = rf_cli_run(out, sizeof out, "plan --model %s --world 2 --batch 8 --network %s/none.json", model, dir);
   RF_CHECK(rc != 0 && strstr(out, "none.json"), "a missing file: rc %d '%.400s'", rc, out);
+}
+
+/* plan's communication (ms) at W = 4 with --replicate r on the profile `text`
+ * (written to a file), and its buffer count in *units; -1 when plan fails. */
+static double comm4(const char *model, const char *text, int r, double *units) {
+  char net[128];
+  snprintf(net, sizeof net, "%s/net4.json", dir);
+  RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
+  int rc = rf_cli_run(out, sizeof out,
+                      "plan --model %s --world 4 --replicate %d --batch 8 --seq 8 --network %s --json", model,
+                      r, net);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  RF_CHECK(p != NULL, "plan --network %s --replicate %d: rc %d '%.400s'", text, r, rc, out);
+  double ms = p ? num(p, "comm_ms") : -1;
+  *units = p ? num(p, "buffer_count") : -1;
+  cJSON_Delete(p);
+  return ms;
+}
+
+/* The links of a group on a node whose ranks outnumber its cores (4 ranks on
+ * 2): a group that fits the cores (HSDP 2x2's shard groups and replica pairs)
+ * takes `shared_small`, a larger one (the world) `shared`; latencies only
+ * (busbw so high the bytes cost nothing), alpha per doubling of the ranks. At
+ * 2x2 over U buffers: U forward and U - 1 backward gathers and U reduce-scatters
+ * on the shard groups at 0.1 ms, the gradient norm (shard group) and the
+ * replicas' all-reduce at 0.01 ms, the trainer's scalars on the world of 4 at 2 x
+ * 1 ms; flat W = 4: all 3U + 1 on the world at 2 x 1 ms. A file with only
+ * "shared" (written before shared_small existed) prices the pairs on it, as it
+ * did: 3U - 1 + 2 at 1 ms, the scalars at 2 ms. */
+static void check_shared_links(const char *model) {
+  const char *both =
+      "{\"cores_per_node\": 2, \"shared\": {\"allgather\": [1000, 1e12], \"reduce_scatter\": [1000, 1e12], "
+      "\"allreduce\": [1000, 1e12]}, \"shared_small\": {\"allgather\": [100, 1e12], \"reduce_scatter\": "
+      "[100, "
+      "1e12], \"allreduce\": [10, 1e12]}}";
+  const char *old =
+      "{\"cores_per_node\": 2, \"shared\": {\"allgather\": [1000, 1e12], \"reduce_scatter\": "
+      "[1000, 1e12], \"allreduce\": [1000, 1e12]}}";
+  double u = 0, ms = comm4(model, both, 2, &u);
+  RF_CHECK(fabs(ms - (0.1 * (3 * u - 1) + 0.02 + 2)) < 1e-6,
+           "2x2 on shared_small: %.9g ms over %g buffers, want %.9g", ms, u, 0.1 * (3 * u - 1) + 0.02 + 2);
+  ms = comm4(model, both, 1, &u);
+  RF_CHECK(fabs(ms - 2 * (3 * u + 1)) < 1e-6, "W=4 on shared: %.9g ms over %g buffers, want %g", ms, u,
+           2 * (3 * u + 1));
+  ms = comm4(model, old, 2, &u);
+  RF_CHECK(fabs(ms - (3 * u + 3)) < 1e-6,
+           "2x2, a file without shared_small: %.9g ms over %g buffers, want %g", ms, u, 3 * u + 3);
 }
 
 /* plan's JSON at W = 4 for the tiny model with `opts`; NULL when plan fails (its output in `out`). */
@@ -242,6 +300,7 @@ int main(void) {
   check_one(moe, data, 1, "--optim adamw");
   check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
   check_network_file(model);
+  check_shared_links(model);
   check_mesh(model);
 
   char cmd[128];
