@@ -72,9 +72,11 @@ int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name);
  * For ndim >= 2, a row is the last dimension and leading dimensions are flattened. */
 int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
                        int64_t block_rows, struct rf_init init);
-/* Marks a declared matrix (ndim 2) for FP8 block mode: its blocks become whole
- * bands of 128 rows (every 128x128 tile on one rank). Nothing when opt.fp8 is 0.
- * Returns 0, or -1 (not a matrix, after finalize). */
+/* Marks a declared matrix (ndim 2) or fused experts (ndim 3: [E, rows, cols], each
+ * expert's matrix tiled on its own) for FP8 block mode: its blocks become whole bands
+ * of 128 rows (every 128x128 tile on one rank; experts whose rows are not a multiple
+ * of 128: whole experts). Nothing when opt.fp8 is 0. Returns 0, or -1 (another ndim,
+ * after finalize). */
 int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor);
 /* Plans every unit, allocates the shards and the arena, initializes parameters.
  * Returns 0, or -1 (bad declarations, a plan that fails its check). */
@@ -126,7 +128,8 @@ void rf_fsdp_poll(struct rf_fsdp *f);
 const float *rf_fsdp_param(struct rf_fsdp *f, int tensor);
 const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor);
 /* An FP8 tensor's gathered e4m3 codes (row-major [rows, cols]), and its tile scales
- * ([ceil(rows/128), ceil(cols/128)] row-major) in *scales; NULL for other tensors
+ * ([ceil(rows/128), ceil(cols/128)] row-major; fused experts: [E, ceil(rows/128),
+ * ceil(cols/128)], each expert's own tiles) in *scales; NULL for other tensors
  * (whose rf_fsdp_param / rf_fsdp_param_bf16 is then NULL). */
 const uint8_t *rf_fsdp_param_fp8(struct rf_fsdp *f, int tensor, const float **scales);
 /* 0, or -1 with rf_fsdp_error() once a gather has failed (FP8: a tile of a master

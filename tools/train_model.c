@@ -27,9 +27,6 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   RF_REQUIRE(!cfg->tie_word_embeddings || opt->prefetch >= 1 || !opt->reshard_after_forward,
              "tie_word_embeddings: the unit holding the embedding stays gathered through the step; "
              "--prefetch 0 leaves no parameter slot for the layers (use --prefetch 1 or more)");
-  RF_REQUIRE(!opt->fp8 || !rf_model_config_is_moe(cfg),
-             "--fp8 block: the routed experts of %s models are not quantized yet (llama and qwen2 only)",
-             rf_model_family_name(cfg->family));
   m->n_units = m->desc.n_units;
   m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
   for (int u = 0; u < m->n_units; u++) {
@@ -40,7 +37,8 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
       int t = rf_fsdp_add_tensor(m->fsdp, unit, spec->name, spec->ndim, spec->shape, spec->block_rows,
                                  spec->init);
       RF_REQUIRE(t >= 0, "%s", rf_fsdp_error());
-      /* the linear weights; embeddings, norms, biases and the output head stay in the param dtype */
+      /* the linear weights and the fused experts; embeddings, norms, biases, routers and the
+       * output head stay in the param dtype */
       if (spec->fp8) RF_REQUIRE(rf_fsdp_set_fp8(m->fsdp, t) == 0, "%s", rf_fsdp_error());
       if (i == 0) m->first_tensor[u] = t;
     }

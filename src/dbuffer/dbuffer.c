@@ -4,6 +4,7 @@
  * layout adds the copies PyTorch FSDP2 makes (copied bytes). Every byte moved here
  * goes through src/core's counted helpers (rf_move_*). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dbuffer/dbuffer.h"
@@ -41,20 +42,21 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
 }
 
 /* FP8 buffer b: this rank's range of every FP8 tensor in it quantized into the
- * slot (codes at its view, scales at its tiles), one 128-row band at a time; a
- * band holding NaN or an infinity gets NaN scales, which the gather takes to every
- * rank. */
+ * slot (codes at its view, scales at its tiles), one band at a time (128 rows, or
+ * what is left of an expert's matrix); a band holding NaN or an infinity gets NaN
+ * scales, which the gather takes to every rank. */
 static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const float *shard, void *slot,
                                     int pow2) {
   int r = db->rank;
   for (int t = 0; t < db->n_tensors; t++) {
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
     if (x->buffer != b || x->starts[r + 1] == x->starts[r]) continue;
-    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), band = (int64_t)RF_FP8_TILE * x->cols;
+    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), per = x->rows * x->cols;
     float *scales = rf_dbuffer_scales(slot, x);
-    for (int64_t e = x->starts[r], k = x->scale_starts[r]; e < x->starts[r + 1]; e += band, k += tc) {
-      struct rf_fp8_grid g = {rf_min_i64(band, x->starts[r + 1] - e) / x->cols, x->cols, RF_FP8_TILE,
-                              RF_FP8_TILE};
+    for (int64_t e = x->starts[r], k = x->scale_starts[r], rows; e < x->starts[r + 1];
+         e += rows * x->cols, k += tc) {
+      rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols);
+      struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
       if (rf_fp8_quantize(&g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
                           rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k) != 0)
         for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
@@ -90,20 +92,22 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
 }
 
 /* The gathered scales of every FP8 tensor: a NaN (a tile with NaN or an infinity on
- * its owner) fails, naming the tensor and the tile's rows. */
+ * its owner) fails, naming the tensor, the expert and the tile's rows. */
 static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
   for (int t = 0; t < db->n_tensors; t++) {
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
     if (!x->fp8) continue;
     const float *s = rf_dbuffer_scales(slot, x);
-    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE);
+    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), bands = rf_ceil_div(x->rows, RF_FP8_TILE);
     for (int64_t i = 0; i < x->scale_starts[db->world]; i++)
       if (isnan(s[i])) {
-        int64_t row = i / tc * RF_FP8_TILE;
+        int64_t e = i / tc / bands, row = i / tc % bands * RF_FP8_TILE;
+        char expert[48] = "";
+        if (x->experts > 1) snprintf(expert, sizeof expert, "expert %lld's ", (long long)e);
         RF_FAIL(
-            "fp8: tensor '%s' holds NaN or an infinity in rows [%lld, %lld): its 128x128 tiles cannot "
+            "fp8: tensor '%s' holds NaN or an infinity in %srows [%lld, %lld): its 128x128 tiles cannot "
             "be quantized to e4m3",
-            x->name, (long long)row, (long long)rf_min_i64(row + RF_FP8_TILE, x->rows));
+            x->name, expert, (long long)row, (long long)rf_min_i64(row + RF_FP8_TILE, x->rows));
       }
   }
   return 0;

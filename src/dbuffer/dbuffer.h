@@ -19,7 +19,8 @@
  * FP8 block mode (policy->fp8, planned layout): the unit's FP8 tensors and its
  * other tensors are planned as two groups, so every buffer holds one kind. An FP8
  * buffer is gathered as e4m3 codes (1 byte per element): each rank quantizes its
- * own range of every FP8 tensor (whole 128-row bands, hence whole 128x128 tiles)
+ * own range of every FP8 tensor (whole bands of 128 rows of a matrix or of one expert's
+ * matrix, whose last band may be shorter: whole 128x128 tiles)
  * straight into its range of the param slot, and each FP8 tensor's tile scales
  * (f32, row-major over the tiles, after the buffers in the param slot) are
  * gathered in place by one all-gather-v (rank r's bands are consecutive tiles).
@@ -45,11 +46,13 @@ struct rf_dbuffer_tensor {
   int64_t gview_off; /* elements: the whole tensor's view in the grad slot (f32) */
   int64_t shard_off; /* elements: this rank's piece in the unit's shard (add the unit's base) */
   int64_t view_byte; /* bytes: the whole tensor's view in the param slot (its buffer's dtype) */
-  /* FP8 tensors: the 2-D view [rows, cols] in 128x128 tiles, the tile scales' place in the
-   * param slot (bytes) and world + 1 offsets (in scales) of every rank's tiles */
+  /* FP8 tensors: `experts` matrices [rows, cols] (1 for a matrix; fused experts [E, rows,
+   * cols]: E), each in its own 128x128 tiles; the tile scales' place in the param slot
+   * (bytes, expert-major, row-major over each expert's tiles) and world + 1 offsets (in
+   * scales) of every rank's tiles */
   int fp8;
   const char *name; /* borrowed from the caller's tensors (for messages) */
-  int64_t rows, cols;
+  int64_t experts, rows, cols;
   int64_t scale_byte;
   int64_t *scale_starts;
 };

@@ -119,24 +119,30 @@ static int rf_dbuffer_place(struct rf_dbuffer *db, const struct rf_plan_layout *
 }
 
 /* FP8 tensor t: its tile grid and every rank's first tile; fails when a rank's
- * range starts inside a 128-row band (its tiles would be cut). */
+ * range starts inside a band of 128 rows (its tiles would be cut). A matrix is one
+ * grid; fused experts [E, rows, cols] are E grids, each expert's matrix tiled on its
+ * own (its last band partial when rows is not a multiple of 128), the scales
+ * expert-major (as `rfsdp ckpt export --fp8` writes them). */
 static int rf_dbuffer_fp8_tiles(struct rf_dbuffer *db, const char *unit_name,
                                 const struct rf_plan_tensor_in *in, int t) {
   struct rf_dbuffer_tensor *x = &db->tensors[t];
-  RF_REQUIRE(in->ndim == 2, "unit %s: FP8 tensor %s is not a matrix", unit_name, in->name);
+  RF_REQUIRE(in->ndim == 2 || in->ndim == 3, "unit %s: FP8 tensor %s is not a matrix or fused experts",
+             unit_name, in->name);
   x->fp8 = 1;
   x->name = in->name;
-  x->cols = in->shape[1];
-  x->rows = in->shape[0];
-  int64_t band = (int64_t)RF_FP8_TILE * x->cols, tc = rf_ceil_div(x->cols, RF_FP8_TILE);
+  x->experts = in->ndim == 3 ? in->shape[0] : 1;
+  x->cols = in->shape[in->ndim - 1];
+  x->rows = in->shape[in->ndim - 2];
+  int64_t band = (int64_t)RF_FP8_TILE * x->cols, per = x->rows * x->cols;
+  int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), bands = rf_ceil_div(x->rows, RF_FP8_TILE);
   x->scale_starts = rf_xcalloc((size_t)db->world + 1, sizeof(int64_t));
   for (int r = 0; r <= db->world; r++) {
-    int64_t s = x->starts[r];
-    RF_REQUIRE(s % band == 0 || s == x->numel,
-               "unit %s: FP8 tensor %s: rank %d's range starts at row %lld, inside a band of 128x128 tiles "
-               "(the layout must keep 128-row blocks whole)",
-               unit_name, in->name, r, (long long)(s / x->cols));
-    x->scale_starts[r] = rf_ceil_div(s / x->cols, RF_FP8_TILE) * tc;
+    int64_t s = x->starts[r], e = s / per, local = s % per;
+    RF_REQUIRE(local % band == 0,
+               "unit %s: FP8 tensor %s: rank %d's range starts at row %lld of expert %lld, inside a band of "
+               "128x128 tiles (the layout must keep 128-row blocks whole)",
+               unit_name, in->name, r, (long long)(local / x->cols), (long long)e);
+    x->scale_starts[r] = (e * bands + local / band) * tc;
   }
   db->n_fp8++;
   return 0;

@@ -162,10 +162,15 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
   struct rf_fsdp_tensor *t = &f->tensors[tensor];
   RF_REQUIRE(!f->finalized, "tensor %s marked FP8 after rf_fsdp_finalize", t->name);
   if (!f->opt.fp8) return 0;
-  RF_REQUIRE(t->ndim == 2, "tensor %s: only matrices are quantized in 128x128 tiles (ndim %d)", t->name,
-             t->ndim);
-  struct rf_plan_tensor_in in = {
-      .name = t->name, .ndim = 2, .numel = t->numel, .block_elems = t->block_elems};
+  RF_REQUIRE(
+      t->ndim == 2 || t->ndim == 3,
+      "tensor %s: only matrices and fused experts [E, rows, cols] are quantized in 128x128 tiles (ndim %d)",
+      t->name, t->ndim);
+  struct rf_plan_tensor_in in = {.name = t->name,
+                                 .ndim = t->ndim,
+                                 .numel = t->numel,
+                                 .block_elems = t->block_elems,
+                                 .sub_count = t->ndim == 3 ? t->shape[0] : 1};
   memcpy(in.shape, t->shape, sizeof in.shape);
   t->block_elems = rf_plan_fp8_block_elems(&in);
   t->fp8 = 1;

@@ -1,6 +1,8 @@
 /* The sparse MoE block of mixtral and qwen3_moe: the router (softmax, top-k, weights renormalized or not),
  * tokens grouped by expert, every expert's SwiGLU through src/gemm, the
- * load-balancing loss.
+ * load-balancing loss. Under FP8 block training the experts' products run on their
+ * e4m3 codes (expert_weight slices the codes and scales); the router stays in the
+ * param dtype (its logits pick the experts: docs/fp8.md).
  *
  * The experts are of moe_intermediate_size (mixtral: intermediate_size).
  *
@@ -80,13 +82,21 @@ double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const 
   return aux * ne / (rows * rows);
 }
 
-/* Expert e's slice of a fused expert tensor of `per` elements per expert. */
-static struct rf_model_weight expert_weight(const struct rf_model_weight *w, int e, size_t per) {
+/* Expert e's slice of a fused expert tensor [E, rows, cols]: its values, or (FP8 block
+ * mode) its codes and its own 128x128 tiles' scales (each expert is tiled on its own,
+ * the scales expert-major), so its products take the same linear path as a matrix's. */
+static struct rf_model_weight expert_weight(const struct rf_model_weight *w, int e, int rows, int cols) {
+  size_t per = (size_t)rows * (size_t)cols;
   struct rf_model_weight x = {.f32 = NULL};
-  if (w->f32)
+  if (w->fp8) {
+    size_t tiles = (size_t)rf_ceil_div(rows, RF_FP8_TILE) * (size_t)rf_ceil_div(cols, RF_FP8_TILE);
+    x.fp8 = w->fp8 + (size_t)e * per;
+    x.fp8_scales = w->fp8_scales + (size_t)e * tiles;
+  } else if (w->f32) {
     x.f32 = w->f32 + (size_t)e * per;
-  else
+  } else {
     x.bf16 = w->bf16 + (size_t)e * per;
+  }
   return x;
 }
 
@@ -141,10 +151,9 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
     for (int e = 0; e < ne; e++) ws->moe_psum[e] += a->probs[(size_t)r * ne + e];
   }
   moe_group(ws, a, xn, n);
-  size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, per_gu);
-    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, per_down);
+    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
+    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
                               2 * inter, 0.0f, st);
@@ -200,8 +209,8 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
     }
   size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, per_gu);
-    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, per_down);
+    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
+    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
     float *ggu = grads[RF_MODEL_MOE_TENSOR_GATE_UP] + (size_t)e * per_gu;
     float *gd = grads[RF_MODEL_MOE_TENSOR_DOWN] + (size_t)e * per_down;
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
