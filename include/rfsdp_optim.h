@@ -190,6 +190,14 @@ struct rf_optim_stats {
 };
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);
+/* What rf_optim_create would give rank `rank` of `world` (the views of that rank;
+ * their master, grad and shard_offset are not read), through the same code with
+ * nothing of the slab's size allocated and nothing moved: state_bytes,
+ * workspace_bytes, tiles_cut and for Muon and Shampoo the owners'
+ * muon_step_bytes_sent/recv and owned costs (rf_optim_get_stats). What `rfsdp
+ * plan --batch` simulates. Returns 0, or -1 with rf_optim_create's message. */
+int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_view *views, const int *flags,
+                     int n, int64_t shard_elems, int rank, int world, struct rf_optim_stats *out);
 /* Muon, Shampoo: the owner rank of view i (-1 when not a Muon or Shampoo
  * matrix), and how many times this rank orthogonalized it (Muon) or refreshed its
  * roots (Shampoo). */

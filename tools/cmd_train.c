@@ -86,6 +86,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .rss_mb = rf_train_rss_mb(),
       .gather_bytes = d->bytes_gathered,
       .reduce_bytes = d->bytes_reduced,
+      .alltoall_bytes = d->bytes_alltoall,
       .intra_bytes = d->bytes_intra,
       .inter_bytes = d->bytes_inter,
       .copy_bytes = d->bytes_copied,
@@ -269,7 +270,8 @@ static int rf_train_run(struct rf_train_state *s) {
                                  st.split_blocks, st.copy_bytes_per_step, st.n_buffers};
   struct rf_optim_stats os;
   rf_optim_get_stats(s->optim, &os);
-  struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, (int64_t)s->model.ws.bytes};
+  struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
+                                (int64_t)s->model.ws.bytes};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before = rf_counters_global;

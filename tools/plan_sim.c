@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "rfsdp_optim.h"
 
 /* Routed experts per token from the config's num_experts_per_tok (0 when absent). */
 static int rf_plan_sim_experts_per_token(const char *path) {
@@ -152,6 +153,7 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
   }
   if (a->peak_gflops > 0) out->net.peak_gflops = a->peak_gflops;
   if (a->efficiency > 0) out->net.efficiency = a->efficiency;
+  out->desc = desc;
   if (strcmp(desc->model_type, "generic") == 0) {
     out->flops_per_token = 6.0 * (double)desc->numel;
     return 0;
@@ -163,6 +165,72 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
   out->experts_per_token = rf_plan_sim_experts_per_token(model_path);
   out->flops_per_token = rf_model_flops_per_token(&out->cfg, (int)a->seq) -
                          6.0 * rf_plan_sim_inactive_elems(desc, &out->cfg, out->experts_per_token);
+  return 0;
+}
+
+/* The views every shard-group rank gives the optimizer (src/fsdp's, from the
+ * same layout: each tensor's RaggedShard, its blocks kept whole or cut) and
+ * their groups from the model's description. */
+struct rf_plan_sim_views {
+  struct rf_optim_options opt;
+  int n, world;
+  struct rf_tensor_view *views;
+  int *flags;
+  int64_t *starts; /* n x (world + 1) */
+};
+
+static int rf_plan_sim_views_make(const struct rf_model_desc *desc, const struct rf_plan_unit_in *units,
+                                  const struct rf_plan_model_result *m, enum rf_optim_kind optim,
+                                  struct rf_plan_sim_views *v) {
+  memset(v, 0, sizeof *v);
+  rf_optim_options_default(&v->opt);
+  v->opt.kind = optim;
+  v->world = m->world;
+  for (int u = 0; u < m->n_units; u++) v->n += units[u].n_tensors;
+  v->views = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->views);
+  v->flags = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->flags);
+  v->starts = rf_xcalloc((size_t)rf_max_i64(v->n, 1) * (size_t)(v->world + 1), sizeof *v->starts);
+  for (int u = 0, k = 0; u < m->n_units; u++)
+    for (int i = 0; i < units[u].n_tensors; i++, k++) {
+      const struct rf_plan_tensor_in *t = &units[u].tensors[i];
+      struct rf_tensor_view *w = &v->views[k];
+      struct rf_shard sh;
+      RF_TRY(rf_plan_layout_tensor_shard(&m->units[u], &units[u], i, &sh));
+      rf_shard_starts(&sh, v->starts + (size_t)k * (size_t)(v->world + 1));
+      w->block_elems = sh.block_elems == rf_min_i64(t->block_elems, t->numel) ? t->block_elems : 1;
+      rf_shard_free(&sh);
+      w->name = t->name;
+      w->unit = u;
+      w->ndim = t->ndim;
+      memcpy(w->shape, t->shape, sizeof w->shape);
+      w->numel = t->numel;
+      w->starts = v->starts + (size_t)k * (size_t)(v->world + 1);
+      if (desc && desc->n_units == m->n_units && desc->units[u].n_tensors == units[u].n_tensors) {
+        const struct rf_model_tensor *mt = &desc->units[u].tensors[i];
+        v->flags[k] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+      }
+    }
+  return 0;
+}
+
+static void rf_plan_sim_views_free(struct rf_plan_sim_views *v) {
+  free(v->views);
+  free(v->flags);
+  free(v->starts);
+}
+
+/* struct rf_plan_sim_options.optim_rank: the optimizer's own sizes on rank r's views. */
+static int rf_plan_sim_optim_rank(void *ctx, int r, int64_t shard_elems, struct rf_plan_sim_optim *out) {
+  struct rf_plan_sim_views *v = ctx;
+  for (int k = 0; k < v->n; k++) {
+    v->views[k].begin = v->views[k].starts[r];
+    v->views[k].end = v->views[k].starts[r + 1];
+  }
+  struct rf_optim_stats st;
+  RF_TRY(rf_optim_measure(&v->opt, v->views, v->flags, v->n, shard_elems, r, v->world, &st));
+  out->state_bytes = st.state_bytes;
+  out->workspace_bytes = st.workspace_bytes;
+  out->step_bytes_sent = (int64_t)st.muon_step_bytes_sent;
   return 0;
 }
 
@@ -195,7 +263,13 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
                : 0),
       .net = sm->net,
   };
-  return rf_plan_simulate(units, m, p, &o, out);
+  struct rf_plan_sim_views v;
+  int rc = rf_plan_sim_views_make(sm->desc, units, m, optim, &v);
+  o.optim_rank = rf_plan_sim_optim_rank;
+  o.optim_ctx = &v;
+  if (rc == 0) rc = rf_plan_simulate(units, m, p, &o, out);
+  rf_plan_sim_views_free(&v);
+  return rc;
 }
 
 int rf_plan_sim_auto_group(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
@@ -287,7 +361,7 @@ static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
 
 void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                        const struct rf_plan_sim_result *r) {
-  char t[6][32];
+  char t[7][32];
   const struct rf_plan_sim_memory *m = &r->mem;
   printf("  simulated step: W = %d = %d x %d, batch %lld x %lld tokens, %d micro-batch(es), network %s\n",
          r->world, r->replicate, r->shard_world, (long long)a->batch, (long long)a->seq, a->accum,
@@ -298,14 +372,21 @@ void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_si
   rf_plan_sim_bytes((double)m->optim, t[3], sizeof t[3]);
   rf_plan_sim_bytes((double)m->gathered, t[4], sizeof t[4]);
   rf_plan_sim_bytes((double)m->activations, t[5], sizeof t[5]);
-  printf("    memory per rank  %s = params %s + grads %s + optimizer %s + gathered %s + activations %s%s\n",
-         t[0], t[1], t[2], t[3], t[4], t[5], sm->have_config ? "" : " (no config: not estimated)");
+  rf_plan_sim_bytes((double)m->optim_workspace, t[6], sizeof t[6]);
+  printf(
+      "    memory per rank  %s = params %s + grads %s + optimizer %s (+ workspace %s) + gathered %s + "
+      "activations %s%s\n",
+      t[0], t[1], t[2], t[3], t[6], t[4], t[5], sm->have_config ? "" : " (no config: not estimated)");
   rf_plan_sim_bytes((double)r->bytes_intra, t[0], sizeof t[0]);
   rf_plan_sim_bytes((double)r->bytes_inter, t[1], sizeof t[1]);
   rf_plan_sim_bytes((double)r->gather_bytes, t[2], sizeof t[2]);
   rf_plan_sim_bytes((double)r->reduce_bytes, t[3], sizeof t[3]);
-  printf("    bytes per step   inside groups %s, across groups %s (all-gathers %s, reductions %s)\n", t[0],
-         t[1], t[2], t[3]);
+  rf_plan_sim_bytes((double)r->alltoall_bytes, t[4], sizeof t[4]);
+  printf(
+      "    bytes per step   inside groups %s, across groups %s (all-gathers %s, reductions %s, matrix "
+      "owners' "
+      "all-to-all %s)\n",
+      t[0], t[1], t[2], t[3], t[4]);
   printf(
       "    step time        %.2f ms = compute %.2f + exposed communication %.2f + optimizer %.2f + "
       "copies %.2f (communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f, time share "
@@ -330,6 +411,7 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(m, "params", (double)r->mem.params);
   cJSON_AddNumberToObject(m, "grads", (double)r->mem.grads);
   cJSON_AddNumberToObject(m, "optim", (double)r->mem.optim);
+  cJSON_AddNumberToObject(m, "optim_workspace", (double)r->mem.optim_workspace);
   cJSON_AddNumberToObject(m, "gathered", (double)r->mem.gathered);
   cJSON_AddNumberToObject(m, "activations", (double)r->mem.activations);
   cJSON_AddNumberToObject(o, "memory_rank", r->rank);
@@ -338,6 +420,7 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(o, "bytes_per_step_inter", (double)r->bytes_inter);
   cJSON_AddNumberToObject(o, "gather_bytes_per_step", (double)r->gather_bytes);
   cJSON_AddNumberToObject(o, "reduce_bytes_per_step", (double)r->reduce_bytes);
+  cJSON_AddNumberToObject(o, "alltoall_bytes_per_step", (double)r->alltoall_bytes);
   cJSON_AddNumberToObject(o, "predicted_step_ms", r->step_ms);
   cJSON_AddNumberToObject(o, "compute_ms", r->compute_ms);
   cJSON_AddNumberToObject(o, "time_share", r->time_share);

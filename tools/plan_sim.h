@@ -77,8 +77,9 @@ struct rf_plan_sim_args {
 struct rf_plan_sim_model {
   int have_config;
   struct rf_model_config cfg;
-  int experts_per_token;  /* MoE: routed experts a token meets (num_experts_per_tok) */
-  double flops_per_token; /* 6 x active matmul parameters + attention (rf_model_flops_per_token) */
+  int experts_per_token;            /* MoE: routed experts a token meets (num_experts_per_tok) */
+  double flops_per_token;           /* 6 x active matmul parameters + attention (rf_model_flops_per_token) */
+  const struct rf_model_desc *desc; /* borrowed: the tensors' optimizer groups (decay, matrix) */
   struct rf_plan_network net;
   char net_name[256], net_source[1024]; /* a --network FILE.json's (net.name and net.source point here) */
 };

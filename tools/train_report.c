@@ -52,14 +52,15 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   fprintf(f, ",\"mfu_peak\":\"onednn-%s\"", rec->mfu_dtype);
   rf_train_json_number(f, "rss_mb", rec->rss_mb);
   fprintf(f,
-          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"intra_bytes\":%llu,\"inter_bytes\":%llu,"
+          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"alltoall_bytes\":%llu,\"intra_bytes\":%llu,"
+          "\"inter_bytes\":%llu,"
           "\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
           "\"own_shard_bytes\":%llu,\"padding_bytes\":%llu,\"allocs\":%llu,\"skipped\":%d",
           (unsigned long long)rec->gather_bytes, (unsigned long long)rec->reduce_bytes,
-          (unsigned long long)rec->intra_bytes, (unsigned long long)rec->inter_bytes,
-          (unsigned long long)rec->copy_bytes, (unsigned long long)rec->cast_bytes,
-          (unsigned long long)rec->own_shard_bytes, (unsigned long long)rec->padding_bytes,
-          (unsigned long long)rec->allocs, rec->skipped);
+          (unsigned long long)rec->alltoall_bytes, (unsigned long long)rec->intra_bytes,
+          (unsigned long long)rec->inter_bytes, (unsigned long long)rec->copy_bytes,
+          (unsigned long long)rec->cast_bytes, (unsigned long long)rec->own_shard_bytes,
+          (unsigned long long)rec->padding_bytes, (unsigned long long)rec->allocs, rec->skipped);
   if (!isnan(rec->val_loss)) rf_train_json_number(f, "val_loss", rec->val_loss);
   fputs("}\n", f);
   RF_REQUIRE(fflush(f) == 0 && !ferror(f), "--log %s: cannot write step %d: %s", log->path, rec->step,
@@ -75,6 +76,7 @@ int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *pl
   cJSON_AddNumberToObject(m, "shard_elems", (double)mem->shard_elems);
   cJSON_AddNumberToObject(m, "arena_bytes", (double)mem->arena_bytes);
   cJSON_AddNumberToObject(m, "optim_state_bytes", (double)mem->optim_state_bytes);
+  cJSON_AddNumberToObject(m, "optim_workspace_bytes", (double)mem->optim_workspace_bytes);
   cJSON_AddNumberToObject(m, "activation_bytes", (double)mem->activation_bytes);
   char *text = cJSON_PrintUnformatted(o);
   RF_ASSERT(text);

@@ -16,8 +16,8 @@ struct rf_train_record {
   double loss, val_loss, lr, grad_norm, ms, tok_s, mfu, rss_mb;
   double cpu_ms; /* the process's CPU time in the step / its threads (rank 0): the step time less the
                   * time other jobs held the cores, on a shared machine */
-  uint64_t gather_bytes, reduce_bytes, intra_bytes, inter_bytes, copy_bytes, cast_bytes, own_shard_bytes,
-      padding_bytes, allocs;
+  uint64_t gather_bytes, reduce_bytes, alltoall_bytes, intra_bytes, inter_bytes, copy_bytes, cast_bytes,
+      own_shard_bytes, padding_bytes, allocs;
   int skipped;           /* 1 when the step was skipped (non-finite gradients on some rank) */
   const char *mfu_dtype; /* mfu is against the oneDNN GEMM peak of this dtype (borrowed) */
 };
@@ -38,10 +38,11 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
 /* Rank 0's memory as the run allocated it, next to what `rfsdp plan --batch`
  * simulates (bytes; the slab in elements). */
 struct rf_train_memory {
-  int64_t shard_elems;       /* rf_fsdp_stats.shard_elems */
-  int64_t arena_bytes;       /* the gathered buffers' arena (rf_fsdp_stats.arena_bytes) */
-  int64_t optim_state_bytes; /* rf_optim_stats.state_bytes */
-  int64_t activation_bytes;  /* the training micro-batch's model workspace */
+  int64_t shard_elems;           /* rf_fsdp_stats.shard_elems */
+  int64_t arena_bytes;           /* the gathered buffers' arena (rf_fsdp_stats.arena_bytes) */
+  int64_t optim_state_bytes;     /* rf_optim_stats.state_bytes */
+  int64_t optim_workspace_bytes; /* rf_optim_stats.workspace_bytes */
+  int64_t activation_bytes;      /* the training micro-batch's model workspace */
 };
 
 /* The line {"plan": {...}, "memory": {...}} that starts the log: the run's

@@ -48,8 +48,10 @@ static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, floa
 
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a) {
   size_t slab = (size_t)rf_max_i64(o->shard_elems, 1);
-  a->m = rf_xcalloc(slab, sizeof(float));
-  a->v = rf_xcalloc(slab, sizeof(float));
+  if (!o->measure) {
+    a->m = rf_xcalloc(slab, sizeof(float));
+    a->v = rf_xcalloc(slab, sizeof(float));
+  }
   o->stats.state_bytes = 2 * o->shard_elems * (int64_t)sizeof(float);
 }
 

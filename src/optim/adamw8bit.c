@@ -129,10 +129,12 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   rf_optim_qmap(1);
   q->zero_code_m = rf_optim_quantize(1, 0.0f);
   RF_ASSERT(rf_optim_qmap(1)[q->zero_code_m] == 0.0f && rf_optim_qmap(0)[0] == 0.0f);
-  q->mq = rf_xaligned(64, slab);
-  q->vq = rf_xaligned(64, slab);
-  memset(q->mq, q->zero_code_m, slab);
-  memset(q->vq, 0, slab);
+  if (!o->measure) {
+    q->mq = rf_xaligned(64, slab);
+    q->vq = rf_xaligned(64, slab);
+    memset(q->mq, q->zero_code_m, slab);
+    memset(q->vq, 0, slab);
+  }
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];
     struct rf_optim_8bit_view *x = &q->views[i];
@@ -153,11 +155,16 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
     if (rf_optim_check_whole(o, w, cut) != 0) return -1;
     o->stats.state_bytes_used += 2 * (w->v.end - w->v.begin) + 8 * x->n_blocks;
   }
-  q->ms = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
-  q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
   q->max_blocks = 1;
   for (int i = 0; i < o->n; i++)
     q->max_blocks = rf_max_i64(q->max_blocks, rf_optim_tiles_per_strip(&o->views[i]));
+  o->stats.state_bytes = 2 * o->shard_elems + 2 * q->n_scales * (int64_t)sizeof(float);
+  o->stats.workspace_bytes =
+      2 * RF_OPTIM_VEC_BLOCK * (int64_t)sizeof(float) +
+      q->max_blocks * (int64_t)(sizeof *q->blk_k + 6 * sizeof(float) + 2 * 64 * RF_OPTIM_AVX512);
+  if (o->measure) return 0;
+  q->ms = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
+  q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
   size_t nb = (size_t)q->max_blocks;
   q->blk_m = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
   q->blk_v = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
@@ -172,10 +179,6 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->blk_av = rf_xcalloc(nb, sizeof *q->blk_av);
   q->blk_im = rf_xcalloc(nb, sizeof *q->blk_im);
   q->blk_iv = rf_xcalloc(nb, sizeof *q->blk_iv);
-  o->stats.state_bytes = 2 * o->shard_elems + 2 * q->n_scales * (int64_t)sizeof(float);
-  o->stats.workspace_bytes =
-      2 * RF_OPTIM_VEC_BLOCK * (int64_t)sizeof(float) +
-      q->max_blocks * (int64_t)(sizeof *q->blk_k + 6 * sizeof(float) + 2 * 64 * RF_OPTIM_AVX512);
   return 0;
 }
 

@@ -69,13 +69,14 @@ static int rf_optim_check_view(const struct rf_optim *o, const struct rf_tensor_
   RF_REQUIRE(len == 0 || (v->shard_offset >= 0 && v->shard_offset + len <= o->shard_elems),
              "optim: view %d (%s): piece [%lld, +%lld) outside the shard of %lld elements", i, nm,
              (long long)v->shard_offset, (long long)len, (long long)o->shard_elems);
-  RF_REQUIRE(len == 0 || (v->master && v->grad), "optim: view %d (%s): no master or grad pointer", i, nm);
+  RF_REQUIRE(len == 0 || o->measure || (v->master && v->grad),
+             "optim: view %d (%s): no master or grad pointer", i, nm);
   return 0;
 }
 
-int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
-                    const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
-                    const struct rf_comm *comm) {
+static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *opt,
+                         const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                         const struct rf_comm *comm, int measure) {
   *out = NULL;
   RF_REQUIRE(n >= 0 && shard_elems >= 0, "optim: %d views, shard of %lld elements", n,
              (long long)shard_elems);
@@ -89,6 +90,7 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
   o->world = comm ? comm->world : 1;
   o->n = n;
   o->shard_elems = shard_elems;
+  o->measure = measure;
   o->views = rf_xcalloc((size_t)(n > 0 ? n : 1), sizeof(struct rf_optim_view));
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
@@ -105,6 +107,24 @@ int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
     return -1;
   }
   *out = o;
+  return 0;
+}
+
+int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
+                    const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                    const struct rf_comm *comm) {
+  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, 0);
+}
+
+int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_view *views, const int *flags,
+                     int n, int64_t shard_elems, int rank, int world, struct rf_optim_stats *out) {
+  RF_REQUIRE(world >= 1 && rank >= 0 && rank < world, "optim: rank %d of %d", rank, world);
+  struct rf_comm comm = {.rank = rank, .world = world}; /* read for its rank and size only */
+  struct rf_optim *o = NULL;
+  RF_TRY(rf_optim_make(&o, opt, views, flags, n, shard_elems, &comm, 1));
+  RF_ASSERT(o);
+  rf_optim_get_stats(o, out);
+  rf_optim_free(o);
   return 0;
 }
 

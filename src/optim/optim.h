@@ -61,6 +61,7 @@ struct rf_optim {
   struct rf_optim_view *views; /* owned */
   int64_t shard_elems;
   int64_t step;
+  int measure; /* 1: sizes only (rf_optim_measure): the create allocates no state or staging */
   struct rf_optim_stats stats;
   void *impl;
 };
@@ -150,9 +151,10 @@ struct rf_optim_owners_stats {
 /* Owners: matrices by decreasing cost (ties: order); each goes to the rank
  * holding most of it among those whose load is within half the matrix's cost of
  * the least loaded rank (ties: lower load, lower rank): max load <= mean + 1.5 *
- * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one. */
+ * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one.
+ * `measure` 1: the stats only (rf_optim_measure), no staging allocated (not runnable). */
 void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm,
-                            const struct rf_optim_owners_matrix *mats, int n, int overlap);
+                            const struct rf_optim_owners_matrix *mats, int n, int overlap, int measure);
 void rf_optim_owners_free(struct rf_optim_owners *t);
 /* The owner rank of matrix k. */
 int rf_optim_owners_owner(const struct rf_optim_owners *t, int k);

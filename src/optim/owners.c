@@ -115,7 +115,7 @@ static void rf_optim_owners_layout(struct rf_optim_owners *t, struct rf_optim_ow
 }
 
 void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm,
-                            const struct rf_optim_owners_matrix *mats, int n, int overlap) {
+                            const struct rf_optim_owners_matrix *mats, int n, int overlap, int measure) {
   struct rf_optim_owners *t = rf_xcalloc(1, sizeof *t);
   size_t nn = (size_t)(n > 0 ? n : 1);
   t->comm = comm;
@@ -147,6 +147,11 @@ void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *
    * travel out while a third is computed */
   t->n_slots = overlap ? (int)rf_min_i64(3, rf_max_i64(t->n_groups, 1)) : 1;
   int64_t send_elems = t->n_slots * t->slot_send, recv_elems = t->n_slots * t->slot_recv;
+  t->stats.workspace_bytes = (send_elems + recv_elems + max_full) * (int64_t)sizeof(float);
+  if (measure) {
+    *out = t;
+    return;
+  }
   t->send = rf_xaligned(64, (size_t)rf_max_i64(send_elems, 1) * sizeof(float));
   t->recv = rf_xaligned(64, (size_t)rf_max_i64(recv_elems, 1) * sizeof(float));
   t->full = rf_xaligned(64, (size_t)rf_max_i64(max_full, 1) * sizeof(float));
@@ -157,7 +162,6 @@ void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *
     rf_comm_req_init(&t->fwd_req[k], t->world);
     rf_comm_req_init(&t->back_req[k], t->world);
   }
-  t->stats.workspace_bytes = (send_elems + recv_elems + max_full) * (int64_t)sizeof(float);
   *out = t;
 }
 
@@ -173,7 +177,7 @@ void rf_optim_owners_free(struct rf_optim_owners *t) {
   free(t->send_off);
   free(t->send);
   free(t->recv);
-  for (int k = 0; k < t->n_slots; k++) {
+  for (int k = 0; k < t->n_slots && t->fwd_req; k++) {
     rf_comm_req_free(&t->fwd_req[k]);
     rf_comm_req_free(&t->back_req[k]);
   }

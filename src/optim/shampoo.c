@@ -179,19 +179,21 @@ static void rf_optim_shampoo_scratch(struct rf_optim_shampoo *sh, struct rf_opti
       max_n = rf_max_i64(max_n, rf_max_i64(bl->a, bl->b));
     }
   }
-  sh->gb = rf_xaligned(64, (size_t)max_ab * sizeof(float));
-  sh->t1 = rf_xaligned(64, (size_t)max_ab * sizeof(float));
-  sh->wq = rf_xaligned(64, (size_t)(max_n * max_n) * sizeof(float));
-  sh->ea = rf_xaligned(64, (size_t)(max_n * max_n) * sizeof(double));
-  sh->ew = rf_xmalloc((size_t)max_n * sizeof(double));
-  /* dsyevd's workspace for the largest side, as LAPACK states it */
-  double wq = 0;
+  /* dsyevd's workspace for the largest side, as LAPACK states it (a query: reads no matrix) */
+  double wq = 0, ea = 0, ew = 0;
   lapack_int iwq = 0, n = (lapack_int)max_n;
-  lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, sh->ea, n, sh->ew, &wq, -1, &iwq, -1);
+  lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, &ea, n, &ew, &wq, -1, &iwq, -1);
   sh->lwork = info == 0 ? (lapack_int)wq : 1 + 6 * n + 2 * n * n;
   sh->liwork = info == 0 ? iwq : 3 + 5 * n;
-  sh->ework = rf_xmalloc((size_t)sh->lwork * sizeof(double));
-  sh->eiwork = rf_xmalloc((size_t)sh->liwork * sizeof(lapack_int));
+  if (!o->measure) {
+    sh->gb = rf_xaligned(64, (size_t)max_ab * sizeof(float));
+    sh->t1 = rf_xaligned(64, (size_t)max_ab * sizeof(float));
+    sh->wq = rf_xaligned(64, (size_t)(max_n * max_n) * sizeof(float));
+    sh->ea = rf_xaligned(64, (size_t)(max_n * max_n) * sizeof(double));
+    sh->ew = rf_xmalloc((size_t)max_n * sizeof(double));
+    sh->ework = rf_xmalloc((size_t)sh->lwork * sizeof(double));
+    sh->eiwork = rf_xmalloc((size_t)sh->liwork * sizeof(lapack_int));
+  }
   o->stats.workspace_bytes += (int64_t)(2 * max_ab + max_n * max_n) * (int64_t)sizeof(float) +
                               (max_n * max_n + max_n + sh->lwork) * (int64_t)sizeof(double) +
                               sh->liwork * (int64_t)sizeof(lapack_int);
@@ -238,7 +240,7 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
     desc[k] = (struct rf_optim_owners_matrix){
         .rows = x->rows, .cols = x->cols, .starts = w->v.starts, .group = w->v.unit, .cost = x->cost};
   }
-  rf_optim_owners_create(&sh->owners, o->comm, desc, sh->n_mats, o->opt.muon_overlap);
+  rf_optim_owners_create(&sh->owners, o->comm, desc, sh->n_mats, o->opt.muon_overlap, o->measure);
   free(desc);
   for (int k = 0; k < sh->n_mats; k++) {
     struct rf_optim_shampoo_matrix *x = &sh->mats[k];
@@ -246,8 +248,10 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
     x->state_off = sh->precond_elems;
     sh->precond_elems += x->state_elems;
   }
-  sh->precond = rf_xcalloc((size_t)rf_max_i64(sh->precond_elems, 1), sizeof(float));
-  rf_optim_shampoo_state_init(sh);
+  if (!o->measure) {
+    sh->precond = rf_xcalloc((size_t)rf_max_i64(sh->precond_elems, 1), sizeof(float));
+    rf_optim_shampoo_state_init(sh);
+  }
   rf_optim_shampoo_scratch(sh, o);
   o->stats.state_bytes += sh->precond_elems * (int64_t)sizeof(float);
   o->stats.state_bytes_used += sh->precond_elems * (int64_t)sizeof(float);

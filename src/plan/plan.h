@@ -373,11 +373,22 @@ const char *rf_plan_network_names(void);
 /* The time of one collective of `bytes` over n ranks on a link (ms; 0 when n <= 1). */
 double rf_plan_link_ms(const struct rf_plan_link *link, enum rf_plan_coll kind, int n, double bytes);
 
+/* The optimizer of one shard-group rank, as the optimizer sizes it (the caller:
+ * rf_optim_measure on that rank's views of the layout). */
+struct rf_plan_sim_optim {
+  int64_t state_bytes;     /* rf_optim_stats.state_bytes */
+  int64_t workspace_bytes; /* rf_optim_stats.workspace_bytes */
+  int64_t step_bytes_sent; /* Muon's and Shampoo's matrix owners: the all-to-all's bytes per step */
+};
+
 /* What a simulated run does besides its layout. */
 struct rf_plan_sim_options {
-  int replicate;               /* R >= 1: the model's layout is for the shard group of world / R ranks */
-  int rank;                    /* the shard-group rank simulated; -1: the one with the most memory */
-  enum rf_optim_kind optim;    /* the optimizer's state per shard element */
+  int replicate;            /* R >= 1: the model's layout is for the shard group of world / R ranks */
+  int rank;                 /* the shard-group rank simulated; -1: the one with the most memory */
+  enum rf_optim_kind optim; /* the optimizer's pass (its time) */
+  /* the optimizer of shard-group rank `rank` with a slab of `shard_elems`: 0, or -1 with rf_error_msg() */
+  int (*optim_rank)(void *ctx, int rank, int64_t shard_elems, struct rf_plan_sim_optim *out);
+  void *optim_ctx;
   int prefetch;                /* units gathered ahead (the runtime's default 1) */
   int reshard_after_forward;   /* 1: the backward gathers again (the runtime's default) */
   int accum;                   /* micro-batches per step */
@@ -390,9 +401,10 @@ struct rf_plan_sim_options {
 
 /* Bytes of one rank. */
 struct rf_plan_sim_memory {
-  int64_t params;      /* f32 master shard (the slab) */
-  int64_t grads;       /* f32 gradient shard (the slab) */
-  int64_t optim;       /* optimizer state on the slab (8-bit: codes and block scales) */
+  int64_t params; /* f32 master shard (the slab) */
+  int64_t grads;  /* f32 gradient shard (the slab) */
+  int64_t optim;  /* optimizer state (rf_optim_stats.state_bytes: Shampoo's owned preconditioners too) */
+  int64_t optim_workspace; /* the optimizer's scratch and the matrix owners' staging (workspace_bytes) */
   int64_t gathered;    /* the arena: param slots (prefetch + 1) and 2 grad slots, each for the largest unit */
   int64_t activations; /* the caller's estimate */
   int64_t total;
@@ -404,10 +416,11 @@ struct rf_plan_sim_result {
   int64_t shard_elems;           /* that rank's slab (the runtime's rf_fsdp_stats.shard_elems) */
   struct rf_plan_sim_memory mem; /* memory_per_rank_bytes = mem.total */
   /* per rank per step, counted as the runtime's counters count them (src/comm/comm.c) */
-  int64_t gather_bytes; /* all-gathers: bytes received */
-  int64_t reduce_bytes; /* reduce-scatters: bytes sent; all-reduces: the buffer */
-  int64_t bytes_intra;  /* inside the shard group: gathers and reduce-scatters */
-  int64_t bytes_inter;  /* across groups: the gradient shard all-reduced over the replicas */
+  int64_t gather_bytes;   /* all-gathers: bytes received */
+  int64_t reduce_bytes;   /* reduce-scatters: bytes sent; all-reduces: the buffer */
+  int64_t alltoall_bytes; /* Muon's and Shampoo's matrix owners: sent to the other ranks of the group */
+  int64_t bytes_intra;    /* inside the shard group: gathers, reduce-scatters and the owners' all-to-all */
+  int64_t bytes_inter;    /* across groups: the gradient shard all-reduced over the replicas */
   /* time per step, ms */
   double time_share;      /* max(1, ranks on a node / cores): compute, optimizer and copies stretch by it */
   double compute_ms;      /* FLOPs / (peak * efficiency) x time_share */

@@ -11,9 +11,6 @@
 #include "core/core.h"
 #include "plan/plan.h"
 
-#define RF_PLAN_SIM_TILE 32       /* 8-bit AdamW: 32 x 32 tiles of matrices (src/optim/adamw8bit.c) */
-#define RF_PLAN_SIM_VEC_BLOCK 256 /* ... and runs of 256 elements of vectors */
-
 /* A unit's sizes on one rank, as src/dbuffer/layout.c lays them out (elements). */
 struct rf_plan_sim_unit {
   int64_t shard;   /* this rank's pieces of every buffer, each aligned */
@@ -45,78 +42,19 @@ static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct 
   out->gview = out->staging = out->slot;
 }
 
-/* 8-bit blocks of a tensor (rows x cols row-major; cols 0: a vector) that the
- * element range [b, e) touches: the scales the optimizer keeps for it. */
-static int64_t rf_plan_sim_blocks(const struct rf_plan_tensor_in *t, int64_t b, int64_t e) {
-  if (e <= b) return 0;
-  if (t->ndim < 2) return rf_ceil_div(e, RF_PLAN_SIM_VEC_BLOCK) - b / RF_PLAN_SIM_VEC_BLOCK;
-  int64_t c = t->shape[t->ndim - 1], rows = t->numel / c, tps = rf_ceil_div(c, RF_PLAN_SIM_TILE), n = 0;
-  for (int64_t s = (b / c) / RF_PLAN_SIM_TILE; s <= ((e - 1) / c) / RF_PLAN_SIM_TILE; s++) {
-    int64_t lo = rf_max_i64(b, s * RF_PLAN_SIM_TILE * c);
-    int64_t hi = rf_min_i64(e, rf_min_i64((s + 1) * RF_PLAN_SIM_TILE, rows) * c);
-    if (hi <= lo) continue;
-    if (hi - lo >= c) { /* c consecutive elements meet every column */
-      n += tps;
-      continue;
-    }
-    int64_t t0 = (lo % c) / RF_PLAN_SIM_TILE, t1 = ((hi - 1) % c) / RF_PLAN_SIM_TILE;
-    n += t1 >= t0 && (hi - 1) % c >= lo % c ? t1 - t0 + 1 : rf_min_i64(tps - t0 + t1 + 1, tps);
-  }
-  return n;
-}
-
-/* The 8-bit scales of one rank's pieces of a unit. */
-static int64_t rf_plan_sim_unit_blocks(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in,
-                                       int rank) {
-  int64_t n = 0;
-  if (l->layout == RF_LAYOUT_FSDP2) {
-    for (int t = 0; t < in->n_tensors; t++) {
-      int64_t numel = in->tensors[t].numel, chunk = l->tensors[t].chunk;
-      n += rf_plan_sim_blocks(&in->tensors[t], rf_min_i64(rank * chunk, numel),
-                              rf_min_i64((rank + 1) * chunk, numel));
-    }
-    return n;
-  }
-  for (int k = 0; k < l->plan.n_buffers; k++) {
-    const struct rf_plan_buffer *b = &l->plan.buffers[k];
-    int64_t r0 = b->starts[rank], r1 = b->starts[rank + 1];
-    for (int q = 0; q < b->n_places; q++) {
-      const struct rf_plan_place *pl = &b->places[q];
-      const struct rf_plan_tensor_in *t = &in->tensors[pl->tensor];
-      int64_t subs = t->sub_count > 1 ? t->sub_count : 1, sub = t->numel / subs;
-      /* the place's sub-tensors, one run each unless they are back to back */
-      int runs = pl->sub_stride == sub ? 1 : (int)pl->sub_n;
-      int64_t len = pl->sub_stride == sub ? sub * pl->sub_n : sub;
-      for (int i = 0; i < runs; i++) {
-        int64_t at = pl->offset + i * pl->sub_stride, first = (pl->sub_first + i) * sub;
-        int64_t lo = rf_max_i64(r0, at), hi = rf_min_i64(r1, at + len);
-        if (hi > lo) n += rf_plan_sim_blocks(t, first + lo - at, first + hi - at);
-      }
-    }
-  }
-  return n;
-}
-
-/* Bytes of one rank's memory (everything but the arena, added by the caller). */
-static int64_t rf_plan_sim_optim_bytes(enum rf_optim_kind kind, int64_t slab, int64_t blocks) {
-  if (kind == RF_OPTIM_KIND_ADAMW8BIT) return 2 * slab + 2 * blocks * (int64_t)sizeof(float);
-  /* AdamW m, v; Muon and Shampoo keep AdamW's state for every view (Shampoo's
-   * preconditioners on their owner ranks are not simulated) */
-  return 2 * slab * (int64_t)sizeof(float);
-}
-
-/* The memory of shard-group rank r (out->mem, out->shard_elems). */
-static void rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
-                                    const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
-                                    int r, struct rf_plan_sim_memory *mem, int64_t *shard_elems) {
-  int64_t align = rf_plan_policy_align_elems(p), slab = 0, blocks = 0, pslot = 0, gslot = 0;
+/* The memory of shard-group rank r (out->mem, out->shard_elems) and its
+ * optimizer's bytes per step (`owner_bytes`). */
+static int rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                                   const struct rf_plan_policy *p, const struct rf_plan_sim_options *o, int r,
+                                   struct rf_plan_sim_memory *mem, int64_t *shard_elems,
+                                   int64_t *owner_bytes) {
+  int64_t align = rf_plan_policy_align_elems(p), slab = 0, pslot = 0, gslot = 0;
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
   int staging = p->layout == RF_LAYOUT_FSDP2 || p->reduce_dtype != RF_DTYPE_F32;
   for (int u = 0; u < m->n_units; u++) {
     struct rf_plan_sim_unit x;
     rf_plan_sim_unit_sizes(&m->units[u], &units[u], r, align, &x);
     slab += x.shard;
-    if (o->optim == RF_OPTIM_KIND_ADAMW8BIT) blocks += rf_plan_sim_unit_blocks(&m->units[u], &units[u], r);
     int64_t pb = x.slot * (int64_t)ps;
     int64_t gb = rf_round_up(x.gview * (int64_t)sizeof(float), 64) +
                  (staging ? rf_round_up(x.staging * (int64_t)rs, 64) : 0) + x.shard * (int64_t)sizeof(float);
@@ -130,10 +68,16 @@ static void rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const s
   *shard_elems = slab;
   mem->params = slab * (int64_t)sizeof(float);
   mem->grads = slab * (int64_t)sizeof(float);
-  mem->optim = rf_plan_sim_optim_bytes(o->optim, slab, blocks);
+  struct rf_plan_sim_optim opt = {0};
+  RF_TRY(o->optim_rank(o->optim_ctx, r, slab, &opt));
+  mem->optim = opt.state_bytes;
+  mem->optim_workspace = opt.workspace_bytes;
+  *owner_bytes = opt.step_bytes_sent;
   mem->gathered = n_pslots * rf_round_up(pslot, 64) + n_gslots * rf_round_up(gslot, 64);
   mem->activations = o->activation_bytes;
-  mem->total = mem->params + mem->grads + mem->optim + mem->gathered + mem->activations;
+  mem->total =
+      mem->params + mem->grads + mem->optim + mem->optim_workspace + mem->gathered + mem->activations;
+  return 0;
 }
 
 /* Elements a rank receives in the all-gather of a buffer (and sends into its
@@ -183,16 +127,18 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   out->shard_world = s;
   out->world = s * o->replicate;
   RF_REQUIRE(o->rank >= -1 && o->rank < s, "simulate: rank %d of a shard group of %d", o->rank, s);
+  RF_REQUIRE(o->optim_rank, "simulate: no optimizer sizes (optim_rank)");
   /* memory: the rank asked for, or the fullest of the group (ranks differ only
    * in ragged shards and 8-bit blocks) */
   for (int r = o->rank < 0 ? 0 : o->rank; r < (o->rank < 0 ? s : o->rank + 1); r++) {
     struct rf_plan_sim_memory mem;
-    int64_t slab;
-    rf_plan_sim_rank_memory(units, m, p, o, r, &mem, &slab);
+    int64_t slab, owner_bytes;
+    RF_TRY(rf_plan_sim_rank_memory(units, m, p, o, r, &mem, &slab, &owner_bytes));
     if (r == 0 || mem.total > out->mem.total) {
       out->mem = mem;
       out->rank = r;
       out->shard_elems = slab;
+      out->alltoall_bytes = owner_bytes;
     }
   }
   /* bytes of that rank per step, and the time of each unit's collectives */
@@ -231,6 +177,8 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   out->reduce_bytes = o->accum * reduce_unit + inter + scalars;
   /* the norm on the shard group; the caller's scalars on the world (across groups under HSDP) */
   out->bytes_intra += (s > 1 ? 8 : 0) + (o->replicate == 1 ? scalars - (s > 1 ? 8 : 0) : 0);
+  /* Muon's and Shampoo's matrix owners inside the shard group, once per step */
+  out->bytes_intra += out->alltoall_bytes;
   out->bytes_inter += o->replicate > 1 ? o->scalar_reduce_bytes : 0;
 
   /* time: compute split over the units by their share of the elements; ranks

@@ -1,0 +1,121 @@
+/* rf-test: timeout=240
+ * `rfsdp plan --batch` simulates the optimizer as `rfsdp train` runs it: for the
+ * tiny LLaMA trained 2 steps at W = 2 and 3 (mpirun) with Muon and Shampoo (each
+ * matrix whole on its owner rank: the all-to-all of the pieces out and back, the
+ * owner's preconditioners), the simulator's numbers for rank 0 equal what the run
+ * allocated and counted: the optimizer's state (the log's memory line:
+ * rf_optim_stats.state_bytes, Shampoo's owned factors and roots included) and
+ * workspace (workspace_bytes: the owners' staging, Newton-Schulz and
+ * eigendecomposition scratch), the all-to-all bytes of step 2 (src/comm's
+ * bytes_alltoall: the pieces each rank sends to the others, both trips) and the
+ * bytes inside the group (intra_bytes, which holds them); 8-bit AdamW's workspace
+ * too. The other parts (slab, arena, activations, gathers, reductions) as
+ * tests/test_plan_sim.c checks them. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+static char dir[64] = "/tmp/rf_test_plan_sim_optim.XXXXXX";
+static char out[1 << 16];
+
+/* The JSON object on line `line` (0-based) of a file; NULL when missing. */
+static cJSON *read_line(const char *path, int line) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char text[8192];
+  cJSON *o = NULL;
+  for (int i = 0; i <= line && fgets(text, sizeof text, f); i++)
+    if (i == line) o = cJSON_Parse(text);
+  fclose(f);
+  return o;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+}
+
+/* Trains 2 steps with `opts` at `world` and compares plan's rank 0 with the log;
+ * `owners`: the optimizer moves matrices to owners (alltoall bytes > 0 at W > 1). */
+static void check_one(const char *model, const char *data, int world, const char *opts, int owners) {
+  char log[256];
+  snprintf(log, sizeof log, "%s/run-%d.jsonl", dir, world);
+  remove(log);
+  const char *common = "--batch 12 --seq 8";
+  int rc =
+      rf_cli_run_mpi(out, sizeof out, world, 120,
+                     "train --model %s --data %s %s %s --steps 2 --peak-gflops 50 --print-every 0 --log %s",
+                     model, data, common, opts, log);
+  RF_CHECK(rc == 0, "train %s W=%d: rc %d '%.400s'", opts, world, rc, out);
+  if (rc != 0) return;
+  cJSON *first = read_line(log, 0), *step2 = read_line(log, 2);
+  const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
+  RF_CHECK(cJSON_IsObject(mem) && step2, "train %s W=%d: no memory line or step 2 in %s", opts, world, log);
+  rc = rf_cli_run_mpi(out, sizeof out, 0, 60, "plan --model %s --world %d %s %s --rank 0 --json", model,
+                      world, common, opts);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  const cJSON *parts = cJSON_GetObjectItemCaseSensitive(p, "memory_parts");
+  RF_CHECK(cJSON_IsObject(parts), "plan %s W=%d: rc %d '%.400s'", opts, world, rc, out);
+  if (cJSON_IsObject(mem) && step2 && cJSON_IsObject(parts)) {
+    double slab = num(mem, "shard_elems");
+    struct {
+      const char *what;
+      double run, sim;
+    } pairs[] = {
+        {"shard elements", slab, num(p, "shard_elems")},
+        {"arena bytes", num(mem, "arena_bytes"), num(parts, "gathered")},
+        {"optimizer state bytes", num(mem, "optim_state_bytes"), num(parts, "optim")},
+        {"optimizer workspace bytes", num(mem, "optim_workspace_bytes"), num(parts, "optim_workspace")},
+        {"activation bytes", num(mem, "activation_bytes"), num(parts, "activations")},
+        {"all-gather bytes per step", num(step2, "gather_bytes"), num(p, "gather_bytes_per_step")},
+        {"reduction bytes per step", num(step2, "reduce_bytes"), num(p, "reduce_bytes_per_step")},
+        {"all-to-all bytes per step", num(step2, "alltoall_bytes"), num(p, "alltoall_bytes_per_step")},
+        {"bytes per step inside groups", num(step2, "intra_bytes"), num(p, "bytes_per_step_intra")},
+        {"bytes per step across groups", num(step2, "inter_bytes"), num(p, "bytes_per_step_inter")},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
+      RF_CHECK(pairs[k].run == pairs[k].sim && pairs[k].run >= 0,
+               "%s W=%d: %s: the run has %.17g, rfsdp plan simulates %.17g", opts, world, pairs[k].what,
+               pairs[k].run, pairs[k].sim);
+    RF_CHECK((num(step2, "alltoall_bytes") > 0) == (owners && world > 1), "%s W=%d: %g all-to-all bytes",
+             opts, world, num(step2, "alltoall_bytes"));
+    RF_CHECK(num(mem, "optim_workspace_bytes") > 0, "%s W=%d: no optimizer workspace", opts, world);
+    double sum = num(parts, "params") + num(parts, "grads") + num(parts, "optim") +
+                 num(parts, "optim_workspace") + num(parts, "gathered") + num(parts, "activations");
+    RF_CHECK(num(p, "memory_per_rank_bytes") == sum,
+             "%s W=%d: memory %.17g is not the sum of its parts %.17g", opts, world,
+             num(p, "memory_per_rank_bytes"), sum);
+  }
+  cJSON_Delete(p);
+  cJSON_Delete(first);
+  cJSON_Delete(step2);
+}
+
+int main(void) {
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  rf_cli_write_verses(text, 1 << 15);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  rf_cli_write_tiny_model(model);
+
+  for (int world = 2; world <= 3; world++) {
+    check_one(model, data, world, "--optim muon", 1);
+    check_one(model, data, world, "--optim shampoo", 1);
+  }
+  check_one(model, data, 3, "--shard ragged --optim muon", 1);
+  check_one(model, data, 2, "--optim adamw8bit", 0);
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_plan_sim_optim");
+}
