@@ -75,28 +75,38 @@ static void fp8_out_init(struct fp8_out *o, uint8_t *codes, uint16_t *bf16) {
 }
 
 #if RF_FP8_AVX512
-/* rf_fp8e4m3_from_f32 of 16 floats (codes in 32-bit lanes): the same steps, lane-wise. */
-static inline __m512i fp8_encode16(__m512 y) {
-  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x80000),
-                inf = _mm512_set1_epi32(0x7f800000);
-  __m512i u = _mm512_castps_si512(y), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
-  __m512i mant = _mm512_and_si512(mag, _mm512_set1_epi32(0x7fffff));
-  __m512i rem = _mm512_and_si512(mant, _mm512_set1_epi32(0xfffff));
-  __m512i v = _mm512_or_si512(
-      _mm512_slli_epi32(_mm512_sub_epi32(_mm512_srli_epi32(mag, 23), _mm512_set1_epi32(120)), 3),
-      _mm512_srli_epi32(mant, 20));
-  __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
-                 (__mmask16)(_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(v, one));
-  v = _mm512_min_epu32(_mm512_mask_add_epi32(v, up, v, one), _mm512_set1_epi32(0x7e));
-  __mmask16 small = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x3c800000));
-  __m512 a = _mm512_maskz_mov_ps(small, _mm512_castsi512_ps(mag));
-  __m512 t = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(a, _mm512_set1_ps(0x1p9f)), _mm512_set1_ps(0x1p23f)),
-                           _mm512_set1_ps(0x1p23f));
-  __m512i r = _mm512_mask_mov_epi32(v, small, _mm512_cvttps_epu32(t));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epu32_mask(mag, inf), _mm512_set1_epi32(0x7e));
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(mag, inf), _mm512_set1_epi32(0x7f));
-  return _mm512_or_si512(sign, r);
+/* e4m3(y) of 16 floats as the f32 bits of the code's value (exact in f32, and in bf16:
+ * its top 16 bits), rf_fp8e4m3_from_f32's rounding in the value domain: normal results
+ * rounded to 3 mantissa bits on the bits (to nearest even; a carry moves the exponent),
+ * saturated at 448 (infinities too); below 2^-6 rounded to a multiple of 2^-9 by adding
+ * and subtracting 2^14 (whose ulp is 2^-9); NaN gives a quiet NaN; the sign kept. */
+static inline __m512i fp8_round16(__m512 y) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  __m512i u = _mm512_castps_si512(y), mag = _mm512_and_si512(u, abs);
+  __m512i half = _mm512_add_epi32(_mm512_set1_epi32(0x7ffff),
+                                  _mm512_and_si512(_mm512_srli_epi32(mag, 20), _mm512_set1_epi32(1)));
+  __m512i r = _mm512_and_si512(_mm512_add_epi32(mag, half), _mm512_set1_epi32((int)0xfff00000u));
+  r = _mm512_min_epu32(r, _mm512_set1_epi32(0x43e00000)); /* 448 */
+  __m512 t = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(0x1p14f)),
+                           _mm512_set1_ps(0x1p14f));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x3c800000)),
+                            _mm512_castps_si512(t));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000)),
+                            _mm512_set1_epi32(0x7fc00000));
+  return _mm512_or_si512(r, _mm512_andnot_si512(abs, u));
+}
+
+/* The e4m3 codes (32-bit lanes) of 16 values from fp8_round16: normal values' exponent
+ * rebiased (127 -> 7) above their 3 mantissa bits, values below 2^-6 as multiples m of
+ * 2^-9 (code m), NaN 0x7f, and the sign. */
+static inline __m512i fp8_code16(__m512i v) {
+  __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff));
+  __m512i c = _mm512_sub_epi32(_mm512_srli_epi32(mag, 20), _mm512_set1_epi32(120 << 3));
+  __m512i m = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(0x1p9f)));
+  c = _mm512_mask_mov_epi32(c, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x3c800000)), m);
+  c = _mm512_mask_mov_epi32(c, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000)),
+                            _mm512_set1_epi32(0x7f));
+  return _mm512_or_si512(c, _mm512_and_si512(_mm512_srli_epi32(v, 24), _mm512_set1_epi32(0x80)));
 }
 
 /* The table's first 128 entries in 4 registers (entry c | 0x80 is entry c with the
@@ -124,25 +134,20 @@ static inline __mmask16 fp8_mask16(int64_t left) {
   return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
 }
 
-/* out[at + i] = e4m3(x[i] / s[per_elem ? i : 0]), i < n: 32 at a time. */
+/* out[at + i] = e4m3(x[i] / s[per_elem ? i : 0]), i < n: 16 at a time. */
 static void fp8_encode_avx512(const struct fp8_out *o, int64_t at, const float *x, int64_t n, const float *s,
                               int per_elem) {
-  struct fp8_table128 t = fp8_table128_load(o->table);
   const __m512 s1 = _mm512_set1_ps(s[0]);
-  for (int64_t i = 0; i < n; i += 32) {
-    __mmask16 k0 = fp8_mask16(n - i), k1 = fp8_mask16(n - i - 16);
-    __m512 d0 = per_elem ? _mm512_maskz_loadu_ps(k0, s + i) : s1;
-    __m512 d1 = per_elem ? _mm512_maskz_loadu_ps(k1, s + i + 16) : s1;
-    __m512i c0 = fp8_encode16(_mm512_maskz_div_ps(k0, _mm512_maskz_loadu_ps(k0, x + i), d0));
-    __m512i c1 = fp8_encode16(_mm512_maskz_div_ps(k1, _mm512_maskz_loadu_ps(k1, x + i + 16), d1));
-    if (o->bf16) {
-      __m512i c =
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
-      _mm512_mask_storeu_epi16(o->bf16 + at + i, (__mmask32)k0 | (__mmask32)k1 << 16, fp8_bf16_32(&t, c));
-    } else {
-      _mm_mask_storeu_epi8(o->codes + at + i, k0, _mm512_cvtepi32_epi8(c0));
-      _mm_mask_storeu_epi8(o->codes + at + i + 16, k1, _mm512_cvtepi32_epi8(c1));
-    }
+  uint8_t *codes = o->codes ? o->codes + at : NULL;
+  uint16_t *bf16 = o->bf16 ? o->bf16 + at : NULL;
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = fp8_mask16(n - i);
+    __m512 d = per_elem ? _mm512_maskz_loadu_ps(k, s + i) : s1;
+    __m512i v = fp8_round16(_mm512_maskz_div_ps(k, _mm512_maskz_loadu_ps(k, x + i), d));
+    if (bf16)
+      _mm256_mask_storeu_epi16(bf16 + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    else
+      _mm_mask_storeu_epi8(codes + i, k, _mm512_cvtepi32_epi8(fp8_code16(v)));
   }
 }
 
