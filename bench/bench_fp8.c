@@ -13,7 +13,8 @@
  * f32 product on dequantized operands is from the product on codes (max |difference| /
  * max |C|).
  * Usage: bench_fp8 [CONFIG.json] [TOKENS] [REPS]   (default configs/demo.json 1024 20)
- * Threads: OMP_NUM_THREADS (all products on the same threads). */
+ * Threads: OMP_NUM_THREADS (all products on the same threads). RF_FP8_SIMD=0: the portable
+ * quantization kernels instead of the AVX-512 ones (rf_fp8_simd_set). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,9 @@ int main(int argc, char **argv) {
   if (tokens < 1 || reps < 1) RF_DIE("usage: bench_fp8 [CONFIG.json] [TOKENS >= 1] [REPS >= 1]");
   struct rf_model_desc desc;
   if (rf_model_desc_load(path, &desc) != 0) RF_DIE("%s", rf_error_msg());
+  const char *simd = getenv("RF_FP8_SIMD");
+  int simd_on = rf_fp8_simd_set(1) && !(simd && strcmp(simd, "0") == 0); /* on by default where built */
+  rf_fp8_simd_set(simd_on);
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();

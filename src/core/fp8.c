@@ -182,13 +182,17 @@ static void fp8_encode(const struct fp8_out *o, int64_t at, const float *x, int6
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; i++) {
-    uint8_t c = rf_fp8e4m3_from_f32(x[i] / s[per_elem ? i : 0]);
-    if (o->bf16)
-      o->bf16[at + i] = o->table[c];
-    else
-      o->codes[at + i] = c;
-  }
+  uint8_t *codes = o->codes ? o->codes + at : NULL;
+  uint16_t *bf16 = o->bf16 ? o->bf16 + at : NULL;
+  const float s1 = s[0];
+  if (bf16 && per_elem)
+    for (int64_t i = 0; i < n; i++) bf16[i] = o->table[rf_fp8e4m3_from_f32(x[i] / s[i])];
+  else if (bf16)
+    for (int64_t i = 0; i < n; i++) bf16[i] = o->table[rf_fp8e4m3_from_f32(x[i] / s1)];
+  else if (per_elem)
+    for (int64_t i = 0; i < n; i++) codes[i] = rf_fp8e4m3_from_f32(x[i] / s[i]);
+  else
+    for (int64_t i = 0; i < n; i++) codes[i] = rf_fp8e4m3_from_f32(x[i] / s1);
 }
 
 void rf_fp8e4m3_from_f32_n(uint8_t *dst, const float *src, size_t n) {
@@ -222,34 +226,44 @@ static int fp8_check_grid(const struct rf_fp8_grid *g) {
   return 0;
 }
 
-/* max(a, m) for magnitudes, a NaN or an infinity kept once met (so a tile's amax is
- * above FLT_MAX, or NaN, exactly when the tile holds one). */
-static float fp8_max_sticky(float a, float m) { return m > a || isnan(m) ? m : a; }
-
-/* The largest |x[i]|, i < n (above FLT_MAX or NaN when x holds NaN or an infinity). */
-static float fp8_amax(const float *x, int64_t n) {
+/* The largest |x[i]|, i < n; *finite cleared when x holds NaN or an infinity. */
+static float fp8_amax(const float *x, int64_t n, int *finite) {
 #if RF_FP8_AVX512
   if (fp8_simd_on) {
     uint32_t b = fp8_amax_bits_avx512(x, n);
     float a;
     memcpy(&a, &b, sizeof a);
+    *finite &= b <= 0x7f7fffffu;
     return a;
   }
 #endif
   float a = 0.0f;
-  for (int64_t i = 0; i < n; i++) a = fp8_max_sticky(a, fabsf(x[i]));
+  int ok = 1;
+  for (int64_t i = 0; i < n; i++) {
+    float m = fabsf(x[i]);
+    ok &= m <= FLT_MAX;
+    a = m > a ? m : a;
+  }
+  *finite &= ok;
   return a;
 }
 
-/* band[c] = the largest of band[c] and |x[c]|, c < n, as fp8_amax. */
-static void fp8_amax_cols(float *band, const float *x, int64_t n) {
+/* band[c] = the largest of band[c] and |x[c]|, c < n; *finite cleared when x holds NaN or
+ * an infinity (or band[c] is then above FLT_MAX, or NaN). */
+static void fp8_amax_cols(float *band, const float *x, int64_t n, int *finite) {
 #if RF_FP8_AVX512
   if (fp8_simd_on) {
     fp8_amax_cols_avx512(band, x, n);
     return;
   }
 #endif
-  for (int64_t c = 0; c < n; c++) band[c] = fp8_max_sticky(band[c], fabsf(x[c]));
+  int ok = 1;
+  for (int64_t c = 0; c < n; c++) {
+    float m = fabsf(x[c]);
+    ok &= m <= FLT_MAX;
+    band[c] = m > band[c] ? m : band[c];
+  }
+  *finite &= ok;
 }
 
 /* Fails naming the first NaN or infinity of rows [r0, r1) x columns [c0, c1). */
@@ -276,7 +290,7 @@ static int fp8_quantize_columns(const struct rf_fp8_grid *g, const float *x, int
     float *band = scales + (r0 / g->tile_rows) * cols;
     int finite = 1;
     for (int64_t c = 0; c < cols; c++) band[c] = 0.0f;
-    for (int64_t r = r0; r < r1; r++) fp8_amax_cols(band, x + r * cols, cols);
+    for (int64_t r = r0; r < r1; r++) fp8_amax_cols(band, x + r * cols, cols, &finite);
     for (int64_t c = 0; c < cols; c++) finite &= band[c] <= FLT_MAX;
     if (!finite) RF_TRY(fp8_refuse(x, cols, r0, r1, 0, cols, name));
     for (int64_t c = 0; c < cols; c++) band[c] = rf_fp8_scale(band[c], pow2);
@@ -296,8 +310,12 @@ static int fp8_quantize(const struct rf_fp8_grid *g, const float *x, int pow2, c
     for (int64_t j = 0; j < tc; j++) {
       int64_t c0 = j * g->tile_cols, c1 = c0 + g->tile_cols < cols ? c0 + g->tile_cols : cols;
       float amax = 0.0f;
-      for (int64_t r = r0; r < r1; r++) amax = fp8_max_sticky(amax, fp8_amax(x + r * cols + c0, c1 - c0));
-      if (!(amax <= FLT_MAX)) RF_TRY(fp8_refuse(x, cols, r0, r1, c0, c1, name));
+      int finite = 1;
+      for (int64_t r = r0; r < r1; r++) {
+        float a = fp8_amax(x + r * cols + c0, c1 - c0, &finite);
+        amax = a > amax ? a : amax;
+      }
+      if (!finite) RF_TRY(fp8_refuse(x, cols, r0, r1, c0, c1, name));
       float s = rf_fp8_scale(amax, pow2);
       band[j] = s;
       for (int64_t r = r0; r < r1; r++) fp8_encode(o, r * cols + c0, x + r * cols + c0, c1 - c0, &s, 0);
