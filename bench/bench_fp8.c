@@ -124,8 +124,9 @@ static void bench_product(const char *what, int m, int n, int k, int ta, int tb,
   rf_gemm_run(&g32, a.dq, b.dq, c32);
   double big = 0.0, diff = 0.0; /* the f32 product on dequantized operands against the one on codes */
   for (size_t i = 0; i < (size_t)m * (size_t)n; i++) {
-    big = fabs(c[i]) > big ? fabs(c[i]) : big;
-    diff = fabs(c32[i] - c[i]) > diff ? fabs(c32[i] - c[i]) : diff;
+    double v = fabs((double)c[i]), e = fabs((double)c32[i] - (double)c[i]);
+    big = v > big ? v : big;
+    diff = e > diff ? e : diff;
   }
   for (int r = 0; r < reps; r++) { /* interleaved, so a load on the machine hits all */
     uint64_t t0 = rf_time_ns();
