@@ -32,6 +32,8 @@
 #     ranks on the h100-ib profile: weak and strong scaling efficiency, FSDP
 #     against HSDP (8-rank groups, one node), and the planned layout against the
 #     fsdp2 and flat layouts (their padding and copies).
+# RF_BENCH_HERE=1 also writes the fit into src/plan/network.c's built-in `here` (its
+# intra, shared_small and shared links and the date and load of its source).
 # RF_BENCH_PART=fit|validate|chart runs one part (validate alone uses the built-in
 # `here`, or RF_BENCH_NETWORK=FILE.json). Outputs in runs/bench-scale-DATE/.
 set -uo pipefail
@@ -118,10 +120,26 @@ if [ "$part" = all ] || [ "$part" = fit ]; then
   network=$out/here.json
   echo "the collectives inside a step, fitted (profile $network):"
   cat "$out/fit.md"
-  echo "for src/plan/network.c's here (alpha us, busbw GB/s: all-gather, reduce-scatter, all-reduce):"
-  awk '{ if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("{%.1f, %.3g}", $3, $4) }
-    END { for (j = 1; j <= nl; j++) printf "     .%s = {%s},\n", order[j], v[order[j]] }' "$out/links.txt"
+  # the same links as src/plan/network.c's initializers of here (alpha us, busbw GB/s: all-gather,
+  # reduce-scatter, all-reduce), and the date and load of the fit for its source line
+  awk '{ if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("{%.1f, %.4g}", $3, $4) }
+    END { for (j = 1; j <= nl; j++) printf "     .%s = {%s},\n", order[j], v[order[j]] }' "$out/links.txt" >"$out/here.c"
+  fitload=$(grep -h -m1 -o 'load average [0-9.]*' "$out"/comm-step-*.txt | sed 's/.* //' | sort -g | tail -1)
+  echo "               \"fit of $(date -u '+%Y-%m-%d %H:%M UTC'), load $fitload; \"" >>"$out/here.c"
+  echo "for src/plan/network.c's here (RF_BENCH_HERE=1 writes them there):"
+  cat "$out/here.c"
   doc_put fit "$out/fit.md"
+  # RF_BENCH_HERE=1: the fit becomes the built-in here (its link lines and the fit's line of its source)
+  if [ "${RF_BENCH_HERE:-0}" = 1 ] && [ "$(wc -l <"$out/here.c")" = 4 ]; then
+    awk -v file="$out/here.c" '
+      BEGIN { while ((getline l < file) > 0) { k = l; sub(/^ *\.?/, "", k); sub(/ .*/, "", k); rep[k] = l } }
+      /^    \{\.name = "here",/ { inhere = 1 }
+      inhere && /^    \{\.name = "h100/ { inhere = 0 }
+      inhere && match($0, /^     \.(intra|shared_small|shared) = /) { k = substr($0, 7); sub(/ .*/, "", k); print rep[k]; next }
+      inhere && /^ *"fit of [^"]* UTC, load / { print rep["\"fit"]; next }
+      { print }' src/plan/network.c >"$out/network.c.new" && mv "$out/network.c.new" src/plan/network.c
+    echo "(src/plan/network.c: here holds this fit; rebuild)"
+  fi
   echo
 fi
 

@@ -12,8 +12,10 @@ static const struct rf_plan_network rf_plan_networks[] = {
     {.name = "here",
      .source = "this machine (2 cores, MPICH shared memory, every rank on it): bench/scale.sh's fit of "
                "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on: "
-               "the cost they add) at W=2 (intra: a core per rank) and W=4 (shared: 4 ranks time-sharing "
-               "the 2 cores), 2026-11-25 22:13 UTC on the quiet machine (load 2.9; a new run's "
+               "the cost they add) at W=2 (intra: a core per rank), W=4 in groups of 2 (shared_small: 4 "
+               "ranks time-sharing the 2 cores, groups that fit them) and W=4 (shared: the world of 4), "
+               "fit of 2026-11-25 22:13 UTC, load 2.9; "
+               "(RF_BENCH_HERE=1 bench/scale.sh rewrites the line above and the links; a run's "
                "runs/.../here.json goes to --network); compute and optimizer of a rank alone, stretched by "
                "ranks / cores; AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give "
                "--peak-gflops (bench_model's CPU-time GFLOP/s)",
