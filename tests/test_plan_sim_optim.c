@@ -9,7 +9,10 @@
  * eigendecomposition scratch), the all-to-all bytes of step 2 (src/comm's
  * bytes_alltoall: the pieces each rank sends to the others, both trips) and the
  * bytes inside the group (intra_bytes, which holds them); 8-bit AdamW's workspace
- * too. The other parts (slab, arena, activations, gathers, reductions) as
+ * too; and FP8 block (--fp8 block at W = 2 and 3): the linears gathered as e4m3
+ * codes with their tile scales, planned apart (rf_plan_split_make), the FP8
+ * staging of the model workspace. The other parts (slab, arena, activations,
+ * gathers, reductions) as
  * tests/test_plan_sim.c checks them. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -113,6 +116,9 @@ int main(void) {
   }
   check_one(model, data, 3, "--shard ragged --optim muon", 1);
   check_one(model, data, 2, "--optim adamw8bit", 0);
+  /* FP8 block: the linears gathered as e4m3 codes and tile scales, their buffers apart */
+  check_one(model, data, 2, "--fp8 block --optim adamw8bit", 0);
+  check_one(model, data, 3, "--fp8 block --param-dtype bf16 --compute-dtype bf16 --optim muon", 1);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

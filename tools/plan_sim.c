@@ -173,43 +173,50 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
  * their groups from the model's description. */
 struct rf_plan_sim_views {
   struct rf_optim_options opt;
-  int n, world;
+  const struct rf_model_desc *desc; /* borrowed */
+  int n, world;                     /* n 0: not made yet (the first call makes them) */
   struct rf_tensor_view *views;
   int *flags;
   int64_t *starts; /* n x (world + 1) */
 };
 
-static int rf_plan_sim_views_make(const struct rf_model_desc *desc, const struct rf_plan_unit_in *units,
-                                  const struct rf_plan_model_result *m, enum rf_optim_kind optim,
-                                  struct rf_plan_sim_views *v) {
-  memset(v, 0, sizeof *v);
-  rf_optim_options_default(&v->opt);
-  v->opt.kind = optim;
-  v->world = m->world;
-  for (int u = 0; u < m->n_units; u++) v->n += units[u].n_tensors;
+/* The views from the units as the runtime lays them out, in the runtime's tensor
+ * order (the model's: a unit's tensors in order, whatever group holds them). */
+static int rf_plan_sim_views_make(const struct rf_model_desc *desc, const struct rf_plan_split *sp,
+                                  int n_units, struct rf_plan_sim_views *v) {
+  v->n = 0;
+  for (int u = 0; u < n_units; u++)
+    for (int g = 0; g < sp[u].n_groups; g++) v->n += sp[u].in[g].n_tensors;
   v->views = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->views);
   v->flags = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->flags);
   v->starts = rf_xcalloc((size_t)rf_max_i64(v->n, 1) * (size_t)(v->world + 1), sizeof *v->starts);
-  for (int u = 0, k = 0; u < m->n_units; u++)
-    for (int i = 0; i < units[u].n_tensors; i++, k++) {
-      const struct rf_plan_tensor_in *t = &units[u].tensors[i];
-      struct rf_tensor_view *w = &v->views[k];
-      struct rf_shard sh;
-      RF_TRY(rf_plan_layout_tensor_shard(&m->units[u], &units[u], i, &sh));
-      rf_shard_starts(&sh, v->starts + (size_t)k * (size_t)(v->world + 1));
-      w->block_elems = sh.block_elems == rf_min_i64(t->block_elems, t->numel) ? t->block_elems : 1;
-      rf_shard_free(&sh);
-      w->name = t->name;
-      w->unit = u;
-      w->ndim = t->ndim;
-      memcpy(w->shape, t->shape, sizeof w->shape);
-      w->numel = t->numel;
-      w->starts = v->starts + (size_t)k * (size_t)(v->world + 1);
-      if (desc && desc->n_units == m->n_units && desc->units[u].n_tensors == units[u].n_tensors) {
-        const struct rf_model_tensor *mt = &desc->units[u].tensors[i];
-        v->flags[k] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+  for (int u = 0, first = 0; u < n_units; u++) {
+    int in_unit = 0;
+    for (int g = 0, at = 0; g < sp[u].n_groups; g++)
+      for (int i = 0; i < sp[u].in[g].n_tensors; i++, at++) {
+        int k = first + sp[u].map[at];
+        const struct rf_plan_tensor_in *t = &sp[u].in[g].tensors[i];
+        struct rf_tensor_view *w = &v->views[k];
+        struct rf_shard sh;
+        RF_TRY(rf_plan_layout_tensor_shard(&sp[u].layout[g], &sp[u].in[g], i, &sh));
+        rf_shard_starts(&sh, v->starts + (size_t)k * (size_t)(v->world + 1));
+        w->block_elems = sh.block_elems == rf_min_i64(t->block_elems, t->numel) ? t->block_elems : 1;
+        rf_shard_free(&sh);
+        w->name = t->name;
+        w->unit = u;
+        w->ndim = t->ndim;
+        memcpy(w->shape, t->shape, sizeof w->shape);
+        w->numel = t->numel;
+        w->starts = v->starts + (size_t)k * (size_t)(v->world + 1);
+        in_unit++;
       }
-    }
+    if (desc && desc->n_units == n_units && desc->units[u].n_tensors == in_unit)
+      for (int i = 0; i < in_unit; i++) {
+        const struct rf_model_tensor *mt = &desc->units[u].tensors[i];
+        v->flags[first + i] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+      }
+    first += in_unit;
+  }
   return 0;
 }
 
@@ -220,8 +227,10 @@ static void rf_plan_sim_views_free(struct rf_plan_sim_views *v) {
 }
 
 /* struct rf_plan_sim_options.optim_rank: the optimizer's own sizes on rank r's views. */
-static int rf_plan_sim_optim_rank(void *ctx, int r, int64_t shard_elems, struct rf_plan_sim_optim *out) {
+static int rf_plan_sim_optim_rank(void *ctx, const struct rf_plan_split *units, int n_units, int r,
+                                  int64_t shard_elems, struct rf_plan_sim_optim *out) {
   struct rf_plan_sim_views *v = ctx;
+  if (!v->views) RF_TRY(rf_plan_sim_views_make(v->desc, units, n_units, v));
   for (int k = 0; k < v->n; k++) {
     v->views[k].begin = v->views[k].starts[r];
     v->views[k].end = v->views[k].starts[r + 1];
@@ -232,6 +241,18 @@ static int rf_plan_sim_optim_rank(void *ctx, int r, int64_t shard_elems, struct 
   out->workspace_bytes = st.workspace_bytes;
   out->step_bytes_sent = (int64_t)st.muon_step_bytes_sent;
   return 0;
+}
+
+/* The trainer's workspace of one micro-batch of `micro` sequences: every layer's
+ * activations kept (f32), the bf16 compute staging and FP8 block's staging
+ * (rf_model_ws_bytes, rf_model_ws_compute_bytes, rf_model_ws_fp8_bytes). */
+static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                                       const struct rf_plan_policy *p, int micro) {
+  enum rf_dtype compute = strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+  size_t bytes = rf_model_ws_bytes(&sm->cfg, micro, (int)a->seq) +
+                 rf_model_ws_compute_bytes(&sm->cfg, micro, (int)a->seq, compute) +
+                 (p->fp8 ? rf_model_ws_fp8_bytes(&sm->cfg, micro, (int)a->seq) : 0);
+  return (int64_t)bytes;
 }
 
 int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
@@ -248,11 +269,9 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
       .accum = a->accum,
       .tokens_per_rank = (double)a->batch * (double)a->seq / world,
       .flops_per_token = sm->flops_per_token,
-      /* the trainer's workspace of one micro-batch (rf_model_ws_bytes: f32, every layer's activations kept)
-       */
+      /* the trainer's workspace of one micro-batch */
       .activation_bytes =
-          sm->have_config ? (int64_t)rf_model_ws_bytes(&sm->cfg, (int)rf_min_i64(micro, 1 << 20), (int)a->seq)
-                          : 0,
+          sm->have_config ? rf_plan_sim_activations(a, sm, p, (int)rf_min_i64(micro, 1 << 20)) : 0,
       /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world; a
        * trainable MoE with its load-balancing loss sums 2E + 1 router statistics (f64)
        * over the world per micro-batch (tools/train_model.c) */
@@ -263,11 +282,12 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
                : 0),
       .net = sm->net,
   };
-  struct rf_plan_sim_views v;
-  int rc = rf_plan_sim_views_make(sm->desc, units, m, optim, &v);
+  struct rf_plan_sim_views v = {.desc = sm->desc, .world = m->world};
+  rf_optim_options_default(&v.opt);
+  v.opt.kind = optim;
   o.optim_rank = rf_plan_sim_optim_rank;
   o.optim_ctx = &v;
-  if (rc == 0) rc = rf_plan_simulate(units, m, p, &o, out);
+  int rc = rf_plan_simulate(units, m, p, &o, out);
   rf_plan_sim_views_free(&v);
   return rc;
 }

@@ -191,42 +191,30 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
              unit_name);
   /* two groups under FP8 (the other tensors, then the FP8 ones), each planned into
    * buffers of its own: every collective moves one kind; else one group */
-  struct rf_plan_tensor_in *sub = rf_xcalloc((size_t)n_tensors, sizeof *sub);
-  int *map = rf_xcalloc((size_t)n_tensors, sizeof *map), n_sub[2] = {0, 0};
-  for (int t = 0; t < n_tensors; t++) n_sub[fp8 && tensors[t].fp8]++;
-  for (int t = 0, at[2] = {0, n_sub[0]}; t < n_tensors; t++) {
-    int g = fp8 && tensors[t].fp8;
-    map[at[g]] = t;
-    sub[at[g]++] = tensors[t];
-  }
-  struct rf_plan_layout l[2];
-  struct rf_plan_unit_in in[2];
-  int group_fp8[2], n_l = 0, n_buffers = 0, rc = 0;
-  for (int g = 0; g < 2 && rc == 0; g++) {
-    if (n_sub[g] == 0) continue;
-    in[n_l] = (struct rf_plan_unit_in){unit_name, n_sub[g], sub + (g ? n_sub[0] : 0)};
-    rc = rf_plan_layout_make(policy, world, &in[n_l], &l[n_l]);
-    if (rc != 0) break;
-    RF_ASSERT(!l[n_l].plan.used_sub_padding); /* every tensor is one run */
-    group_fp8[n_l] = g;
-    n_buffers += l[n_l++].plan.n_buffers;
+  struct rf_plan_split sp;
+  const struct rf_plan_unit_in unit = {unit_name, n_tensors, tensors};
+  int n_buffers = 0, rc = rf_plan_split_make(policy, world, &unit, &sp);
+  for (int i = 0; i < sp.n_groups; i++) {
+    RF_ASSERT(!sp.layout[i].plan.used_sub_padding); /* every tensor is one run */
+    n_buffers += sp.layout[i].plan.n_buffers;
   }
   if (rc == 0) rf_dbuffer_alloc(db, n_buffers, tensors, n_tensors);
-  for (int i = 0, first = 0, mapped = 0; i < n_l && rc == 0; i++) {
-    for (int b = 0; b < l[i].plan.n_buffers; b++) {
-      const struct rf_plan_buffer *pb = &l[i].plan.buffers[b];
+  for (int i = 0, first = 0, mapped = 0; i < sp.n_groups && rc == 0; i++) {
+    const struct rf_plan_layout *l = &sp.layout[i];
+    for (int b = 0; b < l->plan.n_buffers; b++) {
+      const struct rf_plan_buffer *pb = &l->plan.buffers[b];
       struct rf_dbuffer_buf *buf = &db->bufs[first + b];
       memcpy(buf->starts, pb->starts, ((size_t)world + 1) * sizeof(int64_t));
-      buf->equal = l[i].plan.mode == RF_SHARD_MODE_EQUAL ? pb->shard_elems : 0;
-      buf->fp8 = group_fp8[i];
+      buf->equal = l->plan.mode == RF_SHARD_MODE_EQUAL ? pb->shard_elems : 0;
+      buf->fp8 = sp.fp8[i];
     }
-    for (int k = 0; k < in[i].n_tensors && rc == 0; k++)
-      rc = rf_dbuffer_place(db, &l[i], &in[i], k, map[mapped + k], first);
-    mapped += in[i].n_tensors;
-    first += l[i].plan.n_buffers;
-    db->max_shard_elems += l[i].plan.max_shard_elems;
-    db->split_blocks += l[i].split_blocks;
-    db->copy_bytes += l[i].copy_bytes;
+    for (int k = 0; k < sp.in[i].n_tensors && rc == 0; k++)
+      rc = rf_dbuffer_place(db, l, &sp.in[i], k, sp.map[mapped + k], first);
+    mapped += sp.in[i].n_tensors;
+    first += l->plan.n_buffers;
+    db->max_shard_elems += l->plan.max_shard_elems;
+    db->split_blocks += l->split_blocks;
+    db->copy_bytes += l->copy_bytes;
   }
   int64_t align = rf_plan_policy_align_elems(policy);
   if (rc == 0) {
@@ -239,8 +227,6 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
     if (fp8 && tensors[t].fp8) rc = rf_dbuffer_fp8_tiles(db, unit_name, &tensors[t], t);
   if (rc == 0) rf_dbuffer_slot_bytes(db, policy->param_dtype, align);
   db->n_gather_reqs = db->n_buffers + db->n_fp8;
-  for (int i = 0; i < n_l; i++) rf_plan_layout_free(&l[i]);
-  free(sub);
-  free(map);
+  rf_plan_split_free(&sp);
   return rc;
 }

@@ -244,22 +244,36 @@ int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute) {
   return 0;
 }
 
+/* FP8 staging in elements: codes (as bf16) of two operands of act and a weight,
+ * the operands' tile scales and the product's work (f32). */
+static void fp8_sizes(const struct rf_model_config *c, int batch, int seq, size_t *act, size_t *weight,
+                      size_t *tiles, size_t *work) {
+  compute_sizes(c, batch, seq, act, weight);
+  /* the widest operand: act = rows * wide; its tiles: 1 x 128 (rows * ceil(wide / 128))
+   * or 128 x 1 (ceil(rows / 128) * wide), both at most act / 128 + rows + wide */
+  size_t rows = (size_t)batch * seq, wide = *act / rows;
+  *tiles = *act / RF_FP8_TILE + rows + wide + 1;
+  *work = (*act > *weight ? *act : *weight) + wide;
+}
+
+size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int seq) {
+  size_t act = 0, weight = 0, tiles = 0, work = 0;
+  fp8_sizes(cfg, batch, seq, &act, &weight, &tiles, &work);
+  return (2 * act + weight) * sizeof(uint16_t) + (2 * tiles + work) * sizeof(float);
+}
+
 void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
   struct rf_model_fp8_stage *q = &ws->stage.fp8;
   q->pow2 = pow2;
   if (q->work) return;
-  size_t act = 0, weight = 0;
-  compute_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight);
-  /* the widest operand: act = rows * wide; its tiles: 1 x 128 (rows * ceil(wide / 128))
-   * or 128 x 1 (ceil(rows / 128) * wide), both at most act / 128 + rows + wide */
-  size_t rows = (size_t)ws->cap_b * ws->cap_t, wide = act / rows;
-  size_t tiles = act / RF_FP8_TILE + rows + wide + 1;
+  size_t act = 0, weight = 0, tiles = 0, work = 0;
+  fp8_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight, &tiles, &work);
   q->a = ws_halves(ws, act);
   q->b = ws_halves(ws, act);
   q->w = ws_halves(ws, weight);
   q->sa = ws_floats(ws, tiles);
   q->sb = ws_floats(ws, tiles);
-  q->work = ws_floats(ws, (act > weight ? act : weight) + wide);
+  q->work = ws_floats(ws, work);
 }
 
 void rf_model_ws_free(struct rf_model_ws *ws) {

@@ -427,6 +427,8 @@ size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, i
  * used by the linears whose weight comes as codes; pow2: power-of-two scales for
  * the activations and output gradients too. Call at set-up. */
 void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2);
+/* The bytes rf_model_ws_set_fp8 adds for a workspace of batch x seq. */
+size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int seq);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix
  * when sampling). Returns -1 when above capacity. */
 int rf_model_ws_set_shape(struct rf_model_ws *ws, int b, int t);

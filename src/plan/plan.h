@@ -202,6 +202,26 @@ void rf_plan_layout_copy(const struct rf_plan_layout *src, struct rf_plan_layout
 int rf_plan_layout_tensor_shard(const struct rf_plan_layout *layout, const struct rf_plan_unit_in *in, int i,
                                 struct rf_shard *out);
 
+/* ---- a unit as the runtime lays it out (src/plan/split.c) ---- */
+
+/* Under FP8 block (p->fp8 and some tensor of the unit marked fp8) a unit is two
+ * groups, each planned into buffers of its own so that every collective moves one
+ * kind: its other tensors, then its FP8 tensors (each in unit order); else one
+ * group, the whole unit. src/dbuffer lays units out by it and `rfsdp plan --batch`
+ * simulates them by it. Owns its arrays and layouts. */
+struct rf_plan_split {
+  int n_groups;
+  struct rf_plan_unit_in in[2];      /* the groups (their tensors point into `tensors`) */
+  struct rf_plan_layout layout[2];   /* rf_plan_layout_make of each group */
+  int fp8[2];                        /* 1: the group's buffers hold FP8 codes */
+  struct rf_plan_tensor_in *tensors; /* the groups' tensors, group after group */
+  int *map;                          /* the unit's index of tensors[k] */
+};
+/* Returns 0, or -1 with rf_error_msg() (a layout that cannot be made). */
+int rf_plan_split_make(const struct rf_plan_policy *p, int world, const struct rf_plan_unit_in *in,
+                       struct rf_plan_split *out);
+void rf_plan_split_free(struct rf_plan_split *s);
+
 /* ---- the peers' layouts on the same unit (src/plan/peers.c) ---- */
 
 enum rf_plan_peer {
@@ -386,8 +406,10 @@ struct rf_plan_sim_options {
   int replicate;            /* R >= 1: the model's layout is for the shard group of world / R ranks */
   int rank;                 /* the shard-group rank simulated; -1: the one with the most memory */
   enum rf_optim_kind optim; /* the optimizer's pass (its time) */
-  /* the optimizer of shard-group rank `rank` with a slab of `shard_elems`: 0, or -1 with rf_error_msg() */
-  int (*optim_rank)(void *ctx, int rank, int64_t shard_elems, struct rf_plan_sim_optim *out);
+  /* the optimizer of shard-group rank `rank` with a slab of `shard_elems`, the model's n units laid
+   * out as the runtime does (rf_plan_split: the same every call): 0, or -1 with rf_error_msg() */
+  int (*optim_rank)(void *ctx, const struct rf_plan_split *units, int n, int rank, int64_t shard_elems,
+                    struct rf_plan_sim_optim *out);
   void *optim_ctx;
   int prefetch;                /* units gathered ahead (the runtime's default 1) */
   int reshard_after_forward;   /* 1: the backward gathers again (the runtime's default) */

@@ -42,34 +42,55 @@ static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct 
   out->gview = out->staging = out->slot;
 }
 
+/* A unit's param slot in bytes (src/dbuffer/layout.c): `slot` elements of the
+ * param dtype; under FP8 block every buffer in its dtype (FP8: a byte per
+ * element) on the alignment, then each FP8 tensor's f32 tile scales. */
+static int64_t rf_plan_sim_slot_bytes(const struct rf_plan_split *sp, int64_t slot, int64_t ps,
+                                      int64_t align) {
+  if (sp->n_groups < 2 && !sp->fp8[0]) return slot * ps;
+  int64_t at = 0;
+  for (int g = 0; g < sp->n_groups; g++)
+    for (int k = 0; k < sp->layout[g].plan.n_buffers; k++)
+      at = rf_round_up(at + sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
+  for (int g = 0; g < sp->n_groups; g++)
+    for (int k = 0; k < sp->in[g].n_tensors && sp->fp8[g]; k++)
+      at = rf_round_up(at + rf_plan_fp8_tiles(&sp->in[g].tensors[k]) * (int64_t)sizeof(float), align * ps);
+  return at;
+}
+
 /* The memory of shard-group rank r (out->mem, out->shard_elems) and its
  * optimizer's bytes per step (`owner_bytes`). */
-static int rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
-                                   const struct rf_plan_policy *p, const struct rf_plan_sim_options *o, int r,
-                                   struct rf_plan_sim_memory *mem, int64_t *shard_elems,
-                                   int64_t *owner_bytes) {
+static int rf_plan_sim_rank_memory(const struct rf_plan_split *sp, int n, const struct rf_plan_policy *p,
+                                   const struct rf_plan_sim_options *o, int r, struct rf_plan_sim_memory *mem,
+                                   int64_t *shard_elems, int64_t *owner_bytes) {
   int64_t align = rf_plan_policy_align_elems(p), slab = 0, pslot = 0, gslot = 0;
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
   int staging = p->layout == RF_LAYOUT_FSDP2 || p->reduce_dtype != RF_DTYPE_F32;
-  for (int u = 0; u < m->n_units; u++) {
-    struct rf_plan_sim_unit x;
-    rf_plan_sim_unit_sizes(&m->units[u], &units[u], r, align, &x);
+  for (int u = 0; u < n; u++) {
+    struct rf_plan_sim_unit x = {0};
+    for (int g = 0; g < sp[u].n_groups; g++) { /* the groups' buffers follow one another */
+      struct rf_plan_sim_unit y;
+      rf_plan_sim_unit_sizes(&sp[u].layout[g], &sp[u].in[g], r, align, &y);
+      x.shard += y.shard;
+      x.slot += y.slot;
+      x.gview += y.gview;
+      x.staging += y.staging;
+    }
     slab += x.shard;
-    int64_t pb = x.slot * (int64_t)ps;
+    int64_t pb = rf_plan_sim_slot_bytes(&sp[u], x.slot, (int64_t)ps, align);
     int64_t gb = rf_round_up(x.gview * (int64_t)sizeof(float), 64) +
                  (staging ? rf_round_up(x.staging * (int64_t)rs, 64) : 0) + x.shard * (int64_t)sizeof(float);
     pslot = rf_max_i64(pslot, pb);
     gslot = rf_max_i64(gslot, gb);
   }
   slab = rf_max_i64(slab, 1);
-  int n = m->n_units;
   int64_t n_pslots = o->reshard_after_forward ? rf_min_i64(o->prefetch + 1, n) : n,
           n_gslots = rf_min_i64(2, n);
   *shard_elems = slab;
   mem->params = slab * (int64_t)sizeof(float);
   mem->grads = slab * (int64_t)sizeof(float);
   struct rf_plan_sim_optim opt = {0};
-  RF_TRY(o->optim_rank(o->optim_ctx, r, slab, &opt));
+  RF_TRY(o->optim_rank(o->optim_ctx, sp, n, r, slab, &opt));
   mem->optim = opt.state_bytes;
   mem->optim_workspace = opt.workspace_bytes;
   *owner_bytes = opt.step_bytes_sent;
@@ -85,6 +106,21 @@ static int rf_plan_sim_rank_memory(const struct rf_plan_unit_in *units, const st
 static int64_t rf_plan_sim_others(const struct rf_plan_unit *p, const struct rf_plan_buffer *b, int r) {
   if (p->mode == RF_SHARD_MODE_EQUAL) return (int64_t)(p->world - 1) * b->shard_elems;
   return b->total_elems - (b->starts[r + 1] - b->starts[r]);
+}
+
+/* FP8 tensor t's tile scales rank r receives in their all-gather (f32 each):
+ * the tensor's tiles less those of r's rows (src/dbuffer/layout.c scale_starts). */
+static int64_t rf_plan_sim_scales_others(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in,
+                                         int t, int r, int64_t *starts) {
+  struct rf_shard sh;
+  RF_TRY(rf_plan_layout_tensor_shard(l, in, t, &sh));
+  rf_shard_starts(&sh, starts);
+  rf_shard_free(&sh);
+  const struct rf_plan_tensor_in *x = &in->tensors[t];
+  int64_t cols = x->shape[x->ndim - 1], tc = rf_ceil_div(cols, RF_FP8_TILE);
+  int64_t own =
+      (rf_ceil_div(starts[r + 1] / cols, RF_FP8_TILE) - rf_ceil_div(starts[r] / cols, RF_FP8_TILE)) * tc;
+  return rf_plan_fp8_tiles(x) - own;
 }
 
 /* Ranks of a run of `world` ranks on one node. */
@@ -110,37 +146,11 @@ static double rf_plan_sim_hide(double c, double m, double overlap) {
   return c + (left > 0 ? left : 0);
 }
 
-int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
-                     const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
-                     struct rf_plan_sim_result *out) {
-  memset(out, 0, sizeof *out);
+/* Bytes per step of out->rank and the step time (the rest of rf_plan_simulate). */
+static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_model_result *m,
+                               const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
+                               struct rf_plan_sim_result *out) {
   int s = m->world, n = m->n_units;
-  RF_REQUIRE(o->replicate >= 1 && s >= 1 && n >= 1, "simulate: %d replicas of %d ranks, %d units",
-             o->replicate, s, n);
-  RF_REQUIRE(o->accum >= 1 && o->prefetch >= 0, "simulate: accum %d, prefetch %d", o->accum, o->prefetch);
-  RF_REQUIRE(o->net.peak_gflops > 0 && o->net.efficiency > 0 && o->net.mem_gbs > 0,
-             "simulate: network %s: peak, efficiency and memory bandwidth must be positive", o->net.name);
-  RF_REQUIRE(o->net.cores_per_node >= 1 && o->net.ranks_per_node >= 0,
-             "simulate: network %s: %d cores and %d ranks per node", o->net.name, o->net.cores_per_node,
-             o->net.ranks_per_node);
-  out->replicate = o->replicate;
-  out->shard_world = s;
-  out->world = s * o->replicate;
-  RF_REQUIRE(o->rank >= -1 && o->rank < s, "simulate: rank %d of a shard group of %d", o->rank, s);
-  RF_REQUIRE(o->optim_rank, "simulate: no optimizer sizes (optim_rank)");
-  /* memory: the rank asked for, or the fullest of the group (ranks differ only
-   * in ragged shards and 8-bit blocks) */
-  for (int r = o->rank < 0 ? 0 : o->rank; r < (o->rank < 0 ? s : o->rank + 1); r++) {
-    struct rf_plan_sim_memory mem;
-    int64_t slab, owner_bytes;
-    RF_TRY(rf_plan_sim_rank_memory(units, m, p, o, r, &mem, &slab, &owner_bytes));
-    if (r == 0 || mem.total > out->mem.total) {
-      out->mem = mem;
-      out->rank = r;
-      out->shard_elems = slab;
-      out->alltoall_bytes = owner_bytes;
-    }
-  }
   /* bytes of that rank per step, and the time of each unit's collectives */
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
   const struct rf_plan_link *sl = rf_plan_sim_links(&o->net, s, s, out->world);
@@ -149,22 +159,40 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
   double *c = rf_xcalloc((size_t)n, sizeof *c);
   int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
+  int64_t *starts = rf_xmalloc((size_t)(s + 1) * sizeof *starts);
   for (int u = 0; u < n; u++) {
-    const struct rf_plan_unit *pu = &m->units[u].plan;
     int64_t gu = 0;
-    for (int k = 0; k < pu->n_buffers; k++) {
-      const struct rf_plan_buffer *b = &pu->buffers[k];
-      int64_t others = rf_plan_sim_others(pu, b, out->rank);
-      gu += others * (int64_t)ps;
-      reduce_unit += others * (int64_t)rs;
-      g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
-                              (double)b->total_elems * (double)ps);
-      red[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_REDUCE_SCATTER], RF_PLAN_COLL_REDUCE_SCATTER, s,
-                                (double)b->total_elems * (double)rs);
+    for (int q = 0; q < sp[u].n_groups; q++) {
+      const struct rf_plan_unit *pu = &sp[u].layout[q].plan;
+      size_t gs = sp[u].fp8[q] ? 1 : ps; /* FP8 buffers travel as codes */
+      for (int k = 0; k < pu->n_buffers; k++) {
+        const struct rf_plan_buffer *b = &pu->buffers[k];
+        int64_t others = rf_plan_sim_others(pu, b, out->rank);
+        gu += others * (int64_t)gs;
+        reduce_unit += others * (int64_t)rs;
+        g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
+                                (double)b->total_elems * (double)gs);
+        red[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_REDUCE_SCATTER], RF_PLAN_COLL_REDUCE_SCATTER, s,
+                                  (double)b->total_elems * (double)rs);
+      }
+      for (int t = 0; t < sp[u].in[q].n_tensors && sp[u].fp8[q]; t++) { /* and their scales, a gather each */
+        int64_t others = rf_plan_sim_scales_others(&sp[u].layout[q], &sp[u].in[q], t, out->rank, starts);
+        if (others < 0) {
+          free(starts);
+          free(g);
+          free(red);
+          free(c);
+          return -1;
+        }
+        gu += others * (int64_t)sizeof(float);
+        g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
+                                (double)rf_plan_fp8_tiles(&sp[u].in[q].tensors[t]) * sizeof(float));
+      }
     }
     gather_unit += gu;
     if (u == n - 1) last_gather = gu;
   }
+  free(starts);
   /* per micro-batch: the forward gathers every unit, the backward all but the
    * last (kept from the forward) when the forward resharded; every unit reduces once */
   int64_t gathers = o->reshard_after_forward ? 2 * gather_unit - last_gather : gather_unit;
@@ -224,4 +252,45 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   free(red);
   free(c);
   return 0;
+}
+
+int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                     const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
+                     struct rf_plan_sim_result *out) {
+  memset(out, 0, sizeof *out);
+  int s = m->world, n = m->n_units;
+  RF_REQUIRE(o->replicate >= 1 && s >= 1 && n >= 1, "simulate: %d replicas of %d ranks, %d units",
+             o->replicate, s, n);
+  RF_REQUIRE(o->accum >= 1 && o->prefetch >= 0, "simulate: accum %d, prefetch %d", o->accum, o->prefetch);
+  RF_REQUIRE(o->net.peak_gflops > 0 && o->net.efficiency > 0 && o->net.mem_gbs > 0,
+             "simulate: network %s: peak, efficiency and memory bandwidth must be positive", o->net.name);
+  RF_REQUIRE(o->net.cores_per_node >= 1 && o->net.ranks_per_node >= 0,
+             "simulate: network %s: %d cores and %d ranks per node", o->net.name, o->net.cores_per_node,
+             o->net.ranks_per_node);
+  out->replicate = o->replicate;
+  out->shard_world = s;
+  out->world = s * o->replicate;
+  RF_REQUIRE(o->rank >= -1 && o->rank < s, "simulate: rank %d of a shard group of %d", o->rank, s);
+  RF_REQUIRE(o->optim_rank, "simulate: no optimizer sizes (optim_rank)");
+  /* every unit as the runtime lays it out (FP8 block: its FP8 tensors apart) */
+  struct rf_plan_split *sp = rf_xcalloc((size_t)n, sizeof *sp);
+  int rc = 0;
+  for (int u = 0; u < n && rc == 0; u++) rc = rf_plan_split_make(p, s, &units[u], &sp[u]);
+  /* memory: the rank asked for, or the fullest of the group (ranks differ in
+   * ragged shards, 8-bit blocks and the matrices they own) */
+  for (int r = o->rank < 0 ? 0 : o->rank; r < (o->rank < 0 ? s : o->rank + 1) && rc == 0; r++) {
+    struct rf_plan_sim_memory mem;
+    int64_t slab, owner_bytes;
+    rc = rf_plan_sim_rank_memory(sp, n, p, o, r, &mem, &slab, &owner_bytes);
+    if (rc == 0 && (r == 0 || mem.total > out->mem.total)) {
+      out->mem = mem;
+      out->rank = r;
+      out->shard_elems = slab;
+      out->alltoall_bytes = owner_bytes;
+    }
+  }
+  if (rc == 0) rc = rf_plan_sim_traffic(sp, m, p, o, out);
+  for (int u = 0; u < n; u++) rf_plan_split_free(&sp[u]);
+  free(sp);
+  return rc;
 }
