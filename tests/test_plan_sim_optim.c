@@ -1,6 +1,6 @@
 /* rf-test: timeout=240
  * `rfsdp plan --batch` simulates the optimizer as `rfsdp train` runs it: for the
- * tiny LLaMA trained 2 steps at W = 2 and 3 (mpirun) with Muon and Shampoo (each
+ * tiny LLaMA trained 2 steps at W = 2 and 3 and on a 2x2 mesh (mpirun) with Muon and Shampoo (each
  * matrix whole on its owner rank: the all-to-all of the pieces out and back, the
  * owner's preconditioners), the simulator's numbers for rank 0 equal what the run
  * allocated and counted: the optimizer's state (the log's memory line:
@@ -115,6 +115,7 @@ int main(void) {
     check_one(model, data, world, "--optim shampoo", 1);
   }
   check_one(model, data, 3, "--shard ragged --optim muon", 1);
+  check_one(model, data, 4, "--replicate 2 --optim shampoo", 1); /* owners inside each shard group of 2 */
   check_one(model, data, 2, "--optim adamw8bit", 0);
   /* FP8 block: the linears gathered as e4m3 codes and tile scales, their buffers apart */
   check_one(model, data, 2, "--fp8 block --optim adamw8bit", 0);
