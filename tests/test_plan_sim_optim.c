@@ -9,7 +9,8 @@
  * eigendecomposition scratch), the all-to-all bytes of step 2 (src/comm's
  * bytes_alltoall: the pieces each rank sends to the others, both trips) and the
  * bytes inside the group (intra_bytes, which holds them); 8-bit AdamW's workspace
- * too; and FP8 block (--fp8 block at W = 2 and 3): the linears gathered as e4m3
+ * too; and FP8 block (--fp8 block at W = 2 and 3, a tiny Mixtral's fused experts
+ * too): the linears gathered as e4m3
  * codes with their tile scales, planned apart (rf_plan_split_make), the FP8
  * staging of the model workspace. The other parts (slab, arena, activations,
  * gathers, reductions) as
@@ -101,7 +102,7 @@ static void check_one(const char *model, const char *data, int world, const char
 
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256];
+  char text[256], data[200], model[256], moe[256];
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
@@ -109,6 +110,13 @@ int main(void) {
   int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
   RF_CHECK(rc == 0, "prepare: %s", out);
   rf_cli_write_tiny_model(model);
+  snprintf(moe, sizeof moe, "%s/moe.json", dir);
+  const char *moe_text =
+      "{\"model_type\": \"mixtral\", \"hidden_size\": 32, \"intermediate_size\": 24, \"num_hidden_layers\": "
+      "2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, "
+      "\"num_experts_per_tok\": 2, \"output_router_logits\": true, \"router_aux_loss_coef\": 0.02}";
+  RF_ASSERT(rf_file_write_all(moe, moe_text, strlen(moe_text)) == 0);
 
   for (int world = 2; world <= 3; world++) {
     check_one(model, data, world, "--optim muon", 1);
@@ -120,6 +128,8 @@ int main(void) {
   /* FP8 block: the linears gathered as e4m3 codes and tile scales, their buffers apart */
   check_one(model, data, 2, "--fp8 block --optim adamw8bit", 0);
   check_one(model, data, 3, "--fp8 block --param-dtype bf16 --compute-dtype bf16 --optim muon", 1);
+  /* fused experts [4, 48, 32] and [4, 32, 24] in FP8 (each expert its own tile grid) with Shampoo */
+  check_one(moe, data, 3, "--fp8 block --optim shampoo", 1);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

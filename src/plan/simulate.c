@@ -42,6 +42,15 @@ static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct 
   out->gview = out->staging = out->slot;
 }
 
+/* The first tile scale of FP8 tensor t at element `at` (a band's first element,
+ * or the end): a matrix is one grid of 128x128 tiles, fused experts [E, rows,
+ * cols] E grids, the scales expert-major (src/dbuffer/layout.c scale_starts). */
+static int64_t rf_plan_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at) {
+  int64_t cols = t->shape[t->ndim - 1], rows = t->shape[t->ndim - 2], per = rows * cols;
+  int64_t band = (int64_t)RF_FP8_TILE * cols, tc = rf_ceil_div(cols, RF_FP8_TILE);
+  return (at / per * rf_ceil_div(rows, RF_FP8_TILE) + at % per / band) * tc;
+}
+
 /* A unit's param slot in bytes (src/dbuffer/layout.c): `slot` elements of the
  * param dtype; under FP8 block every buffer in its dtype (FP8: a byte per
  * element) on the alignment, then each FP8 tensor's f32 tile scales. */
@@ -54,7 +63,9 @@ static int64_t rf_plan_sim_slot_bytes(const struct rf_plan_split *sp, int64_t sl
       at = rf_round_up(at + sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
   for (int g = 0; g < sp->n_groups; g++)
     for (int k = 0; k < sp->in[g].n_tensors && sp->fp8[g]; k++)
-      at = rf_round_up(at + rf_plan_fp8_tiles(&sp->in[g].tensors[k]) * (int64_t)sizeof(float), align * ps);
+      at = rf_round_up(at + rf_plan_sim_tile_at(&sp->in[g].tensors[k], sp->in[g].tensors[k].numel) *
+                                (int64_t)sizeof(float),
+                       align * ps);
   return at;
 }
 
@@ -109,7 +120,7 @@ static int64_t rf_plan_sim_others(const struct rf_plan_unit *p, const struct rf_
 }
 
 /* FP8 tensor t's tile scales rank r receives in their all-gather (f32 each):
- * the tensor's tiles less those of r's rows (src/dbuffer/layout.c scale_starts). */
+ * the tensor's tiles less those of r's range. */
 static int64_t rf_plan_sim_scales_others(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in,
                                          int t, int r, int64_t *starts) {
   struct rf_shard sh;
@@ -117,10 +128,8 @@ static int64_t rf_plan_sim_scales_others(const struct rf_plan_layout *l, const s
   rf_shard_starts(&sh, starts);
   rf_shard_free(&sh);
   const struct rf_plan_tensor_in *x = &in->tensors[t];
-  int64_t cols = x->shape[x->ndim - 1], tc = rf_ceil_div(cols, RF_FP8_TILE);
-  int64_t own =
-      (rf_ceil_div(starts[r + 1] / cols, RF_FP8_TILE) - rf_ceil_div(starts[r] / cols, RF_FP8_TILE)) * tc;
-  return rf_plan_fp8_tiles(x) - own;
+  return rf_plan_sim_tile_at(x, x->numel) -
+         (rf_plan_sim_tile_at(x, starts[r + 1]) - rf_plan_sim_tile_at(x, starts[r]));
 }
 
 /* Ranks of a run of `world` ranks on one node. */
@@ -185,8 +194,10 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
           return -1;
         }
         gu += others * (int64_t)sizeof(float);
-        g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
-                                (double)rf_plan_fp8_tiles(&sp[u].in[q].tensors[t]) * sizeof(float));
+        g[u] += rf_plan_link_ms(
+            &sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
+            (double)rf_plan_sim_tile_at(&sp[u].in[q].tensors[t], sp[u].in[q].tensors[t].numel) *
+                sizeof(float));
       }
     }
     gather_unit += gu;
