@@ -12,7 +12,11 @@
 #     gather bytes per rank per step as the runtime counts them (the log's
 #     gather_bytes, median over the steps), fp8 over f32 and over bf16 (targets
 #     <= 0.27 and <= 0.53), and the median step time (wall and CPU, first step
-#     excluded) of fp8 over bf16.
+#     excluded) of fp8 over bf16. Then the same three modes on the MoE demo model
+#     (configs/demo-moe.json: 8 experts of 688 x 256 and 256 x 344, the experts
+#     quantized each on its own tiles, the routers in bf16): its gather bytes
+#     (RF_BENCH_FP8_MOE="B T STEPS", default 4 128 4: the bytes of a step do not
+#     depend on the batch).
 #  2. quality: the demo's run (make demo: 16 x 128 tokens, lr 3e-3, warm-up 30, cosine
 #     to 0.1x, weight decay 0.1, clip 1.0, seed 1, validation every 100 steps on 16
 #     batches) for RF_BENCH_FP8_STEPS steps (default 1000) in bf16 and in fp8: the
@@ -24,7 +28,8 @@
 #
 # Time on an idle 2-core machine: part 1 about 1 minute, part 2 about 2 x 3-5 minutes.
 # RF_BENCH_PART=bytes runs only part 1, RF_BENCH_PART=demo only part 2.
-# RF_BENCH_FP8_SHORT="B T STEPS" sets part 1's sizes (default 16 128 12).
+# RF_BENCH_FP8_SHORT="B T STEPS" sets part 1's sizes (default 16 128 12), RF_BENCH_FP8_MOE
+# those of its MoE runs (default 4 128 4).
 # Needs `rfsdp train --fp8 block` (skipped with a note when the binary has none).
 # Outputs in runs/bench-fp8-DATE/ (logs, the chart's data).
 set -uo pipefail
@@ -32,14 +37,18 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/lib.bash
 . bench/lib.bash
 bench_init fp8.sh "${1:-}"
-if ! "$rfsdp" train --help 2>&1 | grep -q -- '--fp8'; then
+# (the help read whole: grep -q would stop reading, and under pipefail rfsdp's SIGPIPE
+# would count as no --fp8)
+if ! grep -q -- '--fp8' <<<"$("$rfsdp" train --help 2>&1)"; then
   echo "fp8.sh: this rfsdp has no 'train --fp8 block' (issue 16): skipped"
   exit 0
 fi
 part=${RF_BENCH_PART:-all}
 read -r sb st ss <<<"${RF_BENCH_FP8_SHORT:-16 128 12}"
+read -r moe_b moe_t moe_s <<<"${RF_BENCH_FP8_MOE:-4 128 4}"
 steps=${RF_BENCH_FP8_STEPS:-1000}
 cfg=configs/demo.json
+moe_cfg=configs/demo-moe.json
 w=2
 
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # as the rfsdp command sets it for itself
@@ -56,13 +65,14 @@ mode_args() {
     fp8) echo "--fp8 block --param-dtype bf16 --compute-dtype bf16" ;;
   esac
 }
-# run NAME MODE ARGS...: one training run at W=2, its log in $out/NAME.jsonl
+# run NAME MODE ARGS...: one training run at W=2 of $model (default the demo), its log in
+# $out/NAME.jsonl
 run() {
   local name=$1 mode=$2
   shift 2
   local margs cmd
   read -ra margs <<<"$(mode_args "$mode")"
-  cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "$cfg" --data data/kjv "${margs[@]}" "$@"
+  cmd=(scripts/rfmpirun -np "$w" "$rfsdp" train --model "${model:-$cfg}" --data data/kjv "${margs[@]}" "$@"
     --seed 1 --peak-gflops 1 --log "$out/$name.jsonl")
   echo "  $name (OMP_NUM_THREADS=1): ${cmd[*]}" >>"$out/commands.txt"
   local t0=$SECONDS
@@ -97,6 +107,21 @@ if [ "$part" = all ] || [ "$part" = bytes ]; then
     printf "fp8 gather over f32: %.4f (target <= 0.27), over bf16: %.4f (target <= 0.53)\n", g["fp8"] / g["f32"], g["fp8"] / g["bf16"]
     printf "fp8 step time over bf16 compute: %.3fx wall, %.3fx CPU\n", ms["fp8"] / ms["bf16"], cpu["fp8"] / cpu["bf16"]
   }' "$out/short.txt"
+  echo
+  echo "   MoE: $moe_cfg, W=$w x 1 thread, $moe_s steps of $moe_b x $moe_t tokens (bytes per step only)"
+  for mode in f32 bf16 fp8; do
+    model=$moe_cfg run "moe-$mode" "$mode" --steps "$moe_s" --batch "$moe_b" --seq "$moe_t" --lr 3e-3 --print-every 1000 ||
+      exit 1
+    echo "$mode $(json_num "$out/moe-$mode.jsonl" gather_bytes | median)" >>"$out/moe.txt"
+  done
+  awk '{g[$1] = $2}
+  END {
+    print "| MoE run | gather bytes / rank / step | vs f32 | vs bf16 |"
+    print "|---------|----------------------------|--------|---------|"
+    n = split("f32 bf16 fp8", m, " ")
+    for (i = 1; i <= n; i++) printf "| %s | %d | %.4f | %.4f |\n", m[i], g[m[i]], g[m[i]] / g["f32"], g[m[i]] / g["bf16"]
+    printf "MoE fp8 gather over f32: %.4f (target <= 0.27), over bf16: %.4f (target <= 0.53)\n", g["fp8"] / g["f32"], g["fp8"] / g["bf16"]
+  }' "$out/moe.txt"
 fi
 
 if [ "$part" = all ] || [ "$part" = demo ]; then
