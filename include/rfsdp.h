@@ -35,10 +35,12 @@ struct rf_fsdp_options {
   enum rf_dtype param_dtype;  /* f32 or bf16: the dtype of the gathered parameters */
   enum rf_dtype reduce_dtype; /* f32 or bf16: the dtype of the reduce-scatter */
   uint64_t seed;              /* for rf_init */
-  /* FP8 block mode (docs/fp8.md; planned layout only): the tensors marked with
-   * rf_fsdp_set_fp8 are gathered as e4m3 codes, one f32 scale per 128x128 tile
-   * (amax / 448, or a power of two with fp8_pow2), each rank quantizing its own tiles
-   * from its f32 master before every gather; the others in param_dtype. */
+  /* FP8 block mode (docs/fp8.md): the tensors marked with rf_fsdp_set_fp8 are read
+   * as e4m3 codes, one f32 scale per 128x128 tile (amax / 448, or a power of two with
+   * fp8_pow2); the others in param_dtype. Planned layout: they are gathered as codes
+   * and scales, each rank quantizing its own tiles from its f32 master before every
+   * gather. fsdp2 and flat (whose rank boundaries cut tiles): gathered in param_dtype,
+   * then every rank quantizes each whole tensor after the gather, as the peers do. */
   int fp8;
   int fp8_pow2;
 };
@@ -73,10 +75,10 @@ int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name);
 int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
                        int64_t block_rows, struct rf_init init);
 /* Marks a declared matrix (ndim 2) or fused experts (ndim 3: [E, rows, cols], each
- * expert's matrix tiled on its own) for FP8 block mode: its blocks become whole bands
- * of 128 rows (every 128x128 tile on one rank; experts whose rows are not a multiple
- * of 128: whole experts). Nothing when opt.fp8 is 0. Returns 0, or -1 (another ndim,
- * after finalize). */
+ * expert's matrix tiled on its own) for FP8 block mode; in the planned layout its
+ * blocks become whole bands of 128 rows (every 128x128 tile on one rank; experts
+ * whose rows are not a multiple of 128: whole experts). Nothing when opt.fp8 is 0.
+ * Returns 0, or -1 (another ndim, after finalize). */
 int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor);
 /* Plans every unit, allocates the shards and the arena, initializes parameters.
  * Returns 0, or -1 (bad declarations, a plan that fails its check). */
@@ -134,8 +136,9 @@ const uint16_t *rf_fsdp_param_bf16(struct rf_fsdp *f, int tensor);
 const uint8_t *rf_fsdp_param_fp8(struct rf_fsdp *f, int tensor, const float **scales);
 /* 0, or -1 with rf_fsdp_error() once a gather has failed (FP8: a tile of a master
  * holding NaN or an infinity, the tensor named). Every rank of the shard group
- * fails at the same gather with the same message (the scales are gathered), so
- * every rank takes the same branch; the views of a failed gather hold NaN scales. */
+ * fails at the same gather with the same message (the scales, or under fsdp2 and
+ * flat the weights they are computed from, are gathered), so every rank takes the
+ * same branch; the views of a failed gather hold NaN scales. */
 int rf_fsdp_status(const struct rf_fsdp *f);
 float *rf_fsdp_grad(struct rf_fsdp *f, int tensor);
 

@@ -1,14 +1,17 @@
 /* rf-test: np=1,2,3,5,7 timeout=120 */
-/* FP8 block mode of the runtime (docs/fp8.md): every rank quantizes its own 128x128
- * tiles before the gather, and the gathered e4m3 codes and f32 scales are bit for
- * bit those of rf_fp8_quantize on the whole tensor on one rank (the reference: a
- * context on MPI_COMM_SELF without FP8 gathers the f32 tensor, quantized here).
- * Matrices of 256, 64 (one partial band), 200 x 200 (partial tiles along both
- * dimensions) and 384 rows, next to vectors gathered in the param dtype (f32 or
- * bf16, compared with the reference cast); equal and ragged shards, scales
- * amax/448 and powers of two. fsdp2 and flat are refused. A NaN in a master on
- * the rank that owns it: every rank's gather fails with the tensor and the rows
- * named, and no step allocates after the first gather. */
+/* FP8 block mode of the runtime (docs/fp8.md): in the planned layout every rank
+ * quantizes its own 128x128 tiles before the gather; in the fsdp2 and flat layouts
+ * (whose boundaries cut tiles) every rank quantizes each whole tensor after a
+ * param-dtype gather. Either way the e4m3 codes and f32 scales are bit for bit
+ * those of rf_fp8_quantize on the whole tensor on one rank (the reference: a
+ * context on MPI_COMM_SELF without FP8 gathers the f32 tensor, quantized here;
+ * fsdp2 and flat with a bf16 param dtype quantize the gathered bf16 values, so
+ * the reference quantizes the tensor rounded to bf16). Matrices of 256, 64 (one
+ * partial band), 200 x 200 (partial tiles along both dimensions) and 384 rows, next
+ * to vectors gathered in the param dtype (f32 or bf16, compared with the reference
+ * cast); equal and ragged shards, scales amax/448 and powers of two. A NaN in a
+ * master on the rank that owns it: every rank's gather fails with the tensor and
+ * the rows named, in every layout, and no step allocates after the first gather. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -56,12 +59,17 @@ static struct rf_fsdp *make(MPI_Comm comm, const struct rf_fsdp_options *opt) {
   return f;
 }
 
-static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt, int rank) {
+static const char *layout_name(enum rf_layout layout) {
+  return layout == RF_LAYOUT_PLANNED ? "planned" : layout == RF_LAYOUT_FSDP2 ? "fsdp2" : "flat";
+}
+
+static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int pow2, enum rf_dtype pdt) {
   char what[96];
-  snprintf(what, sizeof what, "%s pow2=%d param %s", shard == RF_SHARD_MODE_EQUAL ? "equal" : "ragged", pow2,
-           rf_dtype_name(pdt));
+  snprintf(what, sizeof what, "%s %s pow2=%d param %s", layout_name(layout),
+           shard == RF_SHARD_MODE_EQUAL ? "equal" : "ragged", pow2, rf_dtype_name(pdt));
   struct rf_fsdp_options opt, ref_opt;
   rf_fsdp_options_default(&opt);
+  opt.layout = layout;
   opt.shard = shard;
   opt.param_dtype = pdt;
   opt.fp8 = 1;
@@ -94,8 +102,13 @@ static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt,
         int64_t tiles = rf_fp8_grid_tiles(&g);
         uint8_t *codes = malloc((size_t)n); /* not counted: the runtime's allocations are */
         float *scales = malloc((size_t)tiles * sizeof(float));
-        RF_ASSERT(codes && scales);
-        RF_ASSERT(rf_fp8_quantize(&g, full, pow2, s->name, codes, scales) == 0);
+        float *rounded = malloc((size_t)n * sizeof(float)); /* what a bf16 gather delivers */
+        RF_ASSERT(codes && scales && rounded);
+        for (int64_t e = 0; e < n; e++)
+          rounded[e] = layout != RF_LAYOUT_PLANNED && pdt == RF_DTYPE_BF16
+                           ? rf_f32_from_bf16(rf_bf16_from_f32(full[e]))
+                           : full[e];
+        RF_ASSERT(rf_fp8_quantize(&g, rounded, pow2, s->name, codes, scales) == 0);
         const float *got_scales = NULL;
         const uint8_t *got = rf_fsdp_param_fp8(f, t, &got_scales);
         RF_CHECK(got && got_scales && !rf_fsdp_param(f, t) && !rf_fsdp_param_bf16(f, t),
@@ -111,6 +124,7 @@ static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt,
                  (long long)tiles);
         free(codes);
         free(scales);
+        free(rounded);
       }
       rf_fsdp_forward_end(f, u);
       rf_fsdp_forward_end(ref, u);
@@ -121,15 +135,15 @@ static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt,
     if (round == 1)
       RF_CHECK(d.allocations == 0, "%s: %llu allocations", what, (unsigned long long)d.allocations);
   }
-  (void)rank;
   rf_fsdp_free(f);
   rf_fsdp_free(ref);
 }
 
 /* A NaN in a.odd's master, row 150, on the rank that owns it: every rank fails. */
-static void check_nan(int rank, int world, float bad) {
+static void check_nan(enum rf_layout layout, int rank, int world, float bad) {
   struct rf_fsdp_options opt;
   rf_fsdp_options_default(&opt);
+  opt.layout = layout;
   opt.shard = RF_SHARD_MODE_RAGGED;
   opt.fp8 = 1;
   struct rf_fsdp *f = make(MPI_COMM_WORLD, &opt);
@@ -142,10 +156,10 @@ static void check_nan(int rank, int world, float bad) {
   int rc = rf_fsdp_status(f);
   const char *msg = rf_fsdp_error();
   RF_CHECK(rc != 0 && strstr(msg, "'a.odd'") && strstr(msg, "rows [128, 200)"),
-           "W=%d rank %d: a NaN in a.odd: rc %d, %s", world, rank, rc, rc ? msg : "");
+           "%s W=%d rank %d: a NaN in a.odd: rc %d, %s", layout_name(layout), world, rank, rc, rc ? msg : "");
   int all = rc != 0, every = 0;
   MPI_Allreduce(&all, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  RF_CHECK(every == 1, "W=%d: not every rank refused the NaN", world);
+  RF_CHECK(every == 1, "%s W=%d: not every rank refused the NaN", layout_name(layout), world);
   rf_fsdp_forward_end(f, 0);
   rf_fsdp_reshard_all(f);
   rf_fsdp_free(f);
@@ -154,21 +168,19 @@ static void check_nan(int rank, int world, float bad) {
 int main(int argc, char **argv) {
   int world;
   int rank = rf_test_mpi_init(&argc, &argv, &world);
-  check_variant(RF_SHARD_MODE_RAGGED, 0, RF_DTYPE_F32, rank);
-  check_variant(RF_SHARD_MODE_EQUAL, 0, RF_DTYPE_F32, rank);
-  check_variant(RF_SHARD_MODE_RAGGED, 1, RF_DTYPE_BF16, rank);
-  check_variant(RF_SHARD_MODE_EQUAL, 1, RF_DTYPE_BF16, rank);
-  check_nan(rank, world, NAN);
-  check_nan(rank, world, -INFINITY);
-  struct rf_fsdp_options opt;
-  rf_fsdp_options_default(&opt);
-  opt.fp8 = 1;
+  check_variant(RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 0, RF_DTYPE_F32);
+  check_variant(RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 0, RF_DTYPE_F32);
+  check_variant(RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, RF_DTYPE_BF16);
+  check_variant(RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 1, RF_DTYPE_BF16);
+  check_nan(RF_LAYOUT_PLANNED, rank, world, NAN);
+  check_nan(RF_LAYOUT_PLANNED, rank, world, -INFINITY);
+  /* fsdp2 and flat (FSDP1) cut tiles: gathered in the param dtype, quantized after */
   for (int layout = RF_LAYOUT_FSDP2; layout <= RF_LAYOUT_FLAT; layout++) {
-    struct rf_fsdp *f = NULL;
-    opt.layout = (enum rf_layout)layout;
-    RF_CHECK(rf_fsdp_create(&f, MPI_COMM_WORLD, &opt) != 0 && strstr(rf_fsdp_error(), "planned layout"),
-             "fp8 with layout %d: %s", layout, f ? "accepted" : rf_fsdp_error());
-    rf_fsdp_free(f);
+    check_variant((enum rf_layout)layout, RF_SHARD_MODE_EQUAL, 0, RF_DTYPE_F32);
+    check_variant((enum rf_layout)layout, RF_SHARD_MODE_EQUAL, 1, RF_DTYPE_BF16);
+    check_variant((enum rf_layout)layout, RF_SHARD_MODE_EQUAL, 0, RF_DTYPE_BF16);
+    check_nan((enum rf_layout)layout, rank, world, NAN);
+    check_nan((enum rf_layout)layout, rank, world, INFINITY);
   }
   return rf_test_finish("test_fsdp_fp8");
 }

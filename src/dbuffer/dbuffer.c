@@ -85,7 +85,7 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
     else
       rf_comm_iallgatherv(comm, base, buf->starts, dt, &reqs[b]);
   }
-  for (int t = 0, k = db->n_buffers; t < db->n_tensors; t++)
+  for (int t = 0, k = db->n_buffers; t < db->n_tensors && !db->fp8_after; t++)
     if (db->tensors[t].fp8)
       rf_comm_iallgatherv(comm, rf_dbuffer_scales(slot, &db->tensors[t]), db->tensors[t].scale_starts,
                           RF_DTYPE_F32, &reqs[k++]);
@@ -99,7 +99,7 @@ static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
     if (!x->fp8) continue;
     const float *s = rf_dbuffer_scales(slot, x);
     int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), bands = rf_ceil_div(x->rows, RF_FP8_TILE);
-    for (int64_t i = 0; i < x->scale_starts[db->world]; i++)
+    for (int64_t i = 0; i < x->tiles; i++)
       if (isnan(s[i])) {
         int64_t e = i / tc / bands, row = i / tc % bands * RF_FP8_TILE;
         char expert[48] = "";
@@ -113,22 +113,53 @@ static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
   return 0;
 }
 
-int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
-                             struct rf_comm_req *reqs) {
-  for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_wait(&reqs[b]);
-  if (db->layout != RF_LAYOUT_FSDP2) return rf_dbuffer_check_scales(db, slot);
-  /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
-   * into the tensor's own storage. */
+/* fp8_after: every FP8 tensor's gathered view (param dtype) quantized whole into
+ * its codes and scales, one band at a time (128 rows, or what is left of an
+ * expert's matrix: a band of whole tile rows is a tensor of the same grid, so these
+ * are the codes and scales of the whole tensor, expert by expert); a bf16 view
+ * is widened band by band into the slot's f32 scratch. A band holding NaN or an
+ * infinity gets NaN scales, as on the planned layout. */
+static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+                                         int pow2) {
   size_t ps = rf_dtype_size(param_dtype);
+  float *scratch =
+      param_dtype == RF_DTYPE_F32 ? NULL : (float *)(void *)rf_dbuffer_at(slot, db->band_byte, 1);
   for (int t = 0; t < db->n_tensors; t++) {
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
-    for (int q = 0; q < db->world; q++) {
-      int64_t n = x->starts[q + 1] - x->starts[q];
-      rf_move_copy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps), rf_dbuffer_at(slot, x->piece[q], ps),
-                   (size_t)n * ps);
+    if (!x->fp8) continue;
+    int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), per = x->rows * x->cols;
+    float *scales = rf_dbuffer_scales(slot, x);
+    for (int64_t e = 0, k = 0, rows; e < x->numel; e += rows * x->cols, k += tc) {
+      rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols); /* 128, or what is left of the expert */
+      const void *view = rf_dbuffer_at(slot, x->view_byte + e * (int64_t)ps, 1);
+      if (scratch) rf_move_convert_back(scratch, view, param_dtype, (size_t)(rows * x->cols), 0);
+      const float *src = scratch ? scratch : view;
+      struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
+      if (rf_fp8_quantize(&g, src, pow2, x->name, rf_dbuffer_at(slot, x->code_byte + e, 1), scales + k) != 0)
+        for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
+    }
+    rf_counters_global.bytes_cast += (uint64_t)(x->numel + x->tiles * (int64_t)sizeof(float));
+  }
+}
+
+int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype, int pow2,
+                             struct rf_comm_req *reqs) {
+  for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_wait(&reqs[b]);
+  if (db->layout == RF_LAYOUT_FSDP2) {
+    /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
+     * into the tensor's own storage. */
+    size_t ps = rf_dtype_size(param_dtype);
+    for (int t = 0; t < db->n_tensors; t++) {
+      const struct rf_dbuffer_tensor *x = &db->tensors[t];
+      for (int q = 0; q < db->world; q++) {
+        int64_t n = x->starts[q + 1] - x->starts[q];
+        rf_move_copy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps),
+                     rf_dbuffer_at(slot, x->piece[q], ps), (size_t)n * ps);
+      }
     }
   }
-  return 0;
+  if (db->fp8_after) rf_dbuffer_quantize_gathered(db, slot, param_dtype, pow2);
+  return rf_dbuffer_check_scales(db, slot);
 }
 
 /* FSDP2's copy-in: every tensor's gradient into the rank-major staging buffer,

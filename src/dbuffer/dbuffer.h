@@ -16,7 +16,7 @@
  * padded at the end to a multiple of W), fsdp2 (per tensor ceil(d0/W) rows per
  * rank; all-gather into staging then copy out; copy in before the reduce).
  *
- * FP8 block mode (policy->fp8, planned layout): the unit's FP8 tensors and its
+ * FP8 block mode (policy->fp8), planned layout: the unit's FP8 tensors and its
  * other tensors are planned as two groups, so every buffer holds one kind. An FP8
  * buffer is gathered as e4m3 codes (1 byte per element): each rank quantizes its
  * own range of every FP8 tensor (whole bands of 128 rows of a matrix or of one expert's
@@ -24,7 +24,13 @@
  * straight into its range of the param slot, and each FP8 tensor's tile scales
  * (f32, row-major over the tiles, after the buffers in the param slot) are
  * gathered in place by one all-gather-v (rank r's bands are consecutive tiles).
- * Gradients are f32 in every buffer, as without FP8. */
+ * fsdp2 and flat layouts (their rank boundaries cut 128x128 tiles): what the peers
+ * do, the FP8 tensors are gathered in the param dtype like the others, then every
+ * rank quantizes each whole FP8 tensor from its gathered view into codes and
+ * scales of its own after the slot's other contents (and, with a bf16 param
+ * dtype, through an f32 scratch of one 128-row band). Either way the codes and
+ * scales are those of quantizing the whole tensor. Gradients are f32 in every
+ * buffer, as without FP8. */
 #ifndef RF_DBUFFER_H
 #define RF_DBUFFER_H
 
@@ -47,12 +53,14 @@ struct rf_dbuffer_tensor {
   int64_t shard_off; /* elements: this rank's piece in the unit's shard (add the unit's base) */
   int64_t view_byte; /* bytes: the whole tensor's view in the param slot (its buffer's dtype) */
   /* FP8 tensors: `experts` matrices [rows, cols] (1 for a matrix; fused experts [E, rows,
-   * cols]: E), each in its own 128x128 tiles; the tile scales' place in the param slot
-   * (bytes, expert-major, row-major over each expert's tiles) and world + 1 offsets (in
-   * scales) of every rank's tiles */
+   * cols]: E), each in its own 128x128 tiles (`tiles` in all); the codes' and the tile
+   * scales' places in the param slot (bytes; planned: the codes are the view; scales
+   * expert-major, row-major over each expert's tiles) and, planned only, world + 1
+   * offsets (in scales) of every rank's tiles */
   int fp8;
   const char *name; /* borrowed from the caller's tensors (for messages) */
-  int64_t experts, rows, cols;
+  int64_t experts, rows, cols, tiles;
+  int64_t code_byte;
   int64_t scale_byte;
   int64_t *scale_starts;
 };
@@ -86,8 +94,10 @@ struct rf_dbuffer {
   int64_t max_shard_elems; /* the layout's: sum over buffers of the largest rank range */
   int64_t split_blocks;    /* the layout's: blocks cut by a rank boundary */
   int64_t copy_bytes;      /* the layout's: bytes copied around the collectives per step (counting rule) */
-  int n_fp8;               /* FP8 tensors (one scales all-gather-v each, after the buffers' requests) */
-  int n_gather_reqs;       /* n_buffers + n_fp8 */
+  int n_fp8;               /* FP8 tensors (planned: one scales all-gather-v each, after the buffers') */
+  int fp8_after;           /* fsdp2, flat: the FP8 tensors are quantized after a param-dtype gather */
+  int64_t band_byte;       /* fp8_after with a bf16 param dtype: the f32 band scratch in the param slot */
+  int n_gather_reqs;       /* n_buffers, + n_fp8 when the scales are gathered */
   size_t slot_bytes;       /* the param slot in the policy's param dtype (FP8 buffers: 1 byte each) */
 };
 
@@ -109,12 +119,14 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
  * when pow2), then starts one in-place all-gather per buffer and one per FP8
  * tensor's scales (reqs: n_gather_reqs requests). A tile holding NaN or an
  * infinity gets the scale NaN, which every rank receives. finish waits and, in
- * the fsdp2 layout, copies the staging buffer out into each tensor's storage; it
- * returns -1 with a message naming the tensor and its rows when a gathered scale
- * is NaN (the same on every rank: the scales are the same everywhere), else 0. */
+ * the fsdp2 layout, copies the staging buffer out into each tensor's storage;
+ * with fp8_after it then quantizes every FP8 tensor's gathered view (a band with
+ * NaN or an infinity: NaN scales; every rank holds the same gathered values). It
+ * returns -1 with a message naming the tensor and its rows when a scale is NaN
+ * (the same on every rank: the scales are the same everywhere), else 0. */
 void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
                              void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs);
-int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
+int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype, int pow2,
                              struct rf_comm_req *reqs);
 
 /* Reduce: starts one reduce-scatter per buffer from the grad slot (the backward

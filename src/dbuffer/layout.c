@@ -118,11 +118,12 @@ static int rf_dbuffer_place(struct rf_dbuffer *db, const struct rf_plan_layout *
   return 0;
 }
 
-/* FP8 tensor t: its tile grid and every rank's first tile; fails when a rank's
- * range starts inside a band of 128 rows (its tiles would be cut). A matrix is one
- * grid; fused experts [E, rows, cols] are E grids, each expert's matrix tiled on its
- * own (its last band partial when rows is not a multiple of 128), the scales
- * expert-major (as `rfsdp ckpt export --fp8` writes them). */
+/* FP8 tensor t: its tile grid and, when its codes are gathered (planned layout),
+ * every rank's first tile; fails when a rank's range starts inside a band of 128
+ * rows (its tiles would be cut). A matrix is one grid; fused experts [E, rows, cols]
+ * are E grids, each expert's matrix tiled on its own (its last band partial when
+ * rows is not a multiple of 128), the scales expert-major (as `rfsdp ckpt export
+ * --fp8` writes them). */
 static int rf_dbuffer_fp8_tiles(struct rf_dbuffer *db, const char *unit_name,
                                 const struct rf_plan_tensor_in *in, int t) {
   struct rf_dbuffer_tensor *x = &db->tensors[t];
@@ -135,6 +136,9 @@ static int rf_dbuffer_fp8_tiles(struct rf_dbuffer *db, const char *unit_name,
   x->rows = in->shape[in->ndim - 2];
   int64_t band = (int64_t)RF_FP8_TILE * x->cols, per = x->rows * x->cols;
   int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), bands = rf_ceil_div(x->rows, RF_FP8_TILE);
+  x->tiles = x->experts * bands * tc;
+  db->n_fp8++;
+  if (db->fp8_after) return 0;
   x->scale_starts = rf_xcalloc((size_t)db->world + 1, sizeof(int64_t));
   for (int r = 0; r <= db->world; r++) {
     int64_t s = x->starts[r], e = s / per, local = s % per;
@@ -144,32 +148,46 @@ static int rf_dbuffer_fp8_tiles(struct rf_dbuffer *db, const char *unit_name,
                unit_name, in->name, r, (long long)(local / x->cols), (long long)e);
     x->scale_starts[r] = (e * bands + local / band) * tc;
   }
-  db->n_fp8++;
   return 0;
 }
 
 /* The param slot in bytes: every buffer in its dtype (FP8 buffers: 1 byte per
- * element) on the alignment of the element offsets, then the FP8 tensors' scales;
- * without FP8 buffers, exactly slot_elems elements of the param dtype. */
+ * element; fsdp2: the staging buffer and the tensors' storage) on the alignment of
+ * the element offsets, then per FP8 tensor its codes (fp8_after: the gathered view
+ * is in the param dtype) and its scales, then (fp8_after, bf16) the f32 band
+ * scratch; without FP8 tensors, exactly slot_elems elements of the param dtype. */
 static void rf_dbuffer_slot_bytes(struct rf_dbuffer *db, enum rf_dtype param_dtype, int64_t align) {
-  int64_t ps = (int64_t)rf_dtype_size(param_dtype), at = 0;
+  int64_t ps = (int64_t)rf_dtype_size(param_dtype), at = 0, band = 0;
   if (db->layout == RF_LAYOUT_FSDP2) {
     for (int t = 0; t < db->n_tensors; t++) db->tensors[t].view_byte = db->tensors[t].view_off * ps;
-    db->slot_bytes = (size_t)(db->slot_elems * ps);
-    return;
-  }
-  for (int b = 0; b < db->n_buffers; b++) {
-    struct rf_dbuffer_buf *buf = &db->bufs[b];
-    buf->slot_byte = at;
-    at = rf_round_up(at + buf->total * (buf->fp8 ? 1 : ps), align * ps);
+    at = db->slot_elems * ps;
+  } else {
+    for (int b = 0; b < db->n_buffers; b++) {
+      struct rf_dbuffer_buf *buf = &db->bufs[b];
+      buf->slot_byte = at;
+      at = rf_round_up(at + buf->total * (buf->fp8 ? 1 : ps), align * ps);
+    }
+    for (int t = 0; t < db->n_tensors; t++) {
+      struct rf_dbuffer_tensor *x = &db->tensors[t];
+      const struct rf_dbuffer_buf *buf = &db->bufs[x->buffer];
+      x->view_byte = buf->slot_byte + (x->view_off - buf->slot_off) * (buf->fp8 ? 1 : ps);
+    }
   }
   for (int t = 0; t < db->n_tensors; t++) {
     struct rf_dbuffer_tensor *x = &db->tensors[t];
-    const struct rf_dbuffer_buf *buf = &db->bufs[x->buffer];
-    x->view_byte = buf->slot_byte + (x->view_off - buf->slot_off) * (buf->fp8 ? 1 : ps);
     if (!x->fp8) continue;
+    x->code_byte = x->view_byte;
+    if (db->fp8_after) {
+      x->code_byte = at;
+      at = rf_round_up(at + x->numel, align * ps);
+      band = rf_max_i64(band, rf_min_i64(RF_FP8_TILE, x->rows) * x->cols);
+    }
     x->scale_byte = at;
-    at = rf_round_up(at + x->scale_starts[db->world] * (int64_t)sizeof(float), align * ps);
+    at = rf_round_up(at + x->tiles * (int64_t)sizeof(float), align * ps);
+  }
+  if (param_dtype != RF_DTYPE_F32 && band > 0) {
+    db->band_byte = at;
+    at = rf_round_up(at + band * (int64_t)sizeof(float), align * ps);
   }
   db->slot_bytes = (size_t)at;
 }
@@ -181,16 +199,15 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
   db->layout = policy->layout;
   db->world = world;
   db->rank = rank;
-  int fp8 = 0;
+  int has_fp8 = 0;
   for (int t = 0; t < n_tensors; t++) {
     db->elems += tensors[t].numel;
-    fp8 |= policy->fp8 && tensors[t].fp8;
+    has_fp8 |= policy->fp8 && tensors[t].fp8;
   }
-  RF_REQUIRE(!fp8 || policy->layout == RF_LAYOUT_PLANNED,
-             "unit %s: FP8 block mode needs the planned layout (fsdp2 and flat cut 128x128 tiles)",
-             unit_name);
-  /* two groups under FP8 (the other tensors, then the FP8 ones), each planned into
-   * buffers of its own: every collective moves one kind; else one group */
+  db->fp8_after = has_fp8 && policy->layout != RF_LAYOUT_PLANNED;
+  /* planned with FP8 tensors: two groups (the other tensors, then the FP8 ones),
+   * each planned into buffers of its own: every collective moves one kind; else
+   * one group (rf_plan_split_make) */
   struct rf_plan_split sp;
   const struct rf_plan_unit_in unit = {unit_name, n_tensors, tensors};
   int n_buffers = 0, rc = rf_plan_split_make(policy, world, &unit, &sp);
@@ -224,9 +241,9 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
       rf_dbuffer_finish_contiguous(db, align);
   }
   for (int t = 0; t < n_tensors && rc == 0; t++)
-    if (fp8 && tensors[t].fp8) rc = rf_dbuffer_fp8_tiles(db, unit_name, &tensors[t], t);
+    if (has_fp8 && tensors[t].fp8) rc = rf_dbuffer_fp8_tiles(db, unit_name, &tensors[t], t);
   if (rc == 0) rf_dbuffer_slot_bytes(db, policy->param_dtype, align);
-  db->n_gather_reqs = db->n_buffers + db->n_fp8;
+  db->n_gather_reqs = db->n_buffers + (db->fp8_after ? 0 : db->n_fp8);
   rf_plan_split_free(&sp);
   return rc;
 }

@@ -35,9 +35,6 @@ static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
              "param dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->param_dtype));
   RF_REQUIRE(o->reduce_dtype == RF_DTYPE_F32 || o->reduce_dtype == RF_DTYPE_BF16,
              "reduce dtype must be f32 or bf16 (got %s)", rf_dtype_name(o->reduce_dtype));
-  RF_REQUIRE(!o->fp8 || o->layout == RF_LAYOUT_PLANNED,
-             "FP8 block mode (--fp8 block) needs the planned layout (--layout planned): fsdp2 and flat cut "
-             "128x128 tiles across ranks");
   return 0;
 }
 
@@ -166,6 +163,10 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
       t->ndim == 2 || t->ndim == 3,
       "tensor %s: only matrices and fused experts [E, rows, cols] are quantized in 128x128 tiles (ndim %d)",
       t->name, t->ndim);
+  t->fp8 = 1;
+  /* fsdp2 and flat place rank boundaries by their own rule and quantize after the
+   * gather: the tensor keeps its block */
+  if (f->opt.layout != RF_LAYOUT_PLANNED) return 0;
   struct rf_plan_tensor_in in = {.name = t->name,
                                  .ndim = t->ndim,
                                  .numel = t->numel,
@@ -173,7 +174,6 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
                                  .sub_count = t->ndim == 3 ? t->shape[0] : 1};
   memcpy(in.shape, t->shape, sizeof in.shape);
   t->block_elems = rf_plan_fp8_block_elems(&in);
-  t->fp8 = 1;
   return 0;
 }
 
@@ -332,7 +332,7 @@ const uint8_t *rf_fsdp_param_fp8(struct rf_fsdp *f, int tensor, const float **sc
   const struct rf_dbuffer_tensor *d;
   const void *slot = rf_fsdp_param_slot(f, tensor, &d);
   *scales = d->fp8 ? rf_fsdp_at(slot, d->scale_byte) : NULL;
-  return d->fp8 ? rf_fsdp_at(slot, d->view_byte) : NULL;
+  return d->fp8 ? rf_fsdp_at(slot, d->code_byte) : NULL;
 }
 
 int rf_fsdp_status(const struct rf_fsdp *f) {

@@ -38,7 +38,8 @@ static void rf_fsdp_gather_wait(struct rf_fsdp *f, int u) {
     RF_DIE("no free parameter slot for unit %s (%d slots): units must be handed back in order", x->name,
            f->n_pslots);
   if (x->state == RF_FSDP_UNIT_STATE_GATHERING) {
-    if (rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, x->gather_reqs) != 0 &&
+    if (rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, f->opt.fp8_pow2,
+                                 x->gather_reqs) != 0 &&
         !f->failed) {
       f->failed = 1;
       snprintf(f->fail_msg, sizeof f->fail_msg, "%s", rf_error_msg());

@@ -11,7 +11,8 @@ int rf_plan_split_make(const struct rf_plan_policy *p, int world, const struct r
                        struct rf_plan_split *out) {
   memset(out, 0, sizeof *out);
   int n = in->n_tensors, fp8 = 0, n_sub[2] = {0, 0};
-  for (int t = 0; t < n; t++) fp8 |= p->fp8 && in->tensors[t].fp8;
+  /* fsdp2 and flat gather FP8 tensors in the param dtype (quantized after the gather) */
+  for (int t = 0; t < n; t++) fp8 |= p->fp8 && p->layout == RF_LAYOUT_PLANNED && in->tensors[t].fp8;
   out->tensors = rf_xcalloc((size_t)(n > 0 ? n : 1), sizeof *out->tensors);
   out->map = rf_xcalloc((size_t)(n > 0 ? n : 1), sizeof *out->map);
   for (int t = 0; t < n; t++) n_sub[fp8 && in->tensors[t].fp8]++;
