@@ -54,7 +54,8 @@ struct rf_counters {
   uint64_t bytes_intra;     /* ... on communicators inside one shard group (all of them in 1-D FSDP) */
   uint64_t bytes_inter;     /* ... on communicators across shard groups (the replicate group of HSDP) */
   uint64_t bytes_copied;    /* bytes copied outside collectives (staging, copy-in/out, packing) */
-  uint64_t bytes_cast;      /* bytes written converting between f32 and bf16 outside collectives */
+  uint64_t bytes_cast;      /* bytes written converting between f32 and bf16 (or to e4m3 after a
+                               gather, FP8 with the fsdp2 and flat layouts) outside collectives */
   uint64_t bytes_own_shard; /* bytes of this rank's master shard written into the buffer an
                                all-gather fills (once per gather, every layout; f32 copy or bf16 cast) */
   uint64_t bytes_padding;   /* padding bytes moved by collectives */

@@ -211,7 +211,9 @@ struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct 
  * payloads are counted in src/comm/comm.c):
  *   bytes_copied     rf_move_copy; rf_move_zero (zeroes written into a buffer a
  *                    collective sends); a conversion between equal dtypes (f32)
- *   bytes_cast       a conversion between f32 and bf16 (the bytes written)
+ *   bytes_cast       a conversion between f32 and bf16 (the bytes written); also the
+ *                    e4m3 codes and scales of FP8 tensors quantized after a gather
+ *                    (the fsdp2 and flat layouts, src/dbuffer/dbuffer.c)
  *   bytes_own_shard  rf_move_own_shard: this rank's master shard written into its
  *                    range of the buffer an in-place all-gather fills; every layout
  *                    does it once per gather (a copy in f32, a cast in bf16) */
