@@ -154,6 +154,15 @@ static int rf_plan_cmd_fp8(const struct rf_plan_cmd *c, int world, struct rf_pla
   return 0;
 }
 
+/* Bytes a gather of the model moves in the run's own layout: codes and scales
+ * (planned), else everything in the param dtype (fsdp2 and flat quantize after the
+ * gather). */
+static double rf_plan_cmd_fp8_run_bytes(const struct rf_plan_cmd *c, const struct rf_plan_fp8_stats *s) {
+  if (c->policy.layout == RF_LAYOUT_PLANNED)
+    return (double)rf_plan_fp8_gather_bytes(s, c->policy.param_dtype);
+  return (double)s->padded_elems * (double)rf_dtype_size(c->policy.param_dtype);
+}
+
 static void rf_plan_cmd_fp8_table(const struct rf_plan_cmd *c, const struct rf_plan_fp8_stats *s) {
   printf(
       "  fp8 (e4m3, 128x128 tiles): %lld of %lld elements quantized in %lld tiles; others gathered in %s\n",
@@ -172,12 +181,23 @@ static void rf_plan_cmd_fp8_table(const struct rf_plan_cmd *c, const struct rf_p
            k == 0 ? "rfsdp" : rf_plan_peer_name((enum rf_plan_peer)(k - 1)), (long long)s[k].cut_tiles, a, b,
            d, f8 / f32, f8 / b16);
   }
+  if (c->policy.layout != RF_LAYOUT_PLANNED) {
+    char a[32];
+    rf_plan_cmd_bytes(rf_plan_cmd_fp8_run_bytes(c, &s[0]), a, sizeof a);
+    printf(
+        "  the %s layout cuts tiles: rfsdp train gathers its FP8 weights in %s (%s per gather of the model) "
+        "and every rank quantizes each whole tensor after the gather\n",
+        c->args.layout, rf_dtype_name(c->policy.param_dtype), a);
+  }
 }
 
 static void rf_plan_cmd_fp8_json(const struct rf_plan_cmd *c, const struct rf_plan_fp8_stats *s, cJSON *o) {
   cJSON *f = cJSON_AddObjectToObject(o, "fp8");
   cJSON_AddNumberToObject(f, "quantized_elems", (double)s[0].q_elems);
   cJSON_AddNumberToObject(f, "tiles", (double)s[0].tiles);
+  /* what the run sends: codes (planned), or the param dtype, quantized after the gather */
+  cJSON_AddBoolToObject(f, "run_quantizes_after_gather", c->policy.layout != RF_LAYOUT_PLANNED);
+  cJSON_AddNumberToObject(f, "run_gather_bytes", rf_plan_cmd_fp8_run_bytes(c, &s[0]));
   for (int k = 0; k <= RF_PLAN_PEER_COUNT; k++) {
     cJSON *x = cJSON_AddObjectToObject(f, k == 0 ? "rfsdp" : rf_plan_peer_name((enum rf_plan_peer)(k - 1)));
     cJSON_AddNumberToObject(x, "tiles_cut", (double)s[k].cut_tiles);

@@ -391,7 +391,9 @@ struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *des
       ts->sub_count = t->sub_count;
       ts->block_elems = rf_plan_block_elems(p, t->ndim, t->shape, t->block_rows);
       ts->fp8 = p->fp8 && t->fp8;
-      if (ts->fp8) ts->block_elems = rf_plan_fp8_block_elems(ts);
+      /* the planned layout keeps tiles whole; fsdp2 and flat quantize after the gather
+       * (rf_fsdp_set_fp8 does the same) */
+      if (ts->fp8 && p->layout == RF_LAYOUT_PLANNED) ts->block_elems = rf_plan_fp8_block_elems(ts);
     }
   }
   return units;
