@@ -45,8 +45,7 @@ static int64_t brute_fsdp2_cut(int64_t rows, int64_t cols, int world) {
       for (int64_t r = r0; r < rf_min_i64(r0 + 128, rows); r++)
         for (int64_t c = c0; c < rf_min_i64(c0 + 128, cols); c++) {
           int64_t o = (r * cols + c) / (chunk * cols);
-          if (owner < 0)
-            owner = o;
+          if (owner < 0) owner = o;
           mixed |= o != owner;
         }
       cut += mixed;
@@ -64,8 +63,7 @@ int main(void) {
   snprintf(path, sizeof path, "%s/m.json", dir);
   RF_ASSERT(rf_file_write_all(path, model_json, strlen(model_json)) == 0);
   /* the linear weights: q, k, v, o, gate, up, down per layer */
-  const int64_t shapes[7][2] = {{H, H}, {KV, H}, {KV, H}, {H, H},
-                                {F, H}, {F, H},  {H, F}};
+  const int64_t shapes[7][2] = {{H, H}, {KV, H}, {KV, H}, {H, H}, {F, H}, {F, H}, {H, F}};
   int64_t q_elems = 0, tiles = 0, fsdp2_cut = 0;
   for (int l = 0; l < LAYERS; l++)
     for (int i = 0; i < 7; i++) {
@@ -74,78 +72,63 @@ int main(void) {
       fsdp2_cut += brute_fsdp2_cut(shapes[i][0], shapes[i][1], WORLD);
     }
   int64_t elems = q_elems + LAYERS * 2 * H + H + 2 * (int64_t)V * H;
-  RF_CHECK(fsdp2_cut == LAYERS * (2 * 2 * 3 + 2 * 1 * 3),
-           "brute force: %lld tiles cut", (long long)fsdp2_cut);
+  RF_CHECK(fsdp2_cut == LAYERS * (2 * 2 * 3 + 2 * 1 * 3), "brute force: %lld tiles cut",
+           (long long)fsdp2_cut);
 
   for (int mode = 0; mode < 2; mode++) {
     const char *shard = mode ? "ragged" : "equal";
-    int rc = rf_cli_run(
-        out, sizeof out,
-        "plan --model %s --world %d --shard %s --block-rows 4 %s --json", path,
-        WORLD, shard, fp8);
+    int rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --shard %s --block-rows 4 %s --json",
+                        path, WORLD, shard, fp8);
     cJSON *o = cJSON_Parse(out);
     RF_CHECK(rc == 0 && o, "%s --json: rc %d '%.300s'", shard, rc, out);
-    if (!o)
-      continue;
+    if (!o) continue;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fp8");
     RF_CHECK(cJSON_IsObject(f), "%s: no \"fp8\" object", shard);
-    RF_CHECK(num(f, "quantized_elems") == (double)q_elems &&
-                 num(f, "tiles") == (double)tiles,
-             "%s: quantized %g (want %lld), tiles %g (want %lld)", shard,
-             num(f, "quantized_elems"), (long long)q_elems, num(f, "tiles"),
-             (long long)tiles);
-    static const char *layouts[] = {"rfsdp", "fsdp1", "fsdp2", "deepspeed",
-                                    "megatron"};
+    RF_CHECK(num(f, "quantized_elems") == (double)q_elems && num(f, "tiles") == (double)tiles,
+             "%s: quantized %g (want %lld), tiles %g (want %lld)", shard, num(f, "quantized_elems"),
+             (long long)q_elems, num(f, "tiles"), (long long)tiles);
+    static const char *layouts[] = {"rfsdp", "fsdp1", "fsdp2", "deepspeed", "megatron"};
     for (int k = 0; k < 5; k++) {
       const cJSON *x = cJSON_GetObjectItemCaseSensitive(f, layouts[k]);
       RF_CHECK(cJSON_IsObject(x), "%s: no fp8.%s", shard, layouts[k]);
-      if (!x)
-        continue;
-      double cut = num(x, "tiles_cut"), b8 = num(x, "gather_bytes_fp8"),
-             b16 = num(x, "gather_bytes_bf16"),
+      if (!x) continue;
+      double cut = num(x, "tiles_cut"), b8 = num(x, "gather_bytes_fp8"), b16 = num(x, "gather_bytes_bf16"),
              b32 = num(x, "gather_bytes_f32");
-      RF_CHECK(cut >= 0 && cut <= (double)tiles && b32 == 2 * b16 &&
-                   b16 >= 2.0 * (double)elems && b8 < b16,
-               "%s %s: cut %g, bytes fp8 %g bf16 %g f32 %g", shard, layouts[k],
-               cut, b8, b16, b32);
+      RF_CHECK(cut >= 0 && cut <= (double)tiles && b32 == 2 * b16 && b16 >= 2.0 * (double)elems && b8 < b16,
+               "%s %s: cut %g, bytes fp8 %g bf16 %g f32 %g", shard, layouts[k], cut, b8, b16, b32);
       if (k == 0) {
         RF_CHECK(cut == 0, "%s: rfsdp's layout cuts %g tiles", shard, cut);
         double padded = num(o, "padded_elems");
         /* 1 byte per quantized or padding element, 4 per tile scale, the others
          * in f32 */
-        double want = (double)q_elems + (padded - (double)elems) +
-                      4.0 * (double)tiles + 4.0 * (double)(elems - q_elems);
-        RF_CHECK(b32 == 4 * padded && b8 == want,
-                 "%s rfsdp: fp8 bytes %g, want %g (padded %g)", shard, b8, want,
-                 padded);
+        double want = (double)q_elems + (padded - (double)elems) + 4.0 * (double)tiles +
+                      4.0 * (double)(elems - q_elems);
+        RF_CHECK(b32 == 4 * padded && b8 == want, "%s rfsdp: fp8 bytes %g, want %g (padded %g)", shard, b8,
+                 want, padded);
       }
       if (k == 2)
-        RF_CHECK(cut == (double)fsdp2_cut,
-                 "%s: fsdp2 cuts %g tiles, the brute force %lld", shard, cut,
+        RF_CHECK(cut == (double)fsdp2_cut, "%s: fsdp2 cuts %g tiles, the brute force %lld", shard, cut,
                  (long long)fsdp2_cut);
     }
     cJSON_Delete(o);
   }
 
   /* the table */
-  int rc =
-      rf_cli_run(out, sizeof out,
-                 "plan --model %s --world %d --shard ragged --block-rows 4 %s",
-                 path, WORLD, fp8);
+  int rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --shard ragged --block-rows 4 %s", path,
+                      WORLD, fp8);
   char head[160];
   snprintf(head, sizeof head,
            "fp8 (e4m3, 128x128 tiles): %lld of %lld elements quantized in %lld "
            "tiles",
            (long long)q_elems, (long long)elems, (long long)tiles);
-  RF_CHECK(rc == 0 && strstr(out, head) && strstr(out, "tiles cut") &&
-               strstr(out, "fp8/bf16"),
+  RF_CHECK(rc == 0 && strstr(out, head) && strstr(out, "tiles cut") && strstr(out, "fp8/bf16"),
            "table header: rc %d '%.600s'", rc, out);
   char row0[64], row2[64];
   snprintf(row0, sizeof row0, "%-10s %12d", "rfsdp", 0);
   snprintf(row2, sizeof row2, "%-10s %12lld", "fsdp2", (long long)fsdp2_cut);
   const char *t = strstr(out, "tiles cut");
-  RF_CHECK(t && strstr(t, row0) && strstr(t, row2) && strstr(t, "deepspeed") &&
-               strstr(t, "megatron") && strstr(t, "fsdp1"),
+  RF_CHECK(t && strstr(t, row0) && strstr(t, row2) && strstr(t, "deepspeed") && strstr(t, "megatron") &&
+               strstr(t, "fsdp1"),
            "table rows ('%s', '%s'): '%.900s'", row0, row2, t ? t : out);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
