@@ -105,6 +105,10 @@ int main(void) {
                       4.0 * (double)(elems - q_elems);
         RF_CHECK(b32 == 4 * padded && b8 == want, "%s rfsdp: fp8 bytes %g, want %g (padded %g)", shard, b8,
                  want, padded);
+        /* the planned layout's run gathers codes and scales */
+        const cJSON *after = cJSON_GetObjectItemCaseSensitive(f, "run_quantizes_after_gather");
+        RF_CHECK(cJSON_IsFalse(after) && num(f, "run_gather_bytes") == want, "%s: the run gathers %g bytes",
+                 shard, num(f, "run_gather_bytes"));
       }
       if (k == 2)
         RF_CHECK(cut == (double)fsdp2_cut, "%s: fsdp2 cuts %g tiles, the brute force %lld", shard, cut,
@@ -113,9 +117,34 @@ int main(void) {
     cJSON_Delete(o);
   }
 
+  /* --layout fsdp2 --param-dtype bf16: the run's own layout is FSDP2's (the brute force's
+   * cuts), so it gathers everything in bf16 and quantizes after the gather */
+  int rc =
+      rf_cli_run(out, sizeof out, "plan --model %s --world %d --layout fsdp2 --param-dtype bf16 %s --json",
+                 path, WORLD, fp8);
+  cJSON *o = cJSON_Parse(out);
+  RF_CHECK(rc == 0 && o, "fsdp2 --json: rc %d '%.300s'", rc, out);
+  const cJSON *f = o ? cJSON_GetObjectItemCaseSensitive(o, "fp8") : NULL;
+  const cJSON *run = f ? cJSON_GetObjectItemCaseSensitive(f, "rfsdp") : NULL;
+  const cJSON *peer = f ? cJSON_GetObjectItemCaseSensitive(f, "fsdp2") : NULL;
+  RF_CHECK(run && peer, "fsdp2 --json: no fp8 rows");
+  if (run && peer)
+    RF_CHECK(num(run, "tiles_cut") == (double)fsdp2_cut &&
+                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "run_quantizes_after_gather")) &&
+                 num(f, "run_gather_bytes") == num(peer, "gather_bytes_bf16") &&
+                 num(f, "run_gather_bytes") >= 2.0 * (double)elems,
+             "fsdp2: the run cuts %g tiles (brute force %lld) and gathers %g bytes (fsdp2 in bf16: %g)",
+             num(run, "tiles_cut"), (long long)fsdp2_cut, num(f, "run_gather_bytes"),
+             num(peer, "gather_bytes_bf16"));
+  cJSON_Delete(o);
+  rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --layout fsdp2 --param-dtype bf16 %s", path,
+                  WORLD, fp8);
+  RF_CHECK(rc == 0 && strstr(out, "the fsdp2 layout cuts tiles: rfsdp train gathers its FP8 weights in bf16"),
+           "fsdp2 table: rc %d '%.900s'", rc, out);
+
   /* the table */
-  int rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --shard ragged --block-rows 4 %s", path,
-                      WORLD, fp8);
+  rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --shard ragged --block-rows 4 %s", path, WORLD,
+                  fp8);
   char head[160];
   snprintf(head, sizeof head,
            "fp8 (e4m3, 128x128 tiles): %lld of %lld elements quantized in %lld "
