@@ -9,9 +9,10 @@
  * the reference quantizes the tensor rounded to bf16). Matrices of 256, 64 (one
  * partial band), 200 x 200 (partial tiles along both dimensions) and 384 rows, next
  * to vectors gathered in the param dtype (f32 or bf16, compared with the reference
- * cast); equal and ragged shards, scales amax/448 and powers of two. A NaN in a
- * master on the rank that owns it: every rank's gather fails with the tensor and
- * the rows named, in every layout, and no step allocates after the first gather. */
+ * cast), and fused experts [3, 200, 136] (each expert's matrix tiled on its own);
+ * equal and ragged shards, scales amax/448 and powers of two. A NaN in a master on
+ * the rank that owns it: every rank's gather fails with the tensor and the rows
+ * named, in every layout, and no step allocates after the first gather. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -26,18 +27,23 @@ struct spec {
   int ndim;
   int64_t rows, cols;
   int fp8;
+  int64_t experts; /* ndim 3: fused experts [experts, rows, cols], each tiled on its own */
 };
-static const struct spec unit_a[] = {{"a.norm", 1, 200, 1, 0},
-                                     {"a.q", 2, 256, 128, 1},
-                                     {"a.k", 2, 64, 128, 1},
-                                     {"a.odd", 2, 200, 200, 1},
-                                     {"a.bias", 1, 37, 1, 0}};
-static const struct spec unit_b[] = {
-    {"b.down", 2, 128, 384, 1}, {"b.up", 2, 384, 128, 1}, {"b.norm", 1, 128, 1, 0}};
+static const struct spec unit_a[] = {{"a.norm", 1, 200, 1, 0, 1},
+                                     {"a.q", 2, 256, 128, 1, 1},
+                                     {"a.k", 2, 64, 128, 1, 1},
+                                     {"a.odd", 2, 200, 200, 1, 1},
+                                     {"a.bias", 1, 37, 1, 0, 1}};
+static const struct spec unit_b[] = {{"b.down", 2, 128, 384, 1, 1},
+                                     {"b.up", 2, 384, 128, 1, 1},
+                                     {"b.norm", 1, 128, 1, 0, 1},
+                                     {"b.experts", 3, 200, 136, 1, 3}};
 static const struct {
   const struct spec *t;
   int n;
-} units[] = {{unit_a, 5}, {unit_b, 3}};
+} units[] = {{unit_a, 5}, {unit_b, 4}};
+
+static int64_t n_experts(const struct spec *s) { return s->ndim == 3 ? s->experts : 1; }
 #define N_UNITS 2
 
 static struct rf_fsdp *make(MPI_Comm comm, const struct rf_fsdp_options *opt) {
@@ -47,7 +53,8 @@ static struct rf_fsdp *make(MPI_Comm comm, const struct rf_fsdp_options *opt) {
     int unit = rf_fsdp_add_unit(f, u == 0 ? "a" : "b");
     for (int i = 0; i < units[u].n; i++) {
       const struct spec *s = &units[u].t[i];
-      int64_t shape[2] = {s->rows, s->cols};
+      int64_t mat[2] = {s->rows, s->cols}, fused[3] = {s->experts, s->rows, s->cols};
+      const int64_t *shape = s->ndim == 3 ? fused : mat;
       /* normal values of varied size per tensor, so that the tiles' scales differ */
       int t = rf_fsdp_add_tensor(f, unit, s->name, s->ndim, shape, 0,
                                  (struct rf_init){RF_INIT_NORMAL, 0.01f * (float)(i + 1)});
@@ -86,7 +93,7 @@ static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int p
         const struct spec *s = &units[u].t[i];
         int t = rf_fsdp_find_tensor(f, s->name);
         const float *full = rf_fsdp_param(ref, t);
-        int64_t n = s->rows * s->cols;
+        int64_t n = n_experts(s) * s->rows * s->cols;
         if (!s->fp8) {
           const float *p32 = rf_fsdp_param(f, t);
           const uint16_t *p16 = rf_fsdp_param_bf16(f, t);
@@ -99,7 +106,7 @@ static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int p
           continue;
         }
         struct rf_fp8_grid g = {s->rows, s->cols, RF_FP8_TILE, RF_FP8_TILE};
-        int64_t tiles = rf_fp8_grid_tiles(&g);
+        int64_t per = s->rows * s->cols, per_tiles = rf_fp8_grid_tiles(&g), tiles = n_experts(s) * per_tiles;
         uint8_t *codes = malloc((size_t)n); /* not counted: the runtime's allocations are */
         float *scales = malloc((size_t)tiles * sizeof(float));
         float *rounded = malloc((size_t)n * sizeof(float)); /* what a bf16 gather delivers */
@@ -108,7 +115,9 @@ static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int p
           rounded[e] = layout != RF_LAYOUT_PLANNED && pdt == RF_DTYPE_BF16
                            ? rf_f32_from_bf16(rf_bf16_from_f32(full[e]))
                            : full[e];
-        RF_ASSERT(rf_fp8_quantize(&g, rounded, pow2, s->name, codes, scales) == 0);
+        for (int64_t x = 0; x < n_experts(s); x++) /* each expert's matrix on its own */
+          RF_ASSERT(rf_fp8_quantize(&g, rounded + x * per, pow2, s->name, codes + x * per,
+                                    scales + x * per_tiles) == 0);
         const float *got_scales = NULL;
         const uint8_t *got = rf_fsdp_param_fp8(f, t, &got_scales);
         RF_CHECK(got && got_scales && !rf_fsdp_param(f, t) && !rf_fsdp_param_bf16(f, t),
