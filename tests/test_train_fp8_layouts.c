@@ -17,6 +17,7 @@
  *    0.35x of fsdp2's;
  *  - --optim adamw8bit, muon and shampoo at W = 2, 3 against W = 1;
  *  - HSDP: --replicate 2 at W = 4 (2 x 2, fsdp2 layout) against W = 1;
+ *  - fused experts (a tiny Mixtral): fsdp2 at W = 3 against the planned W = 1;
  *  - a NaN in a weight (--init from a file with one NaN in
  *    model.layers.1.mlp.up_proj.weight) stops every rank of fsdp2 at W = 2 and
  *    flat at W = 3 with the tensor and its rows named. */
@@ -108,6 +109,25 @@ static void check_layouts(void) {
       fsdp2_f32, fsdp2_fp8, fsdp2_bf16, fsdp2_fp8_bf16, planned_fp8);
 }
 
+/* Fused experts (a tiny Mixtral, experts of 100 and 128 rows): fsdp2 at W = 3 against
+ * the planned one-rank run. */
+static void check_moe(void) {
+  char planned_model[256];
+  snprintf(planned_model, sizeof planned_model, "%s", model);
+  snprintf(model, sizeof model, "%s/moe.json", dir);
+  const char *moe =
+      "{\"model_type\": \"mixtral\", \"hidden_size\": 128, \"intermediate_size\": 100, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": false, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-5}";
+  RF_ASSERT(rf_file_write_all(model, moe, strlen(moe)) == 0);
+  double ref[STEPS], loss[STEPS];
+  if (run("moe-planned-1", 1, 6, STEPS, "--fp8 block", ref) >= 0 &&
+      run("moe-fsdp2-3", 3, 6, STEPS, "--fp8 block --layout fsdp2", loss) >= 0)
+    compare("mixtral fsdp2 W=3", loss, ref);
+  snprintf(model, sizeof model, "%s", planned_model);
+}
+
 static void check_optimizers(void) {
   static const char *optims[] = {"adamw8bit", "muon", "shampoo"};
   for (int o = 0; o < 3; o++) {
@@ -174,6 +194,7 @@ int main(void) {
   check_layouts();
   check_nan();
   check_optimizers();
+  check_moe();
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
