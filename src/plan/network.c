@@ -14,16 +14,16 @@ static const struct rf_plan_network rf_plan_networks[] = {
                "bench_comm's collectives inside a step (started before 4 ms of gemms, polled, waited on: "
                "the cost they add) at W=2 (intra: a core per rank), W=4 in groups of 2 (shared_small: 4 "
                "ranks time-sharing the 2 cores, groups that fit them) and W=4 (shared: the world of 4), "
-               "fit of 2026-11-25 22:13 UTC, load 2.9 (shared_small 23:13, load 6); "
+               "fit of 2026-11-26 01:11 UTC, load 1.34; "
                "(RF_BENCH_HERE=1 bench/scale.sh rewrites the line above and the links; a run's "
                "runs/.../here.json goes to --network); compute and optimizer of a rank alone, stretched by "
                "ranks / cores; AdamW 0.56 ns per parameter (bench_optim, docs/benchmarks.md); give "
                "--peak-gflops (bench_model's CPU-time GFLOP/s)",
      .cores_per_node = 2,
      .ranks_per_node = 0,
-     .intra = {{41.2, 9.19}, {43.2, 2.01}, {42.5, 5.61}},
-     .shared_small = {{997.7, 1e+06}, {55.3, 0.7145}, {13977.7, 0.8414}},
-     .shared = {{3725.0, 0.81}, {2933.0, 1.04}, {8509.4, 18.65}},
+     .intra = {{41.6, 7.858}, {48.5, 3.518}, {45.4, 2.783}},
+     .shared_small = {{189.6, 5.302}, {91.3, 1.056}, {7669.8, 1.367}},
+     .shared = {{2123.8, 0.6207}, {44.6, 0.5427}, {2989.4, 1.134}},
      .inter = {{3725.0, 0.81}, {2933.0, 1.04}, {8509.4, 18.65}}, /* unused: every rank on one node */
      .peak_gflops = 88.0,
      .efficiency = 1.0,
