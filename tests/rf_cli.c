@@ -107,3 +107,19 @@ int rf_cli_log_field(const char *path, const char *key, double *v, int cap) {
   fclose(f);
   return n;
 }
+
+cJSON *rf_cli_json_line(const char *path, int line) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char text[8192];
+  cJSON *o = NULL;
+  for (int i = 0; i <= line && fgets(text, sizeof text, f); i++)
+    if (i == line) o = cJSON_Parse(text);
+  fclose(f);
+  return o;
+}
+
+double rf_cli_json_num(const cJSON *o, const char *key) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+}

@@ -3,6 +3,7 @@
 #ifndef RF_CLI_H
 #define RF_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
 /* Runs `rfsdp ARGS` through the shell (stderr merged into stdout). Returns the
@@ -33,5 +34,12 @@ void rf_cli_write_verses(const char *path, size_t bytes);
 /* The value after `key` (e.g. "\"loss\":") on each step line of a train log (JSONL,
  * lines with a "step"), in order, at most `cap`; returns the count (0: no file). */
 int rf_cli_log_field(const char *path, const char *key, double *v, int cap);
+
+/* The JSON object on line `line` (0-based) of a file (a train log's memory line is
+ * line 0, step s is line s); NULL when missing. The caller deletes it. */
+cJSON *rf_cli_json_line(const char *path, int line);
+
+/* The number `key` of object `o`; -1 when it is missing or not a number. */
+double rf_cli_json_num(const cJSON *o, const char *key);
 
 #endif

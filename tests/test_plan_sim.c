@@ -33,23 +33,6 @@
 static char dir[64] = "/tmp/rf_test_plan_sim.XXXXXX";
 static char out[1 << 16];
 
-/* The JSON object on line `line` (0-based) of a file; NULL when missing. */
-static cJSON *read_line(const char *path, int line) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char text[8192];
-  cJSON *o = NULL;
-  for (int i = 0; i <= line && fgets(text, sizeof text, f); i++)
-    if (i == line) o = cJSON_Parse(text);
-  fclose(f);
-  return o;
-}
-
-static double num(const cJSON *o, const char *key) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
-}
-
 /* The trainer's "... and X GFLOP per token" from its start line; -1 when absent. */
 static double train_gflop_per_token(const char *text) {
   const char *p = strstr(text, " GFLOP per token");
@@ -71,7 +54,7 @@ static void check_one(const char *model, const char *data, int world, const char
   if (rc != 0) return;
   double gflop = train_gflop_per_token(out);
   RF_CHECK(gflop > 0, "train %s W=%d: no 'GFLOP per token' in '%.400s'", opts, world, out);
-  cJSON *first = read_line(log, 0), *step2 = read_line(log, 2);
+  cJSON *first = rf_cli_json_line(log, 0), *step2 = rf_cli_json_line(log, 2);
   const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
   RF_CHECK(cJSON_IsObject(mem) && step2, "train %s W=%d: no memory line or step 2 in %s", opts, world, log);
   rc = rf_cli_run_mpi(out, sizeof out, 0, 60, "plan --model %s --world %d %s %s --rank 0 --json", model,
@@ -80,32 +63,37 @@ static void check_one(const char *model, const char *data, int world, const char
   const cJSON *parts = cJSON_GetObjectItemCaseSensitive(p, "memory_parts");
   RF_CHECK(cJSON_IsObject(parts), "plan %s W=%d: rc %d '%.400s'", opts, world, rc, out);
   if (cJSON_IsObject(mem) && step2 && cJSON_IsObject(parts)) {
-    double slab = num(mem, "shard_elems");
+    double slab = rf_cli_json_num(mem, "shard_elems");
     struct {
       const char *what;
       double run, sim;
     } pairs[] = {
-        {"shard elements", slab, num(p, "shard_elems")},
-        {"master bytes", 4 * slab, num(parts, "params")},
-        {"gradient bytes", 4 * slab, num(parts, "grads")},
-        {"arena bytes", num(mem, "arena_bytes"), num(parts, "gathered")},
-        {"optimizer state bytes", num(mem, "optim_state_bytes"), num(parts, "optim")},
-        {"activation bytes", num(mem, "activation_bytes"), num(parts, "activations")},
-        {"all-gather bytes per step", num(step2, "gather_bytes"), num(p, "gather_bytes_per_step")},
-        {"reduction bytes per step", num(step2, "reduce_bytes"), num(p, "reduce_bytes_per_step")},
-        {"bytes per step inside groups", num(step2, "intra_bytes"), num(p, "bytes_per_step_intra")},
-        {"bytes per step across groups", num(step2, "inter_bytes"), num(p, "bytes_per_step_inter")},
+        {"shard elements", slab, rf_cli_json_num(p, "shard_elems")},
+        {"master bytes", 4 * slab, rf_cli_json_num(parts, "params")},
+        {"gradient bytes", 4 * slab, rf_cli_json_num(parts, "grads")},
+        {"arena bytes", rf_cli_json_num(mem, "arena_bytes"), rf_cli_json_num(parts, "gathered")},
+        {"optimizer state bytes", rf_cli_json_num(mem, "optim_state_bytes"), rf_cli_json_num(parts, "optim")},
+        {"activation bytes", rf_cli_json_num(mem, "activation_bytes"), rf_cli_json_num(parts, "activations")},
+        {"all-gather bytes per step", rf_cli_json_num(step2, "gather_bytes"),
+         rf_cli_json_num(p, "gather_bytes_per_step")},
+        {"reduction bytes per step", rf_cli_json_num(step2, "reduce_bytes"),
+         rf_cli_json_num(p, "reduce_bytes_per_step")},
+        {"bytes per step inside groups", rf_cli_json_num(step2, "intra_bytes"),
+         rf_cli_json_num(p, "bytes_per_step_intra")},
+        {"bytes per step across groups", rf_cli_json_num(step2, "inter_bytes"),
+         rf_cli_json_num(p, "bytes_per_step_inter")},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
       RF_CHECK(pairs[k].run == pairs[k].sim && pairs[k].run >= 0,
                "%s W=%d: %s: the run has %.17g, rfsdp plan simulates %.17g", opts, world, pairs[k].what,
                pairs[k].run, pairs[k].sim);
     int hsdp = strstr(opts, "--replicate") != NULL;
-    RF_CHECK((num(p, "bytes_per_step_inter") > 0) == hsdp, "%s W=%d: %g bytes across groups", opts, world,
-             num(p, "bytes_per_step_inter"));
-    RF_CHECK(world == 1 || num(step2, "gather_bytes") > 0, "%s W=%d: nothing gathered", opts, world);
-    RF_CHECK(num(p, "predicted_step_ms") > 0, "%s W=%d: no predicted step time", opts, world);
-    double flops = num(p, "flops_per_token") * 1e-9;
+    RF_CHECK((rf_cli_json_num(p, "bytes_per_step_inter") > 0) == hsdp, "%s W=%d: %g bytes across groups",
+             opts, world, rf_cli_json_num(p, "bytes_per_step_inter"));
+    RF_CHECK(world == 1 || rf_cli_json_num(step2, "gather_bytes") > 0, "%s W=%d: nothing gathered", opts,
+             world);
+    RF_CHECK(rf_cli_json_num(p, "predicted_step_ms") > 0, "%s W=%d: no predicted step time", opts, world);
+    double flops = rf_cli_json_num(p, "flops_per_token") * 1e-9;
     RF_CHECK(fabs(flops - gflop) <= 5e-4 * gflop,
              "%s W=%d: %.6g GFLOP per token simulated, the trainer counts %.4g", opts, world, flops, gflop);
   }
@@ -134,12 +122,14 @@ static void check_network_file(const char *model) {
   cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
   RF_CHECK(p != NULL, "plan --network %s: rc %d '%.400s'", net, rc, out);
   if (p) {
-    double u = num(p, "buffer_count"), want = num(p, "flops_per_token") * 8 * 8 / 2 / (10e9 * 0.5) * 1e3 * 2;
-    RF_CHECK(num(p, "time_share") == 2, "time share %g, want 2 (2 ranks on 1 core)", num(p, "time_share"));
-    RF_CHECK(fabs(num(p, "compute_ms") - want) <= 1e-9 * want, "compute %.17g ms, want %.17g",
-             num(p, "compute_ms"), want);
-    RF_CHECK(fabs(num(p, "comm_ms") - (3 * u + 1)) < 1e-6, "communication %.9g ms over %g units, want %g",
-             num(p, "comm_ms"), u, 3 * u + 1);
+    double u = rf_cli_json_num(p, "buffer_count"),
+           want = rf_cli_json_num(p, "flops_per_token") * 8 * 8 / 2 / (10e9 * 0.5) * 1e3 * 2;
+    RF_CHECK(rf_cli_json_num(p, "time_share") == 2, "time share %g, want 2 (2 ranks on 1 core)",
+             rf_cli_json_num(p, "time_share"));
+    RF_CHECK(fabs(rf_cli_json_num(p, "compute_ms") - want) <= 1e-9 * want, "compute %.17g ms, want %.17g",
+             rf_cli_json_num(p, "compute_ms"), want);
+    RF_CHECK(fabs(rf_cli_json_num(p, "comm_ms") - (3 * u + 1)) < 1e-6,
+             "communication %.9g ms over %g units, want %g", rf_cli_json_num(p, "comm_ms"), u, 3 * u + 1);
   }
   cJSON_Delete(p);
   static const struct {
@@ -171,8 +161,8 @@ static double comm4(const char *model, const char *text, int r, double *units) {
                       r, net);
   cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
   RF_CHECK(p != NULL, "plan --network %s --replicate %d: rc %d '%.400s'", text, r, rc, out);
-  double ms = p ? num(p, "comm_ms") : -1;
-  *units = p ? num(p, "buffer_count") : -1;
+  double ms = p ? rf_cli_json_num(p, "comm_ms") : -1;
+  *units = p ? rf_cli_json_num(p, "buffer_count") : -1;
   cJSON_Delete(p);
   return ms;
 }
@@ -224,33 +214,34 @@ static void check_mesh(const char *model) {
   RF_ASSERT(rf_file_write_all(net, text, strlen(text)) == 0);
   snprintf(opts, sizeof opts, "--replicate node --network %s", net);
   cJSON *p = plan4(model, opts);
-  RF_CHECK(p && num(p, "replicate") == 2 && num(p, "shard_world") == 2,
+  RF_CHECK(p && rf_cli_json_num(p, "replicate") == 2 && rf_cli_json_num(p, "shard_world") == 2,
            "--replicate node, 2 per node: '%.300s'", out);
   cJSON_Delete(p);
   p = plan4(model, "--replicate node");
-  RF_CHECK(p && num(p, "replicate") == 1 && num(p, "shard_world") == 4, "--replicate node here: '%.300s'",
-           out);
+  RF_CHECK(p && rf_cli_json_num(p, "replicate") == 1 && rf_cli_json_num(p, "shard_world") == 4,
+           "--replicate node here: '%.300s'", out);
   cJSON_Delete(p);
   double mem[3];
   for (int k = 0; k < 3; k++) { /* groups of 1, 2, 4 */
     snprintf(opts, sizeof opts, "--replicate %d", 4 >> k);
     p = plan4(model, opts);
-    mem[k] = p ? num(p, "memory_per_rank_bytes") : -1;
+    mem[k] = p ? rf_cli_json_num(p, "memory_per_rank_bytes") : -1;
     cJSON_Delete(p);
   }
   RF_CHECK(mem[0] > mem[1] && mem[1] > mem[2] && mem[2] > 0, "memory per rank %g, %g, %g", mem[0], mem[1],
            mem[2]);
   snprintf(opts, sizeof opts, "--replicate auto --memory-per-rank %.9g", (mem[0] + mem[1]) / 2 / 1e9);
   p = plan4(model, opts);
-  RF_CHECK(p && num(p, "shard_world") == 2 && num(p, "memory_per_rank_bytes") == mem[1],
-           "--replicate auto by memory: '%.300s'", out);
+  RF_CHECK(
+      p && rf_cli_json_num(p, "shard_world") == 2 && rf_cli_json_num(p, "memory_per_rank_bytes") == mem[1],
+      "--replicate auto by memory: '%.300s'", out);
   cJSON_Delete(p);
   snprintf(opts, sizeof opts, "--replicate auto --memory-per-rank %.9g", mem[2] / 2 / 1e9);
   p = plan4(model, opts);
   RF_CHECK(!p && strstr(out, "fits --memory-per-rank"), "a memory no group fits: '%.300s'", out);
   cJSON_Delete(p);
   p = plan4(model, "--replicate auto --max-padding 100");
-  RF_CHECK(p && num(p, "shard_world") == 4, "--replicate auto --max-padding 100: '%.300s'", out);
+  RF_CHECK(p && rf_cli_json_num(p, "shard_world") == 4, "--replicate auto --max-padding 100: '%.300s'", out);
   cJSON_Delete(p);
   static const char *const bad[] = {"--replicate 3", "--replicate auto", "--replicate x",
                                     "--replicate 2 --memory-per-rank 1"};

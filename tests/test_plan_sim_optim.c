@@ -27,23 +27,6 @@
 static char dir[64] = "/tmp/rf_test_plan_sim_optim.XXXXXX";
 static char out[1 << 16];
 
-/* The JSON object on line `line` (0-based) of a file; NULL when missing. */
-static cJSON *read_line(const char *path, int line) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char text[8192];
-  cJSON *o = NULL;
-  for (int i = 0; i <= line && fgets(text, sizeof text, f); i++)
-    if (i == line) o = cJSON_Parse(text);
-  fclose(f);
-  return o;
-}
-
-static double num(const cJSON *o, const char *key) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
-}
-
 /* Trains 2 steps with `opts` at `world` and compares plan's rank 0 with the log;
  * `owners`: the optimizer moves matrices to owners (alltoall bytes > 0 at W > 1). */
 static void check_one(const char *model, const char *data, int world, const char *opts, int owners) {
@@ -57,7 +40,7 @@ static void check_one(const char *model, const char *data, int world, const char
                      model, data, common, opts, log);
   RF_CHECK(rc == 0, "train %s W=%d: rc %d '%.400s'", opts, world, rc, out);
   if (rc != 0) return;
-  cJSON *first = read_line(log, 0), *step2 = read_line(log, 2);
+  cJSON *first = rf_cli_json_line(log, 0), *step2 = rf_cli_json_line(log, 2);
   const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
   RF_CHECK(cJSON_IsObject(mem) && step2, "train %s W=%d: no memory line or step 2 in %s", opts, world, log);
   rc = rf_cli_run_mpi(out, sizeof out, 0, 60, "plan --model %s --world %d %s %s --rank 0 --json", model,
@@ -66,34 +49,42 @@ static void check_one(const char *model, const char *data, int world, const char
   const cJSON *parts = cJSON_GetObjectItemCaseSensitive(p, "memory_parts");
   RF_CHECK(cJSON_IsObject(parts), "plan %s W=%d: rc %d '%.400s'", opts, world, rc, out);
   if (cJSON_IsObject(mem) && step2 && cJSON_IsObject(parts)) {
-    double slab = num(mem, "shard_elems");
+    double slab = rf_cli_json_num(mem, "shard_elems");
     struct {
       const char *what;
       double run, sim;
     } pairs[] = {
-        {"shard elements", slab, num(p, "shard_elems")},
-        {"arena bytes", num(mem, "arena_bytes"), num(parts, "gathered")},
-        {"optimizer state bytes", num(mem, "optim_state_bytes"), num(parts, "optim")},
-        {"optimizer workspace bytes", num(mem, "optim_workspace_bytes"), num(parts, "optim_workspace")},
-        {"activation bytes", num(mem, "activation_bytes"), num(parts, "activations")},
-        {"all-gather bytes per step", num(step2, "gather_bytes"), num(p, "gather_bytes_per_step")},
-        {"reduction bytes per step", num(step2, "reduce_bytes"), num(p, "reduce_bytes_per_step")},
-        {"all-to-all bytes per step", num(step2, "alltoall_bytes"), num(p, "alltoall_bytes_per_step")},
-        {"bytes per step inside groups", num(step2, "intra_bytes"), num(p, "bytes_per_step_intra")},
-        {"bytes per step across groups", num(step2, "inter_bytes"), num(p, "bytes_per_step_inter")},
+        {"shard elements", slab, rf_cli_json_num(p, "shard_elems")},
+        {"arena bytes", rf_cli_json_num(mem, "arena_bytes"), rf_cli_json_num(parts, "gathered")},
+        {"optimizer state bytes", rf_cli_json_num(mem, "optim_state_bytes"), rf_cli_json_num(parts, "optim")},
+        {"optimizer workspace bytes", rf_cli_json_num(mem, "optim_workspace_bytes"),
+         rf_cli_json_num(parts, "optim_workspace")},
+        {"activation bytes", rf_cli_json_num(mem, "activation_bytes"), rf_cli_json_num(parts, "activations")},
+        {"all-gather bytes per step", rf_cli_json_num(step2, "gather_bytes"),
+         rf_cli_json_num(p, "gather_bytes_per_step")},
+        {"reduction bytes per step", rf_cli_json_num(step2, "reduce_bytes"),
+         rf_cli_json_num(p, "reduce_bytes_per_step")},
+        {"all-to-all bytes per step", rf_cli_json_num(step2, "alltoall_bytes"),
+         rf_cli_json_num(p, "alltoall_bytes_per_step")},
+        {"bytes per step inside groups", rf_cli_json_num(step2, "intra_bytes"),
+         rf_cli_json_num(p, "bytes_per_step_intra")},
+        {"bytes per step across groups", rf_cli_json_num(step2, "inter_bytes"),
+         rf_cli_json_num(p, "bytes_per_step_inter")},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
       RF_CHECK(pairs[k].run == pairs[k].sim && pairs[k].run >= 0,
                "%s W=%d: %s: the run has %.17g, rfsdp plan simulates %.17g", opts, world, pairs[k].what,
                pairs[k].run, pairs[k].sim);
-    RF_CHECK((num(step2, "alltoall_bytes") > 0) == (owners && world > 1), "%s W=%d: %g all-to-all bytes",
-             opts, world, num(step2, "alltoall_bytes"));
-    RF_CHECK(num(mem, "optim_workspace_bytes") > 0, "%s W=%d: no optimizer workspace", opts, world);
-    double sum = num(parts, "params") + num(parts, "grads") + num(parts, "optim") +
-                 num(parts, "optim_workspace") + num(parts, "gathered") + num(parts, "activations");
-    RF_CHECK(num(p, "memory_per_rank_bytes") == sum,
+    RF_CHECK((rf_cli_json_num(step2, "alltoall_bytes") > 0) == (owners && world > 1),
+             "%s W=%d: %g all-to-all bytes", opts, world, rf_cli_json_num(step2, "alltoall_bytes"));
+    RF_CHECK(rf_cli_json_num(mem, "optim_workspace_bytes") > 0, "%s W=%d: no optimizer workspace", opts,
+             world);
+    double sum = rf_cli_json_num(parts, "params") + rf_cli_json_num(parts, "grads") +
+                 rf_cli_json_num(parts, "optim") + rf_cli_json_num(parts, "optim_workspace") +
+                 rf_cli_json_num(parts, "gathered") + rf_cli_json_num(parts, "activations");
+    RF_CHECK(rf_cli_json_num(p, "memory_per_rank_bytes") == sum,
              "%s W=%d: memory %.17g is not the sum of its parts %.17g", opts, world,
-             num(p, "memory_per_rank_bytes"), sum);
+             rf_cli_json_num(p, "memory_per_rank_bytes"), sum);
   }
   cJSON_Delete(p);
   cJSON_Delete(first);
