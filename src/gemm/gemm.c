@@ -3,6 +3,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,13 +36,26 @@ struct rf_gemm_entry {
   dnnl_primitive_t prim;
   struct rf_gemm_thread *threads; /* [n_threads] */
   int n_threads;
+  /* 1: a bf16 product this CPU's oneDNN does not implement (no AVX512-BF16 and no
+   * AVX512 reference path, e.g. an AVX2 machine): A and B are widened to dense f32
+   * (exact) and an f32 primitive runs; the products are exact in f32 and summed in
+   * f32, as the bf16 kernels do (the summation order may differ). */
+  int widen;
+};
+
+/* A thread's f32 copies of widened bf16 operands; grown at a new shape's first product
+ * (the warm-up step), never freed. */
+struct rf_gemm_widen_buf {
+  float *a, *b;
+  size_t cap_a, cap_b;
 };
 
 static struct {
   pthread_once_t once;
   pthread_mutex_t lock;
   dnnl_engine_t engine;
-  dnnl_stream_t *streams; /* [n_threads] */
+  dnnl_stream_t *streams;          /* [n_threads] */
+  struct rf_gemm_widen_buf *widen; /* [n_threads] */
   int n_threads;
   struct rf_gemm_entry *table[RF_GEMM_CACHE_SLOTS];
   int64_t primitives, products;
@@ -69,6 +83,7 @@ static void gemm_init_engine(void) {
   RF_GEMM_CHECK(dnnl_engine_create(&rf_gemm.engine, dnnl_cpu, 0));
   rf_gemm.n_threads = gemm_max_threads();
   rf_gemm.streams = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(dnnl_stream_t));
+  rf_gemm.widen = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(*rf_gemm.widen));
   for (int t = 0; t < rf_gemm.n_threads; t++)
     RF_GEMM_CHECK(dnnl_stream_create(&rf_gemm.streams[t], rf_gemm.engine, dnnl_stream_default_flags));
 }
@@ -114,14 +129,22 @@ static void gemm_md(dnnl_memory_desc_t *md, int rows, int cols, int ld, int tran
   RF_GEMM_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
 }
 
-static struct rf_gemm_entry *gemm_entry_create(const struct rf_gemm_desc *d) {
-  dnnl_data_type_t dt = d->dtype == RF_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t a_md, b_md, c_md;
-  gemm_md(&a_md, d->m, d->k, d->lda, d->trans_a, dt);
-  gemm_md(&b_md, d->k, d->n, d->ldb, d->trans_b, dt);
-  gemm_md(&c_md, d->m, d->n, d->ldc, 0, dnnl_f32);
+/* The operand descriptors of d in `dt`; `dense`: A and B as the contiguous f32 copies
+ * the widening writes (leading dimension = stored row width). */
+static void gemm_mds(const struct rf_gemm_desc *d, dnnl_data_type_t dt, int dense, dnnl_memory_desc_t *a_md,
+                     dnnl_memory_desc_t *b_md, dnnl_memory_desc_t *c_md) {
+  int lda = dense ? (d->trans_a ? d->m : d->k) : d->lda, ldb = dense ? (d->trans_b ? d->k : d->n) : d->ldb;
+  gemm_md(a_md, d->m, d->k, lda, d->trans_a, dt);
+  gemm_md(b_md, d->k, d->n, ldb, d->trans_b, dt);
+  gemm_md(c_md, d->m, d->n, d->ldc, 0, dnnl_f32);
+}
+
+/* The primitive descriptor of d's product on operands described by a_md, b_md. */
+static dnnl_status_t gemm_pd_create(const struct rf_gemm_desc *d, const dnnl_memory_desc_t *a_md,
+                                    const dnnl_memory_desc_t *b_md, const dnnl_memory_desc_t *c_md,
+                                    dnnl_primitive_desc_t *pd) {
   dnnl_matmul_desc_t op;
-  RF_GEMM_CHECK(dnnl_matmul_desc_init(&op, &a_md, &b_md, NULL, &c_md));
+  RF_GEMM_CHECK(dnnl_matmul_desc_init(&op, a_md, b_md, NULL, c_md));
   dnnl_primitive_attr_t attr;
   RF_GEMM_CHECK(dnnl_primitive_attr_create(&attr));
   RF_GEMM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -132,11 +155,27 @@ static struct rf_gemm_entry *gemm_entry_create(const struct rf_gemm_desc *d) {
     RF_GEMM_CHECK(dnnl_post_ops_append_sum(post, d->beta));
     RF_GEMM_CHECK(dnnl_primitive_attr_set_post_ops(attr, post));
   }
-  struct rf_gemm_entry *e = rf_xcalloc(1, sizeof(*e));
-  e->desc = *d;
-  RF_GEMM_CHECK(dnnl_primitive_desc_create(&e->pd, &op, attr, rf_gemm.engine, NULL));
+  dnnl_status_t st = dnnl_primitive_desc_create(pd, &op, attr, rf_gemm.engine, NULL);
   RF_GEMM_CHECK(dnnl_primitive_attr_destroy(attr));
   if (post) RF_GEMM_CHECK(dnnl_post_ops_destroy(post));
+  return st;
+}
+
+static struct rf_gemm_entry *gemm_entry_create(const struct rf_gemm_desc *d) {
+  dnnl_data_type_t dt = d->dtype == RF_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  struct rf_gemm_entry *e = rf_xcalloc(1, sizeof(*e));
+  e->desc = *d;
+  gemm_mds(d, dt, 0, &a_md, &b_md, &c_md);
+  dnnl_status_t st = gemm_pd_create(d, &a_md, &b_md, &c_md, &e->pd);
+  if (st == dnnl_unimplemented && dt == dnnl_bf16) {
+    e->widen = 1;
+    gemm_mds(d, dnnl_f32, 1, &a_md, &b_md, &c_md);
+    st = gemm_pd_create(d, &a_md, &b_md, &c_md, &e->pd);
+  }
+  if (st != dnnl_success)
+    RF_DIE("oneDNN: no matmul for %s %dx%dx%d (status %d)", rf_dtype_name(d->dtype), d->m, d->n, d->k,
+           (int)st);
   RF_GEMM_CHECK(dnnl_primitive_create(&e->prim, e->pd));
   const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
   size_t sp_bytes = dnnl_memory_desc_get_size(sp_md);
@@ -151,6 +190,20 @@ static struct rf_gemm_entry *gemm_entry_create(const struct rf_gemm_desc *d) {
     RF_GEMM_CHECK(dnnl_memory_create(&th->scratch, sp_md, rf_gemm.engine, th->scratch_buf));
   }
   return e;
+}
+
+/* A bf16 operand stored rows x cols with leading dimension ld, widened into a dense f32
+ * copy in *buf (grown to fit at a shape's first product). Returns the copy. */
+static const float *gemm_widen(const uint16_t *src, int rows, int cols, int ld, float **buf, size_t *cap) {
+  size_t need = (size_t)rows * (size_t)cols;
+  if (need > *cap) {
+    free(*buf);
+    *buf = rf_xaligned(64, (size_t)rf_round_up((int64_t)(need * sizeof(float)), 64));
+    *cap = need;
+  }
+  for (int r = 0; r < rows; r++)
+    rf_f32_from_bf16_n(*buf + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
+  return *buf;
 }
 
 /* The cached entry of d, created on first use. Lookups read published slots
@@ -187,6 +240,11 @@ void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, flo
     RF_DIE("gemm: called from thread %d, but the OpenMP budget was %d threads at the first product", t,
            e->n_threads);
   struct rf_gemm_thread *th = &e->threads[t];
+  if (e->widen) {
+    struct rf_gemm_widen_buf *w = &rf_gemm.widen[t];
+    a = gemm_widen(a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k, d->lda, &w->a, &w->cap_a);
+    b = gemm_widen(b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n, d->ldb, &w->b, &w->cap_b);
+  }
   /* oneDNN takes a non-const handle; it only reads A and B */
   RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->a, (void *)a));
   RF_GEMM_CHECK(dnnl_memory_set_data_handle(th->b, (void *)b));
@@ -207,8 +265,12 @@ struct rf_gemm_stats rf_gemm_stats(void) {
 
 const char *rf_gemm_impl_name(const struct rf_gemm_desc *d) {
   const char *name = "?";
-  RF_GEMM_CHECK(dnnl_primitive_desc_query(gemm_entry(d)->pd, dnnl_query_impl_info_str, 0, &name));
-  return name;
+  struct rf_gemm_entry *e = gemm_entry(d);
+  RF_GEMM_CHECK(dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &name));
+  if (!e->widen) return name;
+  static __thread char widened[96];
+  snprintf(widened, sizeof widened, "widened to f32: %s", name);
+  return widened;
 }
 
 const char *rf_gemm_cpu_name(void) {

@@ -4,7 +4,9 @@
  *   dimensions; op(A) = A [m, k] (lda >= k) or A^T with A [k, m] (lda >= m), same
  *   for B [k, n] / [n, k]. A and B are both f32 or both bf16; C, the accumulation
  *   and alpha are f32 (bf16 products accumulate in f32: oneDNN's brgemm kernels on
- *   AVX512-BF16 / AMX, or its reference kernels elsewhere).
+ *   AVX512-BF16 / AMX, its reference kernels on other AVX-512 CPUs; where oneDNN has
+ *   no bf16 matmul at all (AVX2 CPUs), A and B are widened to f32, exactly, and an f32
+ *   primitive sums the exact products in f32: the same arithmetic, another order).
  *
  * Primitives are created on the first product of a shape (the warm-up step of a
  * training loop) and cached for the life of the process: a primitive, its memory
