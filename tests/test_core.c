@@ -1,7 +1,6 @@
 /* rf-test: timeout=30
- * src/core: the arena (alignment, zero-fill, mark/release, peak, counts; running
- * out is fatal, checked in a forked child; so are RF_ASSERT and a GEMM argument
- * error), error recording and propagation,
+ * src/core: RF_ASSERT, running out of a device arena (src/device) and a GEMM
+ * argument error are fatal (checked in a forked child), error recording and propagation,
  * gcd/lcm against brute force, dtype names, counters. */
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "device/device.h"
 #include "gemm/gemm.h"
 #include "rf_test.h"
 
@@ -41,8 +41,10 @@ static int run_in_child(void (*fn)(void), char *err, size_t cap) {
 }
 
 static void exhaust_arena(void) {
+  struct rf_device dev;
+  rf_device_host_init(&dev, NULL);
   struct rf_arena a;
-  rf_arena_init(&a, 1024);
+  rf_arena_init(&a, &dev, 1024);
   rf_arena_alloc(&a, 1000, 8);
   rf_arena_alloc(&a, 100, 8); /* dies */
 }
@@ -71,40 +73,6 @@ static void check_fatal(void) {
   rc = run_in_child(bad_gemm, err, sizeof err);
   RF_CHECK(rc == 1, "a GEMM argument error exits with 1, got %d", rc);
   RF_CHECK(strstr(err, "gemm.c:") && strstr(err, "lda=1"), "GEMM error message: %s", err);
-}
-
-/* ---- arena ------------------------------------------------------------- */
-
-static void check_arena(void) {
-  struct rf_arena a;
-  uint64_t allocs0 = rf_counters_global.allocations;
-  rf_arena_init(&a, 4096);
-  RF_CHECK(((uintptr_t)a.base & 63) == 0, "slab is 64-byte aligned");
-  size_t aligns[] = {1, 2, 8, 16, 64, 256};
-  for (int i = 0; i < 6; i++) {
-    uint8_t *p = rf_arena_alloc(&a, 3 + (size_t)i, aligns[i]);
-    RF_CHECK(((uintptr_t)p % aligns[i]) == 0, "alignment %zu", aligns[i]);
-    RF_CHECK(p >= a.base && p + 3 + i <= a.base + a.used, "inside the used part");
-  }
-  RF_CHECK(a.allocs == 6, "allocs %zu", a.allocs);
-  size_t mark = rf_arena_mark(&a);
-  uint8_t *p = rf_arena_alloc(&a, 1000, 16);
-  memset(p, 0xff, 1000);
-  size_t peak = a.peak;
-  RF_CHECK(peak == a.used && peak >= mark + 1000, "peak follows used");
-  rf_arena_release(&a, mark);
-  RF_CHECK(a.used == mark && a.peak == peak, "release gives back, peak stays");
-  uint8_t *q = rf_arena_alloc(&a, 1000, 16);
-  int nonzero = 0;
-  for (int i = 0; i < 1000; i++) nonzero += q[i] != 0;
-  RF_CHECK(q == p && nonzero == 0, "reused memory is zero-filled (%d non-zero bytes)", nonzero);
-  rf_arena_alloc(&a, 4096 - a.used, 1); /* exactly full is fine */
-  RF_CHECK(a.used == 4096 && a.peak == 4096, "filled to capacity");
-  rf_arena_reset(&a);
-  RF_CHECK(a.used == 0 && a.allocs == 9, "reset");
-  RF_CHECK(rf_counters_global.allocations - allocs0 == 10, "slab + 9 arena allocations counted, got %llu",
-           (unsigned long long)(rf_counters_global.allocations - allocs0));
-  rf_arena_free(&a);
 }
 
 /* ---- errors --------------------------------------------------------------- */
@@ -188,35 +156,6 @@ static void check_dtype_parse(void) {
   RF_CHECK(rf_dtype_parse("", &d) == -1 && rf_dtype_parse("F32x", &d) == -1, "empty and near names rejected");
 }
 
-/* The counted helpers move the data and count each kind of byte. */
-static void check_moves(void) {
-  const float src[3] = {1.0f, -2.5f, 1.00390625f}; /* the last rounds to 1.0 in bf16 (ties to even) */
-  float f[3] = {0}, acc[3] = {10, 20, 30};
-  uint16_t b[3] = {0}, own[3] = {0};
-  uint8_t z[5] = {1, 2, 3, 4, 5};
-  struct rf_counters before = rf_counters_global;
-  rf_move_copy(f, src, sizeof f);
-  rf_move_zero(z, sizeof z);
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
-  RF_CHECK(
-      memcmp(f, src, sizeof f) == 0 && z[0] == 0 && z[4] == 0 && d.bytes_copied == 17 && d.bytes_cast == 0,
-      "copy and zero: %llu copied bytes", (unsigned long long)d.bytes_copied);
-  before = rf_counters_global;
-  rf_move_convert(f, RF_DTYPE_F32, src, 3);
-  rf_move_convert(b, RF_DTYPE_BF16, src, 3);
-  rf_move_convert_back(acc, b, RF_DTYPE_BF16, 3, 1);
-  rf_move_own_shard(own, RF_DTYPE_BF16, src, 2);
-  d = rf_counters_diff(&rf_counters_global, &before);
-  RF_CHECK(b[0] == 0x3f80 && b[1] == 0xc020 && b[2] == 0x3f80 && acc[0] == 11 && acc[1] == 17.5f &&
-               acc[2] == 31 && own[0] == 0x3f80 && own[1] == 0xc020 && own[2] == 0,
-           "conversions: bf16 %04x %04x %04x, accumulated %g %g %g", b[0], b[1], b[2], acc[0], acc[1],
-           acc[2]);
-  RF_CHECK(d.bytes_copied == 12 && d.bytes_cast == 6 + 12 && d.bytes_own_shard == 4,
-           "conversions counted: %llu copied (f32 to f32), %llu cast, %llu own shard",
-           (unsigned long long)d.bytes_copied, (unsigned long long)d.bytes_cast,
-           (unsigned long long)d.bytes_own_shard);
-}
-
 static void check_counters(void) {
   struct rf_counters before = rf_counters_global;
   rf_counters_global.bytes_gathered += 10;
@@ -248,11 +187,9 @@ static void check_counters(void) {
 
 int main(void) {
   check_fatal();
-  check_arena();
   check_errors();
   check_gcd_lcm();
   check_dtype_parse();
-  check_moves();
   check_counters();
   return rf_test_finish("test_core");
 }

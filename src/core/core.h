@@ -1,4 +1,5 @@
-/* src/core: errors and checks, logging, arena, dtype conversion, counters.
+/* src/core: errors and checks, logging, dtype conversion, counters (the arena and
+ * the counted moves are src/device's: they run on a device).
  *
  * Error model. Functions that can fail because of their input (a file, a config,
  * a user argument) return int: 0 on success, -1 on failure, after recording a
@@ -76,28 +77,6 @@ void rf_log(enum rf_log_level level, const char *fmt, ...) __attribute__((format
 #define rf_log_warn(...) rf_log(RF_LOG_LEVEL_WARN, __VA_ARGS__)
 #define rf_log_info(...) rf_log(RF_LOG_LEVEL_INFO, __VA_ARGS__)
 #define rf_log_debug(...) rf_log(RF_LOG_LEVEL_DEBUG, __VA_ARGS__)
-
-/* ---- arena -------------------------------------------------------------- */
-
-/* A bump allocator over one slab reserved at init. Owns the slab; views returned
- * by rf_arena_alloc are borrowed and valid until rf_arena_reset/rf_arena_free.
- * Allocation beyond the capacity is a programming error (dies). */
-struct rf_arena {
-  uint8_t *base;   /* owned, 64-byte aligned */
-  size_t capacity; /* bytes */
-  size_t used;     /* bytes */
-  size_t peak;     /* largest `used` seen */
-  size_t allocs;   /* rf_arena_alloc calls since init */
-};
-
-void rf_arena_init(struct rf_arena *arena, size_t capacity);
-void rf_arena_free(struct rf_arena *arena);
-/* Returns `bytes` bytes aligned to `align` (a power of two), zero-filled. */
-void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align);
-/* Mark and release: everything allocated after `mark` is given back. */
-size_t rf_arena_mark(const struct rf_arena *arena);
-void rf_arena_release(struct rf_arena *arena, size_t mark);
-void rf_arena_reset(struct rf_arena *arena);
 
 /* ---- dtypes ------------------------------------------------------------- */
 
@@ -204,27 +183,6 @@ extern struct rf_counters rf_counters_global;
 void rf_counters_reset(void);
 /* Fields of `now - before`, for per-step numbers. */
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
-
-/* ---- counted data movement (move.c) ---------------------------------------
- * Every local copy, conversion and own-shard write of the library goes through
- * these functions, which count each kind of byte in one place (the collectives'
- * payloads are counted in src/comm/comm.c):
- *   bytes_copied     rf_move_copy; rf_move_zero (zeroes written into a buffer a
- *                    collective sends); a conversion between equal dtypes (f32)
- *   bytes_cast       a conversion between f32 and bf16 (the bytes written); also the
- *                    e4m3 codes and scales of FP8 tensors quantized after a gather
- *                    (the fsdp2 and flat layouts, src/dbuffer/dbuffer.c)
- *   bytes_own_shard  rf_move_own_shard: this rank's master shard written into its
- *                    range of the buffer an in-place all-gather fills; every layout
- *                    does it once per gather (a copy in f32, a cast in bf16) */
-void rf_move_copy(void *dst, const void *src, size_t bytes);
-void rf_move_zero(void *dst, size_t bytes);
-/* dst (dtype: f32 or bf16) = src (f32), n elements. */
-void rf_move_convert(void *dst, enum rf_dtype dtype, const float *src, size_t n);
-/* dst (f32) = src (dtype: f32 or bf16), or += with accumulate; counts the f32 bytes written. */
-void rf_move_convert_back(float *dst, const void *src, enum rf_dtype dtype, size_t n, int accumulate);
-/* As rf_move_convert, counted as bytes_own_shard. */
-void rf_move_own_shard(void *dst, enum rf_dtype dtype, const float *src, size_t n);
 
 /* ---- time --------------------------------------------------------------- */
 

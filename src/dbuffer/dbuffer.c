@@ -2,7 +2,7 @@
  * in place: the only pass over the data outside the collectives is the write of
  * this rank's master shard into its range of the slot (own-shard bytes). The fsdp2
  * layout adds the copies PyTorch FSDP2 makes (copied bytes). Every byte moved here
- * goes through src/core's counted helpers (rf_move_*). */
+ * goes through src/device's counted helpers (rf_move_*) on the DBuffer's device. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,12 +57,12 @@ static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const fl
          e += rows * x->cols, k += tc) {
       rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols);
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
-      if (rf_fp8_quantize(&g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
-                          rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k) != 0)
+      if (rf_device_fp8_quantize(db->dev, &g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
+                                 rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k, NULL) != 0)
         for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
     }
     int64_t own = x->starts[r + 1] - x->starts[r], tiles = x->scale_starts[r + 1] - x->scale_starts[r];
-    rf_counters_global.bytes_own_shard += (uint64_t)(own + tiles * (int64_t)sizeof(float));
+    RF_DEVICE_COUNT(db->dev, bytes_own_shard, (uint64_t)(own + tiles * (int64_t)sizeof(float)));
   }
 }
 
@@ -78,8 +78,9 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
     if (buf->fp8)
       rf_dbuffer_quantize_own(db, b, shard, slot, pow2);
     else
-      rf_move_own_shard(rf_dbuffer_at(base, buf->starts[r], ps), dt, shard + buf->shard_off, (size_t)own);
-    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * ps;
+      rf_move_own_shard(db->dev, rf_dbuffer_at(base, buf->starts[r], ps), dt, shard + buf->shard_off,
+                        (size_t)own);
+    RF_DEVICE_COUNT(db->dev, bytes_padding, (uint64_t)buf->pad_other * ps);
     if (buf->equal > 0)
       rf_comm_iallgather(comm, base, buf->equal, dt, &reqs[b]);
     else
@@ -132,13 +133,14 @@ static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot
     for (int64_t e = 0, k = 0, rows; e < x->numel; e += rows * x->cols, k += tc) {
       rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols); /* 128, or what is left of the expert */
       const void *view = rf_dbuffer_at(slot, x->view_byte + e * (int64_t)ps, 1);
-      if (scratch) rf_move_convert_back(scratch, view, param_dtype, (size_t)(rows * x->cols), 0);
+      if (scratch) rf_move_convert_back(db->dev, scratch, view, param_dtype, (size_t)(rows * x->cols), 0);
       const float *src = scratch ? scratch : view;
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
-      if (rf_fp8_quantize(&g, src, pow2, x->name, rf_dbuffer_at(slot, x->code_byte + e, 1), scales + k) != 0)
+      if (rf_device_fp8_quantize(db->dev, &g, src, pow2, x->name, rf_dbuffer_at(slot, x->code_byte + e, 1),
+                                 scales + k, NULL) != 0)
         for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
     }
-    rf_counters_global.bytes_cast += (uint64_t)(x->numel + x->tiles * (int64_t)sizeof(float));
+    RF_DEVICE_COUNT(db->dev, bytes_cast, (uint64_t)(x->numel + x->tiles * (int64_t)sizeof(float)));
   }
 }
 
@@ -153,7 +155,7 @@ int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dt
       const struct rf_dbuffer_tensor *x = &db->tensors[t];
       for (int q = 0; q < db->world; q++) {
         int64_t n = x->starts[q + 1] - x->starts[q];
-        rf_move_copy(rf_dbuffer_at(slot, x->view_off + x->starts[q], ps),
+        rf_move_copy(db->dev, rf_dbuffer_at(slot, x->view_off + x->starts[q], ps),
                      rf_dbuffer_at(slot, x->piece[q], ps), (size_t)n * ps);
       }
     }
@@ -175,8 +177,8 @@ static void rf_dbuffer_copy_in(const struct rf_dbuffer *db, void *gslot, void *s
     for (int q = 0; q < db->world; q++) {
       int64_t n = x->starts[q + 1] - x->starts[q];
       uint8_t *dst = rf_dbuffer_at(staging, x->piece[q], rs);
-      rf_move_convert(dst, reduce_dtype, g + x->starts[q], (size_t)n);
-      rf_move_zero(dst + (size_t)n * rs, (size_t)(padded - n) * rs);
+      rf_move_convert(db->dev, dst, reduce_dtype, g + x->starts[q], (size_t)n);
+      rf_move_zero(db->dev, dst + (size_t)n * rs, (size_t)(padded - n) * rs);
     }
   }
 }
@@ -193,7 +195,7 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
   } else if (reduce_dtype != RF_DTYPE_F32) { /* each buffer (not the alignment gaps between them) */
     for (int b = 0; b < db->n_buffers; b++) {
       const struct rf_dbuffer_buf *buf = &db->bufs[b];
-      rf_move_convert(rf_dbuffer_at(staging, buf->slot_off, rs), reduce_dtype,
+      rf_move_convert(db->dev, rf_dbuffer_at(staging, buf->slot_off, rs), reduce_dtype,
                       (const float *)gslot + buf->slot_off, (size_t)buf->total);
     }
   }
@@ -202,7 +204,7 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     const void *send = rf_dbuffer_at((void *)send_base, buf->slot_off, rs);
     void *recv = direct ? (void *)(grad_shard + buf->shard_off) : rf_dbuffer_at(scratch, buf->shard_off, rs);
-    rf_counters_global.bytes_padding += (uint64_t)buf->pad_other * rs;
+    RF_DEVICE_COUNT(db->dev, bytes_padding, (uint64_t)buf->pad_other * rs);
     if (buf->equal > 0)
       rf_comm_ireduce_scatter_block(comm, send, recv, buf->equal, reduce_dtype, &reqs[b]);
     else
@@ -219,7 +221,7 @@ void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *g
   for (int b = 0; b < db->n_buffers; b++) {
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     int64_t own = buf->starts[db->rank + 1] - buf->starts[db->rank];
-    rf_move_convert_back(grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs),
+    rf_move_convert_back(db->dev, grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs),
                          reduce_dtype, (size_t)own, accumulate);
   }
 }

@@ -38,6 +38,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "device/device.h"
 #include "plan/plan.h"
 
 /* Where one tensor lives. Owns starts and piece. */
@@ -81,6 +82,7 @@ struct rf_dbuffer_buf {
 struct rf_dbuffer {
   enum rf_layout layout;
   int world, rank;
+  struct rf_device *dev; /* borrowed: where the slots live, what moves and quantizes and counts */
   int n_buffers;
   struct rf_dbuffer_buf *bufs;
   int n_tensors;
@@ -107,7 +109,8 @@ struct rf_dbuffer {
  * Returns -1 with a message when the planner fails or a plan does not pass the
  * independent checker. */
 int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
-                    int n_tensors, int world, int rank, const struct rf_plan_policy *policy);
+                    int n_tensors, int world, int rank, const struct rf_plan_policy *policy,
+                    struct rf_device *dev);
 void rf_dbuffer_free(struct rf_dbuffer *db);
 
 /* Bytes of a param slot (the policy's param dtype) / grad slot (this reduce dtype). */

@@ -193,9 +193,11 @@ static void rf_dbuffer_slot_bytes(struct rf_dbuffer *db, enum rf_dtype param_dty
 }
 
 int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct rf_plan_tensor_in *tensors,
-                    int n_tensors, int world, int rank, const struct rf_plan_policy *policy) {
+                    int n_tensors, int world, int rank, const struct rf_plan_policy *policy,
+                    struct rf_device *dev) {
   memset(db, 0, sizeof *db);
   RF_REQUIRE(n_tensors >= 1, "unit %s has no tensors", unit_name);
+  db->dev = dev;
   db->layout = policy->layout;
   db->world = world;
   db->rank = rank;

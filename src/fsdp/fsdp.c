@@ -65,6 +65,8 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   f->mesh = *mesh;
   memset(mesh, 0, sizeof *mesh);
   rf_fsdp_plan_policy(opt, &f->policy);
+  f->device = rf_xcalloc(1, sizeof *f->device);
+  rf_device_host_init(f->device, &rf_counters_global);
   f->at_create = rf_counters_global;
   *out = f;
   return 0;
@@ -91,13 +93,15 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->units);
   free(f->tensors);
   free(f->views);
-  free(f->master);
-  free(f->grad);
+  rf_device_release(f->device, f->master);
+  rf_device_release(f->device, f->grad);
   free(f->pslots);
   free(f->gslots);
   free(f->pslot_unit);
   free(f->gslot_unit);
   rf_arena_free(&f->arena);
+  rf_device_free(f->device);
+  free(f->device);
   rf_comm_mesh_free(&f->mesh);
   free(f);
 }
@@ -200,7 +204,8 @@ static void rf_fsdp_make_slots(struct rf_fsdp *f) {
   f->gslot_bytes = (size_t)rf_round_up((int64_t)gbytes, 64);
   f->n_pslots = f->opt.reshard_after_forward ? (int)rf_min_i64(f->opt.prefetch + 1, f->n_units) : f->n_units;
   f->n_gslots = (int)rf_min_i64(2, f->n_units);
-  rf_arena_init(&f->arena, (size_t)f->n_pslots * f->pslot_bytes + (size_t)f->n_gslots * f->gslot_bytes);
+  rf_arena_init(&f->arena, f->device,
+                (size_t)f->n_pslots * f->pslot_bytes + (size_t)f->n_gslots * f->gslot_bytes);
   f->pslots = rf_xcalloc((size_t)f->n_pslots, sizeof *f->pslots);
   f->gslots = rf_xcalloc((size_t)f->n_gslots, sizeof *f->gslots);
   f->pslot_unit = rf_xmalloc((size_t)f->n_pslots * sizeof(int));
@@ -230,7 +235,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
           .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems, .fp8 = t->fp8};
       memcpy(in[i].shape, t->shape, sizeof in[i].shape);
     }
-    int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &f->policy);
+    int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &f->policy, f->device);
     free(in);
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
@@ -239,10 +244,9 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w, x->name);
   }
   f->shard_elems = rf_max_i64(slab, 1);
-  f->master = rf_xaligned(64, (size_t)f->shard_elems * sizeof(float));
-  f->grad = rf_xaligned(64, (size_t)f->shard_elems * sizeof(float));
-  memset(f->master, 0, (size_t)f->shard_elems * sizeof(float));
-  memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  /* zero-filled by the device */
+  f->master = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
+  f->grad = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
   rf_fsdp_make_slots(f);
   f->finalized = 1;
   f->views = rf_xcalloc((size_t)f->n_tensors, sizeof *f->views);

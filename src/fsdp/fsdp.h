@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "core/core.h"
 #include "dbuffer/dbuffer.h"
+#include "device/device.h"
 #include "rfsdp.h"
 
 #define RF_FSDP_NAME_MAX 128
@@ -70,6 +71,7 @@ struct rf_fsdp {
   struct rf_tensor_view *views; /* owned: n_tensors, built at finalize (rf_fsdp_views) */
   float *master;                /* owned slab, shard_elems */
   float *grad;                  /* owned slab, shard_elems */
+  struct rf_device *device; /* owned: where the slabs and slots live; moves, quantizes, norms (host today) */
   struct rf_arena arena;
   int n_pslots, n_gslots;
   void **pslots; /* borrowed views into the arena */

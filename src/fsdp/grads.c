@@ -12,35 +12,33 @@ static void rf_fsdp_for_pieces(struct rf_fsdp *f, void (*fn)(float *g, int64_t n
   }
 }
 
-static void rf_fsdp_scale_chunk(float *restrict g, int64_t n, float s) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) g[i] *= s;
-}
+/* The pieces' work runs on the context's device (src/device: on the host, the
+ * chunked, threaded scaling and the f64 simd sum of squares). */
+struct rf_fsdp_piece_ctx {
+  struct rf_device *dev;
+  float scale;
+  double sq;
+};
 
-/* Chunks on the threads, each a simd loop (a combined "parallel for simd" over
- * captured pointers does not vectorize under clang with -fno-strict-aliasing). */
 static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
-  const float s = *(const float *)ctx;
-  const int64_t chunk = 65536, chunks = rf_ceil_div(n, chunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; c++)
-    rf_fsdp_scale_chunk(g + c * chunk, rf_min_i64(chunk, n - c * chunk), s);
+  struct rf_fsdp_piece_ctx *c = ctx;
+  rf_device_scale(c->dev, g, n, c->scale, NULL);
 }
 
 static void rf_fsdp_square_piece(float *g, int64_t n, void *ctx) {
-  double acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; i++) acc += (double)g[i] * (double)g[i];
-  *(double *)ctx += acc;
+  struct rf_fsdp_piece_ctx *c = ctx;
+  c->sq += rf_device_sum_squares(c->dev, g, n, NULL);
 }
 
 void rf_fsdp_scale_grads(struct rf_fsdp *f, float scale) {
-  rf_fsdp_for_pieces(f, rf_fsdp_scale_piece, &scale);
+  struct rf_fsdp_piece_ctx c = {.dev = f->device, .scale = scale};
+  rf_fsdp_for_pieces(f, rf_fsdp_scale_piece, &c);
 }
 
 double rf_fsdp_grad_norm(struct rf_fsdp *f) {
-  double sq = 0;
-  rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &sq);
+  struct rf_fsdp_piece_ctx c = {.dev = f->device};
+  rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
+  double sq = c.sq;
   /* a NaN or Inf on any rank makes the sum non-finite on every rank */
   rf_comm_allreduce(&f->mesh.shard, &sq, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   return sqrt(sq);

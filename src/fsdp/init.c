@@ -2,6 +2,7 @@
  * the tensor's name, i) alone, so every rank fills only its own piece and the
  * parameters are the same for any world size and layout. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fsdp/fsdp.h"
@@ -40,13 +41,23 @@ static float rf_init_value(const struct rf_init *init, uint64_t key, int64_t i) 
   return 0.0f;
 }
 
+/* The values are computed on the host, a chunk at a time, and copied to the
+ * device's master slab (on the host device the copy is a memcpy at start-up). */
 void rf_fsdp_init_params(struct rf_fsdp *f) {
+  const int64_t chunk = (int64_t)1 << 20;
+  float *host = rf_xmalloc((size_t)chunk * sizeof(float));
   for (int t = 0; t < f->n_tensors; t++) {
     struct rf_tensor_view v;
     rf_fsdp_tensor(f, t, &v);
     const struct rf_init *init = &f->tensors[t].init;
     uint64_t key = rf_init_mix(f->opt.seed) ^ rf_init_name_hash(v.name);
-#pragma omp parallel for schedule(static) if (v.end - v.begin > 65536)
-    for (int64_t i = v.begin; i < v.end; i++) v.master[i - v.begin] = rf_init_value(init, key, i);
+    for (int64_t c0 = v.begin; c0 < v.end; c0 += chunk) {
+      int64_t c1 = rf_min_i64(c0 + chunk, v.end);
+#pragma omp parallel for schedule(static) if (c1 - c0 > 65536)
+      for (int64_t i = c0; i < c1; i++) host[i - c0] = rf_init_value(init, key, i);
+      rf_device_copy(f->device, v.master + (c0 - v.begin), host, (size_t)(c1 - c0) * sizeof(float),
+                     RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+    }
   }
+  free(host);
 }

@@ -84,7 +84,7 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
     RF_ASSERT(!f->units[u].reducing);
     f->units[u].has_grad = 0;
   }
-  memset(f->grad, 0, (size_t)f->shard_elems * sizeof(float));
+  rf_device_memset(f->device, f->grad, 0, (size_t)f->shard_elems * sizeof(float), NULL);
   f->grads_across = 0;
   if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&rf_counters_global, &f->at_step_begin);
   f->at_step_begin = rf_counters_global;
@@ -120,7 +120,7 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
   }
   f->gslot_unit[s] = unit;
   x->gslot = s;
-  memset(f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float));
+  rf_device_memset(f->device, f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float), NULL);
   rf_fsdp_note_peak(f);
   rf_fsdp_prefetch(f, unit, -1);
 }

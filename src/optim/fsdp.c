@@ -7,6 +7,6 @@ int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *o
                          const int *flags, const struct rf_comm *comm) {
   int n = rf_fsdp_n_tensors(f);
   RF_REQUIRE(n >= 0, "optim: the runtime context has %d tensors", n);
-  return rf_optim_create(out, opt, rf_fsdp_views(f), flags, n, rf_fsdp_shard_elems(f),
-                         comm ? comm : &f->mesh.shard);
+  return rf_optim_create_on(out, opt, rf_fsdp_views(f), flags, n, rf_fsdp_shard_elems(f),
+                            comm ? comm : &f->mesh.shard, f->device);
 }

@@ -76,7 +76,7 @@ static int rf_optim_check_view(const struct rf_optim *o, const struct rf_tensor_
 
 static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *opt,
                          const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
-                         const struct rf_comm *comm, int measure) {
+                         const struct rf_comm *comm, struct rf_device *dev, int measure) {
   *out = NULL;
   RF_REQUIRE(n >= 0 && shard_elems >= 0, "optim: %d views, shard of %lld elements", n,
              (long long)shard_elems);
@@ -86,6 +86,8 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
   o->opt = *opt;
   o->ops = rf_optim_kinds[opt->kind];
   o->comm = comm;
+  rf_device_host_init(&o->own_device, &rf_counters_global);
+  o->dev = dev ? dev : &o->own_device;
   o->rank = comm ? comm->rank : 0;
   o->world = comm ? comm->world : 1;
   o->n = n;
@@ -113,7 +115,13 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
 int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                     const struct rf_comm *comm) {
-  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, 0);
+  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, NULL, 0);
+}
+
+int rf_optim_create_on(struct rf_optim **out, const struct rf_optim_options *opt,
+                       const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                       const struct rf_comm *comm, struct rf_device *dev) {
+  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, dev, 0);
 }
 
 int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_view *views, const int *flags,
@@ -121,7 +129,7 @@ int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_
   RF_REQUIRE(world >= 1 && rank >= 0 && rank < world, "optim: rank %d of %d", rank, world);
   struct rf_comm comm = {.rank = rank, .world = world}; /* read for its rank and size only */
   struct rf_optim *o = NULL;
-  RF_TRY(rf_optim_make(&o, opt, views, flags, n, shard_elems, &comm, 1));
+  RF_TRY(rf_optim_make(&o, opt, views, flags, n, shard_elems, &comm, NULL, 1));
   RF_ASSERT(o);
   rf_optim_get_stats(o, out);
   rf_optim_free(o);

@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "device/device.h"
 #include "rfsdp.h"
 #include "rfsdp_optim.h"
 
@@ -55,7 +56,9 @@ struct rf_optim_view {
 struct rf_optim {
   struct rf_optim_options opt;
   const struct rf_optim_ops *ops;
-  const struct rf_comm *comm; /* borrowed; NULL allowed for the element-wise kinds */
+  const struct rf_comm *comm;  /* borrowed; NULL allowed for the element-wise kinds */
+  struct rf_device *dev;       /* borrowed: the runtime context's device, or own_device; state lives there */
+  struct rf_device own_device; /* the host device when created without a runtime context */
   int rank, world;
   int n;
   struct rf_optim_view *views; /* owned */
@@ -65,6 +68,12 @@ struct rf_optim {
   struct rf_optim_stats stats;
   void *impl;
 };
+
+/* rf_optim_create on a device (the runtime context's: rf_optim_create_fsdp); NULL: a
+ * host device of its own. */
+int rf_optim_create_on(struct rf_optim **out, const struct rf_optim_options *opt,
+                       const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
+                       const struct rf_comm *comm, struct rf_device *dev);
 
 /* ---- AdamW's arithmetic, shared by adamw, adamw8bit and muon's other views ------------ */
 
@@ -153,7 +162,7 @@ struct rf_optim_owners_stats {
  * the least loaded rank (ties: lower load, lower rank): max load <= mean + 1.5 *
  * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one.
  * `measure` 1: the stats only (rf_optim_measure), no staging allocated (not runnable). */
-void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm,
+void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm, struct rf_device *dev,
                             const struct rf_optim_owners_matrix *mats, int n, int overlap, int measure);
 void rf_optim_owners_free(struct rf_optim_owners *t);
 /* The owner rank of matrix k. */

@@ -17,6 +17,7 @@ struct rf_optim_owners_group {
 
 struct rf_optim_owners {
   const struct rf_comm *comm; /* borrowed */
+  struct rf_device *dev;      /* borrowed: where the staging lives and copies count */
   int rank, world;
   int n;
   struct rf_optim_owners_matrix *mats; /* owned copy (starts borrowed) */
@@ -114,9 +115,10 @@ static void rf_optim_owners_layout(struct rf_optim_owners *t, struct rf_optim_ow
   }
 }
 
-void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm,
+void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm, struct rf_device *dev,
                             const struct rf_optim_owners_matrix *mats, int n, int overlap, int measure) {
   struct rf_optim_owners *t = rf_xcalloc(1, sizeof *t);
+  t->dev = dev;
   size_t nn = (size_t)(n > 0 ? n : 1);
   t->comm = comm;
   t->rank = comm->rank;
@@ -277,11 +279,11 @@ static void rf_optim_owners_compute(struct rf_optim_owners *t, int g, const stru
     if (t->owner[x] != t->rank) continue;
     const int64_t *st = t->mats[x].starts;
     for (int s = 0; s < world; s++)
-      rf_move_copy(t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
+      rf_move_copy(t->dev, t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
     fns->compute(ctx, x, t->full, t->full + t->mats[x].rows * t->mats[x].cols,
                  t->n_slots > 1 ? rf_optim_owners_poll : NULL, t);
     for (int s = 0; s < world; s++) {
-      rf_move_copy(rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
+      rf_move_copy(t->dev, rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float));
       t->cursor[s] += st[s + 1] - st[s];
     }
   }

@@ -1,17 +1,15 @@
-/* A bump allocator over one slab: sized once, never grows. */
-#include <stdlib.h>
-#include <string.h>
+/* A bump allocator over one slab of device memory: sized once, never grows. */
+#include "device/device.h"
 
-#include "core/core.h"
-
-void rf_arena_init(struct rf_arena *arena, size_t capacity) {
+void rf_arena_init(struct rf_arena *arena, struct rf_device *dev, size_t capacity) {
   memset(arena, 0, sizeof *arena);
+  arena->dev = dev;
   arena->capacity = capacity;
-  arena->base = capacity ? rf_xaligned(64, capacity) : NULL;
+  arena->base = capacity ? rf_device_alloc(dev, capacity, 64) : NULL;
 }
 
 void rf_arena_free(struct rf_arena *arena) {
-  free(arena->base);
+  if (arena->dev) rf_device_release(arena->dev, arena->base);
   memset(arena, 0, sizeof *arena);
 }
 
@@ -25,8 +23,8 @@ void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align) {
   arena->used = start + bytes;
   if (arena->used > arena->peak) arena->peak = arena->used;
   arena->allocs++;
-  rf_counters_global.allocations++;
-  memset(arena->base + start, 0, bytes);
+  RF_DEVICE_COUNT(arena->dev, allocations, 1);
+  rf_device_memset(arena->dev, arena->base + start, 0, bytes, NULL);
   return arena->base + start;
 }
 
