@@ -493,6 +493,20 @@ static void test_expf(void) {
   printf("  fast exp: max rel err %.2g over [-80, 88]\n", worst);
   RF_CHECK(worst < 2e-7, "rf_model_expf rel err %.3g", worst);
   RF_CHECK(rf_model_expf(-1000.0f) >= 0.0f && rf_model_expf(-1000.0f) < 1e-37f, "exp of very negative");
+  /* a NaN (a diverged run) gives NaN, without the undefined float-to-int conversion
+   * that make test-asan stopped on; infinities stay clamped */
+  RF_CHECK(isnan(rf_model_expf(NAN)) && isnan(rf_model_expf(-NAN)), "exp of NaN is not NaN");
+  RF_CHECK(rf_model_expf(-INFINITY) >= 0.0f && rf_model_expf(INFINITY) > 1e38f, "exp of an infinity");
+  /* the same inside a vectorized loop: SiLU of a NaN is NaN there, exact elsewhere */
+  enum { N = 67 };
+  float gate[N], up[N], h[N];
+  for (int i = 0; i < N; i++) gate[i] = -3.0f + 0.1f * (float)i, up[i] = 1.0f;
+  gate[13] = NAN;
+  rf_model_swiglu_forward(h, gate, up, N);
+  for (int i = 0; i < N; i++) {
+    double want = gate[i] / (1.0 + exp(-(double)gate[i]));
+    RF_CHECK(i == 13 ? isnan(h[i]) : fabs(h[i] - want) < 1e-6, "silu[%d] = %g, want %g", i, h[i], want);
+  }
 }
 
 int main(void) {

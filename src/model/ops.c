@@ -20,8 +20,12 @@
 /* exp(x) for the softmax and SiLU loops: Cephes' expf (range reduction by ln 2,
  * degree-6 polynomial), branch-free so that `omp simd` loops vectorize; relative
  * error below 2e-7 (tests/test_model_ops.c checks it against exp()). Inputs are
- * clamped to [-87, 88]: exp(-87) = 1.6e-38 stands in for smaller results. */
+ * clamped to [-87, 88]: exp(-87) = 1.6e-38 stands in for smaller results. A NaN
+ * (a diverged run) gives NaN: it is replaced by 0 before the float-to-int conversion
+ * (undefined behaviour on NaN) and put back at the end, both as selects. */
 static inline float fast_expf(float x) {
+  float in = x;
+  x = x == x ? x : 0.0f;
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
   float t = x * 1.44269504088896341f + 12582912.0f; /* round(x / ln 2) in the low mantissa bits */
@@ -40,7 +44,7 @@ static inline float fast_expf(float x) {
     int32_t i;
   } u;
   u.i = ((int32_t)k + 127) << 23;
-  return p * u.f;
+  return in == in ? p * u.f : in;
 }
 
 float rf_model_expf(float x) { return fast_expf(x); }
