@@ -1,7 +1,9 @@
 /* Runs the rfsdp command from a test (see rf_cli.h). */
 #include "rf_cli.h"
 #include "core/core.h"
+#include "rf_test.h"
 
+#include <ftw.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -122,4 +124,104 @@ cJSON *rf_cli_json_line(const char *path, int line) {
 double rf_cli_json_num(const cJSON *o, const char *key) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+}
+
+/* ---- what is on disk: every regular file under a folder, with a hash of its bytes ---- */
+
+static struct rf_cli_snapshot *rf_cli_snap_target;
+
+static uint64_t rf_cli_hash_file(const char *path, int64_t *size) {
+  char *bytes;
+  size_t n;
+  if (rf_file_read_all(path, &bytes, &n) != 0) return 0;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)bytes[i]) * 1099511628211ull;
+  free(bytes);
+  *size = (int64_t)n;
+  return h;
+}
+
+static int rf_cli_snap_visit(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  struct rf_cli_snapshot *s = rf_cli_snap_target;
+  if (type != FTW_F || s->n >= RF_CLI_SNAP_FILES) return 0;
+  snprintf(s->path[s->n], sizeof s->path[s->n], "%s", path);
+  s->hash[s->n] = rf_cli_hash_file(path, &s->size[s->n]);
+  s->n++;
+  return 0;
+}
+
+void rf_cli_snap_take(struct rf_cli_snapshot *s, const char *dir) {
+  s->n = 0;
+  rf_cli_snap_target = s;
+  RF_ASSERT(nftw(dir, rf_cli_snap_visit, 16, FTW_PHYS) == 0);
+}
+
+void rf_cli_snap_check(const struct rf_cli_snapshot *before, const struct rf_cli_snapshot *after,
+                       const char *what) {
+  for (int i = 0; i < before->n; i++) {
+    int found = -1;
+    for (int j = 0; j < after->n && found < 0; j++)
+      if (strcmp(before->path[i], after->path[j]) == 0) found = j;
+    RF_CHECK(found >= 0, "%s: %s was removed", what, before->path[i]);
+    if (found >= 0)
+      RF_CHECK(before->hash[i] == after->hash[found] && before->size[i] == after->size[found],
+               "%s: %s changed (%lld -> %lld bytes)", what, before->path[i], (long long)before->size[i],
+               (long long)after->size[found]);
+  }
+  for (int j = 0; j < after->n; j++)
+    RF_CHECK(!strstr(after->path[j], ".tmp.") && !strstr(after->path[j], ".new-"), "%s: left %s behind", what,
+             after->path[j]);
+}
+
+/* ---- one case of a fault suite ---- */
+
+int rf_cli_count_lines(const char *out, const char *prefix) {
+  int n = 0;
+  size_t len = strlen(prefix);
+  for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, prefix, len) == 0) n++;
+  return n;
+}
+
+void rf_cli_vrefused(const char *dir, int limit_s, int world, int want_rc, const char *prefix,
+                     const char *want, const char *fmt, va_list ap) {
+  char args[2048], out[16384], what[2200];
+  vsnprintf(args, sizeof args, fmt, ap);
+  snprintf(what, sizeof what, "W=%d rfsdp %s", world, args);
+  static struct rf_cli_snapshot before, after;
+  rf_cli_snap_take(&before, dir);
+  int rc = rf_cli_run_mpi(out, sizeof out, world, limit_s, "%s", args);
+  double seconds = rf_cli_last_seconds();
+  rf_cli_snap_take(&after, dir);
+  RF_CHECK(rc == want_rc, "%s: exit %d, expected %d\n%s", what, rc, want_rc, out);
+  RF_CHECK(rc != 124 && seconds < limit_s, "%s: took %.1f s (a hang)", what, seconds);
+  int lines = rf_cli_count_lines(out, prefix);
+  RF_CHECK(lines == 1, "%s: %d message lines starting '%s', expected one\n%s", what, lines, prefix, out);
+  RF_CHECK(!strstr(out, "another rank"), "%s: the message is not the one of the rank that saw it\n%s", what,
+           out);
+  char parts[256];
+  snprintf(parts, sizeof parts, "%s", want);
+  for (char *save = NULL, *part = strtok_r(parts, "|", &save); part; part = strtok_r(NULL, "|", &save))
+    RF_CHECK(strstr(out, part), "%s: the message does not say '%s'\n%s", what, part, out);
+  rf_cli_snap_check(&before, &after, what);
+}
+
+void rf_cli_refused(const char *dir, int limit_s, int world, int want_rc, const char *prefix,
+                    const char *want, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rf_cli_vrefused(dir, limit_s, world, want_rc, prefix, want, fmt, ap);
+  va_end(ap);
+}
+
+void rf_cli_works(int world, char *out, int out_size, const char *fmt, ...) {
+  char args[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  int rc = rf_cli_run_mpi(out, out_size, world, RF_CLI_WORKS_LIMIT_S, "%s", args);
+  RF_CHECK(rc == 0, "W=%d rfsdp %s: exit %d\n%s", world, args, rc, out);
 }

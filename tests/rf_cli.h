@@ -4,7 +4,9 @@
 #define RF_CLI_H
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Runs `rfsdp ARGS` through the shell (stderr merged into stdout). Returns the
  * exit code; up to out_size-1 bytes of output go to `out`. */
@@ -41,5 +43,38 @@ cJSON *rf_cli_json_line(const char *path, int line);
 
 /* The number `key` of object `o`; -1 when it is missing or not a number. */
 double rf_cli_json_num(const cJSON *o, const char *key);
+
+/* ---- the fault suites (docs/reliability.md) ---- */
+
+/* Every regular file under a folder with a hash of its bytes. */
+#define RF_CLI_SNAP_FILES 512
+struct rf_cli_snapshot {
+  int n;
+  char path[RF_CLI_SNAP_FILES][200];
+  uint64_t hash[RF_CLI_SNAP_FILES];
+  int64_t size[RF_CLI_SNAP_FILES];
+};
+void rf_cli_snap_take(struct rf_cli_snapshot *s, const char *dir);
+/* Checks that every file of `before` is unchanged in `after` and no temporary file is left. */
+void rf_cli_snap_check(const struct rf_cli_snapshot *before, const struct rf_cli_snapshot *after,
+                       const char *what);
+
+/* Lines of out that start with `prefix` (a command's messages). */
+int rf_cli_count_lines(const char *out, const char *prefix);
+
+/* Runs `rfsdp ARGS` at `world` ranks (0: without mpirun) and checks that it is
+ * refused: exit code want_rc, one message line starting with `prefix` holding every
+ * '|'-separated part of `want` and not saying "another rank" (the rank that saw the
+ * problem speaks), within limit_s, nothing changed on disk under `dir`. */
+void rf_cli_refused(const char *dir, int limit_s, int world, int want_rc, const char *prefix,
+                    const char *want, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+void rf_cli_vrefused(const char *dir, int limit_s, int world, int want_rc, const char *prefix,
+                     const char *want, const char *fmt, va_list ap) __attribute__((format(printf, 7, 0)));
+
+/* Runs `rfsdp ARGS` at `world` ranks and checks that it succeeds within
+ * RF_CLI_WORKS_LIMIT_S seconds. */
+#define RF_CLI_WORKS_LIMIT_S 30
+void rf_cli_works(int world, char *out, int out_size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -11,7 +11,6 @@
  * a small text still gets a validation split, a data set without one trains when no
  * evaluation is asked for. */
 #include <dirent.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,116 +26,19 @@
 #include "rf_test.h"
 
 #define LIMIT_S 30 /* every case ends within this (issue 12: "within 30 s") */
-#define MAX_FILES 512
 
 static char dir[64] = "/tmp/rf_test_cli_faults.XXXXXX";
 static char model[128], data[128], data0[128], text[128], afile[128];
 static const char *common = "--steps 2 --batch 6 --seq 16 --peak-gflops 50 --print-every 0";
 
-/* ---- what is on disk: every regular file under dir, with a hash of its bytes ---- */
-
-struct snapshot {
-  int n;
-  char path[MAX_FILES][200];
-  uint64_t hash[MAX_FILES];
-  int64_t size[MAX_FILES];
-};
-
-static struct snapshot *snap_target;
-
-static uint64_t hash_file(const char *path, int64_t *size) {
-  char *bytes;
-  size_t n;
-  if (rf_file_read_all(path, &bytes, &n) != 0) return 0;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)bytes[i]) * 1099511628211ull;
-  free(bytes);
-  *size = (int64_t)n;
-  return h;
-}
-
-static int snap_visit(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  (void)ftw;
-  struct snapshot *s = snap_target;
-  if (type != FTW_F || s->n >= MAX_FILES) return 0;
-  snprintf(s->path[s->n], sizeof s->path[s->n], "%s", path);
-  s->hash[s->n] = hash_file(path, &s->size[s->n]);
-  s->n++;
-  return 0;
-}
-
-static void snap_take(struct snapshot *s) {
-  s->n = 0;
-  snap_target = s;
-  RF_ASSERT(nftw(dir, snap_visit, 16, FTW_PHYS) == 0);
-}
-
-/* Every file of `before` unchanged in `after`, and no temporary file left. */
-static void snap_check(const struct snapshot *before, const struct snapshot *after, const char *what) {
-  for (int i = 0; i < before->n; i++) {
-    int found = -1;
-    for (int j = 0; j < after->n && found < 0; j++)
-      if (strcmp(before->path[i], after->path[j]) == 0) found = j;
-    RF_CHECK(found >= 0, "%s: %s was removed", what, before->path[i]);
-    if (found >= 0)
-      RF_CHECK(before->hash[i] == after->hash[found] && before->size[i] == after->size[found],
-               "%s: %s changed (%lld -> %lld bytes)", what, before->path[i], (long long)before->size[i],
-               (long long)after->size[found]);
-  }
-  for (int j = 0; j < after->n; j++)
-    RF_CHECK(!strstr(after->path[j], ".tmp.") && !strstr(after->path[j], ".new-"), "%s: left %s behind", what,
-             after->path[j]);
-}
-
-/* ---- one case ---- */
-
-/* Lines of out that start with `prefix` (the command's messages). */
-static int count_lines(const char *out, const char *prefix) {
-  int n = 0;
-  size_t len = strlen(prefix);
-  for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-    if (strncmp(p, prefix, len) == 0) n++;
-  return n;
-}
-
-/* Runs `rfsdp ARGS` at `world` ranks (0: without mpirun) and checks that it is
- * refused: exit code want_rc, one message line starting with `prefix` holding every
- * '|'-separated part of `want`, in time, nothing changed on disk. */
+/* rf_cli_refused with the test folder as the snapshot root. */
+static void refused(int world, int want_rc, const char *prefix, const char *want, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 static void refused(int world, int want_rc, const char *prefix, const char *want, const char *fmt, ...) {
-  char args[2048], out[16384], what[2200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  rf_cli_vrefused(dir, LIMIT_S, world, want_rc, prefix, want, fmt, ap);
   va_end(ap);
-  snprintf(what, sizeof what, "W=%d rfsdp %s", world, args);
-  static struct snapshot before, after;
-  snap_take(&before);
-  int rc = rf_cli_run_mpi(out, sizeof out, world, LIMIT_S, "%s", args);
-  double seconds = rf_cli_last_seconds();
-  snap_take(&after);
-  RF_CHECK(rc == want_rc, "%s: exit %d, expected %d\n%s", what, rc, want_rc, out);
-  RF_CHECK(rc != 124 && seconds < LIMIT_S, "%s: took %.1f s (a hang)", what, seconds);
-  int lines = count_lines(out, prefix);
-  RF_CHECK(lines == 1, "%s: %d message lines starting '%s', expected one\n%s", what, lines, prefix, out);
-  RF_CHECK(!strstr(out, "another rank failed"), "%s: the message is not the one of the rank that saw it\n%s",
-           what, out);
-  char parts[256];
-  snprintf(parts, sizeof parts, "%s", want);
-  for (char *save = NULL, *part = strtok_r(parts, "|", &save); part; part = strtok_r(NULL, "|", &save))
-    RF_CHECK(strstr(out, part), "%s: the message does not say '%s'\n%s", what, part, out);
-  snap_check(&before, &after, what);
-}
-
-/* Runs `rfsdp ARGS` at `world` ranks and checks that it succeeds in time. */
-static void works(int world, char *out, int out_size, const char *fmt, ...) {
-  char args[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  int rc = rf_cli_run_mpi(out, out_size, world, LIMIT_S, "%s", args);
-  RF_CHECK(rc == 0, "W=%d rfsdp %s: exit %d\n%s", world, args, rc, out);
 }
 
 static int exists(const char *fmt, ...) {
@@ -154,10 +56,10 @@ static int exists(const char *fmt, ...) {
  * full disk: one message from rank 0, every rank stops. */
 static void check_train_outputs(int w) {
   char out[16384];
-  works(w, out, sizeof out,
-        "train --model %s --data %s %s --log %s/new%d/a/log.jsonl --ckpt-dir %s/new%d/b/ck "
-        "--save-every 2",
-        model, data, common, dir, w, dir, w);
+  rf_cli_works(w, out, sizeof out,
+               "train --model %s --data %s %s --log %s/new%d/a/log.jsonl --ckpt-dir %s/new%d/b/ck "
+               "--save-every 2",
+               model, data, common, dir, w, dir, w);
   RF_CHECK(exists("%s/new%d/a/log.jsonl", dir, w) && exists("%s/new%d/b/ck/step-00000002/COMPLETE", dir, w),
            "W=%d: the missing folders of --log and --ckpt-dir were not made", w);
   const char *t = "rfsdp train:";
@@ -184,7 +86,7 @@ static void check_train_data(int w) {
   const char *t = "rfsdp train:";
   refused(w, 1, t, "val.tok|--eval-every", "train --model %s --data %s %s --eval-every 1", model, data0,
           common);
-  works(w, out, sizeof out, "train --model %s --data %s %s", model, data0, common);
+  rf_cli_works(w, out, sizeof out, "train --model %s --data %s %s", model, data0, common);
   char bad[200];
   snprintf(bad, sizeof bad, "%s/nomodel.json", dir);
   refused(w, 1, t, "nomodel.json", "train --model %s --data %s %s", bad, data, common);
@@ -238,24 +140,24 @@ static void check_prepare(void) {
   /* a full disk while the token files are written (a file size limit: writes fail with
    * EFBIG): the old data set, its BPE tokenizer included, stays as it was */
   {
-    static struct snapshot before, after;
+    static struct rf_cli_snapshot before, after;
     char cmd[1024], full[16384];
     snprintf(
         cmd, sizeof cmd,
         "sh -c \"trap '' XFSZ; ulimit -f 16; exec timeout 30 %s prepare --input %s --out %s --tokenizer bpe "
         "--bpe-vocab 300\" 2>&1",
         rf_cli_binary(), text, data);
-    snap_take(&before);
+    rf_cli_snap_take(&before, dir);
     FILE *pipe = popen(cmd, "r");
     RF_ASSERT(pipe);
     size_t got = fread(full, 1, sizeof full - 1, pipe);
     full[got] = 0;
     int status = pclose(pipe);
-    snap_take(&after);
-    RF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && count_lines(full, p) == 1 &&
+    rf_cli_snap_take(&after, dir);
+    RF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && rf_cli_count_lines(full, p) == 1 &&
                  strstr(full, "File too large"),
              "prepare on a full disk: status %d\n%s", status, full);
-    snap_check(&before, &after, "prepare on a full disk");
+    rf_cli_snap_check(&before, &after, "prepare on a full disk");
   }
 
   /* a 2 KB text: a validation split spread over it, a warning, and it trains with evaluation */
@@ -266,7 +168,7 @@ static void check_prepare(void) {
   RF_ASSERT(rf_file_read_all(text, &bytes, &n) == 0);
   RF_ASSERT(rf_file_write_all(small, bytes, 2000) == 0);
   free(bytes);
-  works(0, out, sizeof out, "prepare --input %s --out %s", small, prefix);
+  rf_cli_works(0, out, sizeof out, "prepare --input %s --out %s", small, prefix);
   RF_CHECK(strstr(out, "warning") && strstr(out, "small.txt"), "no warning for a tiny input\n%s", out);
   char path[200];
   snprintf(path, sizeof path, "%s.val.tok", prefix);
@@ -275,7 +177,7 @@ static void check_prepare(void) {
   RF_CHECK(va.n_tokens >= 17 * RF_DATA_VAL_MIN_CHUNKS / 2 && va.n_tokens <= 1000,
            "a 2000-byte input: %lld validation tokens", (long long)va.n_tokens);
   rf_token_file_close(&va);
-  works(2, out, sizeof out, "train --model %s --data %s %s --eval-every 1", model, prefix, common);
+  rf_cli_works(2, out, sizeof out, "train --model %s --data %s %s --eval-every 1", model, prefix, common);
   RF_CHECK(strstr(out, "sample") == NULL, "unexpected output\n%s", out);
 }
 
@@ -287,7 +189,7 @@ static void check_ckpt_logits(void) {
   snprintf(tokens, sizeof tokens, "%s/tokens.i32", dir);
   refused(0, 2, "rfsdp ckpt export:", "--out|same file", "ckpt export %s --out %s/rank-00000.bin", ck, ck);
   refused(0, 2, "rfsdp ckpt export:", "--out|same file", "ckpt export %s --out %s/meta.json", ck, ck);
-  works(0, out, sizeof out, "ckpt export %s --out %s", ck, weights);
+  rf_cli_works(0, out, sizeof out, "ckpt export %s --out %s", ck, weights);
   int32_t ids[32];
   for (int i = 0; i < 32; i++) ids[i] = (i * 37) % 256;
   RF_ASSERT(rf_file_write_all(tokens, ids, sizeof ids) == 0);
@@ -347,8 +249,8 @@ int main(void) {
   RF_ASSERT(rf_file_write_all(afile, "x", 1) == 0);
   rf_cli_write_tiny_model(model);
   char out[16384];
-  works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
-  works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0", text, data0);
+  rf_cli_works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  rf_cli_works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0", text, data0);
 
   for (int w = 1; w <= 3; w++) {
     check_train_outputs(w);
