@@ -107,7 +107,8 @@ int rf_train_agree(const struct rf_comm *comm, int status) {
 int rf_train_exit_status(const struct rf_comm *comm, int rc, const char *command) {
   int rank = comm->rank, world = comm->world;
   /* the lowest rank that saw a problem itself, else the lowest that stopped because of another */
-  int32_t speaker = rc == 0 ? 2 * world : rf_train_failed_elsewhere ? world + rank : rank;
+  int elsewhere = rf_train_failed_elsewhere || rf_error_is_elsewhere(); /* a library's agreement */
+  int32_t speaker = rc == 0 ? 2 * world : elsewhere ? world + rank : rank;
   rf_comm_allreduce(comm, &speaker, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
   if (speaker == 2 * world) return 0;
   if (speaker % world == rank) fprintf(stderr, "%s: %s\n", command, rf_error_msg());

@@ -266,8 +266,10 @@ int rf_ckpt_export_safetensors_fp8(const char *ckpt_dir, const char *out_path, e
  * (tensors by name, same shape, F32/BF16/F16 converted to f32), or from the shards
  * of a Hugging Face index when `path` ends in ".json"
  * (model.safetensors.index.json: {"weight_map": {tensor: file}}, files next to
- * it). Checks every view before reading any. Local to the rank: callers agree on
- * the status. */
+ * it). Checks every view before reading any; a NaN or infinity in this rank's range
+ * is refused naming the file, the tensor, the element and the value (the views
+ * already read hold the file's values then). Local to the rank: callers agree on the
+ * status. */
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n);
 
 #endif

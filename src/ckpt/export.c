@@ -2,6 +2,7 @@
  * weights in FP8, DeepSeek-V3's format), and a safetensors file into the runtime's views. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,42 +293,256 @@ static struct rf_safetensors_file *rf_ckpt_import_find(struct rf_ckpt_import_src
   return NULL;
 }
 
+/* 1 when the import holds tensor `name` (the index's map, or the one file); quiet. */
+static int rf_ckpt_import_has(const struct rf_ckpt_import_src *src, const char *name) {
+  if (src->index)
+    return cJSON_IsString(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(src->index, "weight_map"), name));
+  return src->n_files == 1 && rf_safetensors_find(&src->files[0], name) != NULL;
+}
+
+/* The per-expert layouts published checkpoints ship for the fused experts of the
+ * model (tools name them "P.mlp.experts.gate_up_proj" [E, 2f, h], "P.mlp.experts.down_proj"
+ * [E, h, f], the router "P.mlp.gate.weight"): the hub's Mixtral files
+ * (block_sparse_moe.experts.N.w1/w3/w2, the router block_sparse_moe.gate) and qwen3_moe's
+ * (mlp.experts.N.gate_proj/up_proj/down_proj). They load as transformers converts them
+ * (conversion_mapping.py: the experts' w1 and w3 each stacked, then concatenated along
+ * the rows, w2 stacked): gate_up_proj[e] = [w1[e]; w3[e]], down_proj[e] = w2[e]. */
+struct rf_ckpt_hub_layout {
+  const char *name, *router, *gate, *up, *down; /* after "P." */
+};
+static const struct rf_ckpt_hub_layout rf_ckpt_hub_layouts[] = {
+    {"mixtral (block_sparse_moe.experts.N.w1/w2/w3)", "block_sparse_moe.gate.weight",
+     "block_sparse_moe.experts.%d.w1.weight", "block_sparse_moe.experts.%d.w3.weight",
+     "block_sparse_moe.experts.%d.w2.weight"},
+    {"per-expert (mlp.experts.N.gate_proj/up_proj/down_proj)", "mlp.gate.weight",
+     "mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight", "mlp.experts.%d.down_proj.weight"},
+};
+enum {
+  RF_CKPT_HUB_N = (int)(sizeof rf_ckpt_hub_layouts / sizeof rf_ckpt_hub_layouts[0]),
+  RF_CKPT_HUB_NAME_MAX = 512
+};
+
+enum rf_ckpt_hub_part {
+  RF_CKPT_HUB_PART_NONE,
+  RF_CKPT_HUB_PART_ROUTER,
+  RF_CKPT_HUB_PART_GATE_UP,
+  RF_CKPT_HUB_PART_DOWN
+};
+
+/* How view v loads: from its own name (part NONE), or from layout `layout` of the
+ * hub; prefix: the name before ".mlp.". */
+struct rf_ckpt_import_map {
+  enum rf_ckpt_hub_part part;
+  int layout;
+  char prefix[RF_CKPT_HUB_NAME_MAX];
+};
+
+static enum rf_ckpt_hub_part rf_ckpt_hub_part_of(const struct rf_tensor_view *v, char *prefix, size_t cap) {
+  static const struct {
+    const char *suffix;
+    enum rf_ckpt_hub_part part;
+    int ndim;
+  } parts[] = {{".mlp.gate.weight", RF_CKPT_HUB_PART_ROUTER, 2},
+               {".mlp.experts.gate_up_proj", RF_CKPT_HUB_PART_GATE_UP, 3},
+               {".mlp.experts.down_proj", RF_CKPT_HUB_PART_DOWN, 3}};
+  size_t len = strlen(v->name);
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    size_t sl = strlen(parts[i].suffix);
+    if (len <= sl || strcmp(v->name + len - sl, parts[i].suffix) != 0 || v->ndim != parts[i].ndim) continue;
+    if (len - sl >= cap) return RF_CKPT_HUB_PART_NONE;
+    memcpy(prefix, v->name, len - sl);
+    prefix[len - sl] = '\0';
+    return parts[i].part;
+  }
+  return RF_CKPT_HUB_PART_NONE;
+}
+
+/* Where element `at` of a view mapped by m comes from: the source tensor's name, its
+ * element `*src_at`, its expected shape (2-D) and how many elements follow there
+ * contiguously (the return value). */
+static int64_t rf_ckpt_hub_source(const struct rf_tensor_view *v, const struct rf_ckpt_import_map *m,
+                                  int64_t at, char *name, size_t cap, int64_t *src_at, int64_t *shape) {
+  const struct rf_ckpt_hub_layout *lay = &rf_ckpt_hub_layouts[m->layout];
+  char part[RF_CKPT_HUB_NAME_MAX];
+  int64_t run;
+  if (m->part == RF_CKPT_HUB_PART_ROUTER) {
+    snprintf(part, sizeof part, "%s", lay->router);
+    *src_at = at;
+    shape[0] = v->shape[0], shape[1] = v->shape[1];
+    run = v->numel - at;
+  } else if (m->part == RF_CKPT_HUB_PART_GATE_UP) {
+    int64_t f = v->shape[1] / 2, h = v->shape[2], per = 2 * f * h, w = at % per;
+    int e = (int)(at / per), half = (int)(w / (f * h));
+    snprintf(part, sizeof part, half ? lay->up : lay->gate, e);
+    *src_at = w % (f * h);
+    shape[0] = f, shape[1] = h;
+    run = f * h - *src_at;
+  } else {
+    int64_t per = v->shape[1] * v->shape[2];
+    snprintf(part, sizeof part, lay->down, (int)(at / per));
+    *src_at = at % per;
+    shape[0] = v->shape[1], shape[1] = v->shape[2];
+    run = per - *src_at;
+  }
+  snprintf(name, cap, "%s.%s", m->prefix, part);
+  return run;
+}
+
+/* Chooses how view v loads: its own name when the import has it, else the first hub
+ * layout whose first source tensor the import has (a gate_up_proj of an odd row count
+ * is no fused gate and up). */
+static void rf_ckpt_import_map_view(const struct rf_ckpt_import_src *src, const struct rf_tensor_view *v,
+                                    struct rf_ckpt_import_map *m) {
+  memset(m, 0, sizeof *m);
+  m->part = RF_CKPT_HUB_PART_NONE;
+  if (rf_ckpt_import_has(src, v->name)) return;
+  enum rf_ckpt_hub_part part = rf_ckpt_hub_part_of(v, m->prefix, sizeof m->prefix);
+  if (part == RF_CKPT_HUB_PART_NONE || (part == RF_CKPT_HUB_PART_GATE_UP && v->shape[1] % 2 != 0)) return;
+  for (int l = 0; l < RF_CKPT_HUB_N; l++) {
+    struct rf_ckpt_import_map try = *m;
+    try.part = part;
+    try.layout = l;
+    char name[RF_CKPT_HUB_NAME_MAX * 2];
+    int64_t src_at, shape[2];
+    rf_ckpt_hub_source(v, &try, 0, name, sizeof name, &src_at, shape);
+    if (rf_ckpt_import_has(src, name)) {
+      *m = try;
+      return;
+    }
+  }
+}
+
+/* Checks that tensor `name` is there with `ndim` x `shape` in a dtype parameters load from. */
+static int rf_ckpt_import_check_tensor(struct rf_ckpt_import_src *src, const char *name, int ndim,
+                                       const int64_t *shape, const char *hub) {
+  struct rf_safetensors_file *f = rf_ckpt_import_find(src, name);
+  if (!f) return -1;
+  const struct rf_safetensors_tensor *t = rf_safetensors_find(f, name);
+  int same = t->ndim == ndim;
+  for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+  if (!same) {
+    char have[200], want[200];
+    rf_ckpt_shape_str(have, sizeof have, t->ndim, t->shape);
+    rf_ckpt_shape_str(want, sizeof want, ndim, shape);
+    RF_FAIL("%s: tensor '%s' has shape %s, the model has %s (%s)", f->path, name, have, want,
+            hub ? hub : "a file of another model?");
+  }
+  if (t->dtype != RF_SAFETENSORS_DTYPE_F32 && t->dtype != RF_SAFETENSORS_DTYPE_BF16 &&
+      t->dtype != RF_SAFETENSORS_DTYPE_F16)
+    RF_FAIL("%s: tensor '%s' is %s; parameters load from F32, BF16 or F16", f->path, name,
+            rf_safetensors_dtype_name(t->dtype));
+  return 0;
+}
+
+/* Refuses a non-finite value among the elements read into view v (its range
+ * [begin, end)), naming the tensor, the element (its index and coordinates) and the
+ * value: a NaN or inf weight would only show up steps later as a skipped step or
+ * "training diverged", or never where the data does not reach it. */
+static int rf_ckpt_import_check_finite(const char *path, const struct rf_tensor_view *v) {
+  if (!v->master) return 0; /* an empty range */
+  for (int64_t i = 0; i < v->end - v->begin; i++) {
+    if (isfinite(v->master[i])) continue;
+    int64_t at = v->begin + i, rest = at, idx[RF_MAX_DIMS];
+    for (int d = v->ndim - 1; d >= 0; d--) {
+      idx[d] = v->shape[d] > 0 ? rest % v->shape[d] : 0;
+      rest = v->shape[d] > 0 ? rest / v->shape[d] : 0;
+    }
+    char where[200];
+    rf_ckpt_shape_str(where, sizeof where, v->ndim, idx);
+    RF_FAIL("%s: tensor '%s' element %" PRId64 " %s is %s; the weights must be finite", path, v->name, at,
+            where,
+            isnan(v->master[i]) ? "nan"
+            : v->master[i] > 0  ? "inf"
+                                : "-inf");
+  }
+  return 0;
+}
+
+/* Reads view v's range through map m (the hub's per-expert tensors, piece by piece). */
+static int rf_ckpt_import_read(struct rf_ckpt_import_src *src, const struct rf_tensor_view *v,
+                               const struct rf_ckpt_import_map *m) {
+  if (m->part == RF_CKPT_HUB_PART_NONE) {
+    struct rf_safetensors_file *f = rf_ckpt_import_find(src, v->name);
+    return f ? rf_safetensors_read_f32(f, v->name, v->begin, v->end, v->master) : -1;
+  }
+  for (int64_t at = v->begin; at < v->end;) {
+    char name[RF_CKPT_HUB_NAME_MAX * 2];
+    int64_t src_at, shape[2];
+    int64_t run = rf_ckpt_hub_source(v, m, at, name, sizeof name, &src_at, shape);
+    if (run > v->end - at) run = v->end - at;
+    struct rf_safetensors_file *f = rf_ckpt_import_find(src, name);
+    if (!f) return -1;
+    RF_TRY(rf_safetensors_read_f32(f, name, src_at, src_at + run, v->master + (at - v->begin)));
+    at += run;
+  }
+  return 0;
+}
+
+/* Refuses tensor `name` of a layer at or past `layers` ("model.layers.N."). */
+static int rf_ckpt_import_layer_ok(const char *path, const char *name, int layers) {
+  int l = 0;
+  if (sscanf(name, "model.layers.%d.", &l) == 1 && l >= layers)
+    RF_FAIL(
+        "%s: tensor '%s' is of layer %d, the model has %d layers (a file of a deeper model? "
+        "num_hidden_layers of the config)",
+        path, name, l, layers);
+  return 0;
+}
+
+/* Refuses a file with layers beyond the model's (the views' last "model.layers.N."):
+ * a deeper model's weights would load their first layers silently. Other extra
+ * tensors (rotary buffers, a tied head) are not refused. */
+static int rf_ckpt_import_check_layers(const struct rf_ckpt_import_src *src, const char *path,
+                                       const struct rf_tensor_view *views, int n) {
+  int layers = 0, l = 0;
+  for (int i = 0; i < n; i++)
+    if (sscanf(views[i].name, "model.layers.%d.", &l) == 1 && l + 1 > layers) layers = l + 1;
+  if (layers == 0) return 0;
+  if (src->index) {
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(src->index, "weight_map");
+    for (const cJSON *e = map->child; e; e = e->next)
+      RF_TRY(rf_ckpt_import_layer_ok(path, e->string, layers));
+  } else {
+    for (int i = 0; i < src->files[0].n_tensors; i++)
+      RF_TRY(rf_ckpt_import_layer_ok(path, src->files[0].tensors[i].name, layers));
+  }
+  return 0;
+}
+
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n) {
   struct rf_ckpt_import_src src;
   RF_TRY(rf_ckpt_import_open(path, &src));
+  struct rf_ckpt_import_map *maps = rf_xcalloc((size_t)n + 1, sizeof *maps);
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     const struct rf_tensor_view *v = &views[i];
-    struct rf_safetensors_file *f = rf_ckpt_import_find(&src, v->name);
-    if (!f) {
-      rc = -1;
-      break;
-    }
-    const struct rf_safetensors_tensor *t = rf_safetensors_find(f, v->name);
     if (v->end > v->begin && !v->master) {
       rc =
           rf_error_set(__FILE__, __LINE__, "%s: view '%s' has no master weights to load into", path, v->name);
       break;
     }
-    int same = t->ndim == v->ndim;
-    for (int d = 0; same && d < v->ndim; d++) same = t->shape[d] == v->shape[d];
-    if (!same) {
-      char have[200], want[200];
-      rf_ckpt_shape_str(have, sizeof have, t->ndim, t->shape);
-      rf_ckpt_shape_str(want, sizeof want, v->ndim, v->shape);
-      rc = rf_error_set(__FILE__, __LINE__,
-                        "%s: tensor '%s' has shape %s, the model has %s (a file of another model?)", f->path,
-                        v->name, have, want);
-    } else if (t->dtype != RF_SAFETENSORS_DTYPE_F32 && t->dtype != RF_SAFETENSORS_DTYPE_BF16 &&
-               t->dtype != RF_SAFETENSORS_DTYPE_F16) {
-      rc = rf_error_set(__FILE__, __LINE__, "%s: tensor '%s' is %s; parameters load from F32, BF16 or F16",
-                        f->path, v->name, rf_safetensors_dtype_name(t->dtype));
+    rf_ckpt_import_map_view(&src, v, &maps[i]);
+    if (maps[i].part == RF_CKPT_HUB_PART_NONE) {
+      rc = rf_ckpt_import_check_tensor(&src, v->name, v->ndim, v->shape, NULL);
+      continue;
+    }
+    /* every source tensor of the layout, each once */
+    char hub[160];
+    snprintf(hub, sizeof hub, "the %s layout of '%s'", rf_ckpt_hub_layouts[maps[i].layout].name, v->name);
+    for (int64_t at = 0; at < v->numel && rc == 0;) {
+      char name[RF_CKPT_HUB_NAME_MAX * 2];
+      int64_t src_at, shape[2];
+      at += rf_ckpt_hub_source(v, &maps[i], at, name, sizeof name, &src_at, shape);
+      rc = rf_ckpt_import_check_tensor(&src, name, 2, shape, hub);
     }
   }
+  if (rc == 0) rc = rf_ckpt_import_check_layers(&src, path, views, n);
   for (int i = 0; i < n && rc == 0; i++) {
-    struct rf_safetensors_file *f = rf_ckpt_import_find(&src, views[i].name);
-    rc = f ? rf_safetensors_read_f32(f, views[i].name, views[i].begin, views[i].end, views[i].master) : -1;
+    rc = rf_ckpt_import_read(&src, &views[i], &maps[i]);
+    if (rc == 0) rc = rf_ckpt_import_check_finite(path, &views[i]);
   }
+  free(maps);
   rf_ckpt_import_close(&src);
   return rc;
 }

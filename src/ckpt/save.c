@@ -366,7 +366,7 @@ int rf_ckpt_save(const struct rf_ckpt_save_args *a) {
   int status = rf_ckpt_save_rank(a);
   if (a->agree(a->agree_ctx, status) != 0) {
     if (status == 0)
-      RF_FAIL("%s: another rank failed to write its part; the checkpoint is incomplete", a->dir);
+      RF_FAIL_ELSEWHERE("%s: another rank failed to write its part; the checkpoint is incomplete", a->dir);
     return -1;
   }
   status = a->rank == 0 ? rf_ckpt_save_finish(a->dir, a->world, a->step, a->extra_json) : 0;

@@ -255,7 +255,8 @@ static int rf_ckpt_load_read(struct rf_ckpt *ck, const struct rf_ckpt_views_args
 /* Agrees on `status`; when another rank failed, records a message saying so. */
 static int rf_ckpt_load_agree(const struct rf_ckpt_views_args *a, int status, const char *what) {
   if (a->agree(a->agree_ctx, status) == 0) return 0;
-  if (status == 0) RF_FAIL("%s: another rank failed %s (see its message); nothing was loaded", a->dir, what);
+  if (status == 0)
+    RF_FAIL_ELSEWHERE("%s: another rank failed %s (see its message); nothing was loaded", a->dir, what);
   return -1;
 }
 

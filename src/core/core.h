@@ -25,8 +25,16 @@ int rf_error_set(const char *file, int line, const char *fmt, ...) __attribute__
 /* The last error recorded on this thread ("" if none). Borrowed. */
 const char *rf_error_msg(void);
 void rf_error_clear(void);
+/* rf_error_set for a failure this rank only learned of through an agreement
+ * ("another rank failed ..."): the message is recorded and marked, so that the
+ * rank that saw the problem itself is the one heard (rf_error_is_elsewhere). */
+int rf_error_set_elsewhere(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* 1 when the last error was recorded by rf_error_set_elsewhere. */
+int rf_error_is_elsewhere(void);
 
 #define RF_FAIL(...) return rf_error_set(__FILE__, __LINE__, __VA_ARGS__)
+#define RF_FAIL_ELSEWHERE(...) return rf_error_set_elsewhere(__FILE__, __LINE__, __VA_ARGS__)
 #define RF_TRY(expr)            \
   do {                          \
     if ((expr) != 0) return -1; \

@@ -7,21 +7,41 @@
 #include "core/core.h"
 
 static _Thread_local char rf_error_text[1024];
+static _Thread_local int rf_error_from_elsewhere; /* the last error only reports another rank's */
 static rf_die_abort_hook rf_die_hook;
 
-int rf_error_set(const char *file, int line, const char *fmt, ...) {
+static void rf_error_vset(const char *file, int line, const char *fmt, va_list ap) {
   int n = snprintf(rf_error_text, sizeof rf_error_text, "%s:%d: ", file, line);
   if (n < 0 || (size_t)n >= sizeof rf_error_text) n = 0;
+  vsnprintf(rf_error_text + n, sizeof rf_error_text - (size_t)n, fmt, ap);
+}
+
+int rf_error_set(const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(rf_error_text + n, sizeof rf_error_text - (size_t)n, fmt, ap);
+  rf_error_vset(file, line, fmt, ap);
   va_end(ap);
+  rf_error_from_elsewhere = 0;
+  return -1;
+}
+
+int rf_error_set_elsewhere(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rf_error_vset(file, line, fmt, ap);
+  va_end(ap);
+  rf_error_from_elsewhere = 1;
   return -1;
 }
 
 const char *rf_error_msg(void) { return rf_error_text; }
 
-void rf_error_clear(void) { rf_error_text[0] = '\0'; }
+int rf_error_is_elsewhere(void) { return rf_error_from_elsewhere; }
+
+void rf_error_clear(void) {
+  rf_error_text[0] = '\0';
+  rf_error_from_elsewhere = 0;
+}
 
 void rf_die(const char *file, int line, const char *fmt, ...) {
   char text[1024];

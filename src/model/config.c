@@ -30,9 +30,10 @@ int rf_model_config_moe_layers(const struct rf_model_config *cfg) {
 /* The routed experts of a trainable MoE config. */
 static int rf_model_config_check_moe(const struct rf_model_config *cfg, const char *what) {
   int e = cfg->moe.num_local_experts, k = cfg->moe.num_experts_per_tok;
-  RF_REQUIRE(e > 0, "%s: field 'num_local_experts' must be positive (got %d)", what, e);
-  RF_REQUIRE(k > 0 && k <= e, "%s: field 'num_experts_per_tok' (%d) must be in 1..num_local_experts (%d)",
-             what, k, e);
+  const char *field = cfg->moe.experts_field ? cfg->moe.experts_field : "num_local_experts";
+  RF_REQUIRE(e > 0, "%s: field '%s' must be positive (got %d)", what, field, e);
+  RF_REQUIRE(k > 0 && k <= e, "%s: field 'num_experts_per_tok' (%d%s) must be in 1..%s (%d)", what, k,
+             cfg->moe.topk_given ? "" : ": not in the config, the default of the model type", field, e);
   RF_REQUIRE(cfg->moe.router_jitter_noise == 0.0,
              "%s: field 'router_jitter_noise': %g is not implemented (only 0)", what,
              cfg->moe.router_jitter_noise);
@@ -257,6 +258,8 @@ static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct 
              cfg->attention_bias ? "attention_bias" : "mlp_bias");
   RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->moe.num_local_experts));
   RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 2, 0, &cfg->moe.num_experts_per_tok));
+  cfg->moe.experts_field = "num_local_experts";
+  cfg->moe.topk_given = cJSON_GetObjectItemCaseSensitive(j->root, "num_experts_per_tok") != NULL;
   RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
   RF_TRY(rf_model_json_nonneg(j, "router_jitter_noise", 0.0, &cfg->moe.router_jitter_noise));
   RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
@@ -280,10 +283,15 @@ static int rf_model_config_qwen3_moe(const struct rf_model_config_json *j, struc
   int sliding = 0;
   RF_TRY(rf_model_json_bool(j, "use_sliding_window", 0, &sliding));
   if (sliding) cfg->sliding_field = "use_sliding_window";
-  const char *experts =
-      cJSON_GetObjectItemCaseSensitive(j->root, "num_experts") ? "num_experts" : "num_local_experts";
+  /* its own spelling, unless only transformers 5's is there */
+  const char *experts = !cJSON_GetObjectItemCaseSensitive(j->root, "num_experts") &&
+                                cJSON_GetObjectItemCaseSensitive(j->root, "num_local_experts")
+                            ? "num_local_experts"
+                            : "num_experts";
   RF_TRY(rf_model_json_int(j, experts, -1, 0, &cfg->moe.num_local_experts));
   RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 8, 0, &cfg->moe.num_experts_per_tok));
+  cfg->moe.experts_field = experts;
+  cfg->moe.topk_given = cJSON_GetObjectItemCaseSensitive(j->root, "num_experts_per_tok") != NULL;
   RF_TRY(rf_model_json_int(j, "moe_intermediate_size", -1, 0, &cfg->moe.moe_intermediate_size));
   RF_TRY(rf_model_json_int(j, "decoder_sparse_step", 1, 0, &cfg->moe.decoder_sparse_step));
   RF_TRY(rf_model_json_bool(j, "norm_topk_prob", 0, &cfg->moe.norm_topk_prob));

@@ -105,6 +105,10 @@ struct rf_model_config {
    * loss only when output_router_logits is true, as in transformers. */
   struct {
     int num_local_experts, num_experts_per_tok;
+    /* the fields as the config spells them (qwen3_moe: "num_experts"), and whether
+     * num_experts_per_tok was written (else the family's default), for messages */
+    const char *experts_field;
+    int topk_given;
     double router_aux_loss_coef, router_jitter_noise;
     int output_router_logits;
     /* qwen3_moe: experts of moe_intermediate_size (the dense layers' MLP is of

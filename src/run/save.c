@@ -3,6 +3,8 @@
  * run's numbers in the checkpoint's "extra" object:
  *   {"step": N, "data_pos": N, "seed": "S", "rng": "R", "world": W,
  *    "optim": "adamw", "optim_step": N, "program": {...}}
+ * and, for Shampoo, "shampoo_block": N (its state's shapes depend on it: a resume
+ * with another block size is refused saying so)
  * (seed and rng as decimal strings: JSON numbers are doubles). Checkpoints written
  * before this layer (no data_pos, rng or program; a numeric seed) load as
  * data_pos = step, rng = 0. */
@@ -10,6 +12,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "run/run.h"
@@ -70,6 +73,8 @@ static char *rf_run_extra(const struct rf_run *run, const char *program_json) {
   if (run->optim) {
     cJSON_AddStringToObject(x, "optim", rf_optim_kind_name(rf_optim_get_kind(run->optim)));
     cJSON_AddNumberToObject(x, "optim_step", (double)rf_optim_get_step(run->optim));
+    if (rf_optim_get_kind(run->optim) == RF_OPTIM_KIND_SHAMPOO) /* its state's shapes depend on it */
+      cJSON_AddNumberToObject(x, "shampoo_block", (double)run->optim->opt.shampoo_block);
   }
   cJSON_AddItemToObject(x, "program", program);
   char *s = cJSON_PrintUnformatted(x);
@@ -129,6 +134,14 @@ static int rf_run_read_extra(struct rf_run *run, const char *dir, const char *ex
   char msg[160];
   snprintf(msg, sizeof msg, "saved with optimizer %s, this run uses optimizer %s", saved,
            ours ? ours : "none");
+  const cJSON *block = cJSON_GetObjectItemCaseSensitive(x, "shampoo_block");
+  if (ok && ours && rf_optim_get_kind(run->optim) == RF_OPTIM_KIND_SHAMPOO && cJSON_IsNumber(block) &&
+      block->valuedouble != (double)run->optim->opt.shampoo_block) {
+    ok = 0;
+    snprintf(msg, sizeof msg,
+             "saved with Shampoo blocks of side %.0f, this run uses %" PRId64 " (--shampoo-block)",
+             block->valuedouble, run->optim->opt.shampoo_block);
+  }
   *optim_step = ok && ours ? (int64_t)ostep->valuedouble : 0;
   uint64_t u = 0;
   run->seed = rf_run_json_u64(x, "seed", &u) ? u : run->seed;
@@ -154,7 +167,12 @@ static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir)
     snprintf(marker, sizeof marker, "%s/%s", where, RF_CKPT_MARKER);
     int64_t *steps = NULL;
     int n = 0;
-    if (access(marker, F_OK) == 0)
+    struct stat st;
+    int missing = stat(where, &st) != 0;
+    if (missing || !S_ISDIR(st.st_mode))
+      rc = rf_error_set(__FILE__, __LINE__, "%s: %s", where,
+                        missing ? "no such directory" : "not a directory (a checkpoint is one)");
+    else if (access(marker, F_OK) == 0)
       snprintf(dir, RF_FILE_PATH_MAX, "%s", where);
     else if ((n = rf_run_series_list(where, &steps)) > 0)
       rf_run_series_path(dir, RF_FILE_PATH_MAX, where, steps[n - 1]);
@@ -165,7 +183,7 @@ static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir)
     free(steps);
   }
   if (rf_run_agree(f, rc) != 0) {
-    if (rc == 0) RF_FAIL("%s: another rank failed", where);
+    if (rc == 0) RF_FAIL_ELSEWHERE("%s: another rank failed", where);
     return -1;
   }
   rf_comm_mesh_bcast(&f->mesh, dir, RF_FILE_PATH_MAX, RF_DTYPE_U8);
@@ -191,7 +209,7 @@ int rf_run_resume(struct rf_run *run, const char *where, char *resumed, size_t c
       free(*program_json);
       *program_json = NULL;
     }
-    if (rc == 0) RF_FAIL("%s: another rank could not read the checkpoint", dir);
+    if (rc == 0) RF_FAIL_ELSEWHERE("%s: another rank could not read the checkpoint", dir);
     return -1;
   }
   struct rf_run_states st;

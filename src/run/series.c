@@ -86,7 +86,7 @@ int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const 
     free(steps);
   }
   if (rf_run_agree(f, rc) != 0) {
-    if (rc == 0) RF_FAIL("%s: another rank failed", dir);
+    if (rc == 0) RF_FAIL_ELSEWHERE("%s: another rank failed", dir);
     return -1;
   }
   rf_comm_mesh_bcast(&f->mesh, found, 2, RF_DTYPE_I64);
