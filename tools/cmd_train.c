@@ -170,6 +170,69 @@ static int rf_train_check_args(const struct rf_train_args *a, int world, int *re
   return rf_train_setup_fsdp(a, &fo);
 }
 
+/* Options that only one optimizer reads, given with another: refused rather than
+ * silently ignored (argv: the options as given). */
+static int rf_train_check_optim_options(const struct rf_train_args *a, int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    RF_REQUIRE(strncmp(argv[i], "--shampoo-", 10) != 0 || strcmp(a->plan.optim, "shampoo") == 0,
+               "%s is an option of --optim shampoo; this run's optimizer is %s", argv[i], a->plan.optim);
+  /* below a second a healthy collective of a loaded machine can take longer: the job
+   * would end blaming a rank that was only slow */
+  RF_REQUIRE(a->collective_timeout == 0 || a->collective_timeout >= 1,
+             "--collective-timeout %g: at least 1 second (0 turns the watchdog off)", a->collective_timeout);
+  return 0;
+}
+
+/* Every rank must run the same command line (mpirun -np 1 rfsdp ... : -np 1 rfsdp
+ * ... with other options would plan differently and deadlock or abort inside MPI):
+ * the ranks agree on a hash of their options before anything else, and where they
+ * differ the lowest such rank names the first option that differs from rank 0's.
+ * Collective; the same result on every rank. */
+static int rf_train_check_same_options(int argc, char **argv) {
+  size_t len = 0;
+  for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
+  char *mine = rf_xcalloc(len + 1, 1);
+  for (int i = 1, at = 0; i < argc; i++) at += snprintf(mine + at, len + 1 - (size_t)at, "%s%c", argv[i], 0);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)mine[i]) * 1099511628211ull;
+  uint64_t lo = h, hi = h;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (lo == hi) {
+    free(mine);
+    return 0;
+  }
+  /* rank 0's options to everyone; each rank finds its first difference */
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int64_t len0 = (int64_t)len;
+  MPI_Bcast(&len0, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  char *first = rf_xcalloc((size_t)len0 + 1, 1);
+  if (rank == 0) memcpy(first, mine, len);
+  MPI_Bcast(first, (int)len0, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const char *p = mine, *q = first, *opt = "", *end = mine + len, *end0 = first + len0;
+  while (p < end && q < end0 && strcmp(p, q) == 0) {
+    if (p[0] == '-' && p[1] == '-') opt = p;
+    p += strlen(p) + 1, q += strlen(q) + 1;
+  }
+  int differs = len != (size_t)len0 || memcmp(mine, first, len) != 0;
+  int speaker = differs ? rank : world;
+  MPI_Allreduce(MPI_IN_PLACE, &speaker, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (speaker == rank) { /* a value is shown after its option */
+    const char *o = p < end && p[0] == '-' && p[1] == '-' ? "" : opt;
+    fprintf(stderr,
+            "rfsdp train: rank %d was started with other options than rank 0: '%s%s%s' where rank 0 has "
+            "'%s%s%s'; every rank must get the same command line\n",
+            rank, o, o[0] ? " " : "", p < end ? p : "(nothing)", o, o[0] ? " " : "",
+            q < end0 ? q : "(nothing)");
+    fflush(stderr);
+  }
+  free(first);
+  free(mine);
+  return -1;
+}
+
 /* Rank 0's outputs, before anything is built (the caller agrees on the result): the
  * folders of --ckpt-dir, --log and --plot made as by mkdir -p, the log opened (and
  * emptied only when training starts, unless resumed). */
@@ -253,13 +316,17 @@ static int rf_train_run(struct rf_train_state *s) {
   if (s->rank == 0) {
     printf(
         "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d (%d x %d), layout %s/%s, "
-        "optim %s, batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s on %d "
+        "optim %s, batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s%s on %d "
         "threads per "
         "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.4g GFLOP per token\n",
         a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
         s->replicas, s->group, a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch,
         (long long)a->seq, (long long)a->steps, (long long)s->start_step,
         100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems, a->compute_dtype,
+        strcmp(a->plan.fp8, "block") == 0
+            ? (a->plan.fp8_pow2 ? ", FP8 block (e4m3 linear weights, power-of-2 scales)"
+                                : ", FP8 block (e4m3 linear weights)")
+            : "",
         threads, a->compute_dtype, s->peak_gflops, s->flops_per_token * 1e-9);
     fflush(stdout);
   }
@@ -419,6 +486,10 @@ int rf_cmd_train(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &s.world);
   if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
+  if (rf_train_check_same_options(argc, argv) != 0) {
+    rf_comm_mpi_finalize();
+    return 2;
+  }
   int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
                             "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] "
                             "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon|shampoo] ...");
@@ -428,6 +499,7 @@ int rf_cmd_train(int argc, char **argv) {
   }
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
+  if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);
   if (rc != 0) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "rfsdp_run.h"
 #include "train.h"
@@ -19,8 +20,18 @@ static struct rf_run rf_train_run_at(const struct rf_train_state *s, int64_t ste
                          .seed = (uint64_t)s->args->seed};
 }
 
+/* 1 when checkpoint `dir` is a step of the series folder `series` (the same folder
+ * by device and inode; every rank sees the same files). */
+static int rf_train_same_folder(const char *dir, const char *series) {
+  char parent[RF_FILE_PATH_MAX + 4];
+  snprintf(parent, sizeof parent, "%s/..", dir);
+  struct stat x, y;
+  return stat(parent, &x) == 0 && stat(series, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 int rf_train_ckpt_start(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
+  int resumed_here = 0;
   RF_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
   RF_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
   if (a->init) {
@@ -35,6 +46,10 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
                (long long)run.step, (long long)a->steps);
     s->start_step = run.step;
     if (s->rank == 0) printf("resumed from %s at step %lld\n", dir, (long long)run.step);
+    if (s->rank == 0 && run.step == a->steps)
+      printf("nothing to train: the checkpoint is at step %lld, which is --steps (raise --steps to go on)\n",
+             (long long)run.step);
+    resumed_here = a->ckpt_dir && rf_train_same_folder(dir, a->ckpt_dir);
   }
   if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
   int rc =
@@ -44,6 +59,10 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
       "--ckpt-dir %s already holds checkpoints of another run (the latest: step %lld): to continue that "
       "run, add --resume %s; to start a new one, pick another --ckpt-dir",
       a->ckpt_dir, (long long)s->series.latest_step, a->ckpt_dir);
+  /* resumed from this series: its earlier checkpoints are this run's too, so --keep
+   * bounds the folder across preempt/resume cycles (the rotation keeps the last K of
+   * the steps after series.start_step) */
+  if (rc == 0 && resumed_here) s->series.start_step = -1;
   return rc;
 }
 
