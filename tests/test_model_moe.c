@@ -16,8 +16,9 @@
  * The same for qwen3_moe (tests/data/qwen3_moe_ref.bin: q/k norms, experts of
  * moe_intermediate_size 20, norm_topk_prob false, layer 1 dense by mlp_only_layers;
  * the load-balancing loss over the MoE layers' rows only, as transformers counts).
- * Bad configs fail naming the field: top-k > E, E = 0, no num_local_experts,
- * router jitter. */
+ * Bad configs fail naming the field: top-k > E, E = 0, no num_local_experts, router
+ * jitter; qwen3_moe's by its own spelling (num_experts), a top-k it never wrote said
+ * to be the default. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,18 +358,21 @@ static void test_block_fd(void) {
 
 /* ---- bad configs --------------------------------------------------------------------------------- */
 
-static void expect_refused(const char *extra, const char *field) {
+static void expect_refused_family(const char *family, const char *extra, const char *field) {
   char json[1024];
-  snprintf(
-      json, sizeof json,
-      "{\"model_type\": \"mixtral\", \"hidden_size\": 8, \"intermediate_size\": 6, \"num_hidden_layers\": 1, "
-      "\"num_attention_heads\": 2, \"vocab_size\": 11%s}",
-      extra);
+  snprintf(json, sizeof json,
+           "{\"model_type\": \"%s\", \"hidden_size\": 8, \"intermediate_size\": 6, \"num_hidden_layers\": 1, "
+           "\"num_attention_heads\": 2, \"vocab_size\": 11%s}",
+           family, extra);
   struct rf_model_config cfg;
   int rc = rf_model_config_parse(&cfg, json, strlen(json), "cfg.json");
   if (rc == 0) rc = rf_model_config_check(&cfg, "cfg.json");
   RF_CHECK(rc != 0, "config with%s was accepted", extra);
   RF_CHECK(strstr(rf_error_msg(), field) != NULL, "message '%s' does not name '%s'", rf_error_msg(), field);
+}
+
+static void expect_refused(const char *extra, const char *field) {
+  expect_refused_family("mixtral", extra, field);
 }
 
 static void test_bad_configs(void) {
@@ -379,6 +383,15 @@ static void test_bad_configs(void) {
   expect_refused(", \"num_local_experts\": 4, \"sliding_window\": 16, \"max_position_embeddings\": 64",
                  "sliding_window");
   expect_refused(", \"num_local_experts\": 4, \"attention_bias\": true", "attention_bias");
+  /* qwen3_moe's fields by their own spelling, and a default the config never wrote said to be one */
+  expect_refused_family("qwen3_moe", ", \"moe_intermediate_size\": 4", "field 'num_experts' is missing");
+  expect_refused_family(
+      "qwen3_moe", ", \"moe_intermediate_size\": 4, \"num_experts\": 4",
+      "'num_experts_per_tok' (8: not in the config, the default of the model type) must be in "
+      "1..num_experts (4)");
+  expect_refused_family("qwen3_moe",
+                        ", \"moe_intermediate_size\": 4, \"num_experts\": 4, \"num_experts_per_tok\": 5",
+                        "'num_experts_per_tok' (5) must be in 1..num_experts (4)");
 }
 
 int main(void) {
