@@ -127,6 +127,8 @@ install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/rfsdp/network
+	install -m 644 configs/network/*.json $(DESTDIR)$(PREFIX)/share/rfsdp/network/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc
 
 format:

@@ -14,15 +14,15 @@
 #     as 0.05 ms: the chunk's own noise); the median and largest error. W = 2 on 2
 #     cores gives the `intra` links; at W = 4 (4 ranks time-sharing 2 cores) the
 #     groups of 2 (they fit the cores) the `shared_small` links and the world the
-#     `shared` links of the profile $out/here.json (cores = nproc, every rank on this
-#     node); the built-in `here` of src/plan/network.c holds the numbers of one such
-#     run (the fit prints them as C initializers to paste there).
+#     `shared` links of the profile $out/here.json (configs/network/here.json with
+#     the fitted links, cores = nproc, every rank on this node); the named profile
+#     `here` (configs/network/here.json) holds the numbers of one such run.
 #  2. validation (about 1 minute): the compute rate of one rank alone at each run's micro-batch
 #     (bench_model configs/demo.json B/W 128: its CPU-time GFLOP/s, forward and
 #     backward, f32), then rfsdp train on configs/demo.json (byte-level KJV) at W = 1,
 #     2, 4 and 2x2 (--replicate 2), one thread per rank; the median step time of
 #     steps 2..N against `rfsdp plan --batch ... --network $out/here.json
-#     --peak-gflops RATE` (from the fit: without it, the built-in `here`). The runtime's own
+#     --peak-gflops RATE` (from the fit: without it, the named `here`, configs/network/here.json). The runtime's own
 #     allocation (the log's memory line) and rank 0's RSS next to the predicted
 #     memory per rank.
 #  The fit's and the validation's tables replace those between the markers
@@ -32,9 +32,9 @@
 #     ranks on the h100-ib profile: weak and strong scaling efficiency, FSDP
 #     against HSDP (8-rank groups, one node), and the planned layout against the
 #     fsdp2 and flat layouts (their padding and copies).
-# RF_BENCH_HERE=1 also writes the fit into src/plan/network.c's built-in `here` (its
-# intra, shared_small and shared links and the date and load of its source).
-# RF_BENCH_PART=fit|validate|chart runs one part (validate alone uses the built-in
+# RF_BENCH_HERE=1 also copies the fitted profile to configs/network/here.json (its
+# intra, shared_small and shared links and the date and load of its source); never C source.
+# RF_BENCH_PART=fit|validate|chart runs one part (validate alone uses the named
 # `here`, or RF_BENCH_NETWORK=FILE.json). Outputs in runs/bench-scale-DATE/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -110,35 +110,26 @@ if [ "$part" = all ] || [ "$part" = fit ]; then
         printf "| %s | %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kl[1], kl[2], wg[1], wg[2], n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
         printf "%s %s %.3f %.6g\n", kl[2], kl[1], a * 1e3, bw >>json }
     }' >>"$out/fit.md"
-  # the profile: the built-in here with the fitted links (cores = this machine's, every rank on it)
-  awk -v cores="$cores" -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" '
-    { if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") "\"" $2 "\": [" $3 ", " $4 "]" }
-    END {
-      printf "{\"base\": \"here\", \"source\": \"bench/scale.sh fit of %s\", \"cores_per_node\": %d, \"ranks_per_node\": 0", date, cores
-      for (j = 1; j <= nl; j++) printf ", \"%s\": {%s}", order[j], v[order[j]]
-      print "}" }' "$out/links.txt" >"$out/here.json"
+  # the profile: configs/network/here.json with the fitted links (cores = this machine's, every rank on it)
+  # and the fit's date and load in its source; one field per line there, so each fitted field is one line
+  fitload=$(grep -h -m1 -o 'load average [0-9.]*' "$out"/comm-step-*.txt | sed 's/.* //' | sort -g | tail -1)
+  awk -v cores="$cores" -v links="$out/links.txt" -v fit="fit of $(date -u '+%Y-%m-%d %H:%M UTC'), load $fitload" '
+    BEGIN { while ((getline l < links) > 0) { split(l, f, " "); if (!(f[1] in v)) v[f[1]] = ""
+              v[f[1]] = v[f[1]] (v[f[1]] == "" ? "" : ", ") "\"" f[2] "\": [" f[3] ", " f[4] "]" } }
+    match($0, /^  "(intra|shared_small|shared)": /) { k = substr($0, 4); sub(/".*/, "", k)
+      if (k in v) { print "  \"" k "\": {" v[k] "}" (/,$/ ? "," : ""); next } }
+    /^  "cores_per_node": / { print "  \"cores_per_node\": " cores ","; next }
+    /^  "source": / { sub(/fit of [^,]* UTC, load [0-9.]*/, fit) }
+    { print }' configs/network/here.json >"$out/here.json"
   network=$out/here.json
   echo "the collectives inside a step, fitted (profile $network):"
   cat "$out/fit.md"
-  # the same links as src/plan/network.c's initializers of here (alpha us, busbw GB/s: all-gather,
-  # reduce-scatter, all-reduce), and the date and load of the fit for its source line
-  awk '{ if (!($1 in seen)) order[++nl] = $1; seen[$1] = 1; v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("{%.1f, %.4g}", $3, $4) }
-    END { for (j = 1; j <= nl; j++) printf "     .%s = {%s},\n", order[j], v[order[j]] }' "$out/links.txt" >"$out/here.c"
-  fitload=$(grep -h -m1 -o 'load average [0-9.]*' "$out"/comm-step-*.txt | sed 's/.* //' | sort -g | tail -1)
-  echo "               \"fit of $(date -u '+%Y-%m-%d %H:%M UTC'), load $fitload; \"" >>"$out/here.c"
-  echo "for src/plan/network.c's here (RF_BENCH_HERE=1 writes them there):"
-  cat "$out/here.c"
   doc_put fit "$out/fit.md"
-  # RF_BENCH_HERE=1: the fit becomes the built-in here (its link lines and the fit's line of its source)
-  if [ "${RF_BENCH_HERE:-0}" = 1 ] && [ "$(wc -l <"$out/here.c")" = 4 ]; then
-    awk -v file="$out/here.c" '
-      BEGIN { while ((getline l < file) > 0) { k = l; sub(/^ *\.?/, "", k); sub(/ .*/, "", k); rep[k] = l } }
-      /^    \{\.name = "here",/ { inhere = 1 }
-      inhere && /^    \{\.name = "h100/ { inhere = 0 }
-      inhere && match($0, /^     \.(intra|shared_small|shared) = /) { k = substr($0, 7); sub(/ .*/, "", k); print rep[k]; next }
-      inhere && /^ *"fit of [^"]* UTC, load / { print rep["\"fit"]; next }
-      { print }' src/plan/network.c >"$out/network.c.new" && mv "$out/network.c.new" src/plan/network.c
-    echo "(src/plan/network.c: here holds this fit; rebuild)"
+  # RF_BENCH_HERE=1: the fit becomes the named profile here (configs/network/here.json; no rebuild)
+  if [ "${RF_BENCH_HERE:-0}" = 1 ] && [ "$(grep -c '^  "\(intra\|shared_small\|shared\)": ' "$out/here.json")" = 3 ] &&
+    "$rfsdp" plan --model configs/demo.json --world 2 --batch 2 --network "$out/here.json" >/dev/null; then
+    cp "$out/here.json" configs/network/here.json
+    echo "(configs/network/here.json holds this fit)"
   fi
   echo
 fi

@@ -187,6 +187,9 @@ struct rf_optim_stats {
   uint64_t shampoo_eigh_ns;    /* time in them (with the roots built from them) */
   uint64_t shampoo_precond_ns; /* time in the owners' per-step work (factors, preconditioning) */
   double shampoo_owned_cost;   /* eigendecomposition cost (sum of n^3) of the matrices this rank owns */
+  /* what one step costs this rank, planned (the simulator's price of the optimizer) */
+  double step_stream_bytes; /* memory read and written (the optimizer's own bytes per element) */
+  double step_flops;        /* Muon, Shampoo: the owners' matrix work on the matrices this rank owns */
 };
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out);

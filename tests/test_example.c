@@ -91,6 +91,16 @@ int main(void) {
     snprintf(path, sizeof path, "%s/%s", dir, installed[i]);
     RF_CHECK(access(path, F_OK) == 0, "make install did not install %s", installed[i]);
   }
+  /* the installed rfsdp finds its machine profiles in PREFIX/share/rfsdp/network, run from
+   * outside the checkout (its configs/network not in reach) */
+  snprintf(path, sizeof path, "%s/share/rfsdp/network/h100-ib.json", dir);
+  RF_CHECK(access(path, F_OK) == 0, "make install did not install the machine profiles (%s)", path);
+  rc = run(out, sizeof out,
+           "cp configs/demo.json %s/ && cd %s && ./bin/rfsdp plan --model demo.json --world 2 "
+           "--batch 2 --seq 8 --network h100-ib --json",
+           dir, dir);
+  RF_CHECK(rc == 0 && strstr(out, "\"network\":\"h100-ib\""),
+           "installed rfsdp plan --network h100-ib: rc %d\n%s", rc, out);
   /* a sanitized build's library needs the sanitizer runtime in the program too */
   const char *san = "";
 #if defined(__SANITIZE_ADDRESS__)

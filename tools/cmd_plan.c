@@ -258,7 +258,7 @@ static void rf_plan_cmd_layout_json(const struct rf_plan_cmd *c, const struct rf
 }
 
 static void rf_plan_cmd_json(const struct rf_plan_cmd *c, const struct rf_plan_model_result *r, double limit,
-                             int meets, int suggest, const struct rf_plan_sim_result *sim,
+                             int meets, int suggest, const struct rf_sim_result *sim,
                              const struct rf_plan_fp8_stats *fp8) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", c->model_path);
@@ -328,7 +328,7 @@ static void rf_plan_cmd_layout_text(const struct rf_plan_cmd *c, const struct rf
 
 static int rf_plan_cmd_world(struct rf_plan_cmd *c, int world) {
   struct rf_plan_model_result r;
-  struct rf_plan_sim_result sim;
+  struct rf_sim_result sim;
   RF_TRY(rf_plan_sim_mesh(&c->sim, &c->sim_model, c->units, c->model.n_units, &c->policy, world, c->optim,
                           c->max_padding));
   /* the layout the runtime runs: the shard group's (every replica the same) */

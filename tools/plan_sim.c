@@ -41,117 +41,11 @@ static double rf_plan_sim_inactive_elems(const struct rf_model_desc *d, const st
   return inactive;
 }
 
-/* A number field of a network file, kept when absent; -1 when present but not a number >= lo. */
-static int rf_plan_sim_net_number(const cJSON *o, const char *key, double lo, const char *path, double *out) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!x) return 0;
-  RF_REQUIRE(cJSON_IsNumber(x) && x->valuedouble >= lo, "--network %s: \"%s\" must be a number >= %g", path,
-             key, lo);
-  *out = x->valuedouble;
-  return 0;
-}
-
-/* A links object {"allgather": [alpha_us, busbw_gbs], "reduce_scatter": [...], "allreduce": [...]}. */
-static int rf_plan_sim_net_links(const cJSON *root, const char *key, const char *path,
-                                 struct rf_plan_link *out) {
-  static const char *const kinds[RF_PLAN_COLL_COUNT] = {"allgather", "reduce_scatter", "allreduce"};
-  const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
-  if (!o) return 0;
-  RF_REQUIRE(cJSON_IsObject(o), "--network %s: \"%s\" must be an object of collectives", path, key);
-  for (const cJSON *l = o->child; l; l = l->next)
-    RF_REQUIRE(
-        strcmp(l->string, kinds[0]) == 0 || strcmp(l->string, kinds[1]) == 0 ||
-            strcmp(l->string, kinds[2]) == 0,
-        "--network %s: \"%s\".\"%s\": unknown collective (known: allgather, reduce_scatter, allreduce)", path,
-        key, l->string);
-  for (int k = 0; k < RF_PLAN_COLL_COUNT; k++) {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, kinds[k]);
-    if (!l) continue;
-    const cJSON *a = cJSON_GetArrayItem(l, 0), *b = cJSON_GetArrayItem(l, 1);
-    RF_REQUIRE(cJSON_IsArray(l) && cJSON_GetArraySize(l) == 2 && cJSON_IsNumber(a) && cJSON_IsNumber(b) &&
-                   a->valuedouble >= 0 && b->valuedouble > 0,
-               "--network %s: \"%s\".\"%s\" must be [alpha_us >= 0, busbw_gbs > 0]", path, key, kinds[k]);
-    out[k] = (struct rf_plan_link){a->valuedouble, b->valuedouble};
-  }
-  return 0;
-}
-
-/* Refuses a field of a network file that is not a profile's (a misspelled one
- * would otherwise leave the base profile's value in silence). */
-static int rf_plan_sim_net_known(const cJSON *root, const char *path) {
-  static const char *const keys[] = {"base",        "source",       "cores_per_node", "ranks_per_node",
-                                     "peak_gflops", "efficiency",   "mem_gbs",        "overlap",
-                                     "intra",       "shared_small", "shared",         "inter"};
-  for (const cJSON *k = root->child; k; k = k->next) {
-    size_t i = 0;
-    while (i < sizeof keys / sizeof keys[0] && strcmp(k->string, keys[i]) != 0) i++;
-    RF_REQUIRE(i < sizeof keys / sizeof keys[0],
-               "--network %s: unknown field \"%s\" (known: base, source, cores_per_node, ranks_per_node, "
-               "peak_gflops, efficiency, mem_gbs, overlap, intra, shared_small, shared, inter)",
-               path, k->string);
-  }
-  return 0;
-}
-
-/* A machine profile from a JSON file: "base" (a built-in profile, default
- * "here") with the fields the file gives replaced (docs/scale.md). A file with
- * "shared" links and no "shared_small" (written before groups on a shared node
- * had their own links) prices every group on a shared node on its "shared", as
- * it did. */
-static int rf_plan_sim_network_read(const char *path, struct rf_plan_sim_model *out) {
-  char *text = NULL;
-  size_t n = 0;
-  RF_REQUIRE(rf_file_read_all(path, &text, &n) == 0, "--network %s: cannot read the file", path);
-  cJSON *root = cJSON_ParseWithLength(text, n);
-  free(text);
-  RF_REQUIRE(cJSON_IsObject(root), "--network %s: not a JSON object", path);
-  const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base"),
-              *src = cJSON_GetObjectItemCaseSensitive(root, "source");
-  int rc = rf_plan_network_find(cJSON_IsString(base) ? base->valuestring : "here", &out->net);
-  double cores = out->net.cores_per_node, ranks = out->net.ranks_per_node;
-  if (rc == 0) rc = rf_plan_sim_net_known(root, path);
-  if (rc == 0 && cJSON_GetObjectItemCaseSensitive(root, "shared") &&
-      !cJSON_GetObjectItemCaseSensitive(root, "shared_small")) {
-    memcpy(out->net.shared_small, out->net.shared, sizeof out->net.shared);
-    rc = rf_plan_sim_net_links(root, "shared", path, out->net.shared_small);
-  }
-  if (rc == 0)
-    rc = rf_plan_sim_net_number(root, "cores_per_node", 1, path, &cores) ||
-                 rf_plan_sim_net_number(root, "ranks_per_node", 0, path, &ranks) ||
-                 rf_plan_sim_net_number(root, "peak_gflops", 1e-9, path, &out->net.peak_gflops) ||
-                 rf_plan_sim_net_number(root, "efficiency", 1e-9, path, &out->net.efficiency) ||
-                 rf_plan_sim_net_number(root, "mem_gbs", 1e-9, path, &out->net.mem_gbs) ||
-                 rf_plan_sim_net_number(root, "overlap", 0, path, &out->net.overlap) ||
-                 rf_plan_sim_net_links(root, "intra", path, out->net.intra) ||
-                 rf_plan_sim_net_links(root, "shared", path, out->net.shared) ||
-                 rf_plan_sim_net_links(root, "shared_small", path, out->net.shared_small) ||
-                 rf_plan_sim_net_links(root, "inter", path, out->net.inter)
-             ? -1
-             : 0;
-  snprintf(out->net_name, sizeof out->net_name, "%s", path);
-  snprintf(out->net_source, sizeof out->net_source, "%s", cJSON_IsString(src) ? src->valuestring : path);
-  cJSON_Delete(root);
-  RF_TRY(rc);
-  out->net.cores_per_node = (int)cores;
-  out->net.ranks_per_node = (int)ranks;
-  out->net.name = out->net_name;
-  out->net.source = out->net_source;
-  return 0;
-}
-
 int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
                       const struct rf_model_desc *desc, struct rf_plan_sim_model *out) {
   memset(out, 0, sizeof *out);
-  size_t len = strlen(a->network);
-  if (len > 5 &&
-      strcmp(a->network + len - 5, ".json") == 0) { /* a file states its peak in the compute dtype */
-    RF_TRY(rf_plan_sim_network_read(a->network, out));
-  } else {
-    RF_TRY(rf_plan_network_find(a->network, &out->net));
-    if (strcmp(a->compute_dtype, "f32") == 0 && strcmp(out->net.name, "here") != 0)
-      out->net.peak_gflops /= 2; /* the GPU profiles' peaks are bf16; f32 matmuls run as TF32 at half */
-  }
-  if (a->peak_gflops > 0) out->net.peak_gflops = a->peak_gflops;
+  RF_TRY(rf_sim_network_load(a->network, &out->net));
+  if (a->peak_gflops > 0) out->net.peak_gflops = out->net.peak_gflops_f32 = a->peak_gflops;
   if (a->efficiency > 0) out->net.efficiency = a->efficiency;
   out->desc = desc;
   if (strcmp(desc->model_type, "generic") == 0) {
@@ -165,81 +59,6 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
   out->experts_per_token = rf_plan_sim_experts_per_token(model_path);
   out->flops_per_token = rf_model_flops_per_token(&out->cfg, (int)a->seq) -
                          6.0 * rf_plan_sim_inactive_elems(desc, &out->cfg, out->experts_per_token);
-  return 0;
-}
-
-/* The views every shard-group rank gives the optimizer (src/fsdp's, from the
- * same layout: each tensor's RaggedShard, its blocks kept whole or cut) and
- * their groups from the model's description. */
-struct rf_plan_sim_views {
-  struct rf_optim_options opt;
-  const struct rf_model_desc *desc; /* borrowed */
-  int n, world;                     /* n 0: not made yet (the first call makes them) */
-  struct rf_tensor_view *views;
-  int *flags;
-  int64_t *starts; /* n x (world + 1) */
-};
-
-/* The views from the units as the runtime lays them out, in the runtime's tensor
- * order (the model's: a unit's tensors in order, whatever group holds them). */
-static int rf_plan_sim_views_make(const struct rf_model_desc *desc, const struct rf_plan_split *sp,
-                                  int n_units, struct rf_plan_sim_views *v) {
-  v->n = 0;
-  for (int u = 0; u < n_units; u++)
-    for (int g = 0; g < sp[u].n_groups; g++) v->n += sp[u].in[g].n_tensors;
-  v->views = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->views);
-  v->flags = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->flags);
-  v->starts = rf_xcalloc((size_t)rf_max_i64(v->n, 1) * (size_t)(v->world + 1), sizeof *v->starts);
-  for (int u = 0, first = 0; u < n_units; u++) {
-    int in_unit = 0;
-    for (int g = 0, at = 0; g < sp[u].n_groups; g++)
-      for (int i = 0; i < sp[u].in[g].n_tensors; i++, at++) {
-        int k = first + sp[u].map[at];
-        const struct rf_plan_tensor_in *t = &sp[u].in[g].tensors[i];
-        struct rf_tensor_view *w = &v->views[k];
-        struct rf_shard sh;
-        RF_TRY(rf_plan_layout_tensor_shard(&sp[u].layout[g], &sp[u].in[g], i, &sh));
-        rf_shard_starts(&sh, v->starts + (size_t)k * (size_t)(v->world + 1));
-        w->block_elems = sh.block_elems == rf_min_i64(t->block_elems, t->numel) ? t->block_elems : 1;
-        rf_shard_free(&sh);
-        w->name = t->name;
-        w->unit = u;
-        w->ndim = t->ndim;
-        memcpy(w->shape, t->shape, sizeof w->shape);
-        w->numel = t->numel;
-        w->starts = v->starts + (size_t)k * (size_t)(v->world + 1);
-        in_unit++;
-      }
-    if (desc && desc->n_units == n_units && desc->units[u].n_tensors == in_unit)
-      for (int i = 0; i < in_unit; i++) {
-        const struct rf_model_tensor *mt = &desc->units[u].tensors[i];
-        v->flags[first + i] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
-      }
-    first += in_unit;
-  }
-  return 0;
-}
-
-static void rf_plan_sim_views_free(struct rf_plan_sim_views *v) {
-  free(v->views);
-  free(v->flags);
-  free(v->starts);
-}
-
-/* struct rf_plan_sim_options.optim_rank: the optimizer's own sizes on rank r's views. */
-static int rf_plan_sim_optim_rank(void *ctx, const struct rf_plan_split *units, int n_units, int r,
-                                  int64_t shard_elems, struct rf_plan_sim_optim *out) {
-  struct rf_plan_sim_views *v = ctx;
-  if (!v->views) RF_TRY(rf_plan_sim_views_make(v->desc, units, n_units, v));
-  for (int k = 0; k < v->n; k++) {
-    v->views[k].begin = v->views[k].starts[r];
-    v->views[k].end = v->views[k].starts[r + 1];
-  }
-  struct rf_optim_stats st;
-  RF_TRY(rf_optim_measure(&v->opt, v->views, v->flags, v->n, shard_elems, r, v->world, &st));
-  out->state_bytes = st.state_bytes;
-  out->workspace_bytes = st.workspace_bytes;
-  out->step_bytes_sent = (int64_t)st.muon_step_bytes_sent;
   return 0;
 }
 
@@ -258,17 +77,30 @@ static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const s
 int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                       const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
                       const struct rf_plan_policy *p, int world, enum rf_optim_kind optim,
-                      struct rf_plan_sim_result *out) {
+                      struct rf_sim_result *out) {
   int64_t micro = rf_max_i64(rf_ceil_div(a->batch, (int64_t)world * a->accum), 1); /* sequences per rank */
-  struct rf_plan_sim_options o = {
+  /* the optimizer's groups: the description's flags, when it describes these units */
+  int n_tensors = 0, described = sm->desc && sm->desc->n_units == m->n_units;
+  for (int u = 0; u < m->n_units; u++) {
+    n_tensors += units[u].n_tensors;
+    described = described && sm->desc->units[u].n_tensors == units[u].n_tensors;
+  }
+  int *flags = rf_xcalloc((size_t)rf_max_i64(n_tensors, 1), sizeof *flags);
+  for (int u = 0, k = 0; described && u < m->n_units; u++)
+    for (int i = 0; i < units[u].n_tensors; i++, k++) {
+      const struct rf_model_tensor *mt = &sm->desc->units[u].tensors[i];
+      flags[k] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+    }
+  struct rf_sim_options o = {
       .replicate = a->replicate,
       .rank = a->rank,
-      .optim = optim,
+      .flags = flags,
       .prefetch = a->prefetch,
       .reshard_after_forward = !a->no_reshard,
       .accum = a->accum,
       .tokens_per_rank = (double)a->batch * (double)a->seq / world,
       .flops_per_token = sm->flops_per_token,
+      .f32_compute = strcmp(a->compute_dtype, "f32") == 0,
       /* the trainer's workspace of one micro-batch */
       .activation_bytes =
           sm->have_config ? rf_plan_sim_activations(a, sm, p, (int)rf_min_i64(micro, 1 << 20)) : 0,
@@ -282,13 +114,10 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
                : 0),
       .net = sm->net,
   };
-  struct rf_plan_sim_views v = {.desc = sm->desc, .world = m->world};
-  rf_optim_options_default(&v.opt);
-  v.opt.kind = optim;
-  o.optim_rank = rf_plan_sim_optim_rank;
-  o.optim_ctx = &v;
-  int rc = rf_plan_simulate(units, m, p, &o, out);
-  rf_plan_sim_views_free(&v);
+  rf_optim_options_default(&o.optim);
+  o.optim.kind = optim;
+  int rc = rf_sim_step(units, m, p, &o, out);
+  free(flags);
   return rc;
 }
 
@@ -310,7 +139,7 @@ int rf_plan_sim_auto_group(const struct rf_plan_sim_args *a, const struct rf_pla
   for (int s = 1; s <= world; s++) {
     if (world % s) continue;
     struct rf_plan_model_result m;
-    struct rf_plan_sim_result r;
+    struct rf_sim_result r;
     RF_TRY(rf_plan_model_make(units, n_units, p, s, 0, &m));
     int padding_ok = max_padding < 0 || rf_plan_model_meets(&m, max_padding / 100.0);
     sa.replicate = world / s;
@@ -380,9 +209,9 @@ static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
 }
 
 void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                       const struct rf_plan_sim_result *r) {
+                       const struct rf_sim_result *r) {
   char t[7][32];
-  const struct rf_plan_sim_memory *m = &r->mem;
+  const struct rf_sim_memory *m = &r->mem;
   printf("  simulated step: W = %d = %d x %d, batch %lld x %lld tokens, %d micro-batch(es), network %s\n",
          r->world, r->replicate, r->shard_world, (long long)a->batch, (long long)a->seq, a->accum,
          sm->net.name);
@@ -412,18 +241,18 @@ void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_si
       "copies %.2f (communication alone %.2f; %.4g GFLOP per token at %.4g GFLOP/s x %.2f, time share "
       "%.2f)\n",
       r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->copy_ms, r->comm_ms,
-      sm->flops_per_token * 1e-9, sm->net.peak_gflops, sm->net.efficiency, r->time_share);
+      sm->flops_per_token * 1e-9, r->peak_gflops, sm->net.efficiency, r->time_share);
 }
 
 void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                      const struct rf_plan_sim_result *r, cJSON *o) {
+                      const struct rf_sim_result *r, cJSON *o) {
   cJSON_AddNumberToObject(o, "replicate", r->replicate);
   cJSON_AddNumberToObject(o, "shard_world", r->shard_world);
   cJSON_AddNumberToObject(o, "batch", (double)a->batch);
   cJSON_AddNumberToObject(o, "seq", (double)a->seq);
   cJSON_AddNumberToObject(o, "accum", a->accum);
   cJSON_AddStringToObject(o, "network", sm->net.name);
-  cJSON_AddNumberToObject(o, "peak_gflops", sm->net.peak_gflops);
+  cJSON_AddNumberToObject(o, "peak_gflops", r->peak_gflops);
   cJSON_AddNumberToObject(o, "efficiency", sm->net.efficiency);
   cJSON_AddNumberToObject(o, "flops_per_token", sm->flops_per_token);
   cJSON_AddNumberToObject(o, "memory_per_rank_bytes", (double)r->mem.total);

@@ -1,6 +1,6 @@
 /* `rfsdp plan --batch`: the options of a simulated step (spelled as in rfsdp
  * train where train has them), the model's FLOPs and activation estimate, and
- * the simulator's numbers in plan's table and JSON (src/plan/simulate.c,
+ * the simulator's numbers in plan's table and JSON (src/sim/simulate.c,
  * docs/scale.md). */
 #ifndef RF_TOOLS_PLAN_SIM_H
 #define RF_TOOLS_PLAN_SIM_H
@@ -12,6 +12,7 @@
 #include "options.h"
 #include "plan/plan.h"
 #include "plan_args.h"
+#include "sim/sim.h"
 
 /* Strings borrowed from argv. batch 0: no simulation. */
 struct rf_plan_sim_args {
@@ -80,8 +81,7 @@ struct rf_plan_sim_model {
   int experts_per_token;            /* MoE: routed experts a token meets (num_experts_per_tok) */
   double flops_per_token;           /* 6 x active matmul parameters + attention (rf_model_flops_per_token) */
   const struct rf_model_desc *desc; /* borrowed: the tensors' optimizer groups (decay, matrix) */
-  struct rf_plan_network net;
-  char net_name[256], net_source[1024]; /* a --network FILE.json's (net.name and net.source point here) */
+  struct rf_sim_network net;        /* --network's profile (rf_sim_network_load) */
 };
 
 /* Reads what the simulation needs from the model's config (a units file has no
@@ -94,7 +94,7 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
 int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                       const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
                       const struct rf_plan_policy *p, int world, enum rf_optim_kind optim,
-                      struct rf_plan_sim_result *out);
+                      struct rf_sim_result *out);
 
 /* --replicate auto's shard group at `world`: with memory_gb > 0 the smallest S
  * dividing world whose layout meets max_padding (percent; < 0: off) and whose
@@ -114,8 +114,8 @@ int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model 
                      int world, enum rf_optim_kind optim, double max_padding);
 
 void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                       const struct rf_plan_sim_result *r);
+                       const struct rf_sim_result *r);
 void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                      const struct rf_plan_sim_result *r, cJSON *o);
+                      const struct rf_sim_result *r, cJSON *o);
 
 #endif

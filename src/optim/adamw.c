@@ -111,6 +111,9 @@ const struct rf_optim_ops rf_optim_adamw_ops = {
     .block_rows = 1,
     .vector_block = 1,
     .n_states = 2,
+    /* read p, g, m, v; write p, m, v (f32) */
+    .elem_bytes = 28,
+    .matrix_elem_bytes = 0,
     .create = rf_optim_adamw_create,
     .step = rf_optim_adamw_step,
     .state = rf_optim_adamw_state,

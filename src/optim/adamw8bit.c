@@ -498,6 +498,9 @@ const struct rf_optim_ops rf_optim_adamw8bit_ops = {
     .block_rows = RF_OPTIM_TILE,
     .vector_block = RF_OPTIM_VEC_BLOCK,
     .n_states = 4,
+    /* read p, g (f32), m, v (a byte each); write p, m, v */
+    .elem_bytes = 16,
+    .matrix_elem_bytes = 0,
     .create = rf_optim_8bit_create,
     .step = rf_optim_8bit_step,
     .state = rf_optim_8bit_state,

@@ -208,6 +208,7 @@ static void rf_optim_muon_stats(const struct rf_optim *o, struct rf_optim_stats 
   out->muon_bytes_sent = ts.bytes_sent;
   out->muon_bytes_recv = ts.bytes_recv;
   out->muon_owned_flops = ts.owned_cost;
+  out->step_flops = ts.owned_cost; /* Newton-Schulz on the matrices this rank owns */
   out->muon_step_bytes_sent = ts.step_bytes_sent;
   out->muon_step_bytes_recv = ts.step_bytes_recv;
   out->muon_comm_wait_ns = ts.wait_ns;
@@ -219,6 +220,9 @@ const struct rf_optim_ops rf_optim_muon_ops = {
     .vector_block = 1,
     .n_states = 2,
     .takes_matrices = 1,
+    /* AdamW on the others; a matrix piece: momentum in (g, m; m, staging), update out (staging, p; p) */
+    .elem_bytes = 28,
+    .matrix_elem_bytes = 28,
     .create = rf_optim_muon_create,
     .step = rf_optim_muon_step,
     .state = rf_optim_muon_state,

@@ -176,6 +176,13 @@ int64_t rf_optim_tensor_blocks(const struct rf_optim *o, int view) {
 
 void rf_optim_get_stats(const struct rf_optim *o, struct rf_optim_stats *out) {
   *out = o->stats;
+  /* a step's memory traffic, priced by the ops' bytes per element (the slab's
+   * elements, padding included, as the element-wise pass runs over them) */
+  int64_t matrix = 0;
+  for (int i = 0; i < o->n; i++)
+    if (o->views[i].flags & RF_OPTIM_FLAG_MATRIX) matrix += o->views[i].v.end - o->views[i].v.begin;
+  out->step_stream_bytes =
+      (double)(o->shard_elems - matrix) * o->ops->elem_bytes + (double)matrix * o->ops->matrix_elem_bytes;
   if (o->ops->stats) o->ops->stats(o, out);
 }
 

@@ -30,6 +30,11 @@ struct rf_optim_ops {
   int64_t vector_block;
   int n_states;       /* state slabs, for checkpoints */
   int takes_matrices; /* 1: updates the views flagged MATRIX whole (else the flag is cleared) */
+  /* what a step costs (rf_optim_stats.step_stream_bytes, the simulator's price):
+   * bytes of memory one step reads and writes per shard element of the
+   * element-wise pass, and per element of this rank's pieces of MATRIX views
+   * (their owners' matrix work: rf_optim_stats.step_flops from `stats`) */
+  double elem_bytes, matrix_elem_bytes;
   int (*create)(struct rf_optim *o);
   int (*step)(struct rf_optim *o, float lr); /* 0, or -1 with a message on every rank */
   void (*state)(const struct rf_optim *o, int i, struct rf_optim_state_slab *out);

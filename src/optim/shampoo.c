@@ -482,6 +482,21 @@ static void rf_optim_shampoo_stats(const struct rf_optim *o, struct rf_optim_sta
   out->muon_step_bytes_recv = ts.step_bytes_recv;
   out->muon_comm_wait_ns = ts.wait_ns;
   out->shampoo_owned_cost = ts.owned_cost;
+  /* the owned matrices' step: per block of a x b the two factor products and
+   * the two preconditioning products, 4ab(a + b); every shampoo_every steps the
+   * roots of both factors, an eigendecomposition with vectors (about 9 n^3,
+   * Golub and Van Loan's symmetric QR) and w w^T (2 n^3); the grafting's m and v
+   * and the block copies streamed (24 bytes per element) */
+  for (int k = 0; k < sh->n_mats; k++) {
+    const struct rf_optim_shampoo_matrix *x = &sh->mats[k];
+    if (x->state_off < 0) continue;
+    for (int j = 0; j < x->n_blocks; j++) {
+      const struct rf_optim_shampoo_block *bl = &sh->blocks[x->first_block + j];
+      out->step_flops += 4.0 * bl->a * bl->b * (double)(bl->a + bl->b);
+    }
+    out->step_flops += 11.0 * x->cost / (double)o->opt.shampoo_every;
+    out->step_stream_bytes += 24.0 * (double)(x->rows * x->cols);
+  }
 }
 
 const struct rf_optim_ops rf_optim_shampoo_ops = {
@@ -490,6 +505,9 @@ const struct rf_optim_ops rf_optim_shampoo_ops = {
     .vector_block = 1,
     .n_states = 3,
     .takes_matrices = 1,
+    /* AdamW on the others; a matrix piece: g to the staging, the update into p (the owner's m, v: stats) */
+    .elem_bytes = 28,
+    .matrix_elem_bytes = 20,
     .create = rf_optim_shampoo_create,
     .step = rf_optim_shampoo_step,
     .state = rf_optim_shampoo_state,

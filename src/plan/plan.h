@@ -8,13 +8,12 @@
  *            between tensors; what NCCL's all-gather and reduce-scatter need.
  *   ragged - rank ranges end on the block boundary nearest the fair share; no
  *            padding; MPI_Allgatherv / MPI_Reduce_scatter move exactly the bytes.
- * See docs/planner.md. */
+ * See docs/planner.md. The step simulator over these plans is src/sim (sim.h). */
 #ifndef RF_PLAN_H
 #define RF_PLAN_H
 
 #include <stdint.h>
 
-#include "rfsdp_optim.h" /* enum rf_optim_kind */
 #include "rfsdp_types.h" /* enum rf_shard_mode, rf_layout, rf_dtype */
 #include "shard/shard.h"
 
@@ -338,128 +337,5 @@ int rf_plan_advise_group(const struct rf_plan_unit_in *units, int n_units, const
 int rf_plan_model_make(const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
                        int world, int with_peers, struct rf_plan_model_result *out);
 void rf_plan_model_result_free(struct rf_plan_model_result *res);
-
-/* ---- the simulator (src/plan/simulate.c, src/plan/network.c) ---- */
-
-/* The collectives a step runs, as the time model prices them. */
-enum rf_plan_coll {
-  RF_PLAN_COLL_ALLGATHER = 0,  /* parameters, inside a shard group */
-  RF_PLAN_COLL_REDUCE_SCATTER, /* gradients, inside a shard group */
-  RF_PLAN_COLL_ALLREDUCE,      /* gradient shards across the replicas (HSDP); scalars */
-  RF_PLAN_COLL_COUNT
-};
-
-/* One link's alpha-beta model of a collective over n ranks on a buffer of B
- * bytes (the gathered output, the reduce-scatter input, the all-reduce buffer):
- *   t = alpha * ceil(log2 n) + f(n) * B / busbw,
- * f = (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce (the
- * bytes each rank moves, nccl-tests' bus bandwidth convention). */
-struct rf_plan_link {
-  double alpha_us;  /* per doubling of the ranks */
-  double busbw_gbs; /* GB/s (1e9 bytes) */
-};
-
-/* A machine: nodes of `cores_per_node` cores (GPUs) holding `ranks_per_node`
- * ranks each (0: every rank on one node), links inside a node (`intra`), inside
- * a node whose ranks outnumber its cores (the ranks time-share the cores; a
- * collective waits for the peers' time slices): `shared_small` for a group of
- * at most cores_per_node ranks (its members can run at once), `shared` for a
- * larger one (some member always waits for a core), and between nodes
- * (`inter`), the compute peak of one rank alone, the memory bandwidth of the
- * optimizer's update, and how much of a unit's communication the next unit's
- * compute hides. Ranks beyond the cores divide them: compute, optimizer and
- * copies take max(1, ranks on the node / cores_per_node) times as long. */
-struct rf_plan_network {
-  const char *name;
-  const char *source; /* where the numbers come from (stated assumptions or the fit) */
-  int cores_per_node; /* cores (GPUs) a node runs ranks on at once */
-  int ranks_per_node; /* ranks placed on a node; 0: every rank on one node */
-  struct rf_plan_link intra[RF_PLAN_COLL_COUNT];        /* the group on one node, a core per rank */
-  struct rf_plan_link shared_small[RF_PLAN_COLL_COUNT]; /* ranks > cores on the node, group <= cores */
-  struct rf_plan_link shared[RF_PLAN_COLL_COUNT];       /* ranks > cores on the node, group > cores */
-  struct rf_plan_link inter[RF_PLAN_COLL_COUNT];        /* the group spans nodes */
-  double peak_gflops;                                   /* per rank alone, dense, in the compute dtype */
-  double efficiency; /* achieved share of the peak in the model's matmuls */
-  double mem_gbs;    /* per rank alone: the optimizer's update streams its state at this rate */
-  double overlap;    /* 1: communication hides behind compute; 0: none (the links' cost is what is left) */
-};
-
-/* The profile named `name` ("here", "h100-ib", "a100-ib"); -1 with
- * rf_error_msg() listing the names when there is none. */
-int rf_plan_network_find(const char *name, struct rf_plan_network *out);
-/* The names, comma-separated (static storage). */
-const char *rf_plan_network_names(void);
-
-/* The time of one collective of `bytes` over n ranks on a link (ms; 0 when n <= 1). */
-double rf_plan_link_ms(const struct rf_plan_link *link, enum rf_plan_coll kind, int n, double bytes);
-
-/* The optimizer of one shard-group rank, as the optimizer sizes it (the caller:
- * rf_optim_measure on that rank's views of the layout). */
-struct rf_plan_sim_optim {
-  int64_t state_bytes;     /* rf_optim_stats.state_bytes */
-  int64_t workspace_bytes; /* rf_optim_stats.workspace_bytes */
-  int64_t step_bytes_sent; /* Muon's and Shampoo's matrix owners: the all-to-all's bytes per step */
-};
-
-/* What a simulated run does besides its layout. */
-struct rf_plan_sim_options {
-  int replicate;            /* R >= 1: the model's layout is for the shard group of world / R ranks */
-  int rank;                 /* the shard-group rank simulated; -1: the one with the most memory */
-  enum rf_optim_kind optim; /* the optimizer's pass (its time) */
-  /* the optimizer of shard-group rank `rank` with a slab of `shard_elems`, the model's n units laid
-   * out as the runtime does (rf_plan_split: the same every call): 0, or -1 with rf_error_msg() */
-  int (*optim_rank)(void *ctx, const struct rf_plan_split *units, int n, int rank, int64_t shard_elems,
-                    struct rf_plan_sim_optim *out);
-  void *optim_ctx;
-  int prefetch;                /* units gathered ahead (the runtime's default 1) */
-  int reshard_after_forward;   /* 1: the backward gathers again (the runtime's default) */
-  int accum;                   /* micro-batches per step */
-  double tokens_per_rank;      /* tokens one rank computes per step (all micro-batches) */
-  double flops_per_token;      /* training FLOPs (6N + attention: rf_model_flops_per_token) */
-  int64_t activation_bytes;    /* the caller's estimate per rank (docs/scale.md) */
-  int64_t scalar_reduce_bytes; /* all-reduced per step on the world besides the grad norm (loss, flags) */
-  struct rf_plan_network net;
-};
-
-/* Bytes of one rank. */
-struct rf_plan_sim_memory {
-  int64_t params; /* f32 master shard (the slab) */
-  int64_t grads;  /* f32 gradient shard (the slab) */
-  int64_t optim;  /* optimizer state (rf_optim_stats.state_bytes: Shampoo's owned preconditioners too) */
-  int64_t optim_workspace; /* the optimizer's scratch and the matrix owners' staging (workspace_bytes) */
-  int64_t gathered;    /* the arena: param slots (prefetch + 1) and 2 grad slots, each for the largest unit */
-  int64_t activations; /* the caller's estimate */
-  int64_t total;
-};
-
-struct rf_plan_sim_result {
-  int world, replicate, shard_world;
-  int rank;                      /* the shard-group rank simulated (its numbers below) */
-  int64_t shard_elems;           /* that rank's slab (the runtime's rf_fsdp_stats.shard_elems) */
-  struct rf_plan_sim_memory mem; /* memory_per_rank_bytes = mem.total */
-  /* per rank per step, counted as the runtime's counters count them (src/comm/comm.c) */
-  int64_t gather_bytes;   /* all-gathers: bytes received */
-  int64_t reduce_bytes;   /* reduce-scatters: bytes sent; all-reduces: the buffer */
-  int64_t alltoall_bytes; /* Muon's and Shampoo's matrix owners: sent to the other ranks of the group */
-  int64_t bytes_intra;    /* inside the shard group: gathers, reduce-scatters and the owners' all-to-all */
-  int64_t bytes_inter;    /* across groups: the gradient shard all-reduced over the replicas */
-  /* time per step, ms */
-  double time_share;      /* max(1, ranks on a node / cores): compute, optimizer and copies stretch by it */
-  double compute_ms;      /* FLOPs / (peak * efficiency) x time_share */
-  double comm_ms;         /* every collective back to back */
-  double exposed_comm_ms; /* what the prefetch schedule leaves uncovered */
-  double optim_ms;        /* the optimizer's pass over its state */
-  double copy_ms;         /* the layout's copies around the collectives (fsdp2), at memory bandwidth */
-  double step_ms;         /* predicted_step_ms = compute + exposed + optimizer + copies */
-};
-
-/* Simulates a step of `units` laid out by `model` (rf_plan_model_make at the
- * shard group's size world/R under policy p): memory per rank (the rank of the
- * group with the most), bytes per step as the runtime counts them, and the step
- * time of the alpha-beta model with the runtime's prefetch schedule
- * (docs/scale.md). Returns 0, or -1 with rf_error_msg() (bad options). */
-int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *model,
-                     const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
-                     struct rf_plan_sim_result *out);
 
 #endif

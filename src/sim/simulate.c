@@ -9,18 +9,18 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "plan/plan.h"
+#include "sim/sim.h"
 
 /* A unit's sizes on one rank, as src/dbuffer/layout.c lays them out (elements). */
-struct rf_plan_sim_unit {
+struct rf_sim_unit {
   int64_t shard;   /* this rank's pieces of every buffer, each aligned */
   int64_t slot;    /* param slot (fsdp2: the staging buffer, then each tensor's storage) */
   int64_t gview;   /* f32 part of the grad slot the backward writes */
   int64_t staging; /* grad slot: the reduce-dtype staging buffer (when one is needed) */
 };
 
-static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in, int rank,
-                                   int64_t align, struct rf_plan_sim_unit *out) {
+static void rf_sim_unit_sizes(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in, int rank,
+                              int64_t align, struct rf_sim_unit *out) {
   const struct rf_plan_unit *p = &l->plan;
   memset(out, 0, sizeof *out);
   if (l->layout == RF_LAYOUT_FSDP2) {
@@ -45,7 +45,7 @@ static void rf_plan_sim_unit_sizes(const struct rf_plan_layout *l, const struct 
 /* The first tile scale of FP8 tensor t at element `at` (a band's first element,
  * or the end): a matrix is one grid of 128x128 tiles, fused experts [E, rows,
  * cols] E grids, the scales expert-major (src/dbuffer/layout.c scale_starts). */
-static int64_t rf_plan_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at) {
+static int64_t rf_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at) {
   int64_t cols = t->shape[t->ndim - 1], rows = t->shape[t->ndim - 2], per = rows * cols;
   int64_t band = (int64_t)RF_FP8_TILE * cols, tc = rf_ceil_div(cols, RF_FP8_TILE);
   return (at / per * rf_ceil_div(rows, RF_FP8_TILE) + at % per / band) * tc;
@@ -54,8 +54,7 @@ static int64_t rf_plan_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at
 /* A unit's param slot in bytes (src/dbuffer/layout.c): `slot` elements of the
  * param dtype; under FP8 block every buffer in its dtype (FP8: a byte per
  * element) on the alignment, then each FP8 tensor's f32 tile scales. */
-static int64_t rf_plan_sim_slot_bytes(const struct rf_plan_split *sp, int64_t slot, int64_t ps,
-                                      int64_t align) {
+static int64_t rf_sim_slot_bytes(const struct rf_plan_split *sp, int64_t slot, int64_t ps, int64_t align) {
   if (sp->n_groups < 2 && !sp->fp8[0]) return slot * ps;
   int64_t at = 0;
   for (int g = 0; g < sp->n_groups; g++)
@@ -63,32 +62,96 @@ static int64_t rf_plan_sim_slot_bytes(const struct rf_plan_split *sp, int64_t sl
       at = rf_round_up(at + sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
   for (int g = 0; g < sp->n_groups; g++)
     for (int k = 0; k < sp->in[g].n_tensors && sp->fp8[g]; k++)
-      at = rf_round_up(at + rf_plan_sim_tile_at(&sp->in[g].tensors[k], sp->in[g].tensors[k].numel) *
-                                (int64_t)sizeof(float),
-                       align * ps);
+      at = rf_round_up(
+          at + rf_sim_tile_at(&sp->in[g].tensors[k], sp->in[g].tensors[k].numel) * (int64_t)sizeof(float),
+          align * ps);
   return at;
+}
+
+/* The views every shard-group rank gives the optimizer (src/fsdp's, from the
+ * same layout: each tensor's RaggedShard, its blocks kept whole or cut) and
+ * their flags (the caller's, per tensor in the units' order). */
+struct rf_sim_views {
+  int n, world;
+  struct rf_tensor_view *views;
+  int *flags;
+  int64_t *starts; /* n x (world + 1) */
+};
+
+/* The views from the units as the runtime lays them out, in the runtime's tensor
+ * order (the model's: a unit's tensors in order, whatever group holds them). */
+static int rf_sim_views_make(const struct rf_plan_split *sp, int n_units, const int *flags, int world,
+                             struct rf_sim_views *v) {
+  memset(v, 0, sizeof *v);
+  v->world = world;
+  for (int u = 0; u < n_units; u++)
+    for (int g = 0; g < sp[u].n_groups; g++) v->n += sp[u].in[g].n_tensors;
+  v->views = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->views);
+  v->flags = rf_xcalloc((size_t)rf_max_i64(v->n, 1), sizeof *v->flags);
+  v->starts = rf_xcalloc((size_t)rf_max_i64(v->n, 1) * (size_t)(world + 1), sizeof *v->starts);
+  for (int u = 0, first = 0; u < n_units; u++) {
+    int in_unit = 0;
+    for (int g = 0, at = 0; g < sp[u].n_groups; g++)
+      for (int i = 0; i < sp[u].in[g].n_tensors; i++, at++) {
+        int k = first + sp[u].map[at];
+        const struct rf_plan_tensor_in *t = &sp[u].in[g].tensors[i];
+        struct rf_tensor_view *w = &v->views[k];
+        struct rf_shard sh;
+        RF_TRY(rf_plan_layout_tensor_shard(&sp[u].layout[g], &sp[u].in[g], i, &sh));
+        rf_shard_starts(&sh, v->starts + (size_t)k * (size_t)(world + 1));
+        w->block_elems = sh.block_elems == rf_min_i64(t->block_elems, t->numel) ? t->block_elems : 1;
+        rf_shard_free(&sh);
+        w->name = t->name;
+        w->unit = u;
+        w->ndim = t->ndim;
+        memcpy(w->shape, t->shape, sizeof w->shape);
+        w->numel = t->numel;
+        w->starts = v->starts + (size_t)k * (size_t)(world + 1);
+        if (flags) v->flags[k] = flags[k];
+        in_unit++;
+      }
+    first += in_unit;
+  }
+  return 0;
+}
+
+static void rf_sim_views_free(struct rf_sim_views *v) {
+  free(v->views);
+  free(v->flags);
+  free(v->starts);
+}
+
+/* The optimizer of shard-group rank r with a slab of shard_elems, by its own
+ * create in measure mode. */
+static int rf_sim_optim_rank(const struct rf_sim_options *o, struct rf_sim_views *v, int r,
+                             int64_t shard_elems, struct rf_optim_stats *out) {
+  for (int k = 0; k < v->n; k++) {
+    v->views[k].begin = v->views[k].starts[r];
+    v->views[k].end = v->views[k].starts[r + 1];
+  }
+  return rf_optim_measure(&o->optim, v->views, v->flags, v->n, shard_elems, r, v->world, out);
 }
 
 /* The memory of shard-group rank r (out->mem, out->shard_elems) and its
  * optimizer's bytes per step (`owner_bytes`). */
-static int rf_plan_sim_rank_memory(const struct rf_plan_split *sp, int n, const struct rf_plan_policy *p,
-                                   const struct rf_plan_sim_options *o, int r, struct rf_plan_sim_memory *mem,
-                                   int64_t *shard_elems, int64_t *owner_bytes) {
+static int rf_sim_rank_memory(const struct rf_plan_split *sp, int n, const struct rf_plan_policy *p,
+                              const struct rf_sim_options *o, struct rf_sim_views *v, int r,
+                              struct rf_sim_memory *mem, int64_t *shard_elems, struct rf_optim_stats *opt) {
   int64_t align = rf_plan_policy_align_elems(p), slab = 0, pslot = 0, gslot = 0;
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
   int staging = p->layout == RF_LAYOUT_FSDP2 || p->reduce_dtype != RF_DTYPE_F32;
   for (int u = 0; u < n; u++) {
-    struct rf_plan_sim_unit x = {0};
+    struct rf_sim_unit x = {0};
     for (int g = 0; g < sp[u].n_groups; g++) { /* the groups' buffers follow one another */
-      struct rf_plan_sim_unit y;
-      rf_plan_sim_unit_sizes(&sp[u].layout[g], &sp[u].in[g], r, align, &y);
+      struct rf_sim_unit y;
+      rf_sim_unit_sizes(&sp[u].layout[g], &sp[u].in[g], r, align, &y);
       x.shard += y.shard;
       x.slot += y.slot;
       x.gview += y.gview;
       x.staging += y.staging;
     }
     slab += x.shard;
-    int64_t pb = rf_plan_sim_slot_bytes(&sp[u], x.slot, (int64_t)ps, align);
+    int64_t pb = rf_sim_slot_bytes(&sp[u], x.slot, (int64_t)ps, align);
     int64_t gb = rf_round_up(x.gview * (int64_t)sizeof(float), 64) +
                  (staging ? rf_round_up(x.staging * (int64_t)rs, 64) : 0) + x.shard * (int64_t)sizeof(float);
     pslot = rf_max_i64(pslot, pb);
@@ -100,11 +163,9 @@ static int rf_plan_sim_rank_memory(const struct rf_plan_split *sp, int n, const 
   *shard_elems = slab;
   mem->params = slab * (int64_t)sizeof(float);
   mem->grads = slab * (int64_t)sizeof(float);
-  struct rf_plan_sim_optim opt = {0};
-  RF_TRY(o->optim_rank(o->optim_ctx, sp, n, r, slab, &opt));
-  mem->optim = opt.state_bytes;
-  mem->optim_workspace = opt.workspace_bytes;
-  *owner_bytes = opt.step_bytes_sent;
+  RF_TRY(rf_sim_optim_rank(o, v, r, slab, opt));
+  mem->optim = opt->state_bytes;
+  mem->optim_workspace = opt->workspace_bytes;
   mem->gathered = n_pslots * rf_round_up(pslot, 64) + n_gslots * rf_round_up(gslot, 64);
   mem->activations = o->activation_bytes;
   mem->total =
@@ -114,26 +175,25 @@ static int rf_plan_sim_rank_memory(const struct rf_plan_split *sp, int n, const 
 
 /* Elements a rank receives in the all-gather of a buffer (and sends into its
  * reduce-scatter): equal shards (W-1) S, ragged the buffer less its own range. */
-static int64_t rf_plan_sim_others(const struct rf_plan_unit *p, const struct rf_plan_buffer *b, int r) {
+static int64_t rf_sim_others(const struct rf_plan_unit *p, const struct rf_plan_buffer *b, int r) {
   if (p->mode == RF_SHARD_MODE_EQUAL) return (int64_t)(p->world - 1) * b->shard_elems;
   return b->total_elems - (b->starts[r + 1] - b->starts[r]);
 }
 
 /* FP8 tensor t's tile scales rank r receives in their all-gather (f32 each):
  * the tensor's tiles less those of r's range. */
-static int64_t rf_plan_sim_scales_others(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in,
-                                         int t, int r, int64_t *starts) {
+static int64_t rf_sim_scales_others(const struct rf_plan_layout *l, const struct rf_plan_unit_in *in, int t,
+                                    int r, int64_t *starts) {
   struct rf_shard sh;
   RF_TRY(rf_plan_layout_tensor_shard(l, in, t, &sh));
   rf_shard_starts(&sh, starts);
   rf_shard_free(&sh);
   const struct rf_plan_tensor_in *x = &in->tensors[t];
-  return rf_plan_sim_tile_at(x, x->numel) -
-         (rf_plan_sim_tile_at(x, starts[r + 1]) - rf_plan_sim_tile_at(x, starts[r]));
+  return rf_sim_tile_at(x, x->numel) - (rf_sim_tile_at(x, starts[r + 1]) - rf_sim_tile_at(x, starts[r]));
 }
 
 /* Ranks of a run of `world` ranks on one node. */
-static int rf_plan_sim_ranks_on_node(const struct rf_plan_network *net, int world) {
+static int rf_sim_ranks_on_node(const struct rf_sim_network *net, int world) {
   return net->ranks_per_node > 0 && net->ranks_per_node < world ? net->ranks_per_node : world;
 }
 
@@ -142,29 +202,28 @@ static int rf_plan_sim_ranks_on_node(const struct rf_plan_network *net, int worl
  * placed node by node: across nodes `inter`; on a node with a core per rank
  * `intra`; on a node whose ranks outnumber its cores `shared_small` when the
  * group fits its cores (its members can run at once), else `shared`. */
-static const struct rf_plan_link *rf_plan_sim_links(const struct rf_plan_network *net, int n, int span,
-                                                    int world) {
+static const struct rf_sim_link *rf_sim_links(const struct rf_sim_network *net, int n, int span, int world) {
   if (net->ranks_per_node > 0 && span > net->ranks_per_node) return net->inter;
-  if (rf_plan_sim_ranks_on_node(net, world) <= net->cores_per_node) return net->intra;
+  if (rf_sim_ranks_on_node(net, world) <= net->cores_per_node) return net->intra;
   return n > net->cores_per_node ? net->shared : net->shared_small;
 }
 
 /* What the prefetch schedule leaves of communication m while computing c. */
-static double rf_plan_sim_hide(double c, double m, double overlap) {
+static double rf_sim_hide(double c, double m, double overlap) {
   double left = m - overlap * c;
   return c + (left > 0 ? left : 0);
 }
 
-/* Bytes per step of out->rank and the step time (the rest of rf_plan_simulate). */
-static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_model_result *m,
-                               const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
-                               struct rf_plan_sim_result *out) {
+/* Bytes per step of out->rank and the step time (the rest of rf_sim_step). */
+static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_model_result *m,
+                          const struct rf_plan_policy *p, const struct rf_sim_options *o,
+                          struct rf_sim_result *out) {
   int s = m->world, n = m->n_units;
   /* bytes of that rank per step, and the time of each unit's collectives */
   size_t ps = rf_dtype_size(p->param_dtype), rs = rf_dtype_size(p->reduce_dtype);
-  const struct rf_plan_link *sl = rf_plan_sim_links(&o->net, s, s, out->world);
-  const struct rf_plan_link *rl = rf_plan_sim_links(&o->net, o->replicate, out->world, out->world);
-  const struct rf_plan_link *wl = rf_plan_sim_links(&o->net, out->world, out->world, out->world);
+  const struct rf_sim_link *sl = rf_sim_links(&o->net, s, s, out->world);
+  const struct rf_sim_link *rl = rf_sim_links(&o->net, o->replicate, out->world, out->world);
+  const struct rf_sim_link *wl = rf_sim_links(&o->net, out->world, out->world, out->world);
   double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
   double *c = rf_xcalloc((size_t)n, sizeof *c);
   int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
@@ -176,16 +235,16 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
       size_t gs = sp[u].fp8[q] ? 1 : ps; /* FP8 buffers travel as codes */
       for (int k = 0; k < pu->n_buffers; k++) {
         const struct rf_plan_buffer *b = &pu->buffers[k];
-        int64_t others = rf_plan_sim_others(pu, b, out->rank);
+        int64_t others = rf_sim_others(pu, b, out->rank);
         gu += others * (int64_t)gs;
         reduce_unit += others * (int64_t)rs;
-        g[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
-                                (double)b->total_elems * (double)gs);
-        red[u] += rf_plan_link_ms(&sl[RF_PLAN_COLL_REDUCE_SCATTER], RF_PLAN_COLL_REDUCE_SCATTER, s,
-                                  (double)b->total_elems * (double)rs);
+        g[u] += rf_sim_link_ms(&sl[RF_SIM_COLL_ALLGATHER], RF_SIM_COLL_ALLGATHER, s,
+                               (double)b->total_elems * (double)gs);
+        red[u] += rf_sim_link_ms(&sl[RF_SIM_COLL_REDUCE_SCATTER], RF_SIM_COLL_REDUCE_SCATTER, s,
+                                 (double)b->total_elems * (double)rs);
       }
       for (int t = 0; t < sp[u].in[q].n_tensors && sp[u].fp8[q]; t++) { /* and their scales, a gather each */
-        int64_t others = rf_plan_sim_scales_others(&sp[u].layout[q], &sp[u].in[q], t, out->rank, starts);
+        int64_t others = rf_sim_scales_others(&sp[u].layout[q], &sp[u].in[q], t, out->rank, starts);
         if (others < 0) {
           free(starts);
           free(g);
@@ -194,10 +253,9 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
           return -1;
         }
         gu += others * (int64_t)sizeof(float);
-        g[u] += rf_plan_link_ms(
-            &sl[RF_PLAN_COLL_ALLGATHER], RF_PLAN_COLL_ALLGATHER, s,
-            (double)rf_plan_sim_tile_at(&sp[u].in[q].tensors[t], sp[u].in[q].tensors[t].numel) *
-                sizeof(float));
+        g[u] += rf_sim_link_ms(
+            &sl[RF_SIM_COLL_ALLGATHER], RF_SIM_COLL_ALLGATHER, s,
+            (double)rf_sim_tile_at(&sp[u].in[q].tensors[t], sp[u].in[q].tensors[t].numel) * sizeof(float));
       }
     }
     gather_unit += gu;
@@ -222,9 +280,10 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
 
   /* time: compute split over the units by their share of the elements; ranks
    * beyond a node's cores time-share them */
-  int on_node = rf_plan_sim_ranks_on_node(&o->net, out->world);
+  int on_node = rf_sim_ranks_on_node(&o->net, out->world);
   out->time_share = on_node > o->net.cores_per_node ? (double)on_node / o->net.cores_per_node : 1.0;
-  out->compute_ms = o->flops_per_token * o->tokens_per_rank / (o->net.peak_gflops * 1e9 * o->net.efficiency) *
+  out->peak_gflops = o->f32_compute ? o->net.peak_gflops_f32 : o->net.peak_gflops;
+  out->compute_ms = o->flops_per_token * o->tokens_per_rank / (out->peak_gflops * 1e9 * o->net.efficiency) *
                     1e3 * out->time_share;
   double micro = out->compute_ms / o->accum, ov = o->net.overlap, step = 0, comm = 0;
   for (int u = 0; u < n; u++) c[u] = micro * (double)m->units[u].plan.elems / (double)rf_max_i64(m->elems, 1);
@@ -233,27 +292,29 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
     comm += g[0];
     for (int u = 0; u < n; u++) { /* forward: unit u computes while u + 1 is gathered */
       double next = u + 1 < n ? g[u + 1] : 0;
-      step += rf_plan_sim_hide(c[u] / 3, next, ov);
+      step += rf_sim_hide(c[u] / 3, next, ov);
       comm += next;
     }
     for (int u = n - 1; u >= 0; u--) { /* backward: u computes while u - 1 gathers and u + 1 reduces */
       double x = (o->reshard_after_forward && u > 0 ? g[u - 1] : 0) + (u + 1 < n ? red[u + 1] : 0);
-      step += rf_plan_sim_hide(2 * c[u] / 3, x, ov);
+      step += rf_sim_hide(2 * c[u] / 3, x, ov);
       comm += x;
     }
     step += red[0];
     comm += red[0];
   }
   double tail =
-      rf_plan_link_ms(&rl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, o->replicate, (double)inter) +
-      rf_plan_link_ms(&sl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, s, 8.0) +
-      rf_plan_link_ms(&wl[RF_PLAN_COLL_ALLREDUCE], RF_PLAN_COLL_ALLREDUCE, out->world,
-                      (double)o->scalar_reduce_bytes);
+      rf_sim_link_ms(&rl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, o->replicate, (double)inter) +
+      rf_sim_link_ms(&sl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, s, 8.0) +
+      rf_sim_link_ms(&wl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, out->world,
+                     (double)o->scalar_reduce_bytes);
   step += tail;
   comm += tail;
-  /* the optimizer streams parameters, gradients and its state once (read, and write but the gradient) */
-  double per_elem = o->optim == RF_OPTIM_KIND_ADAMW8BIT ? 4 + 4 + 4 + 2 * 2 : 4 + 4 + 4 + 2 * 4 * 2;
-  out->optim_ms = (double)out->shard_elems * per_elem / (o->net.mem_gbs * 1e9) * 1e3 * out->time_share;
+  /* the optimizer (rf_optim_stats, its own ops' costs): its memory traffic at
+   * the memory bandwidth, the matrix owners' work at the matmuls' rate */
+  out->optim_ms = (out->optim_stream_bytes / (o->net.mem_gbs * 1e9) +
+                   out->optim_flops / (out->peak_gflops * 1e9 * o->net.efficiency)) *
+                  1e3 * out->time_share;
   /* the layout's copies (docs/planner.md's counting rule: per step of one micro-batch) */
   out->copy_ms = (double)o->accum * (double)m->copy_bytes / (o->net.mem_gbs * 1e9) * 1e3 * out->time_share;
   out->comm_ms = comm;
@@ -265,16 +326,17 @@ static int rf_plan_sim_traffic(const struct rf_plan_split *sp, const struct rf_p
   return 0;
 }
 
-int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
-                     const struct rf_plan_policy *p, const struct rf_plan_sim_options *o,
-                     struct rf_plan_sim_result *out) {
+int rf_sim_step(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
+                const struct rf_plan_policy *p, const struct rf_sim_options *o, struct rf_sim_result *out) {
   memset(out, 0, sizeof *out);
   int s = m->world, n = m->n_units;
   RF_REQUIRE(o->replicate >= 1 && s >= 1 && n >= 1, "simulate: %d replicas of %d ranks, %d units",
              o->replicate, s, n);
   RF_REQUIRE(o->accum >= 1 && o->prefetch >= 0, "simulate: accum %d, prefetch %d", o->accum, o->prefetch);
-  RF_REQUIRE(o->net.peak_gflops > 0 && o->net.efficiency > 0 && o->net.mem_gbs > 0,
-             "simulate: network %s: peak, efficiency and memory bandwidth must be positive", o->net.name);
+  RF_REQUIRE(o->net.peak_gflops > 0 && o->net.peak_gflops_f32 > 0 && o->net.efficiency > 0 &&
+                 o->net.efficiency <= 1 && o->net.mem_gbs > 0 && o->net.overlap >= 0 && o->net.overlap <= 1,
+             "simulate: network %s: peak, efficiency (0, 1], memory bandwidth positive, overlap in [0, 1]",
+             o->net.name);
   RF_REQUIRE(o->net.cores_per_node >= 1 && o->net.ranks_per_node >= 0,
              "simulate: network %s: %d cores and %d ranks per node", o->net.name, o->net.cores_per_node,
              o->net.ranks_per_node);
@@ -282,25 +344,30 @@ int rf_plan_simulate(const struct rf_plan_unit_in *units, const struct rf_plan_m
   out->shard_world = s;
   out->world = s * o->replicate;
   RF_REQUIRE(o->rank >= -1 && o->rank < s, "simulate: rank %d of a shard group of %d", o->rank, s);
-  RF_REQUIRE(o->optim_rank, "simulate: no optimizer sizes (optim_rank)");
   /* every unit as the runtime lays it out (FP8 block: its FP8 tensors apart) */
   struct rf_plan_split *sp = rf_xcalloc((size_t)n, sizeof *sp);
   int rc = 0;
   for (int u = 0; u < n && rc == 0; u++) rc = rf_plan_split_make(p, s, &units[u], &sp[u]);
+  struct rf_sim_views v = {0};
+  if (rc == 0) rc = rf_sim_views_make(sp, n, o->flags, s, &v);
   /* memory: the rank asked for, or the fullest of the group (ranks differ in
    * ragged shards, 8-bit blocks and the matrices they own) */
   for (int r = o->rank < 0 ? 0 : o->rank; r < (o->rank < 0 ? s : o->rank + 1) && rc == 0; r++) {
-    struct rf_plan_sim_memory mem;
-    int64_t slab, owner_bytes;
-    rc = rf_plan_sim_rank_memory(sp, n, p, o, r, &mem, &slab, &owner_bytes);
+    struct rf_sim_memory mem;
+    int64_t slab;
+    struct rf_optim_stats st;
+    rc = rf_sim_rank_memory(sp, n, p, o, &v, r, &mem, &slab, &st);
     if (rc == 0 && (r == 0 || mem.total > out->mem.total)) {
       out->mem = mem;
       out->rank = r;
       out->shard_elems = slab;
-      out->alltoall_bytes = owner_bytes;
+      out->alltoall_bytes = (int64_t)st.muon_step_bytes_sent;
+      out->optim_stream_bytes = st.step_stream_bytes;
+      out->optim_flops = st.step_flops;
     }
   }
-  if (rc == 0) rc = rf_plan_sim_traffic(sp, m, p, o, out);
+  if (rc == 0) rc = rf_sim_traffic(sp, m, p, o, out);
+  rf_sim_views_free(&v);
   for (int u = 0; u < n; u++) rf_plan_split_free(&sp[u]);
   free(sp);
   return rc;
