@@ -14,6 +14,7 @@
 #include "options.h"
 #include "plan/plan.h"
 #include "plan_args.h"
+#include "plan_check.h"
 #include "plan_sim.h"
 
 #define RF_PLAN_CMD_MAX_WORLDS 64
@@ -431,6 +432,15 @@ int rf_cmd_plan(int argc, char **argv) {
   rf_fsdp_options_default(&fo);
   if (rc == 0) rc = rf_plan_args_fsdp_options(&c.args, &fo);
   if (rc == 0) rc = rf_optim_kind_parse(c.args.optim, &c.optim);
+  /* what rfsdp train refuses, refused alike (tools/plan_check.c): the batch at every W */
+  for (int i = 0; i < n_worlds && rc == 0 && c.sim.batch > 0; i++)
+    rc = rf_plan_check_batch(worlds[i], c.sim.batch, c.sim.accum);
+  /* the profile, read before the model: a bad file is an option's mistake */
+  int setup = c.sim.batch > 0 || strcmp(c.sim.mesh, "node") == 0;
+  if (rc == 0 && (setup || strcmp(c.sim.network, "here") != 0)) {
+    struct rf_sim_network net;
+    rc = rf_sim_network_load(c.sim.network, &net);
+  }
   if (rc == 0 &&
       (c.align_bytes < 4 || (c.align_bytes & (c.align_bytes - 1)) != 0 || c.align_bytes > (1 << 20)))
     rc = rf_error_set(__FILE__, __LINE__, "--align-bytes must be a power of two from 4 to 1 MiB (got %lld)",
@@ -456,12 +466,18 @@ int rf_cmd_plan(int argc, char **argv) {
   }
   c.units = rf_model_desc_plan_units(&c.model, &c.policy);
   /* the step's numbers, and the network's nodes for --replicate node */
-  int setup = c.sim.batch > 0 || strcmp(c.sim.mesh, "node") == 0;
   if (setup && rf_plan_sim_setup(&c.sim, c.model_path, &c.model, &c.sim_model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
     free(c.units);
     rf_model_desc_free(&c.model);
     return 1;
+  }
+  if (c.sim.batch > 0 && c.sim_model.have_config &&
+      rf_plan_check_seq(c.sim.seq, &c.sim_model.cfg, c.model_path) != 0) {
+    fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    free(c.units);
+    rf_model_desc_free(&c.model);
+    return 2;
   }
   if (!c.json)
     printf(

@@ -10,7 +10,12 @@
 #include "comm/comm_mpi.h"
 #include "commands.h"
 #include "options.h"
+#include "plan_check.h"
 #include "train.h"
+
+/* 1: the run stopped on an option's mistake found after the start (exit 2, as
+ * rf_train_check_args's; every rank finds it alike) */
+static int rf_train_usage_error;
 
 /* The learning rate of `step`: linear warm-up, then cosine decay to min_ratio * lr. */
 static double rf_train_lr(const struct rf_train_args *a, int64_t step) {
@@ -160,9 +165,7 @@ static int rf_train_open_data(struct rf_train_state *s) {
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
   RF_TRY(rf_train_mesh_parse(a, world, replicate));
-  RF_REQUIRE(a->batch % ((int64_t)world * a->accum) == 0,
-             "--batch %lld is not divisible into %d ranks x %d micro-batches: use a multiple of %d",
-             (long long)a->batch, world, a->accum, world * a->accum);
+  RF_TRY(rf_plan_check_batch(world, a->batch, a->accum)); /* as rfsdp plan --batch checks it */
   RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
              (long long)a->steps);
   RF_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
@@ -262,8 +265,9 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
   struct rf_model_config cfg;
   RF_TRY(rf_train_agree(&s->comm, rf_model_config_load(&cfg, a->model)));
-  RF_REQUIRE(a->seq <= cfg.max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
-             (long long)a->seq, cfg.max_position_embeddings, a->model);
+  /* an option's mistake, as rfsdp plan finds it: exit 2 (the config is the same on every rank) */
+  rf_train_usage_error = rf_plan_check_seq(a->seq, &cfg, a->model) != 0;
+  RF_TRY(-rf_train_usage_error);
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
@@ -506,6 +510,7 @@ int rf_cmd_train(int argc, char **argv) {
     rf_comm_init(&s.comm, MPI_COMM_WORLD);
     rf_comm_watchdog_start(a.collective_timeout);
     status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
+    if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
     if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT */
     rf_train_state_free(&s);
