@@ -132,7 +132,8 @@ int main(int argc, char **argv) {
     struct rf_counters d = {0};
     for (int s = 0; s < STEPS; s++) {
       MPI_Barrier(MPI_COMM_WORLD);
-      struct rf_counters before = rf_counters_global;
+      struct rf_counters before, after;
+      rf_fsdp_get_counters(f, &before, NULL);
       uint64_t t0 = rf_time_ns();
       rf_fsdp_zero_grad(f);
       for (int u = 0; u < n; u++) {
@@ -148,7 +149,8 @@ int main(int argc, char **argv) {
       rf_fsdp_grads_finish(f);
       (void)rf_fsdp_grad_norm(f);
       ms[s] = (double)(rf_time_ns() - t0) / 1e6;
-      d = rf_counters_diff(&rf_counters_global, &before);
+      rf_fsdp_get_counters(f, &after, NULL);
+      d = rf_counters_diff(&after, &before);
       wait[s] = (double)d.comm_wait_ns / 1e6;
       MPI_Allreduce(MPI_IN_PLACE, &ms[s], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       MPI_Allreduce(MPI_IN_PLACE, &wait[s], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

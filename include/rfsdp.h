@@ -170,10 +170,14 @@ float *rf_fsdp_shard_grad(struct rf_fsdp *f);
 
 /* ---- what it costs ------------------------------------------------------------ */
 
-/* Counters (struct rf_counters: rfsdp_types.h) of this process since the context was created (`total`) and of
- * the last whole step (from one rf_fsdp_zero_grad to the next; zero before the second). Either may be NULL.
- */
+/* Counters (struct rf_counters: rfsdp_types.h) of this context since it was created (`total`) and of the last
+ * whole step (from one rf_fsdp_zero_grad to the next; zero before the second). Either may be NULL. The
+ * context's device, moves and collectives count into its own counters (two contexts never mix); allocations
+ * add the process's heap allocations (rf_xmalloc & co) to the context's device allocations. */
 void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, struct rf_counters *last_step);
+/* The context's counters themselves (owned by the context): a caller's own communicator may count into them
+ * (the rfsdp command's loss all-reduce and agreements are part of its step). */
+struct rf_counters *rf_fsdp_counters(struct rf_fsdp *f);
 
 struct rf_fsdp_stats {
   int64_t param_elems;      /* sum of the tensors' numel */

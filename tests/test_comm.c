@@ -17,6 +17,7 @@
 #include "rf_test.h"
 
 static struct rf_comm comm;
+static struct rf_counters counters; /* comm's */
 
 static const int64_t counts_list[] = {1, 3, 7, 1001};
 #define N_COUNTS 4
@@ -65,7 +66,7 @@ static void check_allgather(int test, enum rf_dtype dtype, int64_t n, int nonblo
   uint8_t *buf = rf_xmalloc((size_t)(w * n) * es + 1), *want = rf_xmalloc((size_t)n * es + 1);
   memset(buf, 0xa5, (size_t)(w * n) * es);
   gen(buf + (size_t)(comm.rank * n) * es, dtype, n, test, comm.rank);
-  struct rf_counters before = rf_counters_global;
+  struct rf_counters before = counters;
   if (nonblocking) {
     struct rf_comm_req req;
     rf_comm_req_init(&req, w);
@@ -76,7 +77,7 @@ static void check_allgather(int test, enum rf_dtype dtype, int64_t n, int nonblo
   } else {
     rf_comm_allgather(&comm, buf, n, dtype);
   }
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  struct rf_counters d = rf_counters_diff(&counters, &before);
   RF_CHECK(d.collectives == 1, "allgather counts one collective, got %llu",
            (unsigned long long)d.collectives);
   RF_CHECK(d.bytes_gathered == (uint64_t)((w - 1) * n) * es, "allgather bytes_gathered %llu",
@@ -100,20 +101,20 @@ static void check_allgatherv(int test, enum rf_dtype dtype, int64_t scale, int n
   uint8_t *buf = rf_xmalloc((size_t)total * es + 1), *want = rf_xmalloc((size_t)total * es + 1);
   memset(buf, 0x5a, (size_t)total * es);
   gen(buf + (size_t)starts[comm.rank] * es, dtype, mine, test, comm.rank);
-  struct rf_counters before = rf_counters_global;
+  struct rf_counters before = counters;
   if (nonblocking) {
     struct rf_comm_req req;
     rf_comm_req_init(&req, w);
-    uint64_t allocs = rf_counters_global.allocations;
+    uint64_t allocs = rf_heap_allocations();
     rf_comm_iallgatherv(&comm, buf, starts, dtype, &req);
-    RF_CHECK(rf_counters_global.allocations == allocs, "iallgatherv start allocates nothing");
+    RF_CHECK(rf_heap_allocations() == allocs, "iallgatherv start allocates nothing");
     while (!rf_comm_test(&req)) {
     }
     rf_comm_req_free(&req);
   } else {
     rf_comm_allgatherv(&comm, buf, starts, dtype);
   }
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  struct rf_counters d = rf_counters_diff(&counters, &before);
   RF_CHECK(d.bytes_gathered == (uint64_t)(total - mine) * es, "allgatherv bytes_gathered %llu",
            (unsigned long long)d.bytes_gathered);
   for (int q = 0; q < w; q++) gen(want + (size_t)starts[q] * es, dtype, starts[q + 1] - starts[q], test, q);
@@ -165,7 +166,7 @@ static void check_reduce_scatter_block(int test, enum rf_dtype dtype, int64_t n,
   size_t es = rf_dtype_size(dtype);
   uint8_t *send = rf_xmalloc((size_t)(w * n) * es + 1), *recv = rf_xmalloc((size_t)n * es + 1);
   gen(send, dtype, w * n, test, comm.rank);
-  struct rf_counters before = rf_counters_global;
+  struct rf_counters before = counters;
   if (nonblocking) {
     struct rf_comm_req req;
     rf_comm_req_init(&req, w);
@@ -175,7 +176,7 @@ static void check_reduce_scatter_block(int test, enum rf_dtype dtype, int64_t n,
   } else {
     rf_comm_reduce_scatter_block(&comm, send, recv, n, dtype);
   }
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  struct rf_counters d = rf_counters_diff(&counters, &before);
   RF_CHECK(d.bytes_reduced == (uint64_t)((w - 1) * n) * es, "reduce_scatter_block bytes_reduced %llu",
            (unsigned long long)d.bytes_reduced);
   check_sum(recv, dtype, comm.rank * n, n, test, w * n,
@@ -195,9 +196,9 @@ static void check_reduce_scatter(int test, enum rf_dtype dtype, int64_t scale, i
   if (nonblocking) {
     struct rf_comm_req req;
     rf_comm_req_init(&req, w);
-    uint64_t allocs = rf_counters_global.allocations;
+    uint64_t allocs = rf_heap_allocations();
     rf_comm_ireduce_scatter(&comm, send, recv, starts, dtype, &req);
-    RF_CHECK(rf_counters_global.allocations == allocs, "ireduce_scatter start allocates nothing");
+    RF_CHECK(rf_heap_allocations() == allocs, "ireduce_scatter start allocates nothing");
     rf_comm_wait(&req);
     rf_comm_req_free(&req);
   } else {
@@ -305,9 +306,9 @@ static void check_alltoallv(int test, int64_t scale) {
   for (int64_t i = 0; i < rtotal; i++) recv[i] = -2;
   for (int q = 0; q < w; q++)
     for (int64_t i = 0; i < sc[q]; i++) send[sd[q] + i] = a2a_value(me, q, i);
-  struct rf_counters before = rf_counters_global;
+  struct rf_counters before = counters;
   rf_comm_alltoallv(&comm, send, sc, sd, recv, rc, rd, RF_DTYPE_I64);
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  struct rf_counters d = rf_counters_diff(&counters, &before);
   RF_CHECK(d.bytes_alltoall == (uint64_t)(stotal - (int64_t)w * scale - sc[me]) * 8, "alltoallv bytes %llu",
            (unsigned long long)d.bytes_alltoall);
   RF_CHECK(d.bytes_copied == (uint64_t)sc[me] * 8,
@@ -327,6 +328,8 @@ int main(int argc, char **argv) {
   rf_test_mpi_init(&argc, &argv, &world);
   RF_ASSERT(world <= 8);
   rf_comm_init(&comm, MPI_COMM_WORLD);
+  RF_CHECK(comm.counters == NULL, "a new communicator counts nowhere");
+  comm.counters = &counters;
   int provided = MPI_THREAD_SINGLE, rank = 0;
   MPI_Query_thread(&provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

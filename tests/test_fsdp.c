@@ -349,11 +349,13 @@ static void run_variant(const struct variant *v, int rank, int world) {
   }
   int nan_step = 3;
   for (int s = 0; s < STEPS; s++) {
-    struct rf_counters before = rf_counters_global;
+    struct rf_counters before, after;
+    rf_fsdp_get_counters(f, &before, NULL);
     double norm = 0;
     int poison = s == 2;
     int skipped = fsdp_step(f, &ids, v, s, s == nan_step ? world - 1 : -1, &norm, poison);
-    struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+    rf_fsdp_get_counters(f, &after, NULL);
+    struct rf_counters d = rf_counters_diff(&after, &before);
     int all_skipped = skipped, any_skipped = skipped;
     MPI_Allreduce(MPI_IN_PLACE, &all_skipped, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &any_skipped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -1,10 +1,9 @@
 /* rf-test: np=1,2,3,4,5 timeout=120
- * Byte accounting, exactly: one training step's counters (per rank) against the
- * bytes the layout predicts, for planned (equal and ragged), fsdp2 and flat, in
- * f32 and bf16, at W = 1..5. The layout's numbers (P: elements of a unit's
- * buffers over all ranks, N: its real elements, own: this rank's range, with the
- * padding inside it) come from the plan the DBuffer runs; fsdp2's and flat's P
- * and fsdp2's copies are also checked against the planner's peer layouts
+ * Byte accounting, exactly (and per context: a step of one context counts nothing into another's): one
+ * training step's counters (per rank) against the bytes the layout predicts, for planned (equal and ragged),
+ * fsdp2 and flat, in f32 and bf16, at W = 1..5. The layout's numbers (P: elements of a unit's buffers over
+ * all ranks, N: its real elements, own: this rank's range, with the padding inside it) come from the plan the
+ * DBuffer runs; fsdp2's and flat's P and fsdp2's copies are also checked against the planner's peer layouts
  * (rf_plan_peer_add), the numbers `rfsdp plan` prints, and the copies against the
  * run's own plan (the DBuffer's copy_bytes, summed in the log's first line).
  *
@@ -119,9 +118,11 @@ static struct rf_plan_peer_stats peer_of(enum rf_plan_peer peer, int u, int worl
 static void check_variant(const struct variant *v, int rank, int world) {
   struct rf_fsdp *f = build(v);
   step(f); /* the first step's counters include nothing else, but measure a later one */
-  struct rf_counters before = rf_counters_global;
+  struct rf_counters before, after;
+  rf_fsdp_get_counters(f, &before, NULL);
   step(f);
-  struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+  rf_fsdp_get_counters(f, &after, NULL);
+  struct rf_counters d = rf_counters_diff(&after, &before);
 
   uint64_t ps = rf_dtype_size(v->pdtype), rs = rf_dtype_size(v->rdtype);
   uint64_t own_shard = 0, gathered = 0, reduced = 0, padding = 0, copied = 0, cast = 0, collectives = 0;
@@ -195,9 +196,29 @@ static void check_variant(const struct variant *v, int rank, int world) {
   rf_fsdp_free(f);
 }
 
+/* Counters are per context: a step of one context moves none of another's counters
+ * (allocations aside: they include the process's heap). */
+static void check_contexts_apart(void) {
+  struct rf_fsdp *a = build(&variants[0]), *b = build(&variants[0]);
+  struct rf_counters b0, b1, a0, a1;
+  rf_fsdp_get_counters(b, &b0, NULL);
+  rf_fsdp_get_counters(a, &a0, NULL);
+  step(a);
+  rf_fsdp_get_counters(b, &b1, NULL);
+  rf_fsdp_get_counters(a, &a1, NULL);
+  struct rf_counters db = rf_counters_diff(&b1, &b0), da = rf_counters_diff(&a1, &a0);
+  db.allocations = 0;
+  struct rf_counters zero = {0};
+  RF_CHECK(memcmp(&db, &zero, sizeof zero) == 0, "a step of one context counted into another's");
+  RF_CHECK(da.collectives > 0 && da.bytes_own_shard > 0, "the stepping context counted its step");
+  rf_fsdp_free(a);
+  rf_fsdp_free(b);
+}
+
 int main(int argc, char **argv) {
   int world = 0;
   int rank = rf_test_mpi_init(&argc, &argv, &world);
   for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) check_variant(&variants[i], rank, world);
+  check_contexts_apart();
   return rf_test_finish("test_fsdp_bytes");
 }

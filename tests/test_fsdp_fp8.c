@@ -84,7 +84,8 @@ static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int p
   rf_fsdp_options_default(&ref_opt);
   struct rf_fsdp *f = make(MPI_COMM_WORLD, &opt), *ref = make(MPI_COMM_SELF, &ref_opt);
   for (int round = 0; round < 2; round++) { /* the second gathers into reused slots */
-    struct rf_counters before = rf_counters_global;
+    struct rf_counters before, after;
+    rf_fsdp_get_counters(f, &before, NULL);
     for (int u = 0; u < N_UNITS; u++) {
       rf_fsdp_forward_begin(f, u);
       rf_fsdp_forward_begin(ref, u);
@@ -140,7 +141,8 @@ static void check_variant(enum rf_layout layout, enum rf_shard_mode shard, int p
     }
     rf_fsdp_reshard_all(f);
     rf_fsdp_reshard_all(ref);
-    struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+    rf_fsdp_get_counters(f, &after, NULL);
+    struct rf_counters d = rf_counters_diff(&after, &before);
     if (round == 1)
       RF_CHECK(d.allocations == 0, "%s: %llu allocations", what, (unsigned long long)d.allocations);
   }

@@ -217,14 +217,14 @@ static void check_cache(void) {
   case_init(&c, &d, 9);
   rf_gemm_run(&d, c.a, c.b, c.c);
   struct rf_gemm_stats s0 = rf_gemm_stats();
-  uint64_t allocs = rf_counters_global.allocations;
+  uint64_t allocs = rf_heap_allocations();
   memcpy(c.c, c.c0, (size_t)d.m * d.ldc * sizeof(float));
   rf_gemm_run(&d, c.a, c.b, c.c);
   struct rf_gemm_stats s1 = rf_gemm_stats();
   RF_CHECK(s1.primitives == s0.primitives, "a cached shape created %lld primitives",
            (long long)(s1.primitives - s0.primitives));
   RF_CHECK(s1.products == s0.products + 1, "products counted");
-  RF_CHECK(rf_counters_global.allocations == allocs, "a cached shape allocated");
+  RF_CHECK(rf_heap_allocations() == allocs, "a cached shape allocated");
   case_check(&c, "cached");
   case_free(&c);
 }

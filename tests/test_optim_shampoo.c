@@ -424,10 +424,10 @@ int main(int argc, char **argv) {
 
   RF_CHECK(run_init(&d, &comm, &opt) == 0, "create at W=%d: %s", world_size, rf_error_msg());
   RF_CHECK(run_steps(&d, 0, 1, -1, 0, -1) == 0, "first step: %s", rf_error_msg()); /* GEMM primitives */
-  uint64_t allocs0 = rf_counters_global.allocations;
+  uint64_t allocs0 = rf_heap_allocations();
   RF_CHECK(run_steps(&d, 1, STEPS, -1, 0, -1) == 0, "steps at W=%d: %s", world_size, rf_error_msg());
-  RF_CHECK(rf_counters_global.allocations == allocs0, "%llu allocations in the steps",
-           (unsigned long long)(rf_counters_global.allocations - allocs0));
+  RF_CHECK(rf_heap_allocations() == allocs0, "%llu allocations in the steps",
+           (unsigned long long)(rf_heap_allocations() - allocs0));
   char label[32];
   snprintf(label, sizeof label, "W=%d", world_size);
   check_ref(&d, label);

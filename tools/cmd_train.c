@@ -281,6 +281,7 @@ static int rf_train_run(struct rf_train_state *s) {
   MPI_Comm_free(&shard);
   MPI_Comm_free(&replica);
   RF_TRY(rc);
+  s->comm.counters = rf_fsdp_counters(s->model.fsdp); /* its loss all-reduce and agreements: part of a step */
   RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
@@ -345,7 +346,8 @@ static int rf_train_run(struct rf_train_state *s) {
                                 (int64_t)s->model.ws.bytes};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
   for (int64_t step = s->start_step; step < a->steps; step++) {
-    struct rf_counters before = rf_counters_global;
+    struct rf_counters before, after;
+    rf_fsdp_get_counters(s->model.fsdp, &before, NULL);
     uint64_t t0 = rf_time_ns();
     double cpu0 = rf_train_cpu_ms();
     double loss = 0, norm = 0;
@@ -353,7 +355,8 @@ static int rf_train_run(struct rf_train_state *s) {
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
     if (rf_train_agree(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
-    struct rf_counters d = rf_counters_diff(&rf_counters_global, &before);
+    rf_fsdp_get_counters(s->model.fsdp, &after, NULL);
+    struct rf_counters d = rf_counters_diff(&after, &before);
     double val = NAN;
     if (a->eval_every > 0 && ((step + 1) % a->eval_every == 0 || step + 1 == a->steps))
       val = rf_train_eval(s, &s->val, a->eval_batches);

@@ -49,6 +49,7 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   if (m->balance) {
     rf_comm_init(&m->balance_comm, comm);
     m->balance_comm.across_groups = rf_fsdp_replicas(m->fsdp) > 1;
+    m->balance_comm.counters = rf_fsdp_counters(m->fsdp); /* part of the step */
     m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
   }
   RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));

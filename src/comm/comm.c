@@ -2,8 +2,16 @@
  * time counting (one place for every backend), then the backend's table. */
 #include "comm/comm.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Adds n to the counter at `field` (offsetof in struct rf_counters) of the
+ * communicator's counters; a communicator without counters counts nowhere. */
+#define RF_COMM_FIELD(name) offsetof(struct rf_counters, name)
+static void rf_comm_add(struct rf_counters *c, size_t field, uint64_t n) {
+  if (c) *(uint64_t *)(void *)((char *)c + field) += n;
+}
 
 static void rf_comm_check_starts(const int64_t *starts, int world) {
   RF_ASSERT(starts[0] == 0);
@@ -24,18 +32,17 @@ static uint64_t rf_comm_sent(const struct rf_comm *comm, const int64_t *send_cou
     RF_ASSERT(send_counts[r] >= 0);
     if (r != comm->rank) sent += (uint64_t)send_counts[r];
   }
-  rf_counters_global.bytes_copied += (uint64_t)send_counts[comm->rank] * rf_dtype_size(dtype);
+  rf_comm_add(comm->counters, RF_COMM_FIELD(bytes_copied),
+              (uint64_t)send_counts[comm->rank] * rf_dtype_size(dtype));
   return sent;
 }
 
 /* Adds `bytes` moved by a collective on comm to the kind's counter and to the
  * inside-a-group or across-groups total. */
-static void rf_comm_count_bytes(const struct rf_comm *comm, uint64_t *kind, uint64_t bytes) {
-  *kind += bytes;
-  if (comm->across_groups)
-    rf_counters_global.bytes_inter += bytes;
-  else
-    rf_counters_global.bytes_intra += bytes;
+static void rf_comm_count_bytes(const struct rf_comm *comm, size_t kind, uint64_t bytes) {
+  rf_comm_add(comm->counters, kind, bytes);
+  rf_comm_add(comm->counters, comm->across_groups ? RF_COMM_FIELD(bytes_inter) : RF_COMM_FIELD(bytes_intra),
+              bytes);
 }
 
 /* A blocking collective begins: the watchdog watches it. Returns the time. */
@@ -45,10 +52,10 @@ static uint64_t rf_comm_begin(const char *collective) {
   return t0;
 }
 
-static void rf_comm_count_done(uint64_t t0) {
+static void rf_comm_count_done(const struct rf_comm *comm, uint64_t t0) {
   rf_comm_watch_leave();
-  rf_counters_global.collectives++;
-  rf_counters_global.comm_wait_ns += rf_time_ns() - t0;
+  rf_comm_add(comm->counters, RF_COMM_FIELD(collectives), 1);
+  rf_comm_add(comm->counters, RF_COMM_FIELD(comm_wait_ns), rf_time_ns() - t0);
 }
 
 void rf_comm_free(struct rf_comm *comm) {
@@ -61,14 +68,14 @@ void rf_comm_free(struct rf_comm *comm) {
 void rf_comm_barrier(const struct rf_comm *comm) {
   uint64_t t0 = rf_comm_begin("barrier");
   comm->ops->barrier(comm);
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root) {
   RF_ASSERT(count >= 0 && root >= 0 && root < comm->world);
   uint64_t t0 = rf_comm_begin("broadcast");
   comm->ops->bcast(comm, buf, count, dtype, root);
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
@@ -78,8 +85,8 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
   uint64_t t0 = rf_comm_begin("all-reduce");
   comm->ops->allreduce(comm, buf, count, dtype, op);
   if (comm->world > 1)
-    rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced, (uint64_t)count * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+    rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_reduced), (uint64_t)count * rf_dtype_size(dtype));
+  rf_comm_count_done(comm, t0);
 }
 
 int rf_comm_agree(const struct rf_comm *comm, int status) {
@@ -92,18 +99,18 @@ void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enu
   RF_ASSERT(count >= 0);
   uint64_t t0 = rf_comm_begin("all-gather");
   comm->ops->allgather(comm, buf, count, dtype, NULL);
-  rf_comm_count_bytes(comm, &rf_counters_global.bytes_gathered,
+  rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_gathered),
                       (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_allgatherv(const struct rf_comm *comm, void *buf, const int64_t *starts, enum rf_dtype dtype) {
   rf_comm_check_starts(starts, comm->world);
   uint64_t t0 = rf_comm_begin("all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, NULL);
-  rf_comm_count_bytes(comm, &rf_counters_global.bytes_gathered,
+  rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_gathered),
                       rf_comm_others(comm, starts) * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_reduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv, int64_t count,
@@ -111,9 +118,9 @@ void rf_comm_reduce_scatter_block(const struct rf_comm *comm, const void *send, 
   RF_ASSERT(count >= 0);
   uint64_t t0 = rf_comm_begin("reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, NULL);
-  rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced,
+  rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_reduced),
                       (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_reduce_scatter(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
@@ -121,9 +128,9 @@ void rf_comm_reduce_scatter(const struct rf_comm *comm, const void *send, void *
   rf_comm_check_starts(starts, comm->world);
   uint64_t t0 = rf_comm_begin("reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, NULL);
-  rf_comm_count_bytes(comm, &rf_counters_global.bytes_reduced,
+  rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_reduced),
                       rf_comm_others(comm, starts) * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+  rf_comm_count_done(comm, t0);
 }
 
 void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
@@ -132,8 +139,8 @@ void rf_comm_alltoallv(const struct rf_comm *comm, const void *send, const int64
   uint64_t t0 = rf_comm_begin("all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts, dtype);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, NULL);
-  rf_comm_count_bytes(comm, &rf_counters_global.bytes_alltoall, sent * rf_dtype_size(dtype));
-  rf_comm_count_done(t0);
+  rf_comm_count_bytes(comm, RF_COMM_FIELD(bytes_alltoall), sent * rf_dtype_size(dtype));
+  rf_comm_count_done(comm, t0);
 }
 
 /* ---- non-blocking --------------------------------------------------------- */
@@ -164,11 +171,12 @@ static void rf_comm_req_start(const struct rf_comm *comm, struct rf_comm_req *re
 }
 
 static void rf_comm_req_started(const struct rf_comm *comm, struct rf_comm_req *req, uint64_t bytes,
-                                uint64_t *counter) {
+                                size_t counter) {
   req->active = 1;
   req->bytes = bytes;
+  req->counters = comm->counters;
   rf_comm_count_bytes(comm, counter, bytes);
-  rf_counters_global.collectives++;
+  rf_comm_add(comm->counters, RF_COMM_FIELD(collectives), 1);
 }
 
 void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
@@ -177,7 +185,7 @@ void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, en
   rf_comm_req_start(comm, req, "all-gather");
   comm->ops->allgather(comm, buf, count, dtype, req);
   rf_comm_req_started(comm, req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
-                      &rf_counters_global.bytes_gathered);
+                      RF_COMM_FIELD(bytes_gathered));
 }
 
 void rf_comm_iallgatherv(const struct rf_comm *comm, void *buf, const int64_t *starts, enum rf_dtype dtype,
@@ -186,7 +194,7 @@ void rf_comm_iallgatherv(const struct rf_comm *comm, void *buf, const int64_t *s
   rf_comm_req_start(comm, req, "all-gather-v");
   comm->ops->allgatherv(comm, buf, starts, dtype, req);
   rf_comm_req_started(comm, req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
-                      &rf_counters_global.bytes_gathered);
+                      RF_COMM_FIELD(bytes_gathered));
 }
 
 void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv, int64_t count,
@@ -195,7 +203,7 @@ void rf_comm_ireduce_scatter_block(const struct rf_comm *comm, const void *send,
   rf_comm_req_start(comm, req, "reduce-scatter");
   comm->ops->reduce_scatter_block(comm, send, recv, count, dtype, req);
   rf_comm_req_started(comm, req, (uint64_t)(comm->world - 1) * (uint64_t)count * rf_dtype_size(dtype),
-                      &rf_counters_global.bytes_reduced);
+                      RF_COMM_FIELD(bytes_reduced));
 }
 
 void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void *recv, const int64_t *starts,
@@ -204,7 +212,7 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
   rf_comm_req_start(comm, req, "reduce-scatter-v");
   comm->ops->reduce_scatter(comm, send, recv, starts, dtype, req);
   rf_comm_req_started(comm, req, rf_comm_others(comm, starts) * rf_dtype_size(dtype),
-                      &rf_counters_global.bytes_reduced);
+                      RF_COMM_FIELD(bytes_reduced));
 }
 
 void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
@@ -213,7 +221,7 @@ void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int6
   rf_comm_req_start(comm, req, "all-to-all-v");
   uint64_t sent = rf_comm_sent(comm, send_counts, dtype);
   comm->ops->alltoallv(comm, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, req);
-  rf_comm_req_started(comm, req, sent * rf_dtype_size(dtype), &rf_counters_global.bytes_alltoall);
+  rf_comm_req_started(comm, req, sent * rf_dtype_size(dtype), RF_COMM_FIELD(bytes_alltoall));
 }
 
 int rf_comm_test(struct rf_comm_req *req) {
@@ -229,8 +237,33 @@ void rf_comm_wait(struct rf_comm_req *req) {
   rf_comm_watch_enter(req->collective, req->label, t0);
   req->ops->wait(req);
   rf_comm_watch_leave();
-  rf_counters_global.comm_wait_ns += rf_time_ns() - t0;
+  rf_comm_add(req->counters, RF_COMM_FIELD(comm_wait_ns), rf_time_ns() - t0);
   req->active = 0;
+}
+
+/* ---- ordering against compute ----------------------------------------------- */
+
+void rf_comm_group_begin(const struct rf_comm *comm) { comm->ops->group_begin(comm); }
+
+void rf_comm_group_end(const struct rf_comm *comm) { comm->ops->group_end(comm); }
+
+void rf_comm_stream_wait(const struct rf_comm *comm, struct rf_device *dev, struct rf_device_event *ev) {
+  if (comm->ops->stream_wait)
+    comm->ops->stream_wait(comm, dev, ev);
+  else
+    rf_device_event_synchronize(dev, ev);
+}
+
+static int rf_comm_event_test(void *req) { return rf_comm_test(req); }
+
+static void rf_comm_event_wait(void *req) { rf_comm_wait(req); }
+
+void rf_comm_event_record(const struct rf_comm *comm, struct rf_comm_req *req, struct rf_device *dev,
+                          struct rf_device_event *ev) {
+  if (comm->ops->event_record)
+    comm->ops->event_record(comm, req, dev, ev);
+  else
+    rf_device_event_bind(ev, rf_comm_event_test, rf_comm_event_wait, req);
 }
 
 /* ---- meshes ------------------------------------------------------------------ */

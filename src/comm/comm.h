@@ -9,7 +9,8 @@
  * description, the file and the line.
  *
  * This file's functions (comm.c) are the one place that counts: every collective
- * adds to rf_counters_global: collectives (+1 per call, blocking or started),
+ * adds to the communicator's counters (rf_comm.counters: the runtime context's,
+ * set when the context takes the mesh; NULL counts nowhere): collectives (+1 per call, blocking or started),
  * bytes_gathered (bytes received from other ranks), bytes_reduced (input bytes
  * destined to other ranks; the whole buffer for an all-reduce when world > 1),
  * bytes_alltoall (bytes sent to other ranks), comm_wait_ns (time in blocking
@@ -20,7 +21,18 @@
  *
  * Progress: MPI advances a non-blocking collective only inside MPI calls (no
  * progress thread here), so whoever overlaps compute polls rf_comm_test between
- * kernels.
+ * kernels (or queries the request's event: rf_comm_event_record binds it to the
+ * request on MPI).
+ *
+ * Ordering against compute (src/device): rf_comm_stream_wait orders the next
+ * collectives after an event recorded on a compute stream, rf_comm_event_record
+ * gives an event that is reached when a non-blocking collective has finished, and
+ * rf_comm_group_begin/end batch the collectives between them into one launch. A
+ * device backend (NCCL) fills the table's hooks: its collectives run on its own
+ * stream, which waits on the compute event, and record their event there. MPI leaves
+ * them empty, and comm.c does the host's equivalent: the host waits for the compute
+ * event (on the host device it is reached when recorded: no wait), and the event of a
+ * collective is bound to the request's test and wait, so querying it polls MPI.
  *
  * Element types: f32, f64, i32, i64, u8 for every collective; bf16 for
  * all-gather, reduce-scatter and all-reduce (sum, max, min in f32 arithmetic,
@@ -31,6 +43,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "device/device.h"
 
 enum rf_reduce_op { RF_REDUCE_OP_SUM = 0, RF_REDUCE_OP_MAX, RF_REDUCE_OP_MIN };
 
@@ -49,9 +62,10 @@ struct rf_comm_req {
   int *recv_counts; /* owned, world entries: the receive side of an all-to-all-v */
   int *recv_displs; /* owned, world entries */
   int capacity;
-  uint64_t bytes;         /* counted into rf_counters_global when started */
-  const char *collective; /* what was started (static), for the watchdog */
-  const char *label;      /* borrowed, optional: whose request (the runtime: the unit's name) */
+  uint64_t bytes;               /* counted into its communicator's counters when started */
+  struct rf_counters *counters; /* borrowed: its communicator's, where the wait's time counts */
+  const char *collective;       /* what was started (static), for the watchdog */
+  const char *label;            /* borrowed, optional: whose request (the runtime: the unit's name) */
 };
 
 /* What one backend does. `starts` arrays have world + 1 element offsets (rank r's
@@ -81,6 +95,16 @@ struct rf_comm_ops {
   /* 1 when finished (drives progress); wait blocks until finished. */
   int (*test)(struct rf_comm_req *req);
   void (*wait)(struct rf_comm_req *req);
+  /* The collectives issued between group_begin and group_end form one launch (NCCL's
+   * ncclGroupStart/End); MPI: nothing to do. */
+  void (*group_begin)(const struct rf_comm *comm);
+  void (*group_end)(const struct rf_comm *comm);
+  /* Optional (NULL: comm.c's host behaviour, see the top of this file). stream_wait: the
+   * collectives issued next start after ev (recorded on a stream of dev); event_record:
+   * ev is reached when req's collective has finished. */
+  void (*stream_wait)(const struct rf_comm *comm, struct rf_device *dev, struct rf_device_event *ev);
+  void (*event_record)(const struct rf_comm *comm, struct rf_comm_req *req, struct rf_device *dev,
+                       struct rf_device_event *ev);
 };
 
 /* A communicator: a group of ranks and the backend that connects them. Owns
@@ -93,6 +117,8 @@ struct rf_comm {
   int world;
   int thread_multiple; /* 1: several threads may call into the backend at once (MPI_THREAD_MULTIPLE) */
   int across_groups;   /* 1: its ranks are in more than one shard group (bytes counted in bytes_inter) */
+  struct rf_counters
+      *counters; /* borrowed: where its collectives count (a runtime context's); NULL: nowhere */
 };
 
 void rf_comm_free(struct rf_comm *comm);
@@ -139,6 +165,17 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
 void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                         const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                         const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
+/* Batches the collectives issued until rf_comm_group_end into one launch (MPI: nothing). */
+void rf_comm_group_begin(const struct rf_comm *comm);
+void rf_comm_group_end(const struct rf_comm *comm);
+/* The collectives issued next on comm start after ev (an event recorded on a stream of
+ * dev, e.g. after the writes they send); on MPI the host waits for ev. */
+void rf_comm_stream_wait(const struct rf_comm *comm, struct rf_device *dev, struct rf_device_event *ev);
+/* ev (created on dev) is reached when req's collective (started on comm) has finished; on
+ * MPI ev is bound to req: rf_device_event_query tests it (driving progress) and
+ * rf_device_event_synchronize is rf_comm_wait. req must stay in place while ev is used. */
+void rf_comm_event_record(const struct rf_comm *comm, struct rf_comm_req *req, struct rf_device *dev,
+                          struct rf_device_event *ev);
 /* 1 when finished (or never started); drives progress. */
 int rf_comm_test(struct rf_comm_req *req);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */

@@ -444,6 +444,11 @@ static void rf_comm_mpi_wait(struct rf_comm_req *req) {
   rf_comm_mpi_req_store(req, request);
 }
 
+/* MPI has no launches to batch. */
+static void rf_comm_mpi_group(const struct rf_comm *comm) { (void)comm; }
+
+/* stream_wait and event_record stay NULL: comm.c's host behaviour (the host waits for
+ * a compute event; a collective's event is its request). */
 static const struct rf_comm_ops rf_comm_mpi_ops = {
     .name = "mpi",
     .free = rf_comm_mpi_free,
@@ -457,4 +462,6 @@ static const struct rf_comm_ops rf_comm_mpi_ops = {
     .alltoallv = rf_comm_mpi_alltoallv,
     .test = rf_comm_mpi_test,
     .wait = rf_comm_mpi_wait,
+    .group_begin = rf_comm_mpi_group,
+    .group_end = rf_comm_mpi_group,
 };

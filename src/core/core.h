@@ -62,7 +62,8 @@ void rf_die_set_abort_hook(rf_die_abort_hook hook);
     if (!(cond)) rf_die(__FILE__, __LINE__, "assertion failed: %s", #cond); \
   } while (0)
 
-/* Checked allocation: dies with file and line on failure, counts allocations.
+/* Checked allocation: dies with file and line on failure, counts allocations
+ * (rf_heap_allocations).
  * Memory from rf_xmalloc/rf_xcalloc/rf_xaligned is released with free(). */
 void *rf_xmalloc_at(size_t bytes, const char *file, int line);
 void *rf_xcalloc_at(size_t n, size_t size, const char *file, int line);
@@ -185,10 +186,11 @@ int rf_fp8_simd_set(int on);
 
 /* ---- counters ----------------------------------------------------------- */
 
-/* Process-wide counters (struct rf_counters: include/rfsdp_types.h), cumulative since start
- * (or rf_counters_reset). The runtime and the optimizers add to them; tools print them. */
-extern struct rf_counters rf_counters_global;
-void rf_counters_reset(void);
+/* Counters (struct rf_counters: include/rfsdp_types.h) belong to whoever counts: a
+ * runtime context owns one set, and its device (src/device), its moves and its
+ * communicators (src/comm) add to it. The heap is the process's: */
+/* rf_xmalloc, rf_xcalloc and rf_xaligned calls of this process since it started. */
+uint64_t rf_heap_allocations(void);
 /* Fields of `now - before`, for per-step numbers. */
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
 

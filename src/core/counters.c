@@ -1,12 +1,8 @@
-/* Process-wide counters and the monotonic clock. */
+/* Counter arithmetic, the heap's allocation count and the monotonic clock. */
 #include <string.h>
 #include <time.h>
 
 #include "core/core.h"
-
-struct rf_counters rf_counters_global;
-
-void rf_counters_reset(void) { memset(&rf_counters_global, 0, sizeof rf_counters_global); }
 
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before) {
   struct rf_counters d;

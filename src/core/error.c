@@ -61,17 +61,22 @@ void rf_die(const char *file, int line, const char *fmt, ...) {
 
 void rf_die_set_abort_hook(rf_die_abort_hook hook) { rf_die_hook = hook; }
 
+/* The heap is the process's: its allocations are counted process-wide. */
+static uint64_t rf_heap_allocs;
+
+uint64_t rf_heap_allocations(void) { return rf_heap_allocs; }
+
 void *rf_xmalloc_at(size_t bytes, const char *file, int line) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) rf_die(file, line, "out of memory allocating %zu bytes", bytes);
-  rf_counters_global.allocations++;
+  rf_heap_allocs++;
   return p;
 }
 
 void *rf_xcalloc_at(size_t n, size_t size, const char *file, int line) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) rf_die(file, line, "out of memory allocating %zu x %zu bytes", n, size);
-  rf_counters_global.allocations++;
+  rf_heap_allocs++;
   return p;
 }
 
@@ -81,6 +86,6 @@ void *rf_xaligned_at(size_t align, size_t bytes, const char *file, int line) {
   int rc = posix_memalign(&p, align, rounded ? rounded : align);
   if (rc != 0)
     rf_die(file, line, "out of memory allocating %zu bytes (align %zu): %s", bytes, align, strerror(rc));
-  rf_counters_global.allocations++;
+  rf_heap_allocs++;
   return p;
 }

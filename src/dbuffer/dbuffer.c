@@ -81,6 +81,15 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
       rf_move_own_shard(db->dev, rf_dbuffer_at(base, buf->starts[r], ps), dt, shard + buf->shard_off,
                         (size_t)own);
     RF_DEVICE_COUNT(db->dev, bytes_padding, (uint64_t)buf->pad_other * ps);
+  }
+  /* the collectives start after the own-shard writes, as one launch */
+  rf_device_event_record(db->dev, db->written, NULL);
+  rf_comm_stream_wait(comm, db->dev, db->written);
+  rf_comm_group_begin(comm);
+  for (int b = 0; b < db->n_buffers; b++) {
+    const struct rf_dbuffer_buf *buf = &db->bufs[b];
+    enum rf_dtype dt = buf->fp8 ? RF_DTYPE_FP8E4M3 : param_dtype;
+    void *base = rf_dbuffer_at(slot, buf->slot_byte, 1);
     if (buf->equal > 0)
       rf_comm_iallgather(comm, base, buf->equal, dt, &reqs[b]);
     else
@@ -90,6 +99,7 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
     if (db->tensors[t].fp8)
       rf_comm_iallgatherv(comm, rf_dbuffer_scales(slot, &db->tensors[t]), db->tensors[t].scale_starts,
                           RF_DTYPE_F32, &reqs[k++]);
+  rf_comm_group_end(comm);
 }
 
 /* The gathered scales of every FP8 tensor: a NaN (a tile with NaN or an infinity on
@@ -200,6 +210,10 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
     }
   }
   const void *send_base = rf_dbuffer_needs_staging(db, reduce_dtype) ? (const void *)staging : gslot;
+  /* the collectives start after the backward's writes and the staging, as one launch */
+  rf_device_event_record(db->dev, db->written, NULL);
+  rf_comm_stream_wait(comm, db->dev, db->written);
+  rf_comm_group_begin(comm);
   for (int b = 0; b < db->n_buffers; b++) {
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     const void *send = rf_dbuffer_at((void *)send_base, buf->slot_off, rs);
@@ -210,6 +224,7 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
     else
       rf_comm_ireduce_scatter(comm, send, recv, buf->starts, reduce_dtype, &reqs[b]);
   }
+  rf_comm_group_end(comm);
 }
 
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
@@ -224,10 +239,4 @@ void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *g
     rf_move_convert_back(db->dev, grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs),
                          reduce_dtype, (size_t)own, accumulate);
   }
-}
-
-int rf_dbuffer_test(struct rf_comm_req *reqs, int n) {
-  int done = 1;
-  for (int b = 0; b < n; b++) done &= rf_comm_test(&reqs[b]);
-  return done;
 }

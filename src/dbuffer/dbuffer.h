@@ -82,7 +82,8 @@ struct rf_dbuffer_buf {
 struct rf_dbuffer {
   enum rf_layout layout;
   int world, rank;
-  struct rf_device *dev; /* borrowed: where the slots live, what moves and quantizes and counts */
+  struct rf_device *dev;           /* borrowed: where the slots live, what moves and quantizes and counts */
+  struct rf_device_event *written; /* owned: reached when the writes a gather or reduce sends are done */
   int n_buffers;
   struct rf_dbuffer_buf *bufs;
   int n_tensors;
@@ -141,8 +142,5 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
                              struct rf_comm_req *reqs);
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
                               enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs);
-
-/* 1 when the first n requests of the unit finished (drives MPI progress). */
-int rf_dbuffer_test(struct rf_comm_req *reqs, int n);
 
 #endif

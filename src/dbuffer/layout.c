@@ -33,6 +33,8 @@ void rf_dbuffer_free(struct rf_dbuffer *db) {
   }
   free(db->bufs);
   free(db->tensors);
+  if (db->written) rf_device_event_free(db->dev, db->written);
+  free(db->written);
   memset(db, 0, sizeof *db);
 }
 
@@ -198,6 +200,8 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
   memset(db, 0, sizeof *db);
   RF_REQUIRE(n_tensors >= 1, "unit %s has no tensors", unit_name);
   db->dev = dev;
+  db->written = rf_xcalloc(1, sizeof *db->written);
+  rf_device_event_create(dev, db->written);
   db->layout = policy->layout;
   db->world = world;
   db->rank = rank;

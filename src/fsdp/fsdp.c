@@ -66,8 +66,10 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   memset(mesh, 0, sizeof *mesh);
   rf_fsdp_plan_policy(opt, &f->policy);
   f->device = rf_xcalloc(1, sizeof *f->device);
-  rf_device_host_init(f->device, &rf_counters_global);
-  f->at_create = rf_counters_global;
+  rf_device_host_init(f->device, &f->counters);
+  f->mesh.shard.counters = &f->counters;
+  f->mesh.replicate.counters = &f->counters;
+  f->at_create = rf_fsdp_counters_now(f);
   *out = f;
   return 0;
 }
@@ -85,8 +87,12 @@ void rf_fsdp_free(struct rf_fsdp *f) {
         rf_comm_wait(&x->reduce_reqs[b]);
         rf_comm_req_free(&x->reduce_reqs[b]);
       }
+      for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_event_free(f->device, &x->gathered[b]);
+      for (int b = 0; b < x->db.n_buffers; b++) rf_device_event_free(f->device, &x->reduced[b]);
       free(x->gather_reqs);
       free(x->reduce_reqs);
+      free(x->gathered);
+      free(x->reduced);
     }
     rf_dbuffer_free(&x->db);
   }
@@ -183,11 +189,14 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
 
 /* `label`: the unit's name (borrowed; the units array is fixed after finalize),
  * which the collective watchdog prints. */
-static void rf_fsdp_reqs_init(struct rf_comm_req **reqs, int n, int world, const char *label) {
+static void rf_fsdp_reqs_init(struct rf_fsdp *f, struct rf_comm_req **reqs, struct rf_device_event **evs,
+                              int n, const char *label) {
   *reqs = rf_xcalloc((size_t)n, sizeof **reqs);
+  *evs = rf_xcalloc((size_t)n, sizeof **evs);
   for (int b = 0; b < n; b++) {
-    rf_comm_req_init(&(*reqs)[b], world);
+    rf_comm_req_init(&(*reqs)[b], f->mesh.shard.world);
     (*reqs)[b].label = label;
+    rf_device_event_create(f->device, &(*evs)[b]);
   }
 }
 
@@ -240,8 +249,8 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
     slab += x->db.shard_elems;
-    rf_fsdp_reqs_init(&x->gather_reqs, x->db.n_gather_reqs, w, x->name);
-    rf_fsdp_reqs_init(&x->reduce_reqs, x->db.n_buffers, w, x->name);
+    rf_fsdp_reqs_init(f, &x->gather_reqs, &x->gathered, x->db.n_gather_reqs, x->name);
+    rf_fsdp_reqs_init(f, &x->reduce_reqs, &x->reduced, x->db.n_buffers, x->name);
   }
   f->shard_elems = rf_max_i64(slab, 1);
   /* zero-filled by the device */
@@ -379,7 +388,20 @@ void rf_fsdp_get_stats(const struct rf_fsdp *f, struct rf_fsdp_stats *out) {
   out->arena_peak_bytes = f->slots_in_use_peak_bytes;
 }
 
+struct rf_counters rf_fsdp_counters_now(const struct rf_fsdp *f) {
+  struct rf_counters c = f->counters;
+  c.allocations += rf_heap_allocations();
+  return c;
+}
+
+struct rf_counters *rf_fsdp_counters(struct rf_fsdp *f) {
+  return &f->counters;
+}
+
 void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, struct rf_counters *last_step) {
-  if (total) *total = rf_counters_diff(&rf_counters_global, &f->at_create);
+  if (total) {
+    struct rf_counters now = rf_fsdp_counters_now(f);
+    *total = rf_counters_diff(&now, &f->at_create);
+  }
   if (last_step) *last_step = f->last_step;
 }

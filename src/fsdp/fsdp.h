@@ -32,7 +32,9 @@ struct rf_fsdp_tensor {
   struct rf_init init;
 };
 
-/* Where a unit is in the step. */
+/* Where a unit is in the step: SHARDED (no slot), GATHERING (its gathers started,
+ * their events not yet waited on), READY (the compute stream waited on every gather
+ * event: the parameters may be read). */
 enum rf_fsdp_unit_state {
   RF_FSDP_UNIT_STATE_SHARDED = 0,
   RF_FSDP_UNIT_STATE_GATHERING,
@@ -51,8 +53,12 @@ struct rf_fsdp_unit {
   int reducing; /* a reduce-scatter is in flight from gslot */
   int reduce_accumulate;
   int has_grad;                    /* the shard holds gradients since zero_grad */
-  struct rf_comm_req *gather_reqs; /* n_buffers each */
-  struct rf_comm_req *reduce_reqs;
+  struct rf_comm_req *gather_reqs; /* db.n_gather_reqs */
+  struct rf_comm_req *reduce_reqs; /* db.n_buffers */
+  /* One event per request, reached when it has finished (rf_comm_event_record): the
+   * schedule waits on these, never on the requests (MPI: each is its request). */
+  struct rf_device_event *gathered; /* db.n_gather_reqs, owned */
+  struct rf_device_event *reduced;  /* db.n_buffers, owned */
 };
 
 /* The context. Owns everything: the mesh, the declarations, the slabs, the arena
@@ -80,7 +86,8 @@ struct rf_fsdp {
   int *gslot_unit;
   size_t pslot_bytes, gslot_bytes;
   int64_t slots_in_use_peak_bytes;
-  struct rf_counters at_create;     /* rf_counters_global when created */
+  struct rf_counters counters;      /* this context's: its device, moves and mesh's collectives count here */
+  struct rf_counters at_create;     /* rf_fsdp_counters_now when created */
   struct rf_counters at_step_begin; /* ... at the last rf_fsdp_zero_grad */
   struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
   int steps_begun;
@@ -98,6 +105,9 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
 void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy *out);
 
 /* Within the module. */
+/* The context's counters now, with the process's heap allocations added to its
+ * device's (the heap is shared: a step's heap allocations are the process's). */
+struct rf_counters rf_fsdp_counters_now(const struct rf_fsdp *f);
 void rf_fsdp_init_params(struct rf_fsdp *f);
 int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f);
 

@@ -1,6 +1,13 @@
 /* The step: gather with prefetch, reshard, reduce, in the same order on every
  * rank (non-blocking collectives on one communicator must be started in the same
- * order everywhere, and the schedule depends only on the unit sequence). */
+ * order everywhere, and the schedule depends only on the unit sequence).
+ *
+ * Events. Each started collective gets an event (rf_comm_event_record) and the
+ * schedule waits on those: the compute stream (the device's default) waits on a
+ * unit's gather events before the unit is READY, and on its reduce events before the
+ * gradient slot is reused; polling queries them. On MPI an event is its request, so
+ * waiting is rf_comm_wait and a query is rf_comm_test (what drives MPI's progress);
+ * a device backend's events let its streams wait without the host. */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +35,8 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
   rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
                           f->opt.fp8_pow2, x->gather_reqs);
+  for (int b = 0; b < x->db.n_gather_reqs; b++)
+    rf_comm_event_record(&f->mesh.shard, &x->gather_reqs[b], f->device, &x->gathered[b]);
   rf_fsdp_note_peak(f);
   return 1;
 }
@@ -38,6 +47,7 @@ static void rf_fsdp_gather_wait(struct rf_fsdp *f, int u) {
     RF_DIE("no free parameter slot for unit %s (%d slots): units must be handed back in order", x->name,
            f->n_pslots);
   if (x->state == RF_FSDP_UNIT_STATE_GATHERING) {
+    for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_stream_wait(f->device, NULL, &x->gathered[b]);
     if (rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, f->opt.fp8_pow2,
                                  x->gather_reqs) != 0 &&
         !f->failed) {
@@ -71,6 +81,7 @@ static void rf_fsdp_prefetch(struct rf_fsdp *f, int u, int dir) {
 static void rf_fsdp_reduce_finish(struct rf_fsdp *f, int u) {
   struct rf_fsdp_unit *x = &f->units[u];
   RF_ASSERT(x->reducing);
+  for (int b = 0; b < x->db.n_buffers; b++) rf_device_stream_wait(f->device, NULL, &x->reduced[b]);
   rf_dbuffer_reduce_finish(&x->db, f->gslots[x->gslot], f->grad + x->shard_base, f->opt.reduce_dtype,
                            x->reduce_accumulate, x->reduce_reqs);
   f->gslot_unit[x->gslot] = -1;
@@ -86,8 +97,9 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
   }
   rf_device_memset(f->device, f->grad, 0, (size_t)f->shard_elems * sizeof(float), NULL);
   f->grads_across = 0;
-  if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&rf_counters_global, &f->at_step_begin);
-  f->at_step_begin = rf_counters_global;
+  struct rf_counters now = rf_fsdp_counters_now(f);
+  if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&now, &f->at_step_begin);
+  f->at_step_begin = now;
 }
 
 void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit) {
@@ -136,6 +148,8 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   x->reduce_accumulate = x->has_grad;
   rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
                           f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
+  for (int b = 0; b < x->db.n_buffers; b++)
+    rf_comm_event_record(&f->mesh.shard, &x->reduce_reqs[b], f->device, &x->reduced[b]);
   x->reducing = 1;
   x->has_grad = 1;
   rf_fsdp_release(f, unit);
@@ -166,7 +180,9 @@ void rf_fsdp_reshard_all(struct rf_fsdp *f) {
 void rf_fsdp_poll(struct rf_fsdp *f) {
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
-    if (x->state == RF_FSDP_UNIT_STATE_GATHERING) rf_dbuffer_test(x->gather_reqs, x->db.n_gather_reqs);
-    if (x->reducing) rf_dbuffer_test(x->reduce_reqs, x->db.n_buffers);
+    if (x->state == RF_FSDP_UNIT_STATE_GATHERING)
+      for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_event_query(f->device, &x->gathered[b]);
+    if (x->reducing)
+      for (int b = 0; b < x->db.n_buffers; b++) rf_device_event_query(f->device, &x->reduced[b]);
   }
 }

@@ -86,7 +86,7 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
   o->opt = *opt;
   o->ops = rf_optim_kinds[opt->kind];
   o->comm = comm;
-  rf_device_host_init(&o->own_device, &rf_counters_global);
+  rf_device_host_init(&o->own_device, comm ? comm->counters : NULL); /* with its collectives */
   o->dev = dev ? dev : &o->own_device;
   o->rank = comm ? comm->rank : 0;
   o->world = comm ? comm->world : 1;
