@@ -49,15 +49,15 @@ static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, floa
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a) {
   size_t slab = (size_t)rf_max_i64(o->shard_elems, 1);
   if (!o->measure) {
-    a->m = rf_xcalloc(slab, sizeof(float));
-    a->v = rf_xcalloc(slab, sizeof(float));
+    a->m = rf_device_alloc(o->dev, slab * sizeof(float), 64); /* zero-filled */
+    a->v = rf_device_alloc(o->dev, slab * sizeof(float), 64);
   }
   o->stats.state_bytes = 2 * o->shard_elems * (int64_t)sizeof(float);
 }
 
-void rf_optim_adamw_state_free(struct rf_optim_adamw_state *a) {
-  free(a->m);
-  free(a->v);
+void rf_optim_adamw_state_free(struct rf_optim *o, struct rf_optim_adamw_state *a) {
+  rf_device_release(o->dev, a->m);
+  rf_device_release(o->dev, a->v);
 }
 
 void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *a, float lr) {
@@ -102,7 +102,7 @@ static void rf_optim_adamw_state(const struct rf_optim *o, int i, struct rf_opti
 
 static void rf_optim_adamw_free(struct rf_optim *o) {
   if (!o->impl) return;
-  rf_optim_adamw_state_free(o->impl);
+  rf_optim_adamw_state_free(o, o->impl);
   free(o->impl);
 }
 

@@ -130,10 +130,9 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->zero_code_m = rf_optim_quantize(1, 0.0f);
   RF_ASSERT(rf_optim_qmap(1)[q->zero_code_m] == 0.0f && rf_optim_qmap(0)[0] == 0.0f);
   if (!o->measure) {
-    q->mq = rf_xaligned(64, slab);
-    q->vq = rf_xaligned(64, slab);
-    memset(q->mq, q->zero_code_m, slab);
-    memset(q->vq, 0, slab);
+    q->mq = rf_device_alloc(o->dev, slab, 64);
+    q->vq = rf_device_alloc(o->dev, slab, 64); /* zero-filled: code 0 is 0 */
+    rf_device_memset(o->dev, q->mq, q->zero_code_m, slab, NULL);
   }
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];
@@ -163,8 +162,8 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
       2 * RF_OPTIM_VEC_BLOCK * (int64_t)sizeof(float) +
       q->max_blocks * (int64_t)(sizeof *q->blk_k + 6 * sizeof(float) + 2 * 64 * RF_OPTIM_AVX512);
   if (o->measure) return 0;
-  q->ms = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
-  q->vs = rf_xcalloc((size_t)rf_max_i64(q->n_scales, 1), sizeof(float));
+  q->ms = rf_device_alloc(o->dev, (size_t)rf_max_i64(q->n_scales, 1) * sizeof(float), 64);
+  q->vs = rf_device_alloc(o->dev, (size_t)rf_max_i64(q->n_scales, 1) * sizeof(float), 64);
   size_t nb = (size_t)q->max_blocks;
   q->blk_m = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
   q->blk_v = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
@@ -186,10 +185,10 @@ static void rf_optim_8bit_free(struct rf_optim *o) {
   struct rf_optim_8bit *q = o->impl;
   if (!q) return;
   free(q->views);
-  free(q->mq);
-  free(q->vq);
-  free(q->ms);
-  free(q->vs);
+  rf_device_release(o->dev, q->mq);
+  rf_device_release(o->dev, q->vq);
+  rf_device_release(o->dev, q->ms);
+  rf_device_release(o->dev, q->vs);
   free(q->blk_m);
   free(q->blk_v);
   free(q->blk_k);

@@ -117,7 +117,7 @@ static int rf_optim_muon_create(struct rf_optim *o) {
 static void rf_optim_muon_free(struct rf_optim *o) {
   struct rf_optim_muon *mu = o->impl;
   if (!mu) return;
-  rf_optim_adamw_state_free(&mu->s);
+  rf_optim_adamw_state_free(o, &mu->s);
   rf_optim_owners_free(mu->owners);
   free(mu->mats);
   free(mu->matrix_of);

@@ -116,7 +116,7 @@ struct rf_optim_adamw_state {
 };
 
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a);
-void rf_optim_adamw_state_free(struct rf_optim_adamw_state *a);
+void rf_optim_adamw_state_free(struct rf_optim *o, struct rf_optim_adamw_state *a);
 /* AdamW on every view not flagged MATRIX. */
 void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *a, float lr);
 /* Slab i (0: "m", 1: "v"). */

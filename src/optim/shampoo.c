@@ -264,7 +264,7 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
 static void rf_optim_shampoo_free(struct rf_optim *o) {
   struct rf_optim_shampoo *sh = o->impl;
   if (!sh) return;
-  rf_optim_adamw_state_free(&sh->s);
+  rf_optim_adamw_state_free(o, &sh->s);
   rf_optim_owners_free(sh->owners);
   free(sh->mats);
   free(sh->matrix_of);
