@@ -160,6 +160,15 @@ static void check_diverging(void) {
   RF_CHECK(rc == 1 && rf_cli_count_lines(out, "rfsdp train:") == 1 && strstr(out, "training diverged") &&
                !strstr(out, "runtime error") && !strstr(out, "Sanitizer"),
            "--lr 1e36: exit %d\n%s", rc, out);
+  /* shorter than the 5 skipped steps that stop it: the run says it ended on skipped steps */
+  rc = rf_cli_run_mpi(
+      out, sizeof out, 2, LIMIT_S * 2,
+      "train --model %s --data %s --steps 3 --batch 6 --seq 16 --peak-gflops 50 --print-every 1 "
+      "--warmup 0 --lr 1e36",
+      model, data);
+  RF_CHECK(rc == 0 && strstr(out, "warning: the run ended on 2 skipped steps") && strstr(out, "of step 1;") &&
+               !strstr(out, "runtime error"),
+           "--lr 1e36 --steps 3: exit %d\n%s", rc, out);
 }
 
 /* A checkpoint whose range of rank R's file is damaged: the rank that reads it (R >= 1)

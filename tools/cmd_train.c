@@ -372,6 +372,11 @@ static int rf_train_run(struct rf_train_state *s) {
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
   RF_TRY(rf_train_agree(&s->comm, logged));
+  if (bad_in_a_row > 0 && s->rank == 0) /* fewer than the 5 that stop a run: said, not silent */
+    printf(
+        "warning: the run ended on %d skipped step%s (non-finite gradients): the weights are those of step "
+        "%lld; lower --lr or check the data\n",
+        bad_in_a_row, bad_in_a_row > 1 ? "s" : "", (long long)(a->steps - bad_in_a_row));
   if (a->sample > 0) rf_train_sample(s, &s->tok);
   if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
