@@ -10,7 +10,9 @@
  * parameters and reductions (the staging buffer), two micro-batches, no
  * resharding, the fsdp2 and flat layouts, HSDP on a 2x2 mesh (--replicate 2: the
  * log's intra_bytes and inter_bytes, inside and across the shard groups), and a
- * small Mixtral (fused experts, its load-balancing statistics all-reduced).
+ * small Mixtral (fused experts, its load-balancing statistics all-reduced) and a
+ * small qwen3_moe at W = 2 (its experts laid out as the runtime lays them out);
+ * without OMP_NUM_THREADS the workspace sized for the threads a rank runs.
  * The simulator's FLOPs per token are the trainer's (its start line). A
  * --network FILE.json replaces the profile's fields (time-sharing, links: on
  * a node whose ranks outnumber its cores, groups that fit the cores take
@@ -150,6 +152,41 @@ static void check_network_file(const char *model) {
   RF_CHECK(rc != 0 && strstr(out, "none.json"), "a missing file: rc %d '%.400s'", rc, out);
 }
 
+/* Without OMP_NUM_THREADS a rank runs cores / ranks-on-the-node threads (rfsdp
+ * train), and its workspace holds per-thread attention scratch: plan sizes it
+ * for the threads a rank of W = 2 runs, not its own (the run's activation bytes
+ * at W = 2 on this machine, compared with plan's, both without the variable). */
+static void check_threads(const char *model, const char *data) {
+  char log[256], cmd[2048];
+  snprintf(log, sizeof log, "%s/threads.jsonl", dir);
+  remove(log);
+  snprintf(cmd, sizeof cmd,
+           "env -u OMP_NUM_THREADS timeout -k 5 120 scripts/rfmpirun -np 2 %s train --model %s --data %s "
+           "--batch 8 "
+           "--seq 8 --steps 1 --print-every 0 --log %s >/dev/null 2>&1",
+           rf_cli_binary(), model, data, log);
+  RF_CHECK(system(cmd) == 0, "train without OMP_NUM_THREADS at W=2 failed: %s", cmd);
+  cJSON *first = rf_cli_json_line(log, 0);
+  const cJSON *mem = cJSON_GetObjectItemCaseSensitive(first, "memory");
+  snprintf(cmd, sizeof cmd,
+           "env -u OMP_NUM_THREADS %s plan --model %s --world 2 --batch 8 --seq 8 --rank 0 --json 2>&1",
+           rf_cli_binary(), model);
+  FILE *f = popen(cmd, "r");
+  RF_ASSERT(f);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  int rc = pclose(f);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  const cJSON *parts = cJSON_GetObjectItemCaseSensitive(p, "memory_parts");
+  RF_CHECK(cJSON_IsObject(mem) && cJSON_IsObject(parts), "no memory line or plan: rc %d '%.400s'", rc, out);
+  if (cJSON_IsObject(mem) && cJSON_IsObject(parts))
+    RF_CHECK(rf_cli_json_num(mem, "activation_bytes") == rf_cli_json_num(parts, "activations"),
+             "without OMP_NUM_THREADS at W=2: the run's activation bytes %.17g, plan's %.17g",
+             rf_cli_json_num(mem, "activation_bytes"), rf_cli_json_num(parts, "activations"));
+  cJSON_Delete(p);
+  cJSON_Delete(first);
+}
+
 /* plan's communication (ms) at W = 4 with --replicate r on the profile `text`
  * (written to a file), and its buffer count in *units; -1 when plan fails. */
 static double comm4(const char *model, const char *text, int r, double *units) {
@@ -254,7 +291,7 @@ static void check_mesh(const char *model) {
 
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256], moe[256];
+  char text[256], data[200], model[256], moe[256], qwen[256];
   snprintf(text, sizeof text, "%s/text.txt", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
@@ -276,6 +313,14 @@ int main(void) {
       "64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, \"num_experts_per_tok\": 2, "
       "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.02}";
   RF_ASSERT(rf_file_write_all(moe, moe_text, strlen(moe_text)) == 0);
+  snprintf(qwen, sizeof qwen, "%s/qwen.json", dir);
+  const char *qwen_text =
+      "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"intermediate_size\": 48, "
+      "\"moe_intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+      "\"num_key_value_heads\": 2, \"head_dim\": 16, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+      "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6, \"norm_topk_prob\": true}";
+  RF_ASSERT(rf_file_write_all(qwen, qwen_text, strlen(qwen_text)) == 0);
 
   static const int worlds[] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
@@ -290,6 +335,10 @@ int main(void) {
   check_one(model, data, 4, "--replicate 2 --shard ragged --optim adamw8bit --accum 2");
   check_one(moe, data, 1, "--optim adamw");
   check_one(moe, data, 4, "--shard ragged --optim adamw8bit");
+  /* qwen3_moe (q/k norms, fused experts placed an expert at a time, each tensor one run) as train lays
+   * it out at W = 2 (the runtime used to plan its experts as one item: 54,144 elements per rank) */
+  check_one(qwen, data, 2, "--optim adamw");
+  check_threads(model, data);
   check_network_file(model);
   check_shared_links(model);
   check_mesh(model);

@@ -12,9 +12,9 @@
  * too; and FP8 block (--fp8 block at W = 2 and 3, a tiny Mixtral's fused experts
  * too): the linears gathered as e4m3
  * codes with their tile scales, planned apart (rf_plan_split_make), the FP8
- * staging of the model workspace. The other parts (slab, arena, activations,
- * gathers, reductions) as
- * tests/test_plan_sim.c checks them. */
+ * staging of the model workspace; under --layout fsdp2 (W = 2) and flat (W = 3,
+ * bf16) the codes and scales every rank quantizes after the gather. The other parts (slab, arena,
+ * activations, gathers, reductions) as tests/test_plan_sim.c checks them. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +121,10 @@ int main(void) {
   check_one(model, data, 3, "--fp8 block --param-dtype bf16 --compute-dtype bf16 --optim muon", 1);
   /* fused experts [4, 48, 32] and [4, 32, 24] in FP8 (each expert its own tile grid) with Shampoo */
   check_one(moe, data, 3, "--fp8 block --optim shampoo", 1);
+  /* fsdp2 and flat under FP8 block: gathered in the param dtype, each FP8 tensor's codes and tile
+   * scales quantized after the gather in the param slot (with bf16 parameters an f32 band scratch) */
+  check_one(model, data, 2, "--fp8 block --layout fsdp2 --optim adamw8bit", 0);
+  check_one(moe, data, 3, "--fp8 block --layout flat --param-dtype bf16 --optim adamw8bit", 0);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

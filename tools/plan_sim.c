@@ -1,11 +1,13 @@
 /* `rfsdp plan --batch`: the model's side of a simulated step and its output. */
 #include "plan_sim.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "plan_check.h"
 #include "rfsdp_optim.h"
 
 /* Routed experts per token from the config's num_experts_per_tok (0 when absent). */
@@ -64,13 +66,20 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
 
 /* The trainer's workspace of one micro-batch of `micro` sequences: every layer's
  * activations kept (f32), the bf16 compute staging and FP8 block's staging
- * (rf_model_ws_bytes, rf_model_ws_compute_bytes, rf_model_ws_fp8_bytes). */
+ * (rf_model_ws_bytes, rf_model_ws_compute_bytes, rf_model_ws_fp8_bytes), its
+ * per-thread scratch for the threads a rank of `world` runs (rf_plan_check_threads:
+ * the ranks on one node of the profile share this machine's cores, as train sets them). */
 static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                                       const struct rf_plan_policy *p, int micro) {
+                                       const struct rf_plan_policy *p, int micro, int world) {
   enum rf_dtype compute = strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+  int per_node =
+      sm->net.ranks_per_node > 0 && sm->net.ranks_per_node < world ? sm->net.ranks_per_node : world;
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(rf_plan_check_threads(per_node));
   size_t bytes = rf_model_ws_bytes(&sm->cfg, micro, (int)a->seq) +
                  rf_model_ws_compute_bytes(&sm->cfg, micro, (int)a->seq, compute) +
                  (p->fp8 ? rf_model_ws_fp8_bytes(&sm->cfg, micro, (int)a->seq) : 0);
+  omp_set_num_threads(threads);
   return (int64_t)bytes;
 }
 
@@ -103,7 +112,7 @@ int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim
       .f32_compute = strcmp(a->compute_dtype, "f32") == 0,
       /* the trainer's workspace of one micro-batch */
       .activation_bytes =
-          sm->have_config ? rf_plan_sim_activations(a, sm, p, (int)rf_min_i64(micro, 1 << 20)) : 0,
+          sm->have_config ? rf_plan_sim_activations(a, sm, p, (int)rf_min_i64(micro, 1 << 20), world) : 0,
       /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world; a
        * trainable MoE with its load-balancing loss sums 2E + 1 router statistics (f64)
        * over the world per micro-batch (tools/train_model.c) */

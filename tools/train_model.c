@@ -3,13 +3,13 @@
 
 #include <math.h>
 #include <omp.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt.h"
 #include "core/core.h"
+#include "plan_check.h"
 
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
 
@@ -75,11 +75,7 @@ int rf_train_set_threads(MPI_Comm comm) {
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
-  const char *env = getenv("OMP_NUM_THREADS");
-  if (env && *env) return omp_get_max_threads();
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
-  int threads = cores / local > 1 ? cores / local : 1;
+  int threads = rf_plan_check_threads(local); /* as rfsdp plan sizes the workspace */
   omp_set_num_threads(threads);
   return threads;
 }

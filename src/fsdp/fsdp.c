@@ -47,7 +47,8 @@ void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy 
                                  .reduce_dtype = o->reduce_dtype,
                                  .block_rows = o->block_rows,
                                  .vector_block = o->vector_block,
-                                 .fp8 = o->fp8};
+                                 .fp8 = o->fp8,
+                                 .whole_runs = 1}; /* a DBuffer holds each tensor as one run */
 }
 
 int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt) {
@@ -240,8 +241,15 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     struct rf_plan_tensor_in *in = rf_xcalloc((size_t)x->n_tensors, sizeof *in);
     for (int i = 0; i < x->n_tensors; i++) {
       const struct rf_fsdp_tensor *t = &f->tensors[x->first_tensor + i];
-      in[i] = (struct rf_plan_tensor_in){
-          .name = t->name, .ndim = t->ndim, .numel = t->numel, .block_elems = t->block_elems, .fp8 = t->fp8};
+      /* a 3-D tensor is fused [E, rows, cols] sub-tensors (as rf_fsdp_set_fp8 tiles it):
+       * the planner may place them one at a time, each tensor staying one run
+       * (whole_runs), as `rfsdp plan` lays out a model's fused experts */
+      in[i] = (struct rf_plan_tensor_in){.name = t->name,
+                                         .ndim = t->ndim,
+                                         .numel = t->numel,
+                                         .block_elems = t->block_elems,
+                                         .sub_count = t->ndim == 3 ? t->shape[0] : 1,
+                                         .fp8 = t->fp8};
       memcpy(in[i].shape, t->shape, sizeof in[i].shape);
     }
     int rc = rf_dbuffer_init(&x->db, x->name, in, x->n_tensors, w, r, &f->policy, f->device);

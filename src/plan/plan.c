@@ -258,6 +258,23 @@ static double rf_plan_drafts_cost(const struct rf_plan_draft *d, int n, const st
   return c;
 }
 
+/* 1 when every tensor of the drafts is one run (its sub-items, if split,
+ * consecutive and contiguous in one draft): the places rf_plan_buffer_build
+ * would merge into one per tensor. */
+static int rf_plan_drafts_whole(const struct rf_plan_unit_in *in, const struct rf_plan_draft *d, int n) {
+  int *runs = rf_xcalloc((size_t)in->n_tensors, sizeof *runs), whole = 1;
+  for (int b = 0; b < n; b++)
+    for (int i = 0; i < d[b].n; i++) {
+      const struct rf_plan_item *it = &d[b].items[i], *prev = i ? &d[b].items[i - 1] : NULL;
+      int64_t sub_numel = in->tensors[it->tensor].numel / rf_plan_subs(&in->tensors[it->tensor]);
+      int joins = prev && prev->tensor == it->tensor && prev->sub + prev->sub_n == it->sub &&
+                  d[b].offsets[i - 1] + prev->sub_n * sub_numel == d[b].offsets[i];
+      if (!joins && ++runs[it->tensor] > 1) whole = 0;
+    }
+  free(runs);
+  return whole;
+}
+
 /* Turns a draft into an output buffer: equal starts (or the given ragged ones),
  * places with contiguous runs of one tensor's sub-tensors merged. */
 static void rf_plan_buffer_build(const struct rf_plan_unit_in *in, const struct rf_plan_draft *d, int world,
@@ -338,7 +355,8 @@ int rf_plan_unit_make(const struct rf_plan_unit_in *in, const struct rf_plan_opt
       struct rf_plan_draft alt[RF_PLAN_MAX_CLASSES];
       int n_alt = rf_plan_partition(items, n_split, opt, alt);
       out->bound_padded_elems = (int64_t)world * rf_plan_lower_bound(items, n_split, world, opt->align_elems);
-      int better = rf_plan_drafts_cost(alt, n_alt, opt) < rf_plan_drafts_cost(drafts, n_drafts, opt);
+      int better = rf_plan_drafts_cost(alt, n_alt, opt) < rf_plan_drafts_cost(drafts, n_drafts, opt) &&
+                   (opt->allow_sub_padding == 1 || rf_plan_drafts_whole(in, alt, n_alt));
       struct rf_plan_draft *drop = better ? drafts : alt;
       for (int b = 0; b < (better ? n_drafts : n_alt); b++) rf_plan_draft_free(&drop[b]);
       if (better) {

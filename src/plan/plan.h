@@ -41,7 +41,8 @@ struct rf_plan_options {
   int64_t align_elems;      /* every rank's range starts on a multiple of this (equal: S is a multiple) */
   int max_buffers;          /* split a unit into at most this many buffers (>= 1) */
   double buffer_cost_elems; /* a buffer beyond the first must save at least this much padding */
-  int allow_sub_padding;    /* fused tensors may take padding between sub-tensors */
+  int allow_sub_padding;    /* fused tensors placed a sub-tensor at a time: 1 with padding between
+                             * them; 2 only where each stays one run (what the runtime runs); 0 never */
 };
 
 /* A tensor's place in a buffer. */
@@ -147,7 +148,10 @@ struct rf_plan_policy {
   enum rf_dtype reduce_dtype; /* dtype of the gradient reduce-scatter */
   int64_t block_rows;         /* rows per block of a tensor of 2+ dimensions (the optimizer's need) */
   int64_t vector_block;       /* elements per block of a vector (the optimizer's need) */
-  int fp8; /* 1: FP8 block quantization of the tensors a model marks (128x128 tiles whole) */
+  int fp8;        /* 1: FP8 block quantization of the tensors a model marks (128x128 tiles whole) */
+  int whole_runs; /* 1: a fused tensor stays one run (its sub-tensors contiguous), as a DBuffer holds it:
+                   * the runtime and `rfsdp plan` (rf_fsdp_plan_policy); 0: padding between its
+                   * sub-tensors allowed (the planner's studies) */
 };
 
 /* The block of a tensor: 2+ dimensions are viewed as 2-D (rows = all leading
@@ -162,7 +166,8 @@ int64_t rf_plan_policy_align_elems(const struct rf_plan_policy *p);
 
 /* The planner's options for a unit of unit_elems elements at `world`: a buffer
  * beyond the first must save at least max(64 Ki elements, 0.1% of the unit) of
- * padding; fused tensors may take padding between sub-tensors. */
+ * padding; fused tensors are placed a sub-tensor at a time, with padding between
+ * them unless p->whole_runs. */
 void rf_plan_policy_options(const struct rf_plan_policy *p, int world, int64_t unit_elems,
                             struct rf_plan_options *out);
 

@@ -38,7 +38,7 @@ void rf_plan_policy_options(const struct rf_plan_policy *p, int world, int64_t u
       .align_elems = rf_plan_policy_align_elems(p),
       .max_buffers = p->max_buffers,
       .buffer_cost_elems = share > RF_PLAN_BUFFER_COST_MIN_ELEMS ? share : RF_PLAN_BUFFER_COST_MIN_ELEMS,
-      .allow_sub_padding = 1};
+      .allow_sub_padding = p->whole_runs ? 2 : 1};
 }
 
 /* One buffer of `shard` elements per rank. */

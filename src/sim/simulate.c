@@ -51,20 +51,35 @@ static int64_t rf_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at) {
   return (at / per * rf_ceil_div(rows, RF_FP8_TILE) + at % per / band) * tc;
 }
 
-/* A unit's param slot in bytes (src/dbuffer/layout.c): `slot` elements of the
- * param dtype; under FP8 block every buffer in its dtype (FP8: a byte per
- * element) on the alignment, then each FP8 tensor's f32 tile scales. */
-static int64_t rf_sim_slot_bytes(const struct rf_plan_split *sp, int64_t slot, int64_t ps, int64_t align) {
-  if (sp->n_groups < 2 && !sp->fp8[0]) return slot * ps;
-  int64_t at = 0;
-  for (int g = 0; g < sp->n_groups; g++)
+/* A unit's param slot in bytes (src/dbuffer/layout.c rf_dbuffer_slot_bytes):
+ * `slot` elements of the param dtype; under FP8 block, planned: every buffer in
+ * its dtype (FP8: a byte per element) on the alignment, then each FP8 tensor's
+ * f32 tile scales; fsdp2 and flat (quantized after the gather): the slot, then
+ * each FP8 tensor's codes (a byte per element) and tile scales, then with bf16
+ * parameters an f32 scratch of the widest band of 128 rows. */
+static int64_t rf_sim_slot_bytes(const struct rf_plan_policy *p, const struct rf_plan_split *sp, int64_t slot,
+                                 int64_t ps, int64_t align) {
+  int after = 0;
+  for (int g = 0; g < sp->n_groups && p->fp8 && p->layout != RF_LAYOUT_PLANNED; g++)
+    for (int k = 0; k < sp->in[g].n_tensors; k++) after |= sp->in[g].tensors[k].fp8;
+  if (sp->n_groups < 2 && !sp->fp8[0] && !after) return slot * ps;
+  int64_t at = after ? slot * ps : 0, band = 0;
+  for (int g = 0; g < sp->n_groups && !after; g++)
     for (int k = 0; k < sp->layout[g].plan.n_buffers; k++)
       at = rf_round_up(at + sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
   for (int g = 0; g < sp->n_groups; g++)
-    for (int k = 0; k < sp->in[g].n_tensors && sp->fp8[g]; k++)
-      at = rf_round_up(
-          at + rf_sim_tile_at(&sp->in[g].tensors[k], sp->in[g].tensors[k].numel) * (int64_t)sizeof(float),
-          align * ps);
+    for (int k = 0; k < sp->in[g].n_tensors; k++) {
+      const struct rf_plan_tensor_in *t = &sp->in[g].tensors[k];
+      if (!(after ? t->fp8 : sp->fp8[g])) continue;
+      if (after) { /* the codes every rank quantizes after the gather */
+        int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+        at = rf_round_up(at + t->numel, align * ps);
+        band = rf_max_i64(band, rf_min_i64(RF_FP8_TILE, rows) * cols);
+      }
+      at = rf_round_up(at + rf_sim_tile_at(t, t->numel) * (int64_t)sizeof(float), align * ps);
+    }
+  if (ps != (int64_t)sizeof(float) && band > 0)
+    at = rf_round_up(at + band * (int64_t)sizeof(float), align * ps);
   return at;
 }
 
@@ -151,7 +166,7 @@ static int rf_sim_rank_memory(const struct rf_plan_split *sp, int n, const struc
       x.staging += y.staging;
     }
     slab += x.shard;
-    int64_t pb = rf_sim_slot_bytes(&sp[u], x.slot, (int64_t)ps, align);
+    int64_t pb = rf_sim_slot_bytes(p, &sp[u], x.slot, (int64_t)ps, align);
     int64_t gb = rf_round_up(x.gview * (int64_t)sizeof(float), 64) +
                  (staging ? rf_round_up(x.staging * (int64_t)rs, 64) : 0) + x.shard * (int64_t)sizeof(float);
     pslot = rf_max_i64(pslot, pb);
