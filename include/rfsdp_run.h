@@ -104,4 +104,12 @@ void rf_run_catch_signals(void);
  * rank gets the same answer, so every rank stops after the same step. */
 int rf_run_stop_signal(const struct rf_fsdp *f);
 
+/* ---- testing hooks ---------------------------------------------------------- */
+
+/* From now on, the last rank of the shard group exits abruptly (status 137) inside
+ * the save of step `step`, after writing its rank files and before anyone writes
+ * the COMPLETE marker: a crash in the middle of a checkpoint. -1 (the default):
+ * never. `rfsdp train` sets it from the environment variable RF_TEST_DIE_IN_SAVE. */
+void rf_run_test_die_in_save(int64_t step);
+
 #endif

@@ -509,6 +509,8 @@ int rf_cmd_train(int argc, char **argv) {
     rf_comm_mpi_finalize();
     return 0;
   }
+  const char *die = getenv("RF_TEST_DIE_IN_SAVE"); /* a rank killed mid-save (tests/test_train.c) */
+  if (die && *die) rf_run_test_die_in_save(atoll(die));
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);

@@ -26,13 +26,16 @@ struct rf_run_agree_ctx {
   int64_t saving_step; /* -1 when loading */
 };
 
-/* Testing hook: with RF_TEST_DIE_IN_SAVE=STEP in the environment, the last rank
- * exits abruptly inside the save of that step, after writing its rank files and
- * before anyone writes the marker (tests/test_train.c: a rank killed mid-save). */
+/* Testing hook (rf_run_test_die_in_save): the step whose save the last rank
+ * leaves abruptly, after writing its rank files and before anyone writes the
+ * marker (tests/test_train.c: a rank killed mid-save); -1: none. */
+static int64_t rf_run_die_in_save = -1;
+
+void rf_run_test_die_in_save(int64_t step) { rf_run_die_in_save = step; }
+
 static int rf_run_ckpt_agree(void *ctx, int status) {
   const struct rf_run_agree_ctx *c = ctx;
-  const char *die = getenv("RF_TEST_DIE_IN_SAVE");
-  if (die && c->saving_step >= 0 && atoll(die) == c->saving_step &&
+  if (rf_run_die_in_save >= 0 && c->saving_step == rf_run_die_in_save &&
       rf_fsdp_rank(c->fsdp) == rf_fsdp_world(c->fsdp) - 1)
     _exit(137);
   return c->saving_step >= 0 ? rf_comm_agree(&c->fsdp->mesh.shard, status) : rf_run_agree(c->fsdp, status);
