@@ -15,7 +15,7 @@
 #include "comm/comm_mpi.h"
 #include "core/core.h"
 #include "gemm/gemm.h"
-#include "rfsdp.h"
+#include "rfsdp_mpi.h"
 
 #define HIDDEN 768
 #define INTER 2048

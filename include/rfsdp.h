@@ -12,13 +12,14 @@
  * Nothing is allocated inside a step; nothing is copied around a collective in
  * the planned layout. See docs/runtime.md for a minimal model.
  *
+ * MPI-free: the constructors on MPI communicators are in rfsdp_mpi.h.
+ *
  * Ownership: struct rf_fsdp is opaque and owns everything it allocates; every
  * pointer it returns is borrowed and valid until rf_fsdp_free (views into the
  * unsharded buffers: until the unit is resharded). Strings passed in are copied. */
 #ifndef RFSDP_H
 #define RFSDP_H
 
-#include <mpi.h>
 #include <stdint.h>
 
 #include "rfsdp_types.h"
@@ -48,20 +49,21 @@ struct rf_fsdp_options {
 /* The defaults above. */
 void rf_fsdp_options_default(struct rf_fsdp_options *opt);
 
+/* ---- communicators ----------------------------------------------------------
+ * struct rf_comm (rfsdp_types.h) is opaque: a group of ranks and the backend that
+ * connects them. rfsdp_mpi.h makes one from an MPI communicator. Collectives on
+ * one communicator are issued from one thread at a time. */
+int rf_comm_rank(const struct rf_comm *comm);
+int rf_comm_size(const struct rf_comm *comm);
+/* The sum of x over the ranks, on every rank (collective; checked). */
+double rf_comm_sum(const struct rf_comm *comm, double x);
+/* Releases a communicator made by a constructor (rf_comm_create_mpi). */
+void rf_comm_destroy(struct rf_comm *comm);
+
 struct rf_fsdp;
 
-/* A new context on `comm` (duplicated): parameters are sharded over its ranks.
- * Returns 0, or -1 with rf_fsdp_error(). */
-int rf_fsdp_create(struct rf_fsdp **out, MPI_Comm comm, const struct rf_fsdp_options *opt);
-/* A new context on a 2-D mesh (both duplicated): parameters sharded over `shard`,
- * replicated over `replicate` (the ranks that hold the same shard): hybrid
- * sharding (HSDP), world = replicas x shard group. Gradients are reduce-scattered
- * inside the shard group, then all-reduced across the replicate group on the
- * shard only (rf_fsdp_grads_finish). rf_fsdp_create is this with MPI_COMM_SELF
- * (1-D FSDP). Every rank of a replicate group must have the same shard rank and
- * shard group size (checked, collectively: -1 on every rank otherwise). */
-int rf_fsdp_create_mesh(struct rf_fsdp **out, MPI_Comm shard, MPI_Comm replicate,
-                        const struct rf_fsdp_options *opt);
+/* The constructors take communicators of a backend: include/rfsdp_mpi.h
+ * (rf_fsdp_create, rf_fsdp_create_mesh on MPI communicators). */
 void rf_fsdp_free(struct rf_fsdp *f);
 /* The last error message of this thread. */
 const char *rf_fsdp_error(void);
@@ -92,8 +94,8 @@ int rf_fsdp_replicate_rank(const struct rf_fsdp *f);
 int rf_fsdp_replicas(const struct rf_fsdp *f);
 int rf_fsdp_n_units(const struct rf_fsdp *f);
 int rf_fsdp_n_tensors(const struct rf_fsdp *f);
-/* The context's shard group (borrowed). */
-MPI_Comm rf_fsdp_comm(const struct rf_fsdp *f);
+/* The context's shard group (borrowed; rfsdp_mpi.h's rf_fsdp_comm: its MPI handle). */
+const struct rf_comm *rf_fsdp_shard_comm(const struct rf_fsdp *f);
 
 /* ---- one step -------------------------------------------------------------
  * Forward:  for u in order: rf_fsdp_forward_begin(u); compute; rf_fsdp_forward_end(u)

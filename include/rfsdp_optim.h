@@ -47,7 +47,8 @@
 
 #include "rfsdp_types.h"
 
-struct rf_comm; /* src/comm: the communicator Muon's transfers use */
+/* struct rf_comm (rfsdp_types.h): the communicator Muon's and Shampoo's transfers
+ * use; rfsdp_mpi.h makes one from an MPI communicator. */
 struct rf_fsdp; /* rfsdp.h: the runtime context (rf_optim_create_fsdp) */
 
 enum rf_optim_kind {

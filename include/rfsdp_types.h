@@ -1,6 +1,6 @@
 /* rfsdp: the public value types, free of MPI (and of any other backend).
  * Element types, shard modes, layouts, initializers, the byte counters and tensor
- * views: what the runtime (include/rfsdp.h), the library's lower floors (src/core,
+ * views, the opaque communicator: what the runtime (include/rfsdp.h), the library's lower floors (src/core,
  * src/plan, src/model), the optimizers and the checkpoints share. It includes
  * nothing but <stdint.h>. */
 #ifndef RFSDP_TYPES_H
@@ -63,6 +63,11 @@ struct rf_counters {
   uint64_t allocations;     /* heap allocations via rf_xmalloc & co, plus arena allocs */
   uint64_t comm_wait_ns;    /* time blocked waiting on communication */
 };
+
+/* A communicator: a group of ranks and the backend that connects them. Opaque in
+ * the public API (rfsdp.h: rank, size, destroy; rfsdp_mpi.h: made from an MPI
+ * communicator); the library's own definition is src/comm/comm.h. */
+struct rf_comm;
 
 /* The most dimensions a tensor has (plans, checkpoints, safetensors files, views). */
 #define RF_MAX_DIMS 8

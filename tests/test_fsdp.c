@@ -16,7 +16,7 @@
 
 #include "core/core.h"
 #include "rf_test.h"
-#include "rfsdp.h"
+#include "rfsdp_mpi.h"
 
 #define N_LAYERS 4
 static const int64_t dims[N_LAYERS + 1] = {7, 37, 29, 19, 5};

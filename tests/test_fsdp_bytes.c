@@ -25,7 +25,7 @@
 #include "fsdp/fsdp.h"
 #include "plan/plan.h"
 #include "rf_test.h"
-#include "rfsdp.h"
+#include "rfsdp_mpi.h"
 
 #define N_UNITS 4
 

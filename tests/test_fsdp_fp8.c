@@ -20,7 +20,7 @@
 
 #include "core/core.h"
 #include "rf_test.h"
-#include "rfsdp.h"
+#include "rfsdp_mpi.h"
 
 struct spec {
   const char *name;

@@ -26,7 +26,7 @@ static int rf_logits_read(const char *model, const char *tokens_path, int64_t se
 }
 
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
-                         const char *out, const struct rf_comm *comm) {
+                         const char *out, struct rf_comm *comm) {
   struct rf_model_config cfg;
   char *bytes = NULL;
   size_t n = 0;
@@ -39,7 +39,9 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   struct rf_fsdp_options fo;
   rf_fsdp_options_default(&fo);
   struct rf_train_model m;
-  int rc = rf_train_model_init(&m, &cfg, &fo, MPI_COMM_WORLD, MPI_COMM_WORLD, MPI_COMM_SELF, batch, (int)seq);
+  struct rf_comm_mesh mesh; /* 1-D: every rank shards */
+  rf_comm_mesh_split(&mesh, comm, comm->world, 0);
+  int rc = rf_train_model_init(&m, &cfg, &fo, comm, &mesh, batch, (int)seq);
   if (rc == 0) rc = rf_train_model_import(&m, comm, weights);
   if (rc == 0) {
     double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
@@ -50,7 +52,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
     size_t row = (size_t)cfg.vocab_size * sizeof(float);
     float *logits = rf_xmalloc((size_t)count * row);
     for (int64_t i = 0; i < count; i++)
-      memcpy((char *)logits + (size_t)i * row, rf_model_ws_logits(&m.ws, (int)i), row);
+      memcpy((char *)logits + (size_t)i * row, rf_train_model_logits(&m, (int)i), row);
     rc = rf_file_write_all(out, logits, (size_t)count * row);
     free(logits);
     if (rc == 0) printf("logits: %s [%d, %lld, %d] f32\n", out, batch, (long long)seq, cfg.vocab_size);
@@ -71,8 +73,9 @@ int rf_cmd_logits(int argc, char **argv) {
       {"out", RF_OPTION_KIND_STRING, &out, "raw little-endian f32 logits [batch, seq, vocab]", NULL, 1},
   };
   rf_comm_mpi_init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  struct rf_comm comm;
+  rf_comm_init_world(&comm);
+  int rank = comm.rank;
   int rc = rf_options_parse(
       argc, argv, options, (int)(sizeof options / sizeof options[0]),
       "usage: rfsdp logits --model CONFIG.json --weights F.safetensors --tokens F.i32 --seq T "
@@ -82,15 +85,12 @@ int rf_cmd_logits(int argc, char **argv) {
   if (rc == 0) rc = rf_option_check_distinct("out", out, "--weights", weights);
   if (rc == 0) rc = rf_option_check_distinct("out", out, "--model", model);
   int status = rc == 1 ? 0 : 2;
-  if (rc == 0) {
-    struct rf_comm comm;
-    rf_comm_init(&comm, MPI_COMM_WORLD);
+  if (rc == 0)
     status =
         rf_train_exit_status(&comm, rf_logits_run(model, weights, tokens, seq, out, &comm), "rfsdp logits");
-    rf_comm_free(&comm);
-  } else if (rc < 0 && rank == 0) {
+  else if (rc < 0 && rank == 0)
     fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
-  }
+  rf_comm_free(&comm);
   rf_comm_mpi_finalize();
   return status;
 }

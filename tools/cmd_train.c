@@ -260,7 +260,7 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   RF_TRY(rf_train_agree(&s->comm, rf_train_open_outputs(s)));
-  int threads = rf_train_set_threads(MPI_COMM_WORLD);
+  int threads = rf_train_set_threads(&s->comm);
   enum rf_dtype compute = RF_DTYPE_F32;
   RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
   struct rf_model_config cfg;
@@ -271,16 +271,11 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(
-      rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, MPI_COMM_WORLD, &cfg, &fo, &s->group)));
+  RF_TRY(rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &cfg, &fo, &s->group)));
   s->replicas = s->world / s->group;
-  s->comm.across_groups = s->replicas > 1; /* its bytes cross the shard groups */
-  MPI_Comm shard, replica;
-  rf_train_mesh_split(s->replicate, MPI_COMM_WORLD, s->group, &shard, &replica);
-  int rc = rf_train_model_init(&s->model, &cfg, &fo, MPI_COMM_WORLD, shard, replica, local, (int)a->seq);
-  MPI_Comm_free(&shard);
-  MPI_Comm_free(&replica);
-  RF_TRY(rc);
+  struct rf_comm_mesh mesh; /* also marks s->comm as crossing the shard groups when replicas > 1 */
+  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_COMM_MESH_NODE);
+  RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, &s->comm, &mesh, local, (int)a->seq));
   s->comm.counters = rf_fsdp_counters(s->model.fsdp); /* its loss all-reduce and agreements: part of a step */
   RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
@@ -298,15 +293,9 @@ static int rf_train_run(struct rf_train_state *s) {
   oo.shampoo_stagger = a->shampoo_stagger;
   int n = rf_fsdp_n_tensors(s->model.fsdp);
   int *flags = rf_xcalloc((size_t)n, sizeof *flags); /* the model's description says which */
-  for (int u = 0; u < s->model.desc.n_units; u++)
-    for (int i = 0; i < s->model.desc.units[u].n_tensors; i++) {
-      const struct rf_model_tensor *mt = &s->model.desc.units[u].tensors[i];
-      int t = rf_fsdp_find_tensor(s->model.fsdp, mt->name);
-      RF_ASSERT(t >= 0 && t < n);
-      flags[t] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
-    }
-  rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags,
-                            NULL); /* owners (Muon, Shampoo): the shard group */
+  rf_train_model_optim_flags(&s->model, flags);
+  int rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags,
+                                NULL); /* owners (Muon, Shampoo): the shard group */
   free(flags);
   RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
@@ -495,8 +484,9 @@ int rf_cmd_train(int argc, char **argv) {
   struct rf_train_state s;
   memset(&s, 0, sizeof s);
   s.args = &a;
-  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &s.world);
+  rf_comm_init_world(&s.comm);
+  s.rank = s.comm.rank;
+  s.world = s.comm.world;
   if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
   if (rf_train_check_same_options(argc, argv) != 0) {
     rf_comm_mpi_finalize();
@@ -506,6 +496,7 @@ int rf_cmd_train(int argc, char **argv) {
                             "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] "
                             "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon|shampoo] ...");
   if (rc == 1) {
+    rf_comm_free(&s.comm);
     rf_comm_mpi_finalize();
     return 0;
   }
@@ -517,15 +508,14 @@ int rf_cmd_train(int argc, char **argv) {
   if (rc != 0) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {
-    rf_comm_init(&s.comm, MPI_COMM_WORLD);
     rf_comm_watchdog_start(a.collective_timeout);
     status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
     if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT */
     rf_train_state_free(&s);
-    rf_comm_free(&s.comm);
   }
+  rf_comm_free(&s.comm);
   rf_comm_mpi_finalize();
   return status;
 }

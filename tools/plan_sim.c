@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/core.h"
 #include "plan_check.h"
 #include "rfsdp_optim.h"
@@ -177,14 +178,16 @@ int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model 
   int group = 0;
   RF_REQUIRE(a->memory_per_rank <= 0 || strcmp(a->mesh, "auto") == 0,
              "--memory-per-rank chooses the shard group of --replicate auto (got --replicate %s)", a->mesh);
-  if (strcmp(a->mesh, "node") == 0) {
+  int replicate = 0;
+  RF_TRY(rf_comm_mesh_parse(a->mesh, world, &replicate)); /* the parser rfsdp train uses */
+  if (replicate == RF_COMM_MESH_NODE) {
     int per_node = sm->net.ranks_per_node;
     group = per_node > 0 && per_node < world ? per_node : world;
     RF_REQUIRE(
         world % group == 0,
         "--replicate node: the %d ranks do not fill nodes of %d ranks (network %s): give --replicate R",
         world, group, sm->net.name);
-  } else if (strcmp(a->mesh, "auto") == 0) {
+  } else if (replicate == RF_COMM_MESH_AUTO) {
     RF_REQUIRE(
         max_padding >= 0 || a->memory_per_rank > 0,
         "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
@@ -194,12 +197,7 @@ int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model 
     RF_TRY(rf_plan_sim_auto_group(a, sm, units, n_units, p, world, optim, max_padding, a->memory_per_rank,
                                   &group));
   } else {
-    char *end = NULL;
-    long r = strtol(a->mesh, &end, 10);
-    RF_REQUIRE(end != a->mesh && *end == 0 && r >= 1,
-               "--replicate '%s': expected a replica count R >= 1, node or auto", a->mesh);
-    RF_REQUIRE(world % r == 0, "--replicate %ld does not divide the world size %d", r, world);
-    group = world / (int)r;
+    group = world / replicate;
   }
   RF_ASSERT(group >= 1 && world % group == 0);
   a->replicate = world / group;

@@ -33,10 +33,10 @@ struct rf_train_args {
 /* One run. Owns everything but args. */
 struct rf_train_state {
   const struct rf_train_args *args;
-  int rank, world;     /* in MPI_COMM_WORLD: the data's ranks */
-  int replicate;       /* parsed --replicate: R, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO */
+  int rank, world;     /* in comm: the data's ranks */
+  int replicate;       /* parsed --replicate: R, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO */
   int replicas, group; /* the mesh: R replica groups of S ranks (W = R x S) */
-  struct rf_comm comm; /* every rank: the loss, evaluation and the tool's agreements */
+  struct rf_comm comm; /* every rank of the job: the loss, evaluation and the tool's agreements */
   struct rf_train_model model;
   struct rf_optim *optim;
   struct rf_tokenizer tok;

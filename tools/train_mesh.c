@@ -17,45 +17,11 @@ int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate
       !limits || strcmp(text, "auto") == 0,
       "--max-padding and --memory-per-rank choose the shard group of --replicate auto (got --replicate %s)",
       text);
-  if (strcmp(text, "node") == 0) {
-    *replicate = RF_TRAIN_MESH_NODE;
-    return 0;
-  }
-  if (strcmp(text, "auto") == 0) {
-    RF_REQUIRE(
-        limits,
-        "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
-        "give --max-padding PERCENT, --memory-per-rank GB, or both");
-    *replicate = RF_TRAIN_MESH_AUTO;
-    return 0;
-  }
-  char *end = NULL;
-  long r = strtol(text, &end, 10);
-  RF_REQUIRE(end != text && *end == 0, "--replicate '%s': expected a replica count R >= 1, node or auto",
-             text);
-  RF_REQUIRE(r >= 1, "--replicate %ld: the replica count must be at least 1", r);
-  RF_REQUIRE(
-      world % r == 0,
-      "--replicate %ld does not divide the %d ranks (W = R x S): use a divisor of %d, or run %ld x S ranks",
-      r, world, world, r);
-  *replicate = (int)r;
-  return 0;
-}
-
-/* The ranks of the calling rank's node, checked equal on every node. */
-static int rf_train_mesh_node_size(MPI_Comm comm, int *group) {
-  MPI_Comm node;
-  int local = 1;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  int sizes[2] = {local, -local};
-  MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm);
-  RF_REQUIRE(sizes[0] == -sizes[1],
-             "--replicate node: the nodes run different numbers of ranks (%d to %d): give --replicate R",
-             -sizes[1], sizes[0]);
-  *group = local;
-  return 0;
+  int rc = rf_comm_mesh_parse(text, world, replicate);
+  RF_REQUIRE(rc != 0 || *replicate != RF_COMM_MESH_AUTO || limits,
+             "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
+             "give --max-padding PERCENT, --memory-per-rank GB, or both");
+  return rc;
 }
 
 /* --replicate auto: the shard group by the planner's padding or the simulated
@@ -86,25 +52,11 @@ static int rf_train_mesh_auto(const struct rf_train_args *a, int world, const st
   return rc;
 }
 
-int rf_train_mesh_group(const struct rf_train_args *a, int replicate, MPI_Comm comm,
+int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const struct rf_comm *comm,
                         const struct rf_model_config *cfg, const struct rf_fsdp_options *o, int *group) {
-  int world = 1;
-  MPI_Comm_size(comm, &world);
-  if (replicate == RF_TRAIN_MESH_NODE) return rf_train_mesh_node_size(comm, group);
-  if (replicate == RF_TRAIN_MESH_AUTO) return rf_train_mesh_auto(a, world, cfg, o, group);
-  RF_ASSERT(replicate >= 1 && world % replicate == 0);
-  *group = world / replicate;
+  if (replicate == RF_COMM_MESH_NODE) return rf_comm_mesh_node_group(comm, group);
+  if (replicate == RF_COMM_MESH_AUTO) return rf_train_mesh_auto(a, comm->world, cfg, o, group);
+  RF_ASSERT(replicate >= 1 && comm->world % replicate == 0);
+  *group = comm->world / replicate;
   return 0;
-}
-
-void rf_train_mesh_split(int replicate, MPI_Comm comm, int group, MPI_Comm *shard, MPI_Comm *replica) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (replicate == RF_TRAIN_MESH_NODE)
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, shard);
-  else
-    MPI_Comm_split(comm, rank / group, rank, shard);
-  int shard_rank = 0;
-  MPI_Comm_rank(*shard, &shard_rank);
-  MPI_Comm_split(comm, shard_rank, rank, replica);
 }

@@ -12,20 +12,17 @@
 #ifndef RF_TOOLS_TRAIN_MESH_H
 #define RF_TOOLS_TRAIN_MESH_H
 
-#include <mpi.h>
-
+#include "comm/comm.h"
 #include "model/model.h"
 #include "rfsdp.h"
 
 struct rf_train_args;
 
-#define RF_TRAIN_MESH_NODE 0    /* --replicate node */
-#define RF_TRAIN_MESH_AUTO (-1) /* --replicate auto */
-
-/* --replicate's text into a count R >= 1, RF_TRAIN_MESH_NODE or RF_TRAIN_MESH_AUTO;
- * refuses what is none of them, an R that does not divide `world`, auto without
- * --max-padding or --memory-per-rank, and those two without auto. The same on
- * every rank: no agreement needed. */
+/* --replicate's text into a count R >= 1, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO
+ * (src/comm's rf_comm_mesh_parse, which rfsdp plan uses too); refuses what is
+ * none of them, an R that does not divide `world`, auto without --max-padding or
+ * --memory-per-rank, and those two without auto. The same on every rank: no
+ * agreement needed. */
 int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate);
 
 /* The shard group size S for `replicate` at the ranks of `comm`: R gives W / R;
@@ -33,12 +30,7 @@ int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate
  * rank); auto plans (and simulates) the model (cfg, o, a's batch and optimizer)
  * at each divisor of W (the same on every rank). Fails, naming --replicate, when
  * nodes differ in size or no group size meets the limits. */
-int rf_train_mesh_group(const struct rf_train_args *a, int replicate, MPI_Comm comm,
+int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const struct rf_comm *comm,
                         const struct rf_model_config *cfg, const struct rf_fsdp_options *o, int *group);
-
-/* Splits `comm` into this rank's shard group (S ranks: consecutive, or its node
- * when `replicate` is RF_TRAIN_MESH_NODE) and replicate group (the ranks with the
- * same rank in their shard group). The caller frees both. */
-void rf_train_mesh_split(int replicate, MPI_Comm comm, int group, MPI_Comm *shard, MPI_Comm *replica);
 
 #endif

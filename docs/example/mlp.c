@@ -1,5 +1,5 @@
 /* A 2-layer MLP trained with rfsdp, saved, and resumed at another world size.
- * It uses only the installed library (rfsdp.h, rfsdp_optim.h, rfsdp_run.h):
+ * It uses only the installed library (rfsdp_mpi.h, rfsdp_optim.h, rfsdp_run.h):
  *
  *   make install PREFIX=$HOME/rfsdp
  *   export PKG_CONFIG_PATH=$HOME/rfsdp/lib/pkgconfig
@@ -22,12 +22,11 @@
  * results across world sizes then agree within rounding, and a resume at the same
  * world size stays bit-exact.) */
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rfsdp.h"
+#include "rfsdp_mpi.h"
 #include "rfsdp_optim.h"
 #include "rfsdp_run.h"
 

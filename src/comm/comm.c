@@ -266,7 +266,81 @@ void rf_comm_event_record(const struct rf_comm *comm, struct rf_comm_req *req, s
     rf_device_event_bind(ev, rf_comm_event_test, rf_comm_event_wait, req);
 }
 
+void rf_comm_split(const struct rf_comm *comm, int color, int key, struct rf_comm *out) {
+  RF_ASSERT(color >= 0 || color == RF_COMM_SPLIT_NODE);
+  comm->ops->split(comm, color, key, out);
+}
+
+int rf_comm_node_ranks(const struct rf_comm *comm) {
+  struct rf_comm node;
+  rf_comm_split(comm, RF_COMM_SPLIT_NODE, comm->rank, &node);
+  int local = node.world;
+  rf_comm_free(&node);
+  return local;
+}
+
+/* ---- the public face (include/rfsdp.h) ----------------------------------------- */
+
+int rf_comm_rank(const struct rf_comm *comm) { return comm->rank; }
+int rf_comm_size(const struct rf_comm *comm) { return comm->world; }
+
+double rf_comm_sum(const struct rf_comm *comm, double x) {
+  rf_comm_allreduce(comm, &x, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  return x;
+}
+
+void rf_comm_destroy(struct rf_comm *comm) {
+  if (!comm) return;
+  rf_comm_free(comm);
+  free(comm);
+}
+
 /* ---- meshes ------------------------------------------------------------------ */
+
+int rf_comm_mesh_parse(const char *text, int world, int *replicate) {
+  if (strcmp(text, "node") == 0) {
+    *replicate = RF_COMM_MESH_NODE;
+    return 0;
+  }
+  if (strcmp(text, "auto") == 0) {
+    *replicate = RF_COMM_MESH_AUTO;
+    return 0;
+  }
+  char *end = NULL;
+  long r = strtol(text, &end, 10);
+  RF_REQUIRE(end != text && *end == 0, "--replicate '%s': expected a replica count R >= 1, node or auto",
+             text);
+  RF_REQUIRE(r >= 1, "--replicate %ld: the replica count must be at least 1", r);
+  RF_REQUIRE(
+      world % r == 0,
+      "--replicate %ld does not divide the %d ranks (W = R x S): use a divisor of %d, or run %ld x S ranks",
+      r, world, world, r);
+  *replicate = (int)r;
+  return 0;
+}
+
+int rf_comm_mesh_node_group(const struct rf_comm *comm, int *group) {
+  int local = rf_comm_node_ranks(comm);
+  int32_t sizes[2] = {local, -local};
+  rf_comm_allreduce(comm, sizes, 2, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
+  RF_REQUIRE(sizes[0] == -sizes[1],
+             "--replicate node: the nodes run different numbers of ranks (%d to %d): give --replicate R",
+             -sizes[1], sizes[0]);
+  *group = local;
+  return 0;
+}
+
+void rf_comm_mesh_split(struct rf_comm_mesh *mesh, struct rf_comm *comm, int group, int by_node) {
+  RF_ASSERT(by_node || (group >= 1 && comm->world % group == 0));
+  rf_comm_split(comm, by_node ? RF_COMM_SPLIT_NODE : comm->rank / group, comm->rank, &mesh->shard);
+  rf_comm_split(comm, mesh->shard.rank, comm->rank, &mesh->replicate);
+  rf_comm_mesh_mark(mesh, comm);
+}
+
+void rf_comm_mesh_mark(struct rf_comm_mesh *mesh, struct rf_comm *every) {
+  mesh->replicate.across_groups = mesh->replicate.world > 1;
+  if (every) every->across_groups = mesh->replicate.world > 1;
+}
 
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh) {
   rf_comm_free(&mesh->shard);

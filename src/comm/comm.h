@@ -105,7 +105,12 @@ struct rf_comm_ops {
   void (*stream_wait)(const struct rf_comm *comm, struct rf_device *dev, struct rf_device_event *ev);
   void (*event_record)(const struct rf_comm *comm, struct rf_comm_req *req, struct rf_device *dev,
                        struct rf_device_event *ev);
+  /* A new communicator in *out of the ranks that pass the same color (>= 0),
+   * ordered by key; RF_COMM_SPLIT_NODE: the ranks on this rank's node. Collective. */
+  void (*split)(const struct rf_comm *comm, int color, int key, struct rf_comm *out);
 };
+
+#define RF_COMM_SPLIT_NODE (-1) /* rf_comm_split's color: the ranks sharing this rank's node */
 
 /* A communicator: a group of ranks and the backend that connects them. Owns
  * `impl` (the backend's state, released by rf_comm_free). Collectives on one
@@ -122,6 +127,12 @@ struct rf_comm {
 };
 
 void rf_comm_free(struct rf_comm *comm);
+/* A new communicator (owned by the caller: rf_comm_free) of the ranks of `comm`
+ * passing the same `color`, ordered by `key`; color RF_COMM_SPLIT_NODE: the ranks
+ * of this rank's node. Collective over comm; checked like every call. */
+void rf_comm_split(const struct rf_comm *comm, int color, int key, struct rf_comm *out);
+/* The ranks of `comm` on the calling rank's node (collective). */
+int rf_comm_node_ranks(const struct rf_comm *comm);
 
 void rf_comm_barrier(const struct rf_comm *comm);
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
@@ -204,6 +215,28 @@ struct rf_comm_mesh {
   struct rf_comm replicate; /* across_groups set when it has more than one rank */
 };
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh);
+
+/* A mesh's shape as a program names it (rfsdp's --replicate): */
+#define RF_COMM_MESH_NODE 0    /* "node": the ranks of one node form a shard group */
+#define RF_COMM_MESH_AUTO (-1) /* "auto": the program chooses the shard group size */
+/* "R" (a replica count that divides `world`), "node" or "auto" into *replicate
+ * (R >= 1, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO); 0, or -1 with a message that
+ * names --replicate. The same on every rank: no agreement needed. */
+int rf_comm_mesh_parse(const char *text, int world, int *replicate);
+/* The shard group size of RF_COMM_MESH_NODE: the ranks of this rank's node, the
+ * same on every node. Collective over comm: 0 on every rank, or -1 on every rank
+ * with a message when the nodes run different numbers of ranks. */
+int rf_comm_mesh_node_group(const struct rf_comm *comm, int *group);
+/* Splits `comm` into a mesh of shard groups of `group` ranks (consecutive ranks
+ * k*group .. k*group+group-1; with by_node, the ranks of one node) and replicate
+ * groups (the ranks of the same shard rank). Marks which communicators cross the
+ * shard groups (rf_comm_mesh_mark, `comm` included). Collective over comm; the
+ * caller frees the mesh (or hands it to the runtime). */
+void rf_comm_mesh_split(struct rf_comm_mesh *mesh, struct rf_comm *comm, int group, int by_node);
+/* The one place that sets across_groups: on the replicate group, and on `every`
+ * (a communicator of all the mesh's ranks; NULL: none), when there is more than
+ * one replica. */
+void rf_comm_mesh_mark(struct rf_comm_mesh *mesh, struct rf_comm *every);
 /* rf_comm_agree over every rank of the mesh: the shard group, then the replicate group. */
 int rf_comm_mesh_agree(const struct rf_comm_mesh *mesh, int status);
 /* 1 on the mesh's first rank (rank 0 of its shard group and of its replicate group). */

@@ -181,6 +181,14 @@ static void rf_comm_mpi_free(struct rf_comm *comm) {
   free(m);
 }
 
+struct rf_comm *rf_comm_create_mpi(MPI_Comm parent) {
+  struct rf_comm *comm = rf_xcalloc(1, sizeof *comm);
+  rf_comm_init(comm, parent);
+  return comm;
+}
+
+void rf_comm_init_world(struct rf_comm *comm) { rf_comm_init(comm, MPI_COMM_WORLD); }
+
 MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm) {
   RF_ASSERT(comm->ops == &rf_comm_mpi_ops);
   return rf_comm_mpi_of(comm)->comm;
@@ -189,7 +197,20 @@ MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm) {
 void rf_comm_mesh_init(struct rf_comm_mesh *mesh, MPI_Comm shard, MPI_Comm replicate) {
   rf_comm_init(&mesh->replicate, replicate);
   rf_comm_init(&mesh->shard, shard);
-  mesh->replicate.across_groups = mesh->replicate.world > 1;
+  rf_comm_mesh_mark(mesh, NULL);
+}
+
+/* MPI_Comm_split (or, for RF_COMM_SPLIT_NODE, MPI_Comm_split_type by shared
+ * memory), then a communicator of its own on the result. */
+static void rf_comm_mpi_split(const struct rf_comm *comm, int color, int key, struct rf_comm *out) {
+  MPI_Comm part;
+  MPI_Comm parent = rf_comm_mpi_of(comm)->comm;
+  if (color == RF_COMM_SPLIT_NODE)
+    RF_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &part));
+  else
+    RF_MPI_CHECK(MPI_Comm_split(parent, color, key, &part));
+  rf_comm_init(out, part);
+  RF_MPI_CHECK(MPI_Comm_free(&part));
 }
 
 /* ---- types, ops, counts ---------------------------------------------------- */
@@ -464,4 +485,5 @@ static const struct rf_comm_ops rf_comm_mpi_ops = {
     .wait = rf_comm_mpi_wait,
     .group_begin = rf_comm_mpi_group,
     .group_end = rf_comm_mpi_group,
+    .split = rf_comm_mpi_split,
 };

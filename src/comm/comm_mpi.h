@@ -9,14 +9,8 @@
 #ifndef RF_COMM_MPI_H
 #define RF_COMM_MPI_H
 
-#include <mpi.h>
-
 #include "comm/comm.h"
-
-/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (falls back to what the library
- * provides); sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. For programs, not libraries. */
-void rf_comm_mpi_init(int *argc, char ***argv);
-void rf_comm_mpi_finalize(void);
+#include "rfsdp_mpi.h" /* <mpi.h>, rf_comm_mpi_init, rf_comm_create_mpi */
 
 /* Testing hook: the largest count passed to MPI in one argument (default and
  * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
@@ -27,6 +21,8 @@ void rf_comm_set_count_limit(int64_t limit);
  * hook (a fatal error on any rank ends the job: MPI_Abort), and sets the log's
  * rank prefix to the rank in MPI_COMM_WORLD. Released by rf_comm_free. */
 void rf_comm_init(struct rf_comm *comm, MPI_Comm parent);
+/* rf_comm_init of MPI_COMM_WORLD: every rank of the job. */
+void rf_comm_init_world(struct rf_comm *comm);
 /* The duplicated MPI communicator (borrowed). */
 MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm);
 

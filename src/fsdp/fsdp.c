@@ -21,6 +21,8 @@ void rf_fsdp_options_default(struct rf_fsdp_options *opt) {
 
 const char *rf_fsdp_error(void) { return rf_error_msg(); }
 
+const struct rf_comm *rf_fsdp_shard_comm(const struct rf_fsdp *f) { return &f->mesh.shard; }
+
 static int rf_fsdp_check_options(const struct rf_fsdp_options *o) {
   RF_REQUIRE(o->layout >= RF_LAYOUT_PLANNED && o->layout <= RF_LAYOUT_FLAT, "unknown layout %d",
              (int)o->layout);

@@ -97,7 +97,7 @@ struct rf_fsdp {
 };
 
 /* A context on `mesh`, whatever its backend: the entry points of one backend
- * (fsdp_mpi.c: rf_fsdp_create) build the mesh and call this. Takes the mesh (it
+ * (fsdp_mpi.c: rf_fsdp_create, include/rfsdp_mpi.h) build the mesh and call this. Takes the mesh (it
  * is freed on failure, and *mesh is cleared on success). */
 int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const struct rf_fsdp_options *opt);
 

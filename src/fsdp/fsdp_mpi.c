@@ -1,5 +1,6 @@
-/* The runtime's MPI entry points (include/rfsdp.h): a context on MPI
- * communicators. The rest of src/fsdp sees the mesh through comm/comm.h only. */
+/* The runtime's MPI entry points (include/rfsdp_mpi.h): a context on MPI
+ * communicators, built through src/comm's MPI constructors; this file names no
+ * MPI function. The rest of src/fsdp sees the mesh through comm/comm.h only. */
 #include "comm/comm_mpi.h"
 #include "fsdp/fsdp.h"
 

@@ -1,0 +1,83 @@
+/* rfsdp's built-in models bound to the runtime: a decoder described by a Hugging
+ * Face config.json (model_type llama, qwen2, mixtral, qwen3_moe) declared to an
+ * rfsdp context, and its forward and backward over the units with the runtime's
+ * gather, prefetch, reshard and reduce around each. A program that trains one
+ * keeps its data, its loop and its optimizer (rfsdp_optim.h), and saves and
+ * resumes through rfsdp_run.h; docs/example/llama.c is one, `rfsdp train` another.
+ * MPI-free: the communicator comes from rfsdp_mpi.h.
+ *
+ * Ownership: struct rf_train_model is opaque and owns its runtime context (borrowed
+ * by rf_train_model_fsdp) and workspaces; it borrows the communicator it was
+ * created on, which must outlive it. */
+#ifndef RFSDP_MODEL_H
+#define RFSDP_MODEL_H
+
+#include <stdint.h>
+
+#include "rfsdp.h"
+
+struct rf_train_model;
+
+/* Reads the config at `config_path` and declares the model on a new runtime
+ * context over the ranks of `comm` (borrowed): `replicas` groups of consecutive
+ * ranks (world / replicas each) shard the parameters and are replicated across
+ * (HSDP); 1: plain FSDP over every rank. Workspaces for `batch` local sequences of
+ * `seq` tokens. Collective; returns 0, or -1 on every rank with rf_fsdp_error(). */
+int rf_train_model_create(struct rf_train_model **out, const char *config_path,
+                          const struct rf_fsdp_options *opt, struct rf_comm *comm, int replicas, int batch,
+                          int seq);
+void rf_train_model_destroy(struct rf_train_model *m);
+/* The model's runtime context (borrowed): steps, norms, views, stats. */
+struct rf_fsdp *rf_train_model_fsdp(const struct rf_train_model *m);
+/* The config's vocab_size. */
+int rf_train_model_vocab(const struct rf_train_model *m);
+/* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
+int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
+/* The optimizer groups of the model's tensors (rf_optim_flag bits: weight decay
+ * for matrices, orthogonalization by Muon for the linear weights), one per tensor
+ * of rf_train_model_fsdp in declaration order: what rf_optim_create_fsdp takes. */
+void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags);
+
+/* Forward and backward of one micro-batch (tokens, targets: batch*seq each);
+ * gradients of grad_scale * loss_sum are reduced into the shards. Returns this
+ * rank's loss sum, or NAN when a token is out of range. A MoE config with
+ * output_router_logits adds router_aux_loss_coef times the load-balancing loss of
+ * the global micro-batch (all ranks' rows; transformers' load_balancing_loss_func),
+ * weighted by the micro-batch's share of the step's tokens: each rank's loss sum
+ * carries 1/W of it (so grad_scale times the ranks' sum is the step's loss).
+ * Collective: every rank calls it for every micro-batch. */
+double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
+                                 float grad_scale);
+/* Forward only: this rank's loss sum. */
+double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets);
+/* Extends tokens[0..len) to tokens[0..total) by sampling (every rank computes the
+ * same tokens: the same weights, the same RNG). */
+int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, int total, float temperature,
+                            uint64_t *rng);
+
+/* After rf_train_model_loss: the logits of row `row` (sequence-major over this
+ * rank's batch x seq tokens), vocab_size floats (borrowed, valid until the next
+ * forward). */
+const float *rf_train_model_logits(const struct rf_train_model *m, int row);
+
+/* The rank's core budget as OpenMP's thread count: the cores this process may run
+ * on divided by the ranks of `comm` on its node (at least 1), unless
+ * OMP_NUM_THREADS is set. Returns the count. Collective over comm; call before
+ * the model's first product. */
+int rf_train_set_threads(const struct rf_comm *comm);
+
+/* ---- token files (written by `rfsdp prepare`) --------------------------------- */
+
+struct rf_token_data;
+/* Opens a token file (PREFIX.train.tok); 0, or -1 with rf_fsdp_error() naming the
+ * file and the problem. */
+int rf_token_data_open(struct rf_token_data **out, const char *path);
+void rf_token_data_close(struct rf_token_data *d);
+/* Part `part` of `parts` of the global batch of `step` (batch sequences of seq
+ * tokens drawn by (seed, step): the same batch at any W), and the targets (the
+ * same tokens shifted by one): batch / parts rows each. `rfsdp train` gives
+ * micro-batch m of rank r part m * W + r of W * accum. 0, or -1 with a message. */
+int rf_token_data_batch(const struct rf_token_data *d, uint64_t seed, int64_t step, int64_t batch,
+                        int64_t seq, int part, int parts, int32_t *tokens, int32_t *targets);
+
+#endif

@@ -1,0 +1,295 @@
+/* src/model's binding of a model to the runtime (model/train.h, the public
+ * include/rfsdp_model.h): declaration, one micro-step, evaluation, sampling, and
+ * the token files a program trains on. */
+#include "model/train.h"
+
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "data/data.h"
+#include "fsdp/fsdp.h"
+#include "rfsdp_optim.h"
+
+static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
+
+int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
+                        const struct rf_fsdp_options *opt, const struct rf_comm *comm,
+                        struct rf_comm_mesh *mesh, int batch, int seq) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->comm = comm;
+  RF_TRY(rf_fsdp_create_on(&m->fsdp, mesh, opt));
+  rf_model_desc_make(cfg, &m->desc);
+  RF_REQUIRE(!m->desc.too_large, "the model is too large: more than 2^50 parameters or 2^18 tensors");
+  rf_model_units_find(cfg, &m->map);
+  /* tied: the head unit (the embedding) stays gathered through the step while
+   * the layers take turns in another parameter slot */
+  RF_REQUIRE(!cfg->tie_word_embeddings || opt->prefetch >= 1 || !opt->reshard_after_forward,
+             "tie_word_embeddings: the unit holding the embedding stays gathered through the step; "
+             "--prefetch 0 leaves no parameter slot for the layers (use --prefetch 1 or more)");
+  m->n_units = m->desc.n_units;
+  m->first_tensor = rf_xcalloc((size_t)m->n_units, sizeof(int));
+  for (int u = 0; u < m->n_units; u++) {
+    int unit = rf_fsdp_add_unit(m->fsdp, m->desc.units[u].name);
+    RF_REQUIRE(unit >= 0, "%s", rf_fsdp_error());
+    for (int i = 0; i < m->desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *spec = &m->desc.units[u].tensors[i];
+      int t = rf_fsdp_add_tensor(m->fsdp, unit, spec->name, spec->ndim, spec->shape, spec->block_rows,
+                                 spec->init);
+      RF_REQUIRE(t >= 0, "%s", rf_fsdp_error());
+      /* the linear weights and the fused experts; embeddings, norms, biases, routers and the
+       * output head stay in the param dtype */
+      if (spec->fp8) RF_REQUIRE(rf_fsdp_set_fp8(m->fsdp, t) == 0, "%s", rf_fsdp_error());
+      if (i == 0) m->first_tensor[u] = t;
+    }
+  }
+  RF_REQUIRE(rf_fsdp_finalize(m->fsdp) == 0, "%s", rf_fsdp_error());
+  m->balance =
+      rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
+  if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
+  RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));
+  RF_TRY(rf_model_ws_init(&m->gen_ws, cfg, 1, seq));
+  if (opt->fp8) {
+    rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2);
+    rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2);
+  }
+  /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
+  m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;
+  m->ws.stage.progress_ctx = m->gen_ws.stage.progress_ctx = m->fsdp;
+  return 0;
+}
+
+int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute) {
+  RF_TRY(rf_model_ws_set_compute(&m->ws, compute));
+  return rf_model_ws_set_compute(&m->gen_ws, compute);
+}
+
+int rf_train_set_threads(const struct rf_comm *comm) {
+  int local = rf_comm_node_ranks(comm);
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && *env) return omp_get_max_threads();
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
+  int threads = cores / local > 1 ? cores / local : 1;
+  omp_set_num_threads(threads);
+  return threads;
+}
+
+void rf_train_model_free(struct rf_train_model *m) {
+  rf_model_ws_free(&m->ws);
+  rf_model_ws_free(&m->gen_ws);
+  rf_fsdp_free(m->fsdp);
+  rf_model_desc_free(&m->desc);
+  free(m->first_tensor);
+  free(m->balance_stats);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- the public face (include/rfsdp_model.h) ------------------------------------ */
+
+int rf_train_model_create(struct rf_train_model **out, const char *config_path,
+                          const struct rf_fsdp_options *opt, struct rf_comm *comm, int replicas, int batch,
+                          int seq) {
+  *out = NULL;
+  struct rf_model_config cfg;
+  int rc = rf_model_config_load(&cfg, config_path);
+  RF_TRY(rf_comm_agree(comm, rc));
+  RF_REQUIRE(replicas >= 1 && comm->world % replicas == 0, "%d replicas do not divide the %d ranks", replicas,
+             comm->world);
+  RF_REQUIRE(batch >= 1 && seq >= 1 && seq <= cfg.max_position_embeddings,
+             "%s: %d sequences of %d tokens (max_position_embeddings %d)", config_path, batch, seq,
+             cfg.max_position_embeddings);
+  struct rf_comm_mesh mesh;
+  rf_comm_mesh_split(&mesh, comm, comm->world / replicas, 0);
+  struct rf_train_model *m = rf_xcalloc(1, sizeof *m);
+  rc = rf_train_model_init(m, &cfg, opt, comm, &mesh, batch, seq);
+  if (rc != 0) {
+    if (m->fsdp) rf_train_model_free(m);
+    free(m);
+    return -1;
+  }
+  *out = m;
+  return 0;
+}
+
+void rf_train_model_destroy(struct rf_train_model *m) {
+  if (!m) return;
+  rf_train_model_free(m);
+  free(m);
+}
+
+struct rf_fsdp *rf_train_model_fsdp(const struct rf_train_model *m) {
+  return m->fsdp;
+}
+
+int rf_train_model_vocab(const struct rf_train_model *m) { return m->cfg.vocab_size; }
+
+void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags) {
+  for (int u = 0; u < m->desc.n_units; u++)
+    for (int i = 0; i < m->desc.units[u].n_tensors; i++) {
+      const struct rf_model_tensor *mt = &m->desc.units[u].tensors[i];
+      flags[m->first_tensor[u] + i] =
+          (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+    }
+}
+
+const float *rf_train_model_logits(const struct rf_train_model *m, int row) {
+  return rf_model_ws_logits(&m->ws, row);
+}
+
+/* ---- one step ------------------------------------------------------------------- */
+
+/* Points w (and g when non-NULL) at unit u's views. */
+static void rf_train_weights(struct rf_train_model *m, int u, struct rf_model_weight *w, float **g) {
+  int n = m->desc.units[u].n_tensors;
+  for (int i = 0; i < n; i++) {
+    int t = m->first_tensor[u] + i;
+    w[i].f32 = rf_fsdp_param(m->fsdp, t);
+    w[i].bf16 = rf_fsdp_param_bf16(m->fsdp, t);
+    w[i].fp8 = rf_fsdp_param_fp8(m->fsdp, t, &w[i].fp8_scales);
+    if (g) g[i] = rf_fsdp_grad(m->fsdp, t);
+  }
+}
+
+/* The embedding table's weights (and gradient): its own unit's, or (tied) the
+ * head's output matrix, which stays gathered from the embedding to the head. */
+static const struct rf_model_weight *rf_train_embed(struct rf_train_model *m, float **g) {
+  const struct rf_model_units *map = &m->map;
+  if (map->embed_unit == map->head_unit) {
+    if (g) *g = m->gh[map->embed_tensor];
+    return &m->wh[map->embed_tensor];
+  }
+  rf_train_weights(m, map->embed_unit, m->w, g ? m->g : NULL);
+  if (g) *g = m->g[map->embed_tensor];
+  return &m->w[map->embed_tensor];
+}
+
+/* Forward through every unit; returns the loss sum (0 without targets), NAN on a bad token. */
+static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws, const int32_t *tokens,
+                               const int32_t *targets) {
+  struct rf_fsdp *f = m->fsdp;
+  const struct rf_model_units *map = &m->map;
+  int tied = map->embed_unit == map->head_unit;
+  rf_fsdp_forward_begin(f, map->embed_unit);
+  if (tied) rf_train_weights(m, map->head_unit, m->wh, NULL);
+  int bad = rf_model_embed_forward(ws, rf_train_embed(m, NULL), tokens);
+  if (!tied) rf_fsdp_forward_end(f, map->embed_unit);
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+    rf_fsdp_forward_begin(f, map->first_layer + l);
+    rf_train_weights(m, map->first_layer + l, m->w, NULL);
+    rf_model_layer_forward(ws, l, m->w);
+    rf_fsdp_forward_end(f, map->first_layer + l);
+  }
+  if (!tied) {
+    rf_fsdp_forward_begin(f, map->head_unit);
+    rf_train_weights(m, map->head_unit, m->wh, NULL);
+  }
+  double loss = rf_model_head_forward(ws, m->wh, targets);
+  rf_fsdp_forward_end(f, map->head_unit);
+  return bad ? NAN : loss;
+}
+
+/* The load-balancing loss of the global micro-batch (collective): sets the
+ * backward's router gradient and returns this rank's share of the loss sum. */
+static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
+  struct rf_model_ws *ws = &m->ws;
+  int ne = m->cfg.moe.num_local_experts;
+  double *st = m->balance_stats;
+  memcpy(st, ws->moe_count, (size_t)ne * sizeof(double));
+  memcpy(st + ne, ws->moe_psum, (size_t)ne * sizeof(double));
+  int layers =
+      rf_model_config_moe_layers(&m->cfg); /* transformers counts the rows of the layers with a router */
+  st[2 * ne] = (double)ws->b * ws->t * layers;
+  rf_comm_allreduce(m->comm, st, 2 * ne + 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  /* d(step loss)/d(aux) = coef * (the micro-batch's tokens) * grad_scale */
+  double tokens = st[2 * ne] / layers, coef = m->cfg.moe.router_aux_loss_coef;
+  double aux = rf_model_moe_balance(ws, st, st + ne, st[2 * ne], (float)(coef * tokens * grad_scale));
+  return coef * aux * tokens / m->comm->world;
+}
+
+double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
+                                 float grad_scale) {
+  struct rf_fsdp *f = m->fsdp;
+  const struct rf_model_units *map = &m->map;
+  int tied = map->embed_unit == map->head_unit;
+  double loss = rf_train_forward(m, &m->ws, tokens, targets);
+  if (m->balance) loss += rf_train_balance(m, grad_scale);
+  rf_fsdp_backward_begin(f, map->head_unit);
+  rf_train_weights(m, map->head_unit, m->wh, m->gh);
+  rf_model_head_backward(&m->ws, m->wh, m->gh, grad_scale);
+  if (!tied) rf_fsdp_backward_end(f, map->head_unit);
+  for (int l = m->cfg.num_hidden_layers - 1; l >= 0; l--) {
+    rf_fsdp_backward_begin(f, map->first_layer + l);
+    rf_train_weights(m, map->first_layer + l, m->w, m->g);
+    rf_model_layer_backward(&m->ws, l, m->w, m->g);
+    rf_fsdp_backward_end(f, map->first_layer + l);
+  }
+  if (!tied) rf_fsdp_backward_begin(f, map->embed_unit);
+  float *gemb = NULL;
+  rf_train_embed(m, &gemb);
+  rf_model_embed_backward(&m->ws, &gemb);
+  rf_fsdp_backward_end(f, map->embed_unit);
+  return loss;
+}
+
+double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets) {
+  double loss = rf_train_forward(m, &m->ws, tokens, targets);
+  rf_fsdp_reshard_all(m->fsdp);
+  return loss;
+}
+
+int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, int total, float temperature,
+                            uint64_t *rng) {
+  struct rf_model_ws *ws = &m->gen_ws;
+  RF_REQUIRE(len >= 1 && total >= len, "generate: bad lengths %d, %d", len, total);
+  for (int n = len; n < total; n++) {
+    int window = n < ws->cap_t ? n : ws->cap_t;
+    RF_TRY(rf_model_ws_set_shape(ws, 1, window));
+    double rc = rf_train_forward(m, ws, tokens + n - window, NULL);
+    rf_fsdp_reshard_all(m->fsdp);
+    RF_REQUIRE(!isnan(rc), "generate: a token is outside the vocabulary");
+    tokens[n] =
+        rf_model_sample_logits(rf_model_ws_logits(ws, window - 1), m->cfg.vocab_size, temperature, rng);
+  }
+  return 0;
+}
+
+/* ---- token files -------------------------------------------------------------- */
+
+struct rf_token_data {
+  struct rf_token_file file;
+  struct rf_data_loader loader;
+};
+
+int rf_token_data_open(struct rf_token_data **out, const char *path) {
+  *out = NULL;
+  struct rf_token_data *d = rf_xcalloc(1, sizeof *d);
+  if (rf_token_file_open(&d->file, path) != 0) {
+    free(d);
+    return -1;
+  }
+  if (rf_data_loader_init(&d->loader, &d->file) != 0) {
+    rf_token_file_close(&d->file);
+    free(d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+void rf_token_data_close(struct rf_token_data *d) {
+  if (!d) return;
+  rf_token_file_close(&d->file);
+  free(d);
+}
+
+int rf_token_data_batch(const struct rf_token_data *d, uint64_t seed, int64_t step, int64_t batch,
+                        int64_t seq, int part, int parts, int32_t *tokens, int32_t *targets) {
+  return rf_data_loader_batch(&d->loader, seed, step, batch, seq, part, parts, tokens, targets);
+}

@@ -1,0 +1,51 @@
+/* src/model's binding of a model description to the runtime (train.c): the
+ * model's units and tensors declared to rfsdp (include/rfsdp.h), the tied
+ * embedding, one forward/backward over the units with the runtime's gather,
+ * prefetch, reshard and reduce around each, the MoE router statistics summed
+ * over the ranks through src/comm, evaluation and sampling. The layers only see
+ * parameter views and gradient views. No MPI: communicators come from src/comm.
+ * include/rfsdp_model.h is its public face (create/destroy around init/free). */
+#ifndef RF_MODEL_TRAIN_H
+#define RF_MODEL_TRAIN_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "rfsdp_model.h"
+
+struct rf_comm_mesh; /* src/comm */
+
+/* Owns the runtime context and the workspaces; borrows `comm`. */
+struct rf_train_model {
+  struct rf_model_config cfg;
+  struct rf_model_desc desc; /* the units and tensors declared (owned) */
+  struct rf_fsdp *fsdp;      /* owned */
+  int n_units;
+  int *first_tensor;         /* per unit: the global index of its first tensor */
+  struct rf_model_ws ws;     /* the training micro-batch */
+  struct rf_model_ws gen_ws; /* one sequence, for sampling */
+  struct rf_model_units map; /* where the embedding, the layers and the head are */
+  struct rf_model_weight w[RF_MODEL_LAYER_TENSOR_COUNT]; /* the unit at hand (a layer, the embedding) */
+  float *g[RF_MODEL_LAYER_TENSOR_COUNT];
+  struct rf_model_weight wh[RF_MODEL_HEAD_TENSOR_COUNT]; /* the head unit (tied: through the step) */
+  float *gh[RF_MODEL_HEAD_TENSOR_COUNT];
+  /* MoE with the load-balancing loss (output_router_logits): the router
+   * statistics of a micro-batch are summed over the ranks of `comm` (every rank's
+   * micro-step takes part), so the loss is that of the global micro-batch at any
+   * world size */
+  int balance;
+  const struct rf_comm *comm; /* borrowed: every rank (the data's) */
+  double *balance_stats;      /* [2 E + 1]: counts, probability sums, rows */
+};
+
+/* Declares the model's units and tensors to a new runtime context on `mesh`
+ * (taken: freed on failure, owned by the context on success) and finalizes it;
+ * `comm` (borrowed, must outlive the model) holds every rank: the router
+ * statistics of MoE models are summed over it. Workspaces for `batch` local
+ * sequences of `seq` tokens. */
+int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *cfg,
+                        const struct rf_fsdp_options *opt, const struct rf_comm *comm,
+                        struct rf_comm_mesh *mesh, int batch, int seq);
+void rf_train_model_free(struct rf_train_model *m);
+
+#endif
