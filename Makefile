@@ -3,6 +3,14 @@ CC ?= cc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
+# The backend behind the device, gemm and comm tables: cpu (host memory, oneDNN, MPI), the
+# default and the only one built today; cuda (cuBLASLt, NCCL, streams) is the next one.
+BACKEND ?= cpu
+ifeq ($(BACKEND),cuda)
+$(error BACKEND=cuda: the CUDA backend is not built yet (docs/architecture.md, "The GPU path"); BACKEND=cpu builds the host one)
+else ifneq ($(BACKEND),cpu)
+$(error BACKEND=$(BACKEND): no such backend; BACKEND=cpu (the default) or cuda (not built yet))
+endif
 PREFIX ?= /usr/local
 BUILD ?= build
 PKGS := mpi libcjson libxxhash lapacke
@@ -48,15 +56,21 @@ help:
 	@echo "make demo-moe   the same with a Mixtral-style model (8 experts, top-2, the demo's active parameters)"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
+	@echo "make BACKEND=cpu the host backend (the default; BACKEND=cuda is not built yet)"
 	@echo "make format | lint   (scripts/setup --dev installs clang, clang-format, clang-tidy, cppcheck)"
 
 setup:
 	@scripts/setup
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+# each object depends on the headers it includes (-MMD -MP writes them into a .d beside it) and
+# on this Makefile (its flags); tests and benches, compiled and linked in one command, depend on
+# every header
+$(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
 
 $(BUILD)/librfsdp.a: $(LIB_OBJ)
 	@rm -f $@
