@@ -191,37 +191,35 @@ static int rf_train_check_optim_options(const struct rf_train_args *a, int argc,
  * the ranks agree on a hash of their options before anything else, and where they
  * differ the lowest such rank names the first option that differs from rank 0's.
  * Collective; the same result on every rank. */
-static int rf_train_check_same_options(int argc, char **argv) {
+static int rf_train_check_same_options(const struct rf_comm *comm, int argc, char **argv) {
   size_t len = 0;
   for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
   char *mine = rf_xcalloc(len + 1, 1);
   for (int i = 1, at = 0; i < argc; i++) at += snprintf(mine + at, len + 1 - (size_t)at, "%s%c", argv[i], 0);
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)mine[i]) * 1099511628211ull;
-  uint64_t lo = h, hi = h;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  int64_t lo = (int64_t)h, hi = (int64_t)h; /* equal on every rank iff min == max */
+  rf_comm_allreduce(comm, &lo, 1, RF_DTYPE_I64, RF_REDUCE_OP_MIN);
+  rf_comm_allreduce(comm, &hi, 1, RF_DTYPE_I64, RF_REDUCE_OP_MAX);
   if (lo == hi) {
     free(mine);
     return 0;
   }
   /* rank 0's options to everyone; each rank finds its first difference */
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int rank = comm->rank, world = comm->world;
   int64_t len0 = (int64_t)len;
-  MPI_Bcast(&len0, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  rf_comm_bcast(comm, &len0, 1, RF_DTYPE_I64, 0);
   char *first = rf_xcalloc((size_t)len0 + 1, 1);
   if (rank == 0) memcpy(first, mine, len);
-  MPI_Bcast(first, (int)len0, MPI_CHAR, 0, MPI_COMM_WORLD);
+  rf_comm_bcast(comm, first, len0, RF_DTYPE_U8, 0);
   const char *p = mine, *q = first, *opt = "", *end = mine + len, *end0 = first + len0;
   while (p < end && q < end0 && strcmp(p, q) == 0) {
     if (p[0] == '-' && p[1] == '-') opt = p;
     p += strlen(p) + 1, q += strlen(q) + 1;
   }
   int differs = len != (size_t)len0 || memcmp(mine, first, len) != 0;
-  int speaker = differs ? rank : world;
-  MPI_Allreduce(MPI_IN_PLACE, &speaker, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int32_t speaker = differs ? rank : world;
+  rf_comm_allreduce(comm, &speaker, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
   if (speaker == rank) { /* a value is shown after its option */
     const char *o = p < end && p[0] == '-' && p[1] == '-' ? "" : opt;
     fprintf(stderr,
@@ -488,7 +486,7 @@ int rf_cmd_train(int argc, char **argv) {
   s.rank = s.comm.rank;
   s.world = s.comm.world;
   if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
-  if (rf_train_check_same_options(argc, argv) != 0) {
+  if (rf_train_check_same_options(&s.comm, argc, argv) != 0) {
     rf_comm_mpi_finalize();
     return 2;
   }
