@@ -71,6 +71,13 @@ void *rf_xaligned_at(size_t align, size_t bytes, const char *file, int line);
 #define rf_xmalloc(bytes) rf_xmalloc_at((bytes), __FILE__, __LINE__)
 #define rf_xcalloc(n, size) rf_xcalloc_at((n), (size), __FILE__, __LINE__)
 #define rf_xaligned(align, bytes) rf_xaligned_at((align), (bytes), __FILE__, __LINE__)
+/* The bytes requested from rf_xmalloc/rf_xcalloc/rf_xaligned since the process
+ * started (process-wide, atomic; never decreases). Tests measure what a create
+ * allocates with it (test_optim_mpi: an optimizer's state_bytes and workspace_bytes
+ * against what it really allocates). */
+uint64_t rf_xalloc_bytes(void);
+/* Adds bytes allocated outside rf_x* (a device's host allocator) to rf_xalloc_bytes. */
+void rf_xalloc_note_bytes(size_t bytes);
 
 /* ---- logging ------------------------------------------------------------ */
 

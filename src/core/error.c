@@ -9,6 +9,7 @@
 static _Thread_local char rf_error_text[1024];
 static _Thread_local int rf_error_from_elsewhere; /* the last error only reports another rank's */
 static rf_die_abort_hook rf_die_hook;
+static uint64_t rf_alloc_bytes; /* rf_xalloc_bytes */
 
 static void rf_error_vset(const char *file, int line, const char *fmt, va_list ap) {
   int n = snprintf(rf_error_text, sizeof rf_error_text, "%s:%d: ", file, line);
@@ -66,10 +67,17 @@ static uint64_t rf_heap_allocs;
 
 uint64_t rf_heap_allocations(void) { return rf_heap_allocs; }
 
+uint64_t rf_xalloc_bytes(void) { return __atomic_load_n(&rf_alloc_bytes, __ATOMIC_RELAXED); }
+
+void rf_xalloc_note_bytes(size_t bytes) {
+  __atomic_fetch_add(&rf_alloc_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
+}
+
 void *rf_xmalloc_at(size_t bytes, const char *file, int line) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) rf_die(file, line, "out of memory allocating %zu bytes", bytes);
   rf_heap_allocs++;
+  __atomic_fetch_add(&rf_alloc_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
   return p;
 }
 
@@ -77,6 +85,7 @@ void *rf_xcalloc_at(size_t n, size_t size, const char *file, int line) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) rf_die(file, line, "out of memory allocating %zu x %zu bytes", n, size);
   rf_heap_allocs++;
+  __atomic_fetch_add(&rf_alloc_bytes, (uint64_t)n * (uint64_t)size, __ATOMIC_RELAXED);
   return p;
 }
 
@@ -87,5 +96,6 @@ void *rf_xaligned_at(size_t align, size_t bytes, const char *file, int line) {
   if (rc != 0)
     rf_die(file, line, "out of memory allocating %zu bytes (align %zu): %s", bytes, align, strerror(rc));
   rf_heap_allocs++;
+  __atomic_fetch_add(&rf_alloc_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
   return p;
 }

@@ -18,6 +18,7 @@ static void *rf_device_host_alloc(struct rf_device *dev, size_t bytes, size_t al
   if (rc != 0)
     RF_DIE("host device: out of memory allocating %zu bytes (align %zu): %s", bytes, align, strerror(rc));
   memset(p, 0, bytes);
+  rf_xalloc_note_bytes(bytes);
   return p;
 }
 
