@@ -127,6 +127,8 @@ static const struct variant variants[] = {
      1e-4, 1},
     {"planned-bf16-reduce", RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_BF16, 1,
      2e-2, 1},
+    {"planned-equal-bf16-reduce", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 1, 1, 2, RF_DTYPE_F32,
+     RF_DTYPE_BF16, 1, 2e-2, 1},
     {"flat", RF_LAYOUT_FLAT, RF_SHARD_MODE_EQUAL, 1, 1, 1, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5, 1},
     {"fsdp2-accum", RF_LAYOUT_FSDP2, RF_SHARD_MODE_EQUAL, 1, 1, 2, RF_DTYPE_F32, RF_DTYPE_F32, 1, 1e-5, 1},
     {"hsdp-planned-ragged-accum", RF_LAYOUT_PLANNED, RF_SHARD_MODE_RAGGED, 1, 1, 2, RF_DTYPE_F32,

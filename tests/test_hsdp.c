@@ -2,7 +2,9 @@
  * Hybrid sharding (`rfsdp train --replicate R`, W = R x S) as a user runs it:
  *  - equivalence: the same run (seed, global batch of 12 sequences, 6 steps) at
  *    2x2 (W=4), 2x3 and 3x2 (W=6) gives the one-rank run's loss at every step
- *    within 1e-4 relative, for AdamW, 8-bit AdamW and Muon;
+ *    within 1e-4 relative, for AdamW, 8-bit AdamW and Muon, and the gradient's norm
+ *    (before clipping) too: a wrong count in the replica sum scales it, while the loss
+ *    of Adam and Muon hardly reacts to a uniform gradient scale;
  *  - bytes: the log's inter_bytes is 0 in 1-D FSDP; under HSDP it is, at every
  *    step, the f32 shard slab all-reduced across the replicas (4 x the plan's
  *    max_shard_elems, equal shards) plus the train loop's two scalar all-reduces
@@ -58,7 +60,7 @@ static double worst_relative(const double *got, const double *ref, int n) {
 static void check_equivalence(const char *model, const char *data, const char *optim) {
   static const int meshes[][2] = {{2, 2}, {2, 3}, {3, 2}}; /* R x S */
   char out[16384], log[256];
-  double ref[STEPS], got[STEPS], inter[STEPS];
+  double ref[STEPS], got[STEPS], inter[STEPS], ref_norm[STEPS], norm[STEPS];
   snprintf(log, sizeof log, "%s/ref-%s.jsonl", dir, optim);
   int rc = rf_cli_run_mpi(out, sizeof out, 1, LIMIT_S,
                           "train --model %s --data %s %s --steps %d --optim %s --log %s", model, data, common,
@@ -67,6 +69,8 @@ static void check_equivalence(const char *model, const char *data, const char *o
   int n = rf_cli_log_field(log, "\"loss\":", ref, STEPS);
   RF_CHECK(n == STEPS && ref[STEPS - 1] < ref[0], "%s one-rank run: %d steps, loss %g -> %g", optim, n,
            ref[0], ref[n > 0 ? n - 1 : 0]);
+  RF_CHECK(rf_cli_log_field(log, "\"grad_norm\":", ref_norm, STEPS) == STEPS, "%s one-rank run: grad_norm",
+           optim);
   int m = rf_cli_log_field(log, "\"inter_bytes\":", inter, STEPS);
   for (int s = 0; s < m; s++)
     RF_CHECK(inter[s] == 0, "%s W=1 step %d: inter_bytes %g", optim, s + 1, inter[s]);
@@ -91,6 +95,14 @@ static void check_equivalence(const char *model, const char *data, const char *o
     double worst = worst_relative(got, ref, m < n ? m : n);
     RF_CHECK(worst <= 1e-4, "%s %dx%d: loss differs from the one-rank run by %.3g relative", optim, r,
              meshes[k][1], worst);
+    /* the gradient itself: its norm (before clipping) scales with any wrong count in the
+     * replica sum, which Adam and Muon hardly see in the loss */
+    m = rf_cli_log_field(log, "\"grad_norm\":", norm, STEPS);
+    RF_CHECK(m == STEPS, "%s %dx%d: %d grad norms logged", optim, r, meshes[k][1], m);
+    double worst_norm = worst_relative(norm, ref_norm, m < n ? m : n);
+    RF_CHECK(worst_norm <= 1e-6, /* measured at most 2.8e-8 (the reduction order) */
+             "%s %dx%d: grad_norm differs from the one-rank run by %.3g relative", optim, r, meshes[k][1],
+             worst_norm);
     double slab = read_plan_shard(log);
     m = rf_cli_log_field(log, "\"inter_bytes\":", inter, STEPS);
     RF_CHECK(slab > 0 && m == STEPS, "%s %dx%d: plan shard %g, %d inter_bytes", optim, r, meshes[k][1], slab,
@@ -98,8 +110,10 @@ static void check_equivalence(const char *model, const char *data, const char *o
     for (int s = 0; s < m; s++)
       RF_CHECK(inter[s] == 4 * slab + 12, "%s %dx%d step %d: inter_bytes %.0f, expected 4 x %.0f + 12", optim,
                r, meshes[k][1], s + 1, inter[s], slab);
-    printf("%-9s %dx%d  max relative loss difference %.2g over %d steps; inter_bytes %.0f per step\n", optim,
-           r, meshes[k][1], worst, STEPS, m > 0 ? inter[0] : -1);
+    printf(
+        "%-9s %dx%d  max relative loss difference %.2g, grad_norm %.2g over %d steps; inter_bytes %.0f per "
+        "step\n",
+        optim, r, meshes[k][1], worst, worst_norm, STEPS, m > 0 ? inter[0] : -1);
   }
 }
 
