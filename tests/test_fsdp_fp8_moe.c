@@ -9,14 +9,16 @@
  * band) and of 384 rows (three bands, so ranks may split an expert between bands),
  * next to a matrix, a router and a vector in the param dtype; equal and ragged
  * shards, amax/448 and power-of-two scales. Every rank's range of an FP8 tensor
- * starts on a band of an expert. A NaN in expert 1's second band on the rank that
- * owns it: every rank's gather fails naming the tensor, the expert and the rows. */
+ * starts on a band of an expert. The model's slice of each expert (rf_model_moe_expert_weight,
+ * what src/model/moe.c multiplies with) is exactly that expert's codes and scales. A NaN in expert 1's second
+ * band on the rank that owns it: every rank's gather fails naming the tensor, the expert and the rows. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "model/model.h"
 #include "rf_test.h"
 #include "rfsdp_mpi.h"
 
@@ -85,6 +87,30 @@ static int64_t quantize_experts(const struct spec *s, const float *full, int pow
   return tiles;
 }
 
+/* The model's slice of each expert (rf_model_moe_expert_weight, what src/model/moe.c
+ * multiplies with) out of the gathered codes and scales: exactly the codes and scales
+ * of that expert quantized on its own. */
+static void check_expert_slices(const struct spec *s, const float *full, int pow2, const uint8_t *got,
+                                const float *got_scales, const char *what) {
+  int64_t experts = s->ndim == 3 ? s->shape[0] : 1;
+  struct rf_fp8_grid g = {s->shape[s->ndim - 2], s->shape[s->ndim - 1], RF_FP8_TILE, RF_FP8_TILE};
+  int64_t per = g.rows * g.cols, tiles = rf_fp8_grid_tiles(&g);
+  uint8_t *codes = malloc((size_t)per);
+  float *scales = malloc((size_t)tiles * sizeof(float));
+  RF_ASSERT(codes && scales);
+  struct rf_model_weight w = {.fp8 = got, .fp8_scales = got_scales};
+  for (int64_t e = 0; e < experts; e++) {
+    RF_ASSERT(rf_fp8_quantize(&g, full + e * per, pow2, s->name, codes, scales) == 0);
+    struct rf_model_weight x = rf_model_moe_expert_weight(&w, (int)e, (int)g.rows, (int)g.cols);
+    RF_CHECK(x.fp8 && memcmp(x.fp8, codes, (size_t)per) == 0 &&
+                 memcmp(x.fp8_scales, scales, (size_t)tiles * sizeof(float)) == 0,
+             "%s: %s: the model's slice of expert %lld is not that expert's codes and scales", what, s->name,
+             (long long)e);
+  }
+  free(codes);
+  free(scales);
+}
+
 static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt, int world) {
   char what[96];
   snprintf(what, sizeof what, "%s pow2=%d param %s", shard == RF_SHARD_MODE_EQUAL ? "equal" : "ragged", pow2,
@@ -129,6 +155,7 @@ static void check_variant(enum rf_shard_mode shard, int pow2, enum rf_dtype pdt,
         RF_CHECK(memcmp(got, codes, (size_t)n) == 0, "%s: %s codes differ", what, s->name);
         RF_CHECK(memcmp(got_scales, scales, (size_t)tiles * sizeof(float)) == 0, "%s: %s scales differ", what,
                  s->name);
+        check_expert_slices(s, full, pow2, got, got_scales, what);
       }
       int varied = 0; /* the data makes distinct scales (a check of the check) */
       for (int64_t k = 1; k < tiles; k++) varied |= scales[k] != scales[0];

@@ -8,7 +8,8 @@
  * Also: the vectorized exp against libm (rel err < 2e-7), the bf16-weight linear in f32 compute (row blocks
  * widened) and the bf16-compute linear against the f32 linear on the same rounded operands, rope's inverse
  * undoing it, and
- * rmsnorm/linear/embedding backward adding into (not overwriting) their outputs. */
+ * rmsnorm/linear/embedding backward adding into (not overwriting) their outputs, the FP8 linear's
+ * too. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,49 @@ static void test_linear_bf16(void) {
   free(sb.act), free(sb.act2), free(sb.wbf16), free(xr), free(dyr), free(dwa), free(dwb);
 }
 
+/* FP8 block weights (docs/fp8.md): the backward with beta 1 adds dX into what dx held and dW
+ * into dw, as the f32 path does (a layer's q, k and v projections share one input and add
+ * their dX; a missing accumulation is not visible in one product). Reference: the same
+ * call with beta 0 on zeroed outputs (that product is tied to torch in test_fp8), plus the
+ * prefilled values: equal up to the f32 order of the additions (1e-6 of max|ref|). Shapes
+ * with whole and partial 128-tiles on every side. */
+static void test_linear_fp8(void) {
+  int n = 136, in = 144, out = 200;
+  size_t wide = (size_t)(in > out ? in : out), act = (size_t)n * wide, weight = (size_t)out * in;
+  size_t tiles = act / RF_FP8_TILE + (size_t)n + wide + 1;
+  struct rf_model_stage st = {.compute = RF_DTYPE_F32};
+  st.fp8 = (struct rf_model_fp8_stage){.a = rf_xmalloc(act * 2),
+                                       .b = rf_xmalloc(act * 2),
+                                       .w = rf_xmalloc(weight * 2),
+                                       .sa = rf_xmalloc(tiles * 4),
+                                       .sb = rf_xmalloc(tiles * 4),
+                                       .work = rf_xmalloc((act > weight ? act : weight) * 4 + wide * 4)};
+  float *x = rand_buf((size_t)n * in, 1.0f), *wf = rand_buf(weight, 0.5f),
+        *dy = rand_buf((size_t)n * out, 1.0f);
+  struct rf_fp8_grid g = {out, in, RF_FP8_TILE, RF_FP8_TILE};
+  uint8_t *codes = rf_xmalloc(weight);
+  float *scales = rf_xmalloc((size_t)rf_fp8_grid_tiles(&g) * 4);
+  RF_ASSERT(rf_fp8_quantize(&g, wf, 0, "w", codes, scales) == 0);
+  struct rf_model_weight w = {.fp8 = codes, .fp8_scales = scales};
+  float *dx0 = rf_xcalloc((size_t)n * in, 4), *dw0 = rf_xcalloc(weight, 4);
+  rf_model_linear_backward(dx0, dw0, dy, x, &w, n, in, out, 0.0f, &st);
+  float *pre_x = rand_buf((size_t)n * in, 2.0f), *pre_w = rand_buf(weight, 2.0f);
+  float *dx1 = rf_xmalloc((size_t)n * in * 4), *dw1 = rf_xmalloc(weight * 4);
+  memcpy(dx1, pre_x, (size_t)n * in * 4);
+  memcpy(dw1, pre_w, weight * 4);
+  rf_model_linear_backward(dx1, dw1, dy, x, &w, n, in, out, 1.0f, &st);
+  for (size_t i = 0; i < (size_t)n * in; i++) dx0[i] += pre_x[i];
+  for (size_t i = 0; i < weight; i++) dw0[i] += pre_w[i];
+  double ex = rf_test_max_abs_diff(dx1, dx0, (size_t)n * in) / rf_test_max_abs(dx0, (size_t)n * in);
+  double ew = rf_test_max_abs_diff(dw1, dw0, weight) / rf_test_max_abs(dw0, weight);
+  RF_CHECK(ex <= 1e-6, "fp8 linear dx with beta 1: %.3g of max from dx + the prefilled values", ex);
+  RF_CHECK(ew <= 1e-6, "fp8 linear dw: %.3g of max from dw + the prefilled values", ew);
+  printf("  fp8 weights: backward with beta 1 adds (dx %.2g, dw %.2g)\n", ex, ew);
+  free(st.fp8.a), free(st.fp8.b), free(st.fp8.w), free(st.fp8.sa), free(st.fp8.sb), free(st.fp8.work);
+  free(x), free(wf), free(dy), free(codes), free(scales), free(dx0), free(dw0), free(pre_x), free(pre_w);
+  free(dx1), free(dw1);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------------ */
 
 struct ce_ctx {
@@ -517,6 +561,7 @@ int main(void) {
   test_attention(1, 150, 2, 1, 4);
   test_swiglu();
   test_linear();
+  test_linear_fp8();
   test_linear_bf16();
   test_cross_entropy();
   test_embedding();

@@ -307,6 +307,12 @@ struct rf_model_weight {
   const float *fp8_scales;
 };
 
+/* Expert e's slice of a fused expert tensor [E, rows, cols] (src/model/moe.c): its
+ * values, or in FP8 block mode its codes and its own 128x128 tiles' scales, the scales
+ * expert-major as src/dbuffer lays them out after a gather (each expert tiled on its
+ * own: ceil(rows / 128) x ceil(cols / 128) tiles each). Borrowed views into w. */
+struct rf_model_weight rf_model_moe_expert_weight(const struct rf_model_weight *w, int e, int rows, int cols);
+
 /* How the linear layers multiply, and their staging. compute RF_DTYPE_F32: f32
  * products; bf16 weights are widened into wf32 RF_MODEL_STAGE_ROWS rows at a time.
  * compute RF_DTYPE_BF16: act and act2 hold the activation and output-gradient

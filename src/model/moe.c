@@ -85,7 +85,8 @@ double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const 
 /* Expert e's slice of a fused expert tensor [E, rows, cols]: its values, or (FP8 block
  * mode) its codes and its own 128x128 tiles' scales (each expert is tiled on its own,
  * the scales expert-major), so its products take the same linear path as a matrix's. */
-static struct rf_model_weight expert_weight(const struct rf_model_weight *w, int e, int rows, int cols) {
+struct rf_model_weight rf_model_moe_expert_weight(const struct rf_model_weight *w, int e, int rows,
+                                                  int cols) {
   size_t per = (size_t)rows * (size_t)cols;
   struct rf_model_weight x = {.f32 = NULL};
   if (w->fp8) {
@@ -152,8 +153,8 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   }
   moe_group(ws, a, xn, n);
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
-    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
+    struct rf_model_weight wgu = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
+    struct rf_model_weight wd = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
                               2 * inter, 0.0f, st);
@@ -209,8 +210,8 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
     }
   size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
-    struct rf_model_weight wd = expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
+    struct rf_model_weight wgu = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
+    struct rf_model_weight wd = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
     float *ggu = grads[RF_MODEL_MOE_TENSOR_GATE_UP] + (size_t)e * per_gu;
     float *gd = grads[RF_MODEL_MOE_TENSOR_DOWN] + (size_t)e * per_down;
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
