@@ -64,6 +64,16 @@ int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) {
   return rf_cli_shell(out, out_size, cmd);
 }
 
+int rf_cli_sh(char *out, int out_size, const char *cmd_fmt, ...) {
+  char cmd[12288];
+  va_list ap;
+  va_start(ap, cmd_fmt);
+  vsnprintf(cmd, sizeof cmd - 8, cmd_fmt, ap);
+  va_end(ap);
+  strcat(cmd, " 2>&1");
+  return rf_cli_shell(out, out_size, cmd);
+}
+
 int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *args_fmt, ...) {
   char args[8192], cmd[12288];
   va_list ap;

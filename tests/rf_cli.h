@@ -18,7 +18,11 @@ int rf_cli_run(char *out, int out_size, const char *args_fmt, ...) __attribute__
 int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *args_fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* The wall-clock seconds of the last rf_cli_run or rf_cli_run_mpi. */
+/* Runs a shell command (not rfsdp: a script of the repository, from its root), stderr
+ * merged into stdout. Returns the exit code; the output as rf_cli_run. */
+int rf_cli_sh(char *out, int out_size, const char *cmd_fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The wall-clock seconds of the last rf_cli_run, rf_cli_run_mpi or rf_cli_sh. */
 double rf_cli_last_seconds(void);
 
 /* The path of the rfsdp binary (static storage). */
