@@ -17,10 +17,16 @@
  *   - resume: the state saved after 6 steps by min(W, 3) ranks and loaded by
  *     2 ranks (W >= 3: resharded 3 -> 2; else by the same ranks) continues to
  *     step 10 bit-identical to the uninterrupted one-rank run;
+ *   - closed forms at the default epsilon 1e-12 (check_closed_forms, rank 0): a full-rank
+ *     6 x 6 matrix's first step refreshed at step 1 is U Vt (the polar factor, from LAPACK's
+ *     SVD) grafted to Adam's norm, and before any refresh G grafted to Adam's norm, which is
+ *     not Adam's own step (Distributed Shampoo's default until start_preconditioning_step);
  *   - bad options refused naming the option (block 0, refresh interval 0, negative
  *     epsilon); an infinite gradient (a non-finite factor) and, with epsilon 0, a
  *     zero factor (no finite root) stop the step at the next refresh on every
  *     rank (-1, the tensor named), with no hang. */
+#include <lapacke.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -403,6 +409,78 @@ static void check_bad_options(const struct rf_comm *self) {
   }
 }
 
+/* One 6 x 6 matrix, one step, against closed forms computed here (f64, LAPACK's SVD, not the
+ * optimizer's eigendecomposition). G = 1e-3 (M + 3 I) (M uniform in [-1, 1)): full rank, so
+ * at step 1 the factors L = G Gᵀ and R = Gᵀ G (bias-corrected) have eigenvalues near 1e-5, and
+ * with the default epsilon 1e-12 the direction Lr G Rr = (G Gᵀ)^-1/4 G (Gᵀ G)^-1/4 is U Vᵀ, the
+ * orthogonal polar factor of G = U S Vᵀ. Grafted to Adam's norm per block (its first step:
+ * A = G / (|G| + eps), the bias corrections cancel): p1 = p0 - lr U Vᵀ ‖A‖ / ‖U Vᵀ‖.
+ *   --shampoo-every 1 (a refresh at step 1, default epsilon 1e-12): max|dp - ref| / max|ref|
+ *   <= 1e-5 (f32 factors and roots; measured 2.2e-7; an epsilon floored at 1e-6 moves it by 4.8%);
+ *   --shampoo-every 100 (no refresh yet: identity roots): p1 = p0 - lr G ‖A‖ / ‖G‖, which is
+ *   NOT Adam's first step p0 - lr A (Distributed Shampoo's default until its
+ *   start_preconditioning_step; docs/optim.md): checked to differ by more than 10%. */
+static void check_closed_forms(const struct rf_comm *self) {
+  enum { N = 6 };
+  const float lr = 0.1f;
+  double g[N * N], a[N * N], an = 0, gn = 0;
+  uint64_t rng = 99;
+  for (int i = 0; i < N * N; i++) {
+    g[i] = (double)(float)(1e-3 * ((double)rf_test_rand_f32(&rng) + (i % (N + 1) == 0 ? 3.0 : 0.0)));
+    a[i] = g[i] / (fabs(g[i]) + 1e-8);
+    an += a[i] * a[i];
+    gn += g[i] * g[i];
+  }
+  an = sqrt(an), gn = sqrt(gn);
+  /* U Vᵀ from the SVD of G (row-major) */
+  double s[N], u[N * N], vt[N * N], sup[N], gc[N * N], polar[N * N];
+  memcpy(gc, g, sizeof gc);
+  RF_ASSERT(LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'A', 'A', N, N, gc, N, s, u, N, vt, N, sup) == 0);
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      double acc = 0;
+      for (int k = 0; k < N; k++) acc += u[i * N + k] * vt[k * N + j];
+      polar[i * N + j] = acc;
+    }
+  for (int every = 1; every <= 100; every += 99) {
+    float p[N * N], gf[N * N];
+    for (int i = 0; i < N * N; i++) p[i] = 0.5f, gf[i] = (float)g[i];
+    int64_t starts[2] = {0, N * N};
+    struct rf_tensor_view v = {.name = "m",
+                               .ndim = 2,
+                               .shape = {N, N},
+                               .numel = N * N,
+                               .block_elems = 1,
+                               .starts = starts,
+                               .begin = 0,
+                               .end = N * N,
+                               .master = p,
+                               .grad = gf};
+    int flags = RF_OPTIM_FLAG_MATRIX;
+    struct rf_optim_options opt;
+    rf_optim_options_default(&opt); /* shampoo_eps 1e-12 */
+    opt.kind = RF_OPTIM_KIND_SHAMPOO;
+    opt.shampoo_every = every;
+    struct rf_optim *o = NULL;
+    RF_ASSERT(rf_optim_create(&o, &opt, &v, &flags, 1, N * N, self) == 0);
+    RF_CHECK(rf_optim_step(o, lr) == 0, "closed forms, every %d: %s", every, rf_error_msg());
+    double err = 0, top = 0, adam = 0;
+    for (int i = 0; i < N * N; i++) {
+      double want = every == 1 ? lr * polar[i] * an / sqrt((double)N) : lr * g[i] * an / gn;
+      err = rf_test_max(err, fabs((0.5 - (double)p[i]) - want));
+      top = rf_test_max(top, fabs(want));
+      adam = rf_test_max(adam, fabs(want - lr * a[i]));
+    }
+    RF_CHECK(err <= 1e-5 * top, "every %d (%s): the step is %.3g of max from its closed form", every,
+             every == 1 ? "refreshed at step 1, eps 1e-12" : "identity roots", err / top);
+    if (every == 100)
+      RF_CHECK(adam > 0.1 * top, "identity roots: the step is Adam's (%.3g of max apart)", adam / top);
+    printf("closed forms, every %d: %.3g of max from %s (Adam's step: %.3g of max apart)\n", every, err / top,
+           every == 1 ? "U Vt, eps 1e-12" : "G |A| / |G|", adam / top);
+    rf_optim_free(o);
+  }
+}
+
 /* A failure at the refresh of step 4 on the owner: every rank returns -1 naming b.w. */
 static void check_failure(const struct rf_comm *comm, int zero) {
   struct rf_optim_options opt;
@@ -460,7 +538,10 @@ int main(int argc, char **argv) {
   snprintf(ck, sizeof ck, "%s/ck", dir);
   check_resume(&comm, &ref, ck);
 
-  if (rank == 0) check_bad_options(&self);
+  if (rank == 0) {
+    check_bad_options(&self);
+    check_closed_forms(&self);
+  }
   check_failure(&comm, 0);
   check_failure(&comm, 1);
 
