@@ -11,7 +11,10 @@ to tests/data/mixtral_ref.bin; the config.json transformers writes goes to
 tests/data/mixtral_ref_config.json. The same for a tiny Qwen3MoeForCausalLM
 (q/k norms, experts of moe_intermediate_size 20, norm_topk_prob false, layer 1
 dense by mlp_only_layers, intermediate_size 40) into tests/data/qwen3_moe_ref.bin
-and qwen3_moe_ref_config.json. The routing is checked to be away from ties:
+and qwen3_moe_ref_config.json. And the Mixtral once more on the first batch (seed) where
+some expert other than the last of some layer gets no token at all
+(tests/data/mixtral_zero_ref.bin and its config): that expert's gradients are zero, the
+experts after it are computed as usual. The routing is checked to be away from ties:
 at every token and layer the k-th and (k+1)-th router probabilities differ by
 more than MARGIN (the C model in f32 then picks the same experts).
 
@@ -115,16 +118,30 @@ def margin(router_logits):
     return worst
 
 
-def write(family):
-    out_path = os.path.join(HERE, "data", f"{family}_ref.bin")
-    cfg_path = os.path.join(HERE, "data", f"{family}_ref_config.json")
+def idle_experts(router_logits):
+    """The (layer, expert) pairs that no token chose."""
+    idle = []
+    for l, z in enumerate(router_logits):
+        chosen = set(torch.topk(z.double(), K, dim=-1).indices.flatten().tolist())
+        idle += [(l, e) for e in range(E) if e not in chosen]
+    return idle
+
+
+def write(family, zero=False):
+    """zero: a batch where some expert of some layer gets no token (the first seed from
+    20261125 where that happens, away from ties), written as mixtral_zero_ref.bin."""
+    tag = f"{family}_zero" if zero else family
+    out_path = os.path.join(HERE, "data", f"{tag}_ref.bin")
+    cfg_path = os.path.join(HERE, "data", f"{tag}_ref_config.json")
     seed = 20261125
     while True:
         cfg, model, params, names, weights, tokens, targets = build(family, seed)
         out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
-        if margin(out.router_logits) > MARGIN:
+        if margin(out.router_logits) > MARGIN and (not zero or any(e < E - 1 for _, e in idle_experts(out.router_logits))):
             break
         seed += 1
+    if zero:
+        print(f"{tag}: idle (layer, expert): {idle_experts(out.router_logits)}", file=sys.stderr)
     tt = torch.from_numpy(targets.astype(np.int64)).clone()
     tt[tt < 0] = -100
     out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)), labels=tt)
@@ -159,6 +176,7 @@ def write(family):
 def main():
     write("mixtral")
     write("qwen3_moe")
+    write("mixtral", zero=True)
 
 
 if __name__ == "__main__":

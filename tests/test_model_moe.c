@@ -16,6 +16,9 @@
  * The same for qwen3_moe (tests/data/qwen3_moe_ref.bin: q/k norms, experts of
  * moe_intermediate_size 20, norm_topk_prob false, layer 1 dense by mlp_only_layers;
  * the load-balancing loss over the MoE layers' rows only, as transformers counts).
+ * And a Mixtral batch where some expert of some layer gets no token at all
+ * (tests/data/mixtral_zero_ref.bin): the same tolerances, and that expert's gradient
+ * slices exactly zero as in the reference.
  * Bad configs fail naming the field: top-k > E, E = 0, no num_local_experts, router
  * jitter; qwen3_moe's by its own spelling (num_experts), a top-k it never wrote said
  * to be the default. */
@@ -147,6 +150,7 @@ static void test_reference(const char *family) {
     for (int t = 0; t < r.desc.units[u].n_tensors; t++, i++)
       g[i] = rf_xmalloc((size_t)r.desc.units[u].tensors[t].numel * 4);
   const enum rf_dtype dts[2] = {RF_DTYPE_F32, RF_DTYPE_BF16};
+  int idle = 0;
   for (int d = 0; d < 2; d++) {
     double loss = 0, aux = 0;
     run_model(&r, (const float *const *)r.w, dts[d], logits, g, &loss, &aux);
@@ -169,9 +173,23 @@ static void test_reference(const char *family) {
         RF_CHECK(amax > 0, "%s: the reference gradient is zero", r.desc.units[u].tensors[t].name);
         RF_CHECK(e <= tg, "%s %s: gradient rel err %.3g > %g", rf_dtype_name(dts[d]),
                  r.desc.units[u].tensors[t].name, e, tg);
+        /* an expert that no token chose: its gradient is exactly zero, here as in the reference */
+        const struct rf_model_tensor *x = &r.desc.units[u].tensors[t];
+        for (int64_t k = 0; x->sub_count > 1 && k < x->sub_count; k++) {
+          size_t per = ne / (size_t)x->sub_count;
+          if (rf_test_max_abs(r.g[i] + k * per, per) != 0) continue;
+          idle += d == 0;
+          RF_CHECK(rf_test_max_abs(g[i] + k * per, per) == 0,
+                   "%s %s: expert %lld chosen by no token has a "
+                   "gradient",
+                   rf_dtype_name(dts[d]), x->name, (long long)k);
+        }
       }
     printf("  %s: worst gradient rel err %.2g (%d tensors)\n", rf_dtype_name(dts[d]), worst, r.n_tensors);
   }
+  if (strstr(family, "_zero")) /* the batch made for it: some expert of some layer idle */
+    RF_CHECK(idle > 0, "%s: every expert got a token", family);
+  printf("  %s: %d expert tensors idle (no token)\n", family, idle);
   for (i = 0; i < r.n_tensors; i++) {
     free(g[i]);
     free(r.w[i]);
@@ -398,6 +416,7 @@ int main(void) {
   printf("mixtral and qwen3_moe against transformers:\n");
   test_reference("mixtral");
   test_reference("qwen3_moe");
+  test_reference("mixtral_zero");
   printf("finite differences:\n");
   test_router_fd(1);
   test_router_fd(0);
