@@ -11,11 +11,9 @@
  *    the W = 1 run's losses (the runs agree across W within rounding). */
 #include <libgen.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -24,23 +22,6 @@
 
 #define STEPS 8
 static char dir[64] = "/tmp/rf_test_example_llama.XXXXXX";
-
-/* Runs a shell command; its output in out. Returns the exit code. */
-static int run(char *out, int cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int run(char *out, int cap, const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, (size_t)cap - 1, p);
-  out[n] = 0;
-  int rc = pclose(p);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 /* The example's printed losses ("step S loss L ...") into loss[S-1]; returns how many. */
 static int example_losses(const char *out, double *loss) {
@@ -81,19 +62,20 @@ int main(void) {
   RF_ASSERT(n > 0);
   self[n] = 0;
   snprintf(build, sizeof build, "%s/..", dirname(self)); /* BUILD/tests/.. */
-  int rc = run(out, sizeof out,
-               "env -u MAKEFLAGS -u MAKELEVEL make -s --no-print-directory install BUILD=%s PREFIX=%s", build,
-               dir);
+  int rc = rf_cli_sh(out, sizeof out,
+                     "env -u MAKEFLAGS -u MAKELEVEL make -s --no-print-directory install BUILD=%s PREFIX=%s",
+                     build, dir);
   RF_CHECK(rc == 0, "make install: rc %d\n%s", rc, out);
   const char *san = "";
 #if defined(__SANITIZE_ADDRESS__)
   san = "-fsanitize=address,undefined";
 #endif
   snprintf(bin, sizeof bin, "%s/llama", dir);
-  rc = run(out, sizeof out,
-           "PKG_CONFIG_PATH=%s/lib/pkgconfig cc -std=c11 -O2 -Wall -Wextra -Werror %s docs/example/llama.c "
-           "$(PKG_CONFIG_PATH=%s/lib/pkgconfig pkg-config --cflags --libs rfsdp) -o %s",
-           dir, san, dir, bin);
+  rc = rf_cli_sh(
+      out, sizeof out,
+      "PKG_CONFIG_PATH=%s/lib/pkgconfig cc -std=c11 -O2 -Wall -Wextra -Werror %s docs/example/llama.c "
+      "$(PKG_CONFIG_PATH=%s/lib/pkgconfig pkg-config --cflags --libs rfsdp) -o %s",
+      dir, san, dir, bin);
   RF_CHECK(rc == 0, "compiling docs/example/llama.c against the installed library: rc %d\n%s", rc, out);
   snprintf(model, sizeof model, "%s/tiny.json", dir);
   snprintf(text, sizeof text, "%s/verses.txt", dir);
@@ -110,8 +92,8 @@ int main(void) {
   double ex1[STEPS], ex23[STEPS], ref[STEPS], got[STEPS];
   char a[512], b[512], log[512];
   /* W = 1: 8 steps each */
-  rc = run(out, sizeof out, "%s 1 %s --model %s --data %s --steps 8 --save %s/ex1", mpi, bin, model, data,
-           dir);
+  rc = rf_cli_sh(out, sizeof out, "%s 1 %s --model %s --data %s --steps 8 --save %s/ex1", mpi, bin, model,
+                 data, dir);
   RF_CHECK(rc == 0 && example_losses(out, ex1) == STEPS, "example W=1: rc %d\n%s", rc, out);
   snprintf(log, sizeof log, "%s/t1.jsonl", dir);
   rc = rf_cli_run_mpi(out, sizeof out, 1, 120,
@@ -127,11 +109,11 @@ int main(void) {
   check_files(a, b, 1, "W=1 step 8");
 
   /* W = 2 for 4 steps, saved, resumed at W = 3 */
-  rc = run(out, sizeof out, "%s 2 %s --model %s --data %s --steps 4 --save %s/ex2", mpi, bin, model, data,
-           dir);
+  rc = rf_cli_sh(out, sizeof out, "%s 2 %s --model %s --data %s --steps 4 --save %s/ex2", mpi, bin, model,
+                 data, dir);
   RF_CHECK(rc == 0 && example_losses(out, ex23) == 4, "example W=2: rc %d\n%s", rc, out);
-  rc = run(out, sizeof out, "%s 3 %s --model %s --data %s --steps 8 --resume %s/ex2 --save %s/ex3", mpi, bin,
-           model, data, dir, dir);
+  rc = rf_cli_sh(out, sizeof out, "%s 3 %s --model %s --data %s --steps 8 --resume %s/ex2 --save %s/ex3", mpi,
+                 bin, model, data, dir, dir);
   RF_CHECK(rc == 0 && strstr(out, "resumed from") && example_losses(out, ex23) == 4,
            "example resumed at W=3: rc %d\n%s", rc, out);
   snprintf(log, sizeof log, "%s/t2.jsonl", dir);
