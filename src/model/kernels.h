@@ -1,0 +1,101 @@
+/* src/model: the model's compute primitives on activations, behind one table per
+ * backend (struct rf_model_kernels, as src/device's rf_device_ops and src/comm's
+ * rf_comm_ops), so that the decoder can run its non-GEMM work on whichever device
+ * holds its activations.
+ *
+ * What is in the table: exactly the operations on activations that model.c, moe.c
+ * and the training step call besides the linear layers (those go through src/gemm):
+ * embedding, RMSNorm, rotary embedding, causal grouped-query attention with its
+ * log-sum-exp, SwiGLU, bias, cross-entropy, each forward and backward. The MoE
+ * router is not in it yet (it stays a host op).
+ *
+ * Semantics. Every entry has the semantics of the host op of the same name in
+ * model.h (shapes, layouts, what is overwritten and what is added into), with
+ * these differences of form only:
+ *   - every pointer is device memory of the table's backend (host_memory 1: the
+ *     heap); a struct rf_model_weight is read on the host, its pointers are device
+ *     pointers;
+ *   - `stream` orders the work (NULL: the backend's default stream; the host runs
+ *     at once); nothing returns to the host, so no entry waits for the device;
+ *   - cross_entropy_forward writes the loss sum into *loss (device memory, one
+ *     double) instead of returning it;
+ *   - attention_backward also takes y, the forward's output, for the rows' sum
+ *     dY . Y (= sum_j P dP, which the host op recomputes from P and dP; the host
+ *     table ignores y);
+ *   - scratch: device memory of scratch_bytes(cfg, batch, seq) bytes at least, for
+ *     every entry that takes it (one buffer serves them all: work on one stream runs
+ *     in order); its contents are not kept between calls.
+ *
+ * Backends: rf_model_kernels_host (kernels_host.c: the ops of ops.c, wrapped, not
+ * rewritten) and rf_model_kernels_cuda (kernels_cuda.cu, built by BACKEND=cuda
+ * only; f32 activations; tests/gpu/test_kernels_cuda.c checks it against the host
+ * table). The tables are static and const; nothing in them allocates. */
+#ifndef RF_MODEL_KERNELS_H
+#define RF_MODEL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rf_model_config;  /* model.h */
+struct rf_model_weight;  /* model.h */
+struct rf_device_stream; /* device/device.h (a CUDA backend reads its handle: a cudaStream_t) */
+
+struct rf_model_kernels {
+  const char *name; /* "host", "cuda" */
+  int host_memory;  /* 1: its pointers are host pointers */
+  /* The scratch any entry needs for a model of cfg on batch sequences of seq tokens. */
+  size_t (*scratch_bytes)(const struct rf_model_config *cfg, int batch, int seq);
+  /* rf_model_embedding_forward, _backward (tokens: device memory too). */
+  void (*embedding_forward)(float *out, const struct rf_model_weight *table, const int32_t *tokens, int n,
+                            int dim, struct rf_device_stream *stream);
+  void (*embedding_backward)(float *dtable, const float *dout, const int32_t *tokens, int n, int dim,
+                             void *scratch, size_t scratch_bytes, struct rf_device_stream *stream);
+  /* rf_model_rmsnorm_forward, _backward (dx or dw NULL: skipped). */
+  void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
+                          float eps, struct rf_device_stream *stream);
+  void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+                           const float *w, int n_rows, int dim, void *scratch, size_t scratch_bytes,
+                           struct rf_device_stream *stream);
+  /* rf_model_rope_apply (cos_t, sin_t: device copies of rf_model_rope_tables'). */
+  void (*rope_apply)(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
+                     const float *sin_t, int inverse, struct rf_device_stream *stream);
+  /* rf_model_attention_forward, _backward. */
+  void (*attention_forward)(float *y, float *lse, const float *q, const float *k, const float *v, int batch,
+                            int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                            struct rf_device_stream *stream);
+  void (*attention_backward)(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                             const float *lse, const float *q, const float *k, const float *v, int batch,
+                             int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                             struct rf_device_stream *stream);
+  /* rf_model_swiglu_forward, _backward. */
+  void (*swiglu_forward)(float *h, const float *gate, const float *up, size_t n,
+                         struct rf_device_stream *stream);
+  void (*swiglu_backward)(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                          size_t n, struct rf_device_stream *stream);
+  /* rf_model_bias_forward, _backward. */
+  void (*bias_forward)(float *y, const float *b, int n, int out, struct rf_device_stream *stream);
+  void (*bias_backward)(float *db, const float *dy, int n, int out, void *scratch, size_t scratch_bytes,
+                        struct rf_device_stream *stream);
+  /* rf_model_cross_entropy_forward (its return value into *loss; targets NULL: lse only, *loss = 0),
+   * rf_model_cross_entropy_backward. */
+  void (*cross_entropy_forward)(double *loss, float *lse, const float *logits, const int32_t *targets, int n,
+                                int vocab, void *scratch, size_t scratch_bytes,
+                                struct rf_device_stream *stream);
+  void (*cross_entropy_backward)(float *logits, const float *lse, const int32_t *targets, int n, int vocab,
+                                 float scale, struct rf_device_stream *stream);
+};
+
+/* The host ops of ops.c (kernels_host.c). */
+extern const struct rf_model_kernels rf_model_kernels_host;
+/* The CUDA kernels (kernels_cuda.cu; defined in BACKEND=cuda builds only). */
+extern const struct rf_model_kernels rf_model_kernels_cuda;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,144 @@
+/* The host's kernel table: the ops of ops.c behind struct rf_model_kernels
+ * (kernels.h), wrapped, not rewritten. The stream is ignored (the host runs at
+ * once); the only scratch used is attention's, one slice of
+ * [2, RF_MODEL_ATT_BLOCK, seq] floats per OpenMP thread, as the workspace sizes it. */
+#include "model/kernels.h"
+
+#include "core/core.h"
+#include "model/model.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* One attention slice (per thread) in bytes. */
+static size_t host_att_slice_bytes(int seq) { return sizeof(float) * 2 * RF_MODEL_ATT_BLOCK * (size_t)seq; }
+
+static size_t host_scratch_bytes(const struct rf_model_config *cfg, int batch, int seq) {
+  (void)cfg;
+  (void)batch;
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  return (size_t)threads * host_att_slice_bytes(seq);
+}
+
+/* The slices a scratch of `bytes` holds (at least one is needed). */
+static int host_att_slices(size_t bytes, int seq) {
+  size_t slices = bytes / host_att_slice_bytes(seq);
+  RF_ASSERT(slices >= 1);
+  return slices > 4096 ? 4096 : (int)slices;
+}
+
+static void host_embedding_forward(float *out, const struct rf_model_weight *table, const int32_t *tokens,
+                                   int n, int dim, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_embedding_forward(out, table, tokens, n, dim);
+}
+
+static void host_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n, int dim,
+                                    void *scratch, size_t scratch_bytes, struct rf_device_stream *stream) {
+  (void)scratch;
+  (void)scratch_bytes;
+  (void)stream;
+  rf_model_embedding_backward(dtable, dout, tokens, n, dim);
+}
+
+static void host_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
+                                 float eps, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_rmsnorm_forward(out, rstd, x, w, n_rows, dim, eps);
+}
+
+static void host_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+                                  const float *w, int n_rows, int dim, void *scratch, size_t scratch_bytes,
+                                  struct rf_device_stream *stream) {
+  (void)scratch;
+  (void)scratch_bytes;
+  (void)stream;
+  rf_model_rmsnorm_backward(dx, dw, dout, x, rstd, w, n_rows, dim);
+}
+
+static void host_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
+                            const float *sin_t, int inverse, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_rope_apply(x, batch, seq, n_heads, hd, cos_t, sin_t, inverse);
+}
+
+static void host_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                   int batch, int seq, int nh, int nkv, int hd, void *scratch,
+                                   size_t scratch_bytes, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_attention_forward(y, lse, q, k, v, batch, seq, nh, nkv, hd, scratch,
+                             host_att_slices(scratch_bytes, seq));
+}
+
+static void host_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                    const float *lse, const float *q, const float *k, const float *v,
+                                    int batch, int seq, int nh, int nkv, int hd, void *scratch,
+                                    size_t scratch_bytes, struct rf_device_stream *stream) {
+  (void)y;
+  (void)stream;
+  rf_model_attention_backward(dq, dk, dv, dy, lse, q, k, v, batch, seq, nh, nkv, hd, scratch,
+                              host_att_slices(scratch_bytes, seq));
+}
+
+static void host_swiglu_forward(float *h, const float *gate, const float *up, size_t n,
+                                struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_swiglu_forward(h, gate, up, n);
+}
+
+static void host_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                                 const float *up, size_t n, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_swiglu_backward(dgate, dup, dh, gate, up, n);
+}
+
+static void host_bias_forward(float *y, const float *b, int n, int out, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_bias_forward(y, b, n, out);
+}
+
+static void host_bias_backward(float *db, const float *dy, int n, int out, void *scratch,
+                               size_t scratch_bytes, struct rf_device_stream *stream) {
+  (void)scratch;
+  (void)scratch_bytes;
+  (void)stream;
+  rf_model_bias_backward(db, dy, n, out);
+}
+
+static void host_cross_entropy_forward(double *loss, float *lse, const float *logits, const int32_t *targets,
+                                       int n, int vocab, void *scratch, size_t scratch_bytes,
+                                       struct rf_device_stream *stream) {
+  (void)scratch;
+  (void)scratch_bytes;
+  (void)stream;
+  *loss = rf_model_cross_entropy_forward(lse, logits, targets, n, vocab);
+}
+
+static void host_cross_entropy_backward(float *logits, const float *lse, const int32_t *targets, int n,
+                                        int vocab, float scale, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_cross_entropy_backward(logits, lse, targets, n, vocab, scale);
+}
+
+const struct rf_model_kernels rf_model_kernels_host = {
+    .name = "host",
+    .host_memory = 1,
+    .scratch_bytes = host_scratch_bytes,
+    .embedding_forward = host_embedding_forward,
+    .embedding_backward = host_embedding_backward,
+    .rmsnorm_forward = host_rmsnorm_forward,
+    .rmsnorm_backward = host_rmsnorm_backward,
+    .rope_apply = host_rope_apply,
+    .attention_forward = host_attention_forward,
+    .attention_backward = host_attention_backward,
+    .swiglu_forward = host_swiglu_forward,
+    .swiglu_backward = host_swiglu_backward,
+    .bias_forward = host_bias_forward,
+    .bias_backward = host_bias_backward,
+    .cross_entropy_forward = host_cross_entropy_forward,
+    .cross_entropy_backward = host_cross_entropy_backward,
+};
