@@ -12,7 +12,10 @@
 /* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (falls back to what the library
  * provides); sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. For programs, not libraries. */
 void rf_comm_mpi_init(int *argc, char ***argv);
+/* MPI_Finalize; a rank still inside it after 5 s (MPICH over UCX's TCP transport can
+ * hang there) leaves with the status given to rf_comm_mpi_exit_status (default 0). */
 void rf_comm_mpi_finalize(void);
+void rf_comm_mpi_exit_status(int status);
 
 /* A new communicator on a duplicate of `parent` (MPI_ERRORS_RETURN set, every
  * call checked: an MPI error stops every rank with its description). Released by

@@ -87,6 +87,27 @@ int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *
   return rf_cli_shell(out, out_size, cmd);
 }
 
+int rf_cli_run_hosts(char *out, int out_size, int hosts, int per_host, const char *hosts_flags, int limit_s,
+                     const char *args_fmt, ...) {
+  char args[8192], cmd[12288];
+  va_list ap;
+  va_start(ap, args_fmt);
+  vsnprintf(args, sizeof args, args_fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd,
+           "timeout -k 5 %d scripts/hosts --hosts %d --ranks-per-host %d %s -- env OMP_NUM_THREADS=1 "
+           "OPENBLAS_NUM_THREADS=1 %s %s 2>&1",
+           limit_s, hosts, per_host, hosts_flags, rf_cli_binary(), args);
+  return rf_cli_shell(out, out_size, cmd);
+}
+
+int rf_cli_hosts_available(char *why, int why_size) {
+  int rc = rf_cli_shell(why, why_size, "scripts/hosts --check 2>&1");
+  if (rc == 0) return 1;
+  if (why_size > 0 && why[0] == '\0') snprintf(why, (size_t)why_size, "scripts/hosts --check: exit %d", rc);
+  return 0;
+}
+
 void rf_cli_write_tiny_model(const char *path) {
   const char *tiny =
       "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "

@@ -22,7 +22,18 @@ int rf_cli_run_mpi(char *out, int out_size, int world, int limit_s, const char *
  * merged into stdout. Returns the exit code; the output as rf_cli_run. */
 int rf_cli_sh(char *out, int out_size, const char *cmd_fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* The wall-clock seconds of the last rf_cli_run, rf_cli_run_mpi or rf_cli_sh. */
+/* Runs `scripts/hosts --hosts HOSTS --ranks-per-host PER HOSTS_FLAGS -- rfsdp ARGS`
+ * (one BLAS/OpenMP thread per rank; the job across network namespaces, see
+ * scripts/hosts), killed after `limit_s` seconds. Returns the exit code; the output
+ * as rf_cli_run. */
+int rf_cli_run_hosts(char *out, int out_size, int hosts, int per_host, const char *hosts_flags, int limit_s,
+                     const char *args_fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/* Whether scripts/hosts can make network namespaces here: 1, or 0 with the reason
+ * in `why` (the tests that need them then exit 77: reported as not run). */
+int rf_cli_hosts_available(char *why, int why_size);
+
+/* The wall-clock seconds of the last rf_cli_run, rf_cli_run_mpi, rf_cli_sh or rf_cli_run_hosts. */
 double rf_cli_last_seconds(void);
 
 /* The path of the rfsdp binary (static storage). */

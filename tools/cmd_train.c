@@ -506,6 +506,7 @@ int rf_cmd_train(int argc, char **argv) {
   if (rc != 0) {
     if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
   } else {
+    if (a.collective_timeout > 0) rf_comm_watchdog_hosts(&s.comm);
     rf_comm_watchdog_start(a.collective_timeout);
     status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     if (status == 1 && rf_train_usage_error) status = 2;
@@ -514,6 +515,7 @@ int rf_cmd_train(int argc, char **argv) {
     rf_train_state_free(&s);
   }
   rf_comm_free(&s.comm);
+  rf_comm_mpi_exit_status(status);
   rf_comm_mpi_finalize();
   return status;
 }

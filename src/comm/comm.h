@@ -202,6 +202,18 @@ void rf_comm_watchdog_stop(void);
 /* What the rank works on, for the watchdog's message: the step (-1: before the
  * first) and a phase ("optimizer", borrowed: a string that outlives the note). */
 void rf_comm_watchdog_note(int64_t step, const char *phase);
+/* Across hosts: every rank of `comm` tells the others its host name and the port
+ * of a listener it opens, so that a rank passing the limit can name the hosts
+ * that no longer answer (and ranks of world rank r > 0 wait min(r, 3) s more, so
+ * that one message ends the job). Collective over `comm`; before the start. */
+void rf_comm_watchdog_hosts(const struct rf_comm *comm);
+enum { RF_COMM_HOST_NAME = 64 };
+/* Within src/comm: the listener (opened once; its port into *port; 0 on
+ * success) and the other hosts (n, each with its first rank and that rank's
+ * port), resolved here; world_rank sets the extra wait. */
+int rf_comm_watchdog_listen(uint16_t *port);
+void rf_comm_watchdog_set_hosts(const char *self, int world_rank, int n, const char *const *hosts,
+                                const int *ranks, const uint16_t *ports);
 /* Within src/comm: a wait begins (at now_ns) and ends. */
 void rf_comm_watch_enter(const char *collective, const char *label, uint64_t now_ns);
 void rf_comm_watch_leave(void);

@@ -8,10 +8,14 @@
  * instead, because predefined MPI ops are defined on predefined datatypes only. */
 #include "comm/comm_mpi.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Checks the return code of an MPI call; an error stops every rank with MPI's
  * description of it, the file and the line. */
@@ -114,7 +118,83 @@ void rf_comm_mpi_init(int *argc, char ***argv) {
   RF_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
 
-void rf_comm_mpi_finalize(void) { RF_MPI_CHECK(MPI_Finalize()); }
+/* The finalize guard. MPICH 4.0 over UCX 1.13's TCP transport (ranks on
+ * different hosts without RDMA, as under scripts/hosts) can hang in MPI_Finalize:
+ * one rank waits forever for its endpoints to close while the others already wait
+ * in the launcher's final barrier, where nobody drives UCX any more (a plain MPI
+ * program that all-reduces and finalizes hung in 3 of 15 runs on 2 hosts x 2
+ * ranks; a barrier or an exchange between all pairs first did not help). The
+ * rank's work is done by then (files closed, logs written), so a rank still in
+ * UCX inside MPI_Finalize after RF_COMM_FINALIZE_GUARD_S seconds leaves with its
+ * exit status (_exit): the others, waiting in the launcher's barrier, are released
+ * and the job ends normally. */
+enum { RF_COMM_FINALIZE_GUARD_S = 5 };
+static int rf_comm_exit_status;
+static int rf_comm_finalized;
+static pthread_mutex_t rf_comm_finalize_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rf_comm_finalize_done = PTHREAD_COND_INITIALIZER;
+
+void rf_comm_mpi_exit_status(int status) { rf_comm_exit_status = status; }
+
+/* 1 when the main thread sits in read(2): MPICH's wait in the launcher's
+ * barrier (a blocking read of its socket to the launcher); Linux only (0 elsewhere). */
+static int rf_comm_main_in_read(void) {
+  char path[64], text[64] = "";
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)getpid());
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fgets(text, sizeof text, f) != NULL;
+  fclose(f);
+  return ok && strncmp(text, "0 ", 2) == 0;
+}
+
+/* After the grace time, looks every half second: a rank whose main thread is
+ * still in UCX (not in read(2)) twice in a row is the stuck one and leaves first;
+ * a rank waiting in the launcher's barrier (which the stuck one never joined)
+ * leaves 2 s later. */
+static void *rf_comm_finalize_guard(void *arg) {
+  (void)arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += RF_COMM_FINALIZE_GUARD_S;
+  int busy = 0, looks = 0;
+  pthread_mutex_lock(&rf_comm_finalize_lock);
+  for (;;) {
+    int rc = 0;
+    while (!rf_comm_finalized && rc != ETIMEDOUT)
+      rc = pthread_cond_timedwait(&rf_comm_finalize_done, &rf_comm_finalize_lock, &until);
+    if (rf_comm_finalized) break;
+    busy = rf_comm_main_in_read() ? 0 : busy + 1;
+    looks++;
+    if (busy >= 2 || looks >= 6) {
+      rf_log_debug("comm: MPI_Finalize stuck for %d s: leaving with status %d", (int)RF_COMM_FINALIZE_GUARD_S,
+                   rf_comm_exit_status);
+      fflush(NULL);
+      _exit(rf_comm_exit_status);
+    }
+    until.tv_nsec += 500000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec += 1;
+      until.tv_nsec -= 1000000000L;
+    }
+  }
+  pthread_mutex_unlock(&rf_comm_finalize_lock);
+  return NULL;
+}
+
+void rf_comm_mpi_finalize(void) {
+  fflush(NULL);
+  pthread_t guard;
+  int guarded = pthread_create(&guard, NULL, rf_comm_finalize_guard, NULL) == 0;
+  RF_MPI_CHECK(MPI_Finalize());
+  if (guarded) {
+    pthread_mutex_lock(&rf_comm_finalize_lock);
+    rf_comm_finalized = 1;
+    pthread_cond_signal(&rf_comm_finalize_done);
+    pthread_mutex_unlock(&rf_comm_finalize_lock);
+    pthread_join(guard, NULL);
+  }
+}
 
 /* MPICH's ring MPI_Allgatherv (the large-message algorithm) sends each step in
  * pieces of MPIR_CVAR_ALLGATHERV_PIPELINE_MSG_SIZE bytes (32 KiB), one handshake
@@ -192,6 +272,46 @@ void rf_comm_init_world(struct rf_comm *comm) { rf_comm_init(comm, MPI_COMM_WORL
 MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm) {
   RF_ASSERT(comm->ops == &rf_comm_mpi_ops);
   return rf_comm_mpi_of(comm)->comm;
+}
+
+void rf_comm_watchdog_hosts(const struct rf_comm *comm) {
+  struct rf_comm_host_entry {
+    char name[RF_COMM_HOST_NAME];
+    int port;
+  };
+  struct rf_comm_host_entry me;
+  memset(&me, 0, sizeof me);
+  char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
+  int len = 0, world_rank = 0;
+  RF_MPI_CHECK(MPI_Get_processor_name(name, &len));
+  name[len < MPI_MAX_PROCESSOR_NAME ? len : MPI_MAX_PROCESSOR_NAME] = '\0';
+  memcpy(me.name, name, sizeof me.name - 1); /* a longer name is cut: still one per host */
+  uint16_t port = 0;
+  if (rf_comm_watchdog_listen(&port) == 0) me.port = port;
+  struct rf_comm_host_entry *all = rf_xcalloc((size_t)comm->world, sizeof *all);
+  RF_MPI_CHECK(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
+                             rf_comm_mpi_of(comm)->comm));
+  RF_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  /* every other host once, by its first rank */
+  const char **hosts = rf_xcalloc((size_t)comm->world, sizeof *hosts);
+  int *ranks = rf_xcalloc((size_t)comm->world, sizeof *ranks);
+  uint16_t *ports = rf_xcalloc((size_t)comm->world, sizeof *ports);
+  int n = 0;
+  for (int r = 0; r < comm->world; r++) {
+    all[r].name[RF_COMM_HOST_NAME - 1] = '\0';
+    int seen = strcmp(all[r].name, me.name) == 0;
+    for (int k = 0; k < n && !seen; k++) seen = strcmp(hosts[k], all[r].name) == 0;
+    if (seen) continue;
+    hosts[n] = all[r].name;
+    ranks[n] = r;
+    ports[n] = (uint16_t)all[r].port;
+    n++;
+  }
+  rf_comm_watchdog_set_hosts(me.name, world_rank, n, hosts, ranks, ports);
+  free(hosts);
+  free(ranks);
+  free(ports);
+  free(all);
 }
 
 void rf_comm_mesh_init(struct rf_comm_mesh *mesh, MPI_Comm shard, MPI_Comm replicate) {

@@ -1,0 +1,198 @@
+/* rf-test: timeout=120
+ * Training across hosts (issue 27): scripts/hosts makes each host a network
+ * namespace with its own hostname and IPC namespace, so MPI sees separate nodes
+ * (shared memory inside a host, TCP across, through a bridge).
+ *  - HSDP 2 hosts x 2 ranks (--replicate node: a shard group per host, replicas
+ *    across): the loss at every step equals the one-rank run's within 1e-4
+ *    relative; the log's inter_bytes and intra_bytes equal `rfsdp plan --world 4
+ *    --replicate 2 --batch ...`'s bytes_per_step_inter and _intra exactly; and the
+ *    hosts' links (their veth counters) carried the replica all-reduces and not
+ *    the shard groups' traffic: each host sent at least steps x 2 ranks x
+ *    inter_bytes and at most 1.5 x that + 256 kB (the intra traffic, 2.7x more,
+ *    would not fit);
+ *  - FSDP 3 hosts x 1 rank: losses within 1e-4 of the one-rank run; the log's
+ *    bytes equal the plan's (intra_bytes: the one group spans the hosts; inter 0);
+ *    each host sent at least steps x intra_bytes over its link, at most 2x + 512 kB;
+ *  - scripts/hosts cleans up: a bad --rate is refused (exit 2, naming it) before
+ *    anything is made; SIGTERM to it mid-job leaves no namespace and no process;
+ *    after a SIGKILL, `scripts/hosts --cleanup` removes what was left and kills
+ *    what ran in it.
+ * Where namespaces cannot be made (not root), the test says why and exits 77:
+ * scripts/run-tests reports it as not run. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "rf_cli.h"
+#include "rf_test.h"
+
+#define STEPS 6
+#define LIMIT_S 50
+static char dir[64] = "/tmp/rf_test_hosts.XXXXXX";
+static const char *common =
+    "--batch 12 --seq 16 --lr 3e-3 --warmup 2 --seed 7 --peak-gflops 50 --print-every 0";
+
+/* The plan's simulated bytes per step (`key`: "bytes_per_step_inter" ...) at this
+ * world and replication, or -1. */
+static double plan_bytes(const char *model, int world, int replicate, const char *key) {
+  char out[65536];
+  int rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --replicate %d --batch 12 --seq 16 --json",
+                      model, world, replicate);
+  RF_CHECK(rc == 0, "plan at W=%d R=%d: rc %d\n%s", world, replicate, rc, out);
+  cJSON *o = cJSON_Parse(out);
+  double v = o ? rf_cli_json_num(o, key) : -1;
+  cJSON_Delete(o);
+  return v;
+}
+
+/* Bytes each host sent on its link (scripts/hosts --stats), into sent[]; returns
+ * the hosts read. */
+static int read_stats(const char *path, double *sent, int cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0;
+  char name[32];
+  double s, r;
+  while (n < cap && fscanf(f, "%31s %lf %lf", name, &s, &r) == 3) sent[n++] = s;
+  fclose(f);
+  return n;
+}
+
+static double worst_relative(const double *got, const double *ref, int n) {
+  double worst = 0;
+  for (int s = 0; s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+  return worst;
+}
+
+/* One run across `hosts` x `per` ranks against the one-rank losses `ref`; checks
+ * the bytes against the plan and the links. */
+static void check_mesh(const char *model, const char *data, const double *ref, int hosts, int per,
+                       const char *replicate) {
+  char out[16384], log[256], stats[256], flags[300];
+  snprintf(log, sizeof log, "%s/%dx%d.jsonl", dir, hosts, per);
+  snprintf(stats, sizeof stats, "%s/%dx%d.stats", dir, hosts, per);
+  snprintf(flags, sizeof flags, "--stats %s", stats);
+  int rc = rf_cli_run_hosts(out, sizeof out, hosts, per, flags, LIMIT_S,
+                            "train --model %s --data %s %s --steps %d --replicate %s --log %s", model, data,
+                            common, STEPS, replicate, log);
+  RF_CHECK(rc == 0, "%d hosts x %d: rc %d\n%s", hosts, per, rc, out);
+  double seconds = rf_cli_last_seconds();
+  int r = strcmp(replicate, "node") == 0 ? hosts : 1, w = hosts * per;
+  char banner[64];
+  snprintf(banner, sizeof banner, "W=%d (%d x %d)", w, r, w / r);
+  RF_CHECK(strstr(out, banner) != NULL, "%d hosts x %d: the banner does not say %s\n%s", hosts, per, banner,
+           out);
+  double got[STEPS], inter[STEPS] = {0}, intra[STEPS] = {0};
+  int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
+  RF_CHECK(m == STEPS, "%d hosts x %d: %d steps logged", hosts, per, m);
+  double worst = worst_relative(got, ref, m);
+  RF_CHECK(worst <= 1e-4, "%d hosts x %d: loss differs from the one-rank run by %.3g relative", hosts, per,
+           worst);
+  double plan_inter = plan_bytes(model, w, r, "bytes_per_step_inter");
+  double plan_intra = plan_bytes(model, w, r, "bytes_per_step_intra");
+  RF_CHECK(rf_cli_log_field(log, "\"inter_bytes\":", inter, STEPS) == STEPS &&
+               rf_cli_log_field(log, "\"intra_bytes\":", intra, STEPS) == STEPS,
+           "%d hosts x %d: bytes missing from the log", hosts, per);
+  for (int s = 0; s < STEPS; s++)
+    RF_CHECK(inter[s] == plan_inter && intra[s] == plan_intra,
+             "%d hosts x %d step %d: inter_bytes %.0f intra_bytes %.0f, the plan says %.0f and %.0f", hosts,
+             per, s + 1, inter[s], intra[s], plan_inter, plan_intra);
+  /* what crossed the links: the replica all-reduce (HSDP) or everything (FSDP) */
+  double crossing = r > 1 ? inter[0] : intra[0];
+  double least = STEPS * per * crossing, most = r > 1 ? 1.5 * least + 262144 : 2 * least + 524288;
+  double sent[8];
+  int n = read_stats(stats, sent, 8);
+  RF_CHECK(n == hosts, "%d hosts x %d: %d hosts in %s", hosts, per, n, stats);
+  for (int h = 0; h < n; h++)
+    RF_CHECK(sent[h] >= least && sent[h] <= most,
+             "%d hosts x %d: host h%d sent %.0f bytes on its link, not in [%.0f, %.0f]", hosts, per, h,
+             sent[h], least, most);
+  printf(
+      "%d hosts x %d (%s): loss within %.2g of W=1; inter_bytes %.0f, intra_bytes %.0f per step (= plan); "
+      "host h0 sent %.0f bytes on its link (%.3g x the counted %.0f) in %.1f s\n",
+      hosts, per, r > 1 ? "HSDP" : "FSDP", worst, inter[0], intra[0], n > 0 ? sent[0] : -1,
+      n > 0 ? sent[0] / least : -1, least, seconds);
+}
+
+/* Runs a shell script; its output into out; returns its exit code. */
+static int shell(char *out, int size, const char *script) {
+  FILE *p = popen(script, "r");
+  RF_ASSERT(p);
+  size_t got = fread(out, 1, (size_t)size - 1, p);
+  out[got] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void check_cleanup(void) {
+  char out[8192];
+  /* refused before anything is made */
+  shell(
+      out, sizeof out,
+      "scripts/hosts --hosts 2 --rate 1gb -- true 2>&1; echo rc=$?; ip netns list | grep -c '^rfh' || true");
+  RF_CHECK(strstr(out, "--rate '1gb'") && strstr(out, "rc=2"), "bad --rate: %s", out);
+  /* SIGTERM mid-job: everything removed, the job's processes gone */
+  shell(
+      out, sizeof out,
+      "scripts/hosts --hosts 2 --ranks-per-host 2 -- sleep 40 & p=$!\n"
+      "for i in $(seq 100); do [ -n \"$(ip netns pids rfh${p}h1 2>/dev/null)\" ] && break; sleep 0.1; done\n"
+      "n=$(ip netns list | grep -c \"^rfh${p}\")\n"
+      "kill -TERM $p; wait $p; echo \"rc=$? made=$n left=$(ip netns list | grep -c \"^rfh${p}\")\"\n");
+  RF_CHECK(strstr(out, "rc=143 made=3 left=0"), "SIGTERM: %s", out);
+  /* SIGKILL: left behind, then removed by --cleanup (the sleeps in it killed) */
+  shell(
+      out, sizeof out,
+      "scripts/hosts --hosts 2 -- sleep 40 & p=$!\n"
+      "for i in $(seq 100); do [ -n \"$(ip netns pids rfh${p}h1 2>/dev/null)\" ] && break; sleep 0.1; done\n"
+      "victims=$(ip netns pids rfh${p}h1)\n"
+      "kill -KILL $p; wait $p 2>/dev/null; n=$(ip netns list | grep -c \"^rfh${p}\")\n"
+      "scripts/hosts --cleanup 2>&1; sleep 1; alive=0\n"
+      "for v in $victims; do\n"
+      "  if kill -0 $v 2>/dev/null && ! grep -qs '^State:.*Z' /proc/$v/status; then alive=1; fi\n"
+      "done\n"
+      "echo \"left=$n after=$(ip netns list | grep -c \"^rfh${p}\") alive=$alive\"\n");
+  RF_CHECK(strstr(out, "left=3 after=0 alive=0") && strstr(out, "left by a killed run"), "SIGKILL: %s", out);
+  printf(
+      "scripts/hosts: bad --rate refused; SIGTERM leaves nothing; a SIGKILLed run's namespaces removed by "
+      "--cleanup\n");
+}
+
+int main(void) {
+  char why[4096];
+  if (!rf_cli_hosts_available(why, sizeof why)) {
+    printf("%s\nnot run: scripts/hosts cannot make network namespaces here\n", why);
+    return 77;
+  }
+  RF_ASSERT(mkdtemp(dir));
+  char text[256], data[200], model[256], out[8192], log[256];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  rf_cli_write_verses(text, 1 << 17);
+  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  RF_CHECK(rc == 0, "prepare: %s", out);
+  rf_cli_write_tiny_model(model);
+
+  double ref[STEPS];
+  snprintf(log, sizeof log, "%s/ref.jsonl", dir);
+  rc = rf_cli_run_mpi(out, sizeof out, 1, LIMIT_S, "train --model %s --data %s %s --steps %d --log %s", model,
+                      data, common, STEPS, log);
+  RF_CHECK(rc == 0, "one-rank run: rc %d\n%s", rc, out);
+  int n = rf_cli_log_field(log, "\"loss\":", ref, STEPS);
+  RF_CHECK(n == STEPS && ref[STEPS - 1] < ref[0], "one-rank run: %d steps", n);
+  if (n == STEPS) {
+    check_mesh(model, data, ref, 2, 2, "node");
+    check_mesh(model, data, ref, 3, 1, "1");
+  }
+  check_cleanup();
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");
+  return rf_test_finish("test_hosts");
+}
