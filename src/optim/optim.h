@@ -110,6 +110,12 @@ void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyp
 int rf_optim_simd_set(int on);
 int rf_optim_simd_get(void);
 
+/* The same update as one fused CUDA kernel over a piece in device memory (adamw_cuda.cu,
+ * BACKEND=cuda builds only), queued on stream (NULL: the default stream): the macros'
+ * operations in their order without FMA contraction, so the host's bits. */
+void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
+                               float *v, int64_t len, struct rf_device_stream *stream);
+
 /* f32 AdamW state over the shard (m, v at the views' shard offsets). */
 struct rf_optim_adamw_state {
   float *m, *v;

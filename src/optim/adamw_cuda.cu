@@ -1,0 +1,47 @@
+/* AdamW fused over a piece of the shard on CUDA: src/optim/adamw.c's update
+ * (torch.optim.AdamW's arithmetic, RF_OPTIM_ADAMW_M/V/P) in one kernel that
+ * reads p, g, m, v once and writes p, m, v, with the hyperparameters of
+ * rf_optim_hyper_init (bias corrections computed on the host in f64, as there).
+ * Every operation is the macros' in their order with round-to-nearest
+ * intrinsics (nvcc would contract a * b + c into an FMA; gcc -std=c11 does
+ * not), and sqrt and division are IEEE, so a piece gets the host's bits
+ * (tests/gpu/test_kernels_cuda.c checks it against rf_optim_adamw's host step).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* The C headers' C11 keywords, as C++ spells them. */
+#define _Noreturn [[noreturn]]
+#define _Alignas(n) alignas(n)
+extern "C" {
+#include "optim/optim.h"
+}
+
+__global__ void adamw_piece_kernel(struct rf_optim_hyper h, float dec, float *p, const float *g, float *m,
+                                   float *v, int64_t len) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float gi = g[i], mi = m[i], vi = v[i];
+    /* m + (1 - b1) (g - m) */
+    mi = __fadd_rn(mi, __fmul_rn(h.one_m_b1, __fsub_rn(gi, mi)));
+    /* b2 v + (1 - b2) g^2 */
+    vi = __fadd_rn(__fmul_rn(h.b2, vi), __fmul_rn(h.one_m_b2, __fmul_rn(gi, gi)));
+    m[i] = mi;
+    v[i] = vi;
+    /* p dec - step_size (m / (sqrt(v) / sqrt(1 - b2^t) + eps)) */
+    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), h.bc2_sqrt), h.eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], dec), __fmul_rn(h.step_size, __fdiv_rn(mi, den)));
+  }
+}
+
+extern "C" void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g,
+                                          float *m, float *v, int64_t len, struct rf_device_stream *stream) {
+  if (len <= 0) return;
+  const int threads = 256;
+  int64_t blocks = (len + threads - 1) / threads;
+  if (blocks > 8192) blocks = 8192; /* grid-stride beyond: a few waves of every SM */
+  cudaStream_t st = stream ? (cudaStream_t)stream->handle : (cudaStream_t)0;
+  adamw_piece_kernel<<<(unsigned)blocks, threads, 0, st>>>(*h, decay ? h->decay : 1.0f, p, g, m, v, len);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) RF_DIE("CUDA kernel of AdamW: %s", cudaGetErrorString(e));
+}

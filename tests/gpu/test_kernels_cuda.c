@@ -1,0 +1,581 @@
+/* GPU test (run by scripts/gpu-check, built by make BACKEND=cuda): the CUDA kernel
+ * table (src/model/kernels_cuda.cu) and the fused AdamW (src/optim/adamw_cuda.cu)
+ * against the host: every entry of rf_model_kernels_cuda on the same random inputs
+ * as rf_model_kernels_host (the ops of ops.c), the AdamW kernel against
+ * rf_optim_step of a host AdamW over 5 steps. scripts/cuda-emu runs it on the CPU
+ * over an emulation of the kernels (RF_KC_EMU: the smaller shapes only).
+ *
+ * Tolerances, in units of u = 2^-24 (f32's unit roundoff), and why:
+ *   - 0 (the same bits): embedding forward and backward, rotary, SwiGLU, bias
+ *     forward, the cross-entropy backward, AdamW: the kernels do the host's
+ *     operations in the host's order with round-to-nearest intrinsics (no FMA
+ *     contraction, as gcc -std=c11 compiles the host; a clang host build contracts
+ *     and may differ by an ulp or two);
+ *   - a reduction of n terms in another order differs by at most about n u of the
+ *     sum of the terms' magnitudes (Higham, ch. 4); the checks take the largest
+ *     difference over the largest |reference| and allow 8 n u: RMSNorm (n = dim),
+ *     the column sums of dw and db (n = rows), attention (n = T keys + head_dim
+ *     products, plus 32 u for the exp), its backward twice that (two chained
+ *     reductions);
+ *   - the cross-entropy's lse is computed in f64 on both sides and rounded once:
+ *     2 u; the loss sum (f64): 1e-12 relative.
+ * Every device output is prefilled with NaN where the op overwrites it (an element
+ * not written fails) and with the host's prefill where it adds into it.
+ * Attention: T = 1, 127, 128, 1000, batch 1 and 2, head_dim 32, 64, 96 (lanes
+ * masked), 128, 256, GQA (4 heads on 2 and on 1 kv head) and plain. Then a timing
+ * table: median of 20 runs per kernel at the 1.1B LLaMA's shape of issue 26 (8 x
+ * 2048 tokens, hidden 2048, 32 heads on 8 kv heads of 64, ff 8192, vocab 32000),
+ * in microseconds, naming the GPU. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/kernels.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "rf_test.h"
+
+#define U (1.0 / 16777216.0) /* 2^-24 */
+
+/* A CUDA call that must succeed (an expression: stops the test with the call
+ * and the reason). */
+static void ck_(cudaError_t e, const char *call, const char *file, int line) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+  exit(1);
+}
+#define CK(call) ck_((call), #call, __FILE__, __LINE__)
+
+static uint64_t g_rng = 20261128;
+static const struct rf_model_kernels *H = &rf_model_kernels_host, *D = &rf_model_kernels_cuda;
+
+static float *rand_buf(size_t n, float scale) {
+  float *p = rf_xmalloc(n * sizeof(float) + 4);
+  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
+  return p;
+}
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, bytes ? bytes : 4));
+  return p;
+}
+static void *dput(const void *h, size_t bytes) {
+  void *p = dalloc(bytes);
+  CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+  return p;
+}
+/* A device buffer of n floats full of NaN (0xff bytes). */
+static float *dnan(size_t n) {
+  float *p = dalloc(n * sizeof(float));
+  CK(cudaMemset(p, 0xff, n * sizeof(float)));
+  return p;
+}
+/* The device buffer's n floats, into a new host buffer (after the device's
+ * work). */
+static float *dget(const float *d, size_t n) {
+  float *h = rf_xmalloc(n * sizeof(float) + 4);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/* got (device, copied back) against ref (host): max |got - ref| / max |ref| within tol_u u.
+ * zero_scale > 0: the reference may be all zero (exactly, in exact arithmetic), and the
+ * difference is then measured against zero_scale (the inputs' size) instead. */
+static void check_rel_scaled(const char *what, const float *dgot, const float *ref, size_t n, double tol_u,
+                             double zero_scale) {
+  float *got = dget(dgot, n);
+  double amax = rf_test_max_abs(ref, n), diff = rf_test_max_abs_diff(got, ref, n);
+  double scale = amax > zero_scale ? amax : zero_scale;
+  double rel = scale > 0 ? diff / scale : diff;
+  printf("  %-40s n=%-8zu max|ref| %-9.3g err %8.2f u (tol %.0f u)\n", what, n, amax, rel / U, tol_u);
+  RF_CHECK(rel <= tol_u * U && (amax > 0 || zero_scale > 0), "%s: %.3g u from the host (tolerance %.0f u)",
+           what, rel / U, tol_u);
+  free(got);
+}
+
+static void check_rel(const char *what, const float *dgot, const float *ref, size_t n, double tol_u) {
+  check_rel_scaled(what, dgot, ref, n, tol_u, 0.0);
+}
+
+/* The same bits; prints how many elements differ and by how many ulps at most (same signs). */
+static void check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
+  float *got = dget(dgot, n);
+  size_t ndiff = 0;
+  int64_t ulps = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t a = rf_f32_bits(got[i]), b = rf_f32_bits(ref[i]);
+    if (a == b) continue;
+    ndiff++;
+    int64_t d = llabs((int64_t)a - (int64_t)b);
+    ulps = d > ulps ? d : ulps;
+  }
+  printf("  %-40s n=%-8zu %s (%zu differ, max %lld ulp)\n", what, n, ndiff ? "DIFFERENT" : "same bits", ndiff,
+         (long long)ulps);
+  RF_CHECK(ndiff == 0, "%s: %zu of %zu elements differ from the host (max %lld ulp)", what, ndiff, n,
+           (long long)ulps);
+  free(got);
+}
+
+static struct rf_model_config config(int hidden, int inter, int nh, int nkv, int hd, int vocab, int seq) {
+  struct rf_model_config c;
+  memset(&c, 0, sizeof c);
+  c.hidden_size = hidden, c.intermediate_size = inter, c.num_attention_heads = nh,
+  c.num_key_value_heads = nkv;
+  c.head_dim = hd, c.vocab_size = vocab, c.num_hidden_layers = 1, c.max_position_embeddings = seq;
+  c.rms_norm_eps = 1e-5f, c.rope_theta = 10000.0;
+  return c;
+}
+
+/* Host scratch and device scratch for cfg at batch x seq. */
+struct scratch {
+  void *h, *d;
+  size_t hb, db;
+};
+static struct scratch scratch_make(const struct rf_model_config *c, int batch, int seq) {
+  struct scratch s;
+  s.hb = H->scratch_bytes(c, batch, seq);
+  s.db = D->scratch_bytes(c, batch, seq);
+  s.h = rf_xmalloc(s.hb);
+  s.d = dalloc(s.db);
+  return s;
+}
+static void scratch_free(struct scratch *s) {
+  free(s->h);
+  CK(cudaFree(s->d));
+}
+
+/* ---- elementwise and row ops ---- */
+
+static void test_embedding(void) {
+  const int n = 600, dim = 768, vocab = 1000;
+  int32_t *tok = rf_xmalloc(sizeof(int32_t) * n);
+  for (int i = 0; i < n; i++)
+    tok[i] = (int32_t)(rf_test_rand_u64(&g_rng) % (i % 3 ? vocab : 5)); /* repeats */
+  float *table = rand_buf((size_t)vocab * dim, 1.0f), *out = rf_xmalloc(sizeof(float) * n * dim);
+  uint16_t *tb = rf_xmalloc(sizeof(uint16_t) * vocab * dim);
+  rf_bf16_from_f32_n(tb, table, (size_t)vocab * dim);
+  int32_t *dtok = dput(tok, sizeof(int32_t) * n);
+  float *dtable = dput(table, sizeof(float) * vocab * dim), *dout = dnan((size_t)n * dim);
+  uint16_t *dtb = dput(tb, sizeof(uint16_t) * vocab * dim);
+  struct rf_model_weight hw = {.f32 = table}, dw = {.f32 = dtable}, hwb = {.bf16 = tb}, dwb = {.bf16 = dtb};
+  H->embedding_forward(out, &hw, tok, n, dim, NULL);
+  D->embedding_forward(dout, &dw, dtok, n, dim, NULL);
+  check_bits("embedding forward f32", dout, out, (size_t)n * dim);
+  H->embedding_forward(out, &hwb, tok, n, dim, NULL);
+  D->embedding_forward(dout, &dwb, dtok, n, dim, NULL);
+  check_bits("embedding forward bf16", dout, out, (size_t)n * dim);
+  struct rf_model_config c = config(dim, 2 * dim, 4, 4, dim / 4, vocab, n);
+  struct scratch s = scratch_make(&c, 1, n);
+  float *g = rand_buf((size_t)n * dim, 1.0f);
+  float *dg = dput(g, sizeof(float) * n * dim);
+  H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, NULL); /* adds into the table's values */
+  D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, NULL);
+  check_bits("embedding backward (adds, repeated tokens)", dtable, table, (size_t)vocab * dim);
+  scratch_free(&s);
+  free(tok), free(table), free(out), free(tb), free(g);
+  CK(cudaFree(dtok)), CK(cudaFree(dtable)), CK(cudaFree(dout)), CK(cudaFree(dtb)), CK(cudaFree(dg));
+}
+
+static void test_rmsnorm(int rows, int dim) {
+  size_t n = (size_t)rows * dim;
+  float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *out = rf_xmalloc(n * sizeof(float));
+  float *rstd = rf_xmalloc(sizeof(float) * rows);
+  float *dx_ = dput(x, n * 4), *dw_ = dput(w, (size_t)dim * 4), *dout = dnan(n), *drstd = dnan((size_t)rows);
+  H->rmsnorm_forward(out, rstd, x, w, rows, dim, 1e-5f, NULL);
+  D->rmsnorm_forward(dout, drstd, dx_, dw_, rows, dim, 1e-5f, NULL);
+  char what[96];
+  snprintf(what, sizeof what, "rmsnorm forward %dx%d", rows, dim);
+  check_rel(what, dout, out, n, 8.0 * dim);
+  check_rel("rmsnorm forward rstd", drstd, rstd, (size_t)rows, 8.0 * dim);
+  float *g = rand_buf(n, 1.0f), *gx = rand_buf(n, 1.0f), *gw = rand_buf(dim, 1.0f);
+  float *dg = dput(g, n * 4), *dgx = dput(gx, n * 4), *dgw = dput(gw, (size_t)dim * 4);
+  struct rf_model_config c = config(dim, dim, 1, 1, dim, 8, rows);
+  struct scratch s = scratch_make(&c, 1, rows);
+  /* the device's rstd is the host's (copied) so that the backward is compared
+   * alone */
+  CK(cudaMemcpy(drstd, rstd, sizeof(float) * rows, cudaMemcpyHostToDevice));
+  H->rmsnorm_backward(gx, gw, g, x, rstd, w, rows, dim, s.h, s.hb, NULL);
+  D->rmsnorm_backward(dgx, dgw, dg, dx_, drstd, dw_, rows, dim, s.d, s.db, NULL);
+  check_rel("rmsnorm backward dx (adds)", dgx, gx, n, 8.0 * dim);
+  check_rel("rmsnorm backward dw (adds, column sums)", dgw, gw, (size_t)dim, 8.0 * rows);
+  scratch_free(&s);
+  free(x), free(w), free(out), free(rstd), free(g), free(gx), free(gw);
+  CK(cudaFree(dx_)), CK(cudaFree(dw_)), CK(cudaFree(dout)), CK(cudaFree(drstd)), CK(cudaFree(dg)),
+      CK(cudaFree(dgx)), CK(cudaFree(dgw));
+}
+
+static void test_rope(void) {
+  const int b = 2, t = 300, nh = 4, hd = 64;
+  size_t n = (size_t)b * t * nh * hd;
+  float *cos_t = rf_xmalloc(sizeof(float) * t * hd / 2), *sin_t = rf_xmalloc(sizeof(float) * t * hd / 2);
+  rf_model_rope_tables(cos_t, sin_t, t, hd, 10000.0);
+  float *dc = dput(cos_t, sizeof(float) * t * hd / 2), *ds = dput(sin_t, sizeof(float) * t * hd / 2);
+  for (int inverse = 0; inverse < 2; inverse++) {
+    float *x = rand_buf(n, 1.0f);
+    float *dx = dput(x, n * 4);
+    H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, NULL);
+    D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, NULL);
+    check_bits(inverse ? "rope inverse" : "rope", dx, x, n);
+    free(x);
+    CK(cudaFree(dx));
+  }
+  free(cos_t), free(sin_t);
+  CK(cudaFree(dc)), CK(cudaFree(ds));
+}
+
+static void test_swiglu_bias(void) {
+  const int rows = 300, cols = 2048;
+  size_t n = (size_t)rows * cols;
+  float *g = rand_buf(n, 6.0f), *u = rand_buf(n, 1.0f), *dh = rand_buf(n, 1.0f), *h = rf_xmalloc(n * 4);
+  g[0] = 100.0f, g[1] = -100.0f; /* exp's clamps */
+  float *dgp = dput(g, n * 4), *dup_ = dput(u, n * 4), *ddh = dput(dh, n * 4), *dh_out = dnan(n);
+  H->swiglu_forward(h, g, u, n, NULL);
+  D->swiglu_forward(dh_out, dgp, dup_, n, NULL);
+  check_bits("swiglu forward", dh_out, h, n);
+  float *dgate = rf_xmalloc(n * 4), *dupo = rf_xmalloc(n * 4);
+  float *d_dgate = dnan(n), *d_dup = dnan(n);
+  H->swiglu_backward(dgate, dupo, dh, g, u, n, NULL);
+  D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, NULL);
+  check_bits("swiglu backward dgate", d_dgate, dgate, n);
+  check_bits("swiglu backward dup", d_dup, dupo, n);
+  float *bias = rand_buf(cols, 1.0f);
+  float *dbias = dput(bias, (size_t)cols * 4), *dy = dput(h, n * 4);
+  H->bias_forward(h, bias, rows, cols, NULL);
+  D->bias_forward(dy, dbias, rows, cols, NULL);
+  check_bits("bias forward (adds)", dy, h, n);
+  struct rf_model_config c = config(cols, cols, 1, 1, cols, 8, rows);
+  struct scratch s = scratch_make(&c, 1, rows);
+  H->bias_backward(bias, dh, rows, cols, s.h, s.hb, NULL);
+  D->bias_backward(dbias, ddh, rows, cols, s.d, s.db, NULL);
+  check_rel("bias backward (adds, column sums)", dbias, bias, (size_t)cols, 8.0 * rows);
+  scratch_free(&s);
+  free(g), free(u), free(dh), free(h), free(dgate), free(dupo), free(bias);
+  CK(cudaFree(dgp)), CK(cudaFree(dup_)), CK(cudaFree(ddh)), CK(cudaFree(dh_out)), CK(cudaFree(d_dgate)),
+      CK(cudaFree(d_dup)), CK(cudaFree(dbias)), CK(cudaFree(dy));
+}
+
+static void test_cross_entropy(int rows, int vocab) {
+  size_t n = (size_t)rows * vocab;
+  float *z = rand_buf(n, 8.0f), *lse = rf_xmalloc(sizeof(float) * rows);
+  int32_t *t = rf_xmalloc(sizeof(int32_t) * rows);
+  for (int i = 0; i < rows; i++) t[i] = i % 5 == 2 ? -1 : (int32_t)(rf_test_rand_u64(&g_rng) % vocab);
+  float *dz = dput(z, n * 4), *dlse = dnan((size_t)rows);
+  int32_t *dt = dput(t, sizeof(int32_t) * rows);
+  double *dloss = dalloc(sizeof(double));
+  struct rf_model_config c = config(64, 64, 1, 1, 64, vocab, rows);
+  struct scratch s = scratch_make(&c, 1, rows);
+  double loss = 0.0, dev_loss = 0.0;
+  H->cross_entropy_forward(&loss, lse, z, t, rows, vocab, s.h, s.hb, NULL);
+  D->cross_entropy_forward(dloss, dlse, dz, dt, rows, vocab, s.d, s.db, NULL);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(&dev_loss, dloss, sizeof(double), cudaMemcpyDeviceToHost));
+  char what[96];
+  snprintf(what, sizeof what, "cross-entropy lse %d x %d", rows, vocab);
+  check_rel(what, dlse, lse, (size_t)rows, 2.0);
+  printf("  cross-entropy loss sum: device %.17g, host %.17g\n", dev_loss, loss);
+  RF_CHECK(fabs(dev_loss - loss) <= 1e-12 * fabs(loss) && loss > 0, "cross-entropy loss %.17g, host %.17g",
+           dev_loss, loss);
+  /* the backward on the host's lse, so that it is compared alone */
+  CK(cudaMemcpy(dlse, lse, sizeof(float) * rows, cudaMemcpyHostToDevice));
+  H->cross_entropy_backward(z, lse, t, rows, vocab, 1.0f / 3.0f, NULL);
+  D->cross_entropy_backward(dz, dlse, dt, rows, vocab, 1.0f / 3.0f, NULL);
+  check_bits("cross-entropy backward", dz, z, n);
+  scratch_free(&s);
+  free(z), free(lse), free(t);
+  CK(cudaFree(dz)), CK(cudaFree(dlse)), CK(cudaFree(dt)), CK(cudaFree(dloss));
+}
+
+/* ---- attention ---- */
+
+static void test_attention(int b, int t, int nh, int nkv, int hd) {
+  size_t nq = (size_t)b * t * nh * hd, nk = (size_t)b * t * nkv * hd, nl = (size_t)b * nh * t;
+  float *q = rand_buf(nq, 2.0f), *k = rand_buf(nk, 2.0f), *v = rand_buf(nk, 1.0f), *dy = rand_buf(nq, 1.0f);
+  float *y = rf_xmalloc(nq * 4), *lse = rf_xmalloc(nl * 4);
+  float *dq = rf_xmalloc(nq * 4), *dk = rf_xmalloc(nk * 4), *dv = rf_xmalloc(nk * 4);
+  float *d_q = dput(q, nq * 4), *d_k = dput(k, nk * 4), *d_v = dput(v, nk * 4), *d_dy = dput(dy, nq * 4);
+  float *d_y = dnan(nq), *d_lse = dnan(nl), *d_dq = dnan(nq), *d_dk = dnan(nk), *d_dv = dnan(nk);
+  struct rf_model_config c = config(nh * hd, nh * hd, nh, nkv, hd, 8, t);
+  struct scratch s = scratch_make(&c, b, t);
+  H->attention_forward(y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, NULL);
+  D->attention_forward(d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db, NULL);
+  char what[96];
+  double tol = 8.0 * (t + hd) + 32.0;
+  snprintf(what, sizeof what, "attention y B=%d T=%d h=%d/%d hd=%d", b, t, nh, nkv, hd);
+  check_rel(what, d_y, y, nq, tol);
+  check_rel("attention lse", d_lse, lse, nl, tol);
+  /* the backward from the host's forward (y, lse), compared alone */
+  CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
+  H->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, NULL);
+  D->attention_backward(d_dq, d_dk, d_dv, d_dy, d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db,
+                        NULL);
+  /* T = 1: dq = dk = 0 exactly (P = 1, dP = D), both sides a roundoff of dP - D
+   */
+  check_rel_scaled("attention backward dq", d_dq, dq, nq, 2 * tol, t == 1 ? 1.0 : 0.0);
+  check_rel_scaled("attention backward dk", d_dk, dk, nk, 2 * tol, t == 1 ? 1.0 : 0.0);
+  check_rel("attention backward dv", d_dv, dv, nk, 2 * tol);
+  scratch_free(&s);
+  free(q), free(k), free(v), free(dy), free(y), free(lse), free(dq), free(dk), free(dv);
+  CK(cudaFree(d_q)), CK(cudaFree(d_k)), CK(cudaFree(d_v)), CK(cudaFree(d_dy)), CK(cudaFree(d_y)),
+      CK(cudaFree(d_lse)), CK(cudaFree(d_dq)), CK(cudaFree(d_dk)), CK(cudaFree(d_dv));
+}
+
+/* ---- AdamW ---- */
+
+static void test_adamw(void) {
+  const int64_t nw = 3000 * 7, nb = 777, n = nw + nb;
+  float *master = rand_buf((size_t)n, 0.5f), *grad = rf_xcalloc((size_t)n, sizeof(float));
+  float *dp = dput(master, (size_t)n * 4), *dg = dalloc((size_t)n * 4);
+  float *dm = dalloc((size_t)n * 4), *dv = dalloc((size_t)n * 4);
+  CK(cudaMemset(dm, 0, (size_t)n * 4)), CK(cudaMemset(dv, 0, (size_t)n * 4));
+  int64_t st[2][2] = {{0, nw}, {0, nb}};
+  struct rf_tensor_view views[2];
+  memset(views, 0, sizeof views);
+  views[0] = (struct rf_tensor_view){.name = "w",
+                                     .ndim = 2,
+                                     .shape = {3000, 7},
+                                     .numel = nw,
+                                     .block_elems = 1,
+                                     .starts = st[0],
+                                     .begin = 0,
+                                     .end = nw,
+                                     .shard_offset = 0,
+                                     .master = master,
+                                     .grad = grad};
+  views[1] = (struct rf_tensor_view){.name = "b",
+                                     .ndim = 1,
+                                     .shape = {nb},
+                                     .numel = nb,
+                                     .block_elems = 1,
+                                     .starts = st[1],
+                                     .begin = 0,
+                                     .end = nb,
+                                     .shard_offset = nw,
+                                     .master = master + nw,
+                                     .grad = grad + nw};
+  int flags[2] = {RF_OPTIM_FLAG_DECAY, 0};
+  struct rf_optim_options opt;
+  rf_optim_options_default(&opt);
+  struct rf_optim *o;
+  RF_ASSERT(rf_optim_create(&o, &opt, views, flags, 2, n, NULL) == 0);
+  for (int s = 0; s < 5; s++) {
+    for (int64_t i = 0; i < n; i++) grad[i] = rf_test_rand_f32(&g_rng) * (i % 11 == 0 ? 1e-3f : 1.0f);
+    CK(cudaMemcpy(dg, grad, (size_t)n * 4, cudaMemcpyHostToDevice));
+    float lr = 1e-2f * (float)(s + 1);
+    RF_ASSERT(rf_optim_step(o, lr) == 0);
+    struct rf_optim_hyper h;
+    rf_optim_hyper_init(o, lr, &h); /* o->step is the step just taken */
+    rf_optim_adamw_cuda_piece(&h, 1, dp, dg, dm, dv, nw, NULL);
+    rf_optim_adamw_cuda_piece(&h, 0, dp + nw, dg + nw, dm + nw, dv + nw, nb, NULL);
+  }
+  struct rf_optim_state_slab m, v;
+  rf_optim_state(o, 0, &m);
+  rf_optim_state(o, 1, &v);
+  check_bits("adamw p after 5 steps (decay and not)", dp, master, (size_t)n);
+  check_bits("adamw m", dm, m.data, (size_t)n);
+  check_bits("adamw v", dv, v.data, (size_t)n);
+  rf_optim_free(o);
+  free(master), free(grad);
+  CK(cudaFree(dp)), CK(cudaFree(dg)), CK(cudaFree(dm)), CK(cudaFree(dv));
+}
+
+/* ---- timing ---- */
+
+#define REPS 20
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of REPS runs of what (one call of fn(ctx)), in microseconds. */
+static void timed(const char *what, void (*fn)(void *), void *ctx, double bytes) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0)), CK(cudaEventCreate(&e1));
+  float ms[REPS];
+  fn(ctx); /* warm-up */
+  for (int r = 0; r < REPS; r++) {
+    CK(cudaEventRecord(e0, 0));
+    fn(ctx);
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms[r], e0, e1));
+  }
+  qsort(ms, REPS, sizeof ms[0], cmp_f);
+  double us = 0.5 * (ms[REPS / 2 - 1] + ms[REPS / 2]) * 1e3;
+  printf("  %-34s %10.1f us", what, us);
+  if (bytes > 0) printf("   %7.0f GB/s", bytes / (us * 1e-6) / 1e9);
+  printf("\n");
+  CK(cudaEventDestroy(e0)), CK(cudaEventDestroy(e1));
+}
+
+struct tctx {
+  int b, t, nh, nkv, hd, hidden, inter, vocab;
+  float *x, *y, *w, *dw, *rstd, *q, *k, *v, *att, *lse, *dq, *dk, *dv, *gate, *up, *h, *logits, *cs, *sn;
+  float *p, *g, *m, *vv;
+  int32_t *tok;
+  double *loss;
+  void *scratch;
+  size_t scratch_bytes;
+  struct rf_model_weight table;
+};
+
+static void t_embed_f(void *c_) {
+  struct tctx *c = c_;
+  D->embedding_forward(c->x, &c->table, c->tok, c->b * c->t, c->hidden, NULL);
+}
+static void t_embed_b(void *c_) {
+  struct tctx *c = c_;
+  D->embedding_backward((float *)c->table.f32, c->y, c->tok, c->b * c->t, c->hidden, c->scratch,
+                        c->scratch_bytes, NULL);
+}
+static void t_norm_f(void *c_) {
+  struct tctx *c = c_;
+  D->rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->b * c->t, c->hidden, 1e-5f, NULL);
+}
+static void t_norm_b(void *c_) {
+  struct tctx *c = c_;
+  D->rmsnorm_backward(c->att, c->dw, c->y, c->x, c->rstd, c->w, c->b * c->t, c->hidden, c->scratch,
+                      c->scratch_bytes, NULL);
+}
+static void t_rope(void *c_) {
+  struct tctx *c = c_;
+  D->rope_apply(c->q, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0, NULL);
+}
+static void t_att_f(void *c_) {
+  struct tctx *c = c_;
+  D->attention_forward(c->att, c->lse, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch,
+                       c->scratch_bytes, NULL);
+}
+static void t_att_b(void *c_) {
+  struct tctx *c = c_;
+  D->attention_backward(c->dq, c->dk, c->dv, c->att, c->att, c->lse, c->q, c->k, c->v, c->b, c->t, c->nh,
+                        c->nkv, c->hd, c->scratch, c->scratch_bytes, NULL);
+}
+static void t_swiglu_f(void *c_) {
+  struct tctx *c = c_;
+  D->swiglu_forward(c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, NULL);
+}
+static void t_swiglu_b(void *c_) {
+  struct tctx *c = c_;
+  D->swiglu_backward(c->gate, c->up, c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, NULL);
+}
+static void t_ce_f(void *c_) {
+  struct tctx *c = c_;
+  D->cross_entropy_forward(c->loss, c->rstd, c->logits, c->tok, c->b * c->t, c->vocab, c->scratch,
+                           c->scratch_bytes, NULL);
+}
+static void t_ce_b(void *c_) {
+  struct tctx *c = c_;
+  D->cross_entropy_backward(c->logits, c->rstd, c->tok, c->b * c->t, c->vocab, 1e-4f, NULL);
+}
+static void t_adamw(void *c_) {
+  struct tctx *c = c_;
+  struct rf_optim_hyper h = {.lr = 1e-4f,
+                             .b1 = 0.9f,
+                             .b2 = 0.95f,
+                             .eps = 1e-8f,
+                             .step_size = 1e-3f,
+                             .bc2_sqrt = 0.5f,
+                             .decay = 0.99999f,
+                             .one_m_b1 = 0.1f,
+                             .one_m_b2 = 0.05f};
+  rf_optim_adamw_cuda_piece(&h, 1, c->p, c->g, c->m, c->vv, (int64_t)c->inter * c->hidden * 4, NULL);
+}
+
+static float *dfill(size_t n, float scale) {
+  float *h = rand_buf(n, scale);
+  float *d = dput(h, n * 4);
+  free(h);
+  return d;
+}
+
+static void timing_table(const char *gpu) {
+  struct tctx c = {
+      .b = 8, .t = 2048, .nh = 32, .nkv = 8, .hd = 64, .hidden = 2048, .inter = 8192, .vocab = 32000};
+  size_t n = (size_t)c.b * c.t;
+  struct rf_model_config cfg = config(c.hidden, c.inter, c.nh, c.nkv, c.hd, c.vocab, c.t);
+  c.scratch_bytes = D->scratch_bytes(&cfg, c.b, c.t);
+  c.scratch = dalloc(c.scratch_bytes);
+  c.x = dfill(n * c.hidden, 1), c.y = dfill(n * c.hidden, 1), c.w = dfill((size_t)c.hidden, 1);
+  c.dw = dfill((size_t)c.hidden, 1);
+  c.rstd = dfill(n, 1);
+  c.q = dfill(n * c.nh * c.hd, 1), c.k = dfill(n * c.nkv * c.hd, 1), c.v = dfill(n * c.nkv * c.hd, 1);
+  c.att = dfill(n * c.nh * c.hd, 1), c.lse = dfill(n * c.nh, 1), c.dq = dfill(n * c.nh * c.hd, 1);
+  c.dk = dfill(n * c.nkv * c.hd, 1), c.dv = dfill(n * c.nkv * c.hd, 1);
+  c.gate = dfill(n * c.inter, 1), c.up = dfill(n * c.inter, 1), c.h = dfill(n * c.inter, 1);
+  c.logits = dfill(n * c.vocab, 4);
+  c.cs = dfill((size_t)c.t * c.hd / 2, 1), c.sn = dfill((size_t)c.t * c.hd / 2, 1);
+  size_t np = (size_t)c.inter * c.hidden * 4;
+  c.p = dfill(np, 1), c.g = dfill(np, 1), c.m = dfill(np, 0), c.vv = dfill(np, 0);
+  CK(cudaMemset(c.vv, 0, np * 4));
+  c.loss = dalloc(sizeof(double));
+  int32_t *tok = rf_xmalloc(sizeof(int32_t) * n);
+  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rf_test_rand_u64(&g_rng) % c.vocab);
+  c.tok = dput(tok, sizeof(int32_t) * n);
+  c.table.f32 = dfill((size_t)c.vocab * c.hidden, 1);
+  printf(
+      "timing on %s: median of %d runs, 8 x 2048 tokens, hidden 2048, 32/8 "
+      "heads of 64, ff 8192, vocab 32000\n",
+      gpu, REPS);
+  double f = 4.0;
+  timed("embedding forward", t_embed_f, &c, f * 2 * n * c.hidden);
+  timed("embedding backward", t_embed_b, &c, f * 3 * n * c.hidden);
+  timed("rmsnorm forward", t_norm_f, &c, f * 2 * n * c.hidden);
+  timed("rmsnorm backward", t_norm_b, &c, f * 6 * n * c.hidden);
+  timed("rope (q)", t_rope, &c, f * 2 * n * c.nh * c.hd);
+  timed("attention forward", t_att_f, &c, 0);
+  timed("attention backward", t_att_b, &c, 0);
+  timed("swiglu forward", t_swiglu_f, &c, f * 3 * n * c.inter);
+  timed("swiglu backward", t_swiglu_b, &c, f * 5 * n * c.inter);
+  timed("cross-entropy forward", t_ce_f, &c, f * 2 * n * c.vocab);
+  timed("cross-entropy backward", t_ce_b, &c, f * 2 * n * c.vocab);
+  timed("adamw (67M elements)", t_adamw, &c, f * 7 * np);
+  double att_flops = 4.0 * c.b * c.nh * c.hd * (double)c.t * (c.t + 1) / 2;
+  printf("  (attention forward: %.1f GFLOP causal, the backward 2.5x that)\n", att_flops / 1e9);
+  free(tok);
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    fprintf(stderr,
+            "test_kernels_cuda: no CUDA device (run it on a GPU "
+            "machine: scripts/gpu-check)\n");
+    return 1;
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("test_kernels_cuda on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+         prop.multiProcessorCount);
+  RF_CHECK(strcmp(D->name, "cuda") == 0 && D->host_memory == 0, "the CUDA table names itself");
+#ifdef RF_KC_EMU
+  const int emu = 1; /* scripts/cuda-emu: the kernels on CPU fibers, small shapes only */
+#else
+  const int emu = 0;
+#endif
+  test_embedding();
+  test_rmsnorm(600, 768);
+  test_rmsnorm(4 * 300, 64); /* the q/k norms' shape: a row per head */
+  test_rope();
+  test_swiglu_bias();
+  test_cross_entropy(64, 32000);
+  if (!emu) test_cross_entropy(6, 128256);
+  test_attention(1, 1, 4, 2, 64);
+  test_attention(1, 127, 4, 2, 64);
+  test_attention(2, 128, 4, 4, 128);
+  if (!emu) {
+    test_attention(1, 1000, 4, 2, 64);
+    test_attention(2, 1000, 4, 1, 128);
+  }
+  test_attention(1, 200, 2, 1, 96);
+  test_attention(1, 65, 2, 2, 32);
+  test_attention(1, 70, 2, 1, 256);
+  test_adamw();
+  if (rf_test_failures == 0 && !emu) timing_table(prop.name);
+  return rf_test_finish("test_kernels_cuda");
+}
