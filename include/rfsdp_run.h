@@ -94,6 +94,64 @@ int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const 
  * s->keep. A checkpoint this run did not write is never removed. */
 int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, const char *program_json);
 
+/* ---- asynchronous saves ------------------------------------------------------
+ *
+ * rf_run_series_save_async copies the state (the master shard and every optimizer
+ * state slab) into a staging buffer allocated once by rf_run_async_create, and
+ * returns: a background thread writes, checksums and fsyncs this rank's files
+ * (src/ckpt's rf_ckpt_save_views) while training goes on. The thread never
+ * communicates: where the save needs every rank's agreement (every rank's files
+ * written; rank 0's meta.json and COMPLETE written) the thread stops and waits,
+ * and the training thread agrees for it at a step boundary (rf_run_async_poll),
+ * so no collective ever runs on two threads at once. The rotation (--keep) runs
+ * once the checkpoint is complete, so it counts complete checkpoints only; a
+ * process killed while its thread writes leaves the directory without COMPLETE:
+ * the previous checkpoint stays the latest complete one. At most one save is in
+ * flight: the next save, rf_run_async_wait and rf_run_async_free wait for it.
+ *
+ * Every function but create, free and staging_bytes is collective over the
+ * context's mesh, called by every rank at the same points. Ownership: the async
+ * saver owns its staging and thread and borrows the context, the optimizer and
+ * the series (which must outlive it). */
+struct rf_run_async;
+
+/* Staging for `run`'s state: run->fsdp's shard and run->optim's state slabs (their
+ * sizes are fixed at creation). Local. */
+int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run);
+/* Bytes of staging this rank holds (the extra memory of --async-save). */
+int64_t rf_run_async_staging_bytes(const struct rf_run_async *a);
+/* Waits for a save in flight (rf_run_async_wait), then copies the state into
+ * staging and starts writing SERIES/step-<run->step> in the background. */
+int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series *s, const struct rf_run *run,
+                             const char *program_json);
+/* At a step boundary: moves a save in flight on without waiting (one small
+ * agreement while one is in flight, none otherwise). Returns 1 on every rank when
+ * the save became complete here (*step: its step; the rotation done), 0 when
+ * none is in flight or it is still being written, -1 on every rank when it failed
+ * (its directory stays without COMPLETE). */
+int rf_run_async_poll(struct rf_run_async *a, int64_t *step);
+/* Waits until the save in flight is complete (returns 1, *step set) or failed
+ * (-1); 0 when none was in flight. At the end of a run and before exiting on a
+ * signal. */
+int rf_run_async_wait(struct rf_run_async *a, int64_t *step);
+/* What the saves cost this rank so far (cumulative, local). The training thread
+ * loses copy_ns + wait_ns + poll_ns, and at most writer_cpu_ns more when every
+ * core is busy. */
+struct rf_run_async_stats {
+  int64_t saves;           /* saves started */
+  int64_t staging_bytes;   /* the staging buffer (rf_run_async_staging_bytes) */
+  uint64_t copy_ns;        /* training thread: copying the state into staging */
+  uint64_t wait_ns;        /* training thread: waiting for a save in flight (the next save, the end) */
+  uint64_t poll_ns;        /* training thread: the agreements at step boundaries (rf_run_async_poll) */
+  uint64_t writer_cpu_ns;  /* the writer thread's CPU time (this rank's files, checksums; rank 0: meta) */
+  uint64_t writer_wall_ns; /* from staging to complete, summed */
+};
+void rf_run_async_get_stats(const struct rf_run_async *a, struct rf_run_async_stats *out);
+/* Local: a save in flight is abandoned (its directory stays incomplete: for a
+ * program that stops on an error), the thread joined, the staging freed. NULL is
+ * allowed. */
+void rf_run_async_free(struct rf_run_async *a);
+
 /* ---- preemption ------------------------------------------------------------- */
 
 /* Installs handlers for SIGTERM and SIGINT that only record the signal (what a

@@ -364,6 +364,7 @@ static int rf_train_run(struct rf_train_state *s) {
         "warning: the run ended on %d skipped step%s (non-finite gradients): the weights are those of step "
         "%lld; lower --lr or check the data\n",
         bad_in_a_row, bad_in_a_row > 1 ? "s" : "", (long long)(a->steps - bad_in_a_row));
+  RF_TRY(rf_train_ckpt_end(s));
   if (a->sample > 0) rf_train_sample(s, &s->tok);
   if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
@@ -374,6 +375,7 @@ static int rf_train_run(struct rf_train_state *s) {
 }
 
 static void rf_train_state_free(struct rf_train_state *s) {
+  rf_run_async_free(s->async); /* before the optimizer and the context it borrows */
   if (s->optim) rf_optim_free(s->optim);
   if (s->model.fsdp) rf_train_model_free(&s->model);
   if (s->train_open) rf_token_file_close(&s->train_file);
@@ -470,6 +472,10 @@ int rf_cmd_train(int argc, char **argv) {
       {"save-every", RF_OPTION_KIND_I64, &a.save_every, "checkpoint every N steps (needs --ckpt-dir)",
        "[0, inf)", 0},
       {"ckpt-dir", RF_OPTION_KIND_STRING, &a.ckpt_dir, "where checkpoints go: DIR/step-NNNNNNNN", NULL, 0},
+      {"async-save", RF_OPTION_KIND_FLAG, &a.async_save,
+       "write checkpoints in the background: the step copies the state into a staging buffer and "
+       "training goes on (needs --ckpt-dir)",
+       NULL, 0},
       {"keep", RF_OPTION_KIND_INT, &a.keep, "checkpoints kept (the oldest are removed)", "[1, inf)", 0},
       {"resume", RF_OPTION_KIND_STRING, &a.resume,
        "continue from a checkpoint directory (or a --ckpt-dir: its latest complete one)", NULL, 0},

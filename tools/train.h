@@ -25,6 +25,7 @@ struct rf_train_args {
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
+  int async_save;                       /* --async-save: checkpoints written by a background thread */
   int64_t shampoo_block, shampoo_every; /* --optim shampoo */
   double shampoo_beta2, shampoo_eps;
   int shampoo_stagger;
@@ -48,6 +49,8 @@ struct rf_train_state {
   struct rf_train_log log;
   int64_t start_step;
   struct rf_run_series series; /* --ckpt-dir */
+  struct rf_run_async *async;  /* --async-save: the staging and the writer (owned) */
+  uint64_t async_started_ns;   /* when the save in flight was staged */
   int stop_signal;             /* the signal that stopped the run (preemption), or 0 */
   double flops_per_token, peak_gflops, last_loss, last_val;
 };
@@ -59,8 +62,10 @@ int rf_train_ckpt_start(struct rf_train_state *s);
  * --save-every says so, then the oldest beyond --keep removed. Collective. */
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done);
 /* The run stops after step `done` because of signal `sig` (every rank agreed):
- * a checkpoint into --ckpt-dir unless one was just saved, and the message.
- * Collective. */
+ * a checkpoint into --ckpt-dir unless one was just saved, and the message; with
+ * --async-save, after the checkpoint in flight is complete. Collective. */
 int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig);
+/* After the last step: the checkpoint in flight (--async-save) completed. Collective. */
+int rf_train_ckpt_end(struct rf_train_state *s);
 
 #endif

@@ -51,6 +51,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
              (long long)run.step);
     resumed_here = a->ckpt_dir && rf_train_same_folder(dir, a->ckpt_dir);
   }
+  RF_REQUIRE(!(a->async_save && !a->ckpt_dir), "--async-save needs --ckpt-dir");
   if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
   int rc =
       rf_run_series_begin(&s->series, s->model.fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
@@ -63,7 +64,13 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
    * bounds the folder across preempt/resume cycles (the rotation keeps the last K of
    * the steps after series.start_step) */
   if (rc == 0 && resumed_here) s->series.start_step = -1;
-  return rc;
+  if (rc != 0 || !a->async_save) return rc;
+  struct rf_run run = rf_train_run_at(s, s->start_step);
+  RF_TRY(rf_run_async_create(&s->async, &run));
+  if (s->rank == 0)
+    printf("async save: a staging buffer of %.1f MB per rank (the shard and the optimizer state)\n",
+           (double)rf_run_async_staging_bytes(s->async) / 1e6);
+  return 0;
 }
 
 /* 1 when --save-every asks for a checkpoint after `done` steps. */
@@ -71,7 +78,12 @@ static int rf_train_ckpt_due(const struct rf_train_args *a, int64_t done) {
   return a->save_every > 0 && (done % a->save_every == 0 || done == a->steps);
 }
 
+static int rf_train_ckpt_advance(struct rf_train_state *s, int block);
+
 static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
+  /* the time training waits here: with --async-save, the previous save's end and the copy */
+  uint64_t t0 = rf_time_ns();
+  RF_TRY(rf_train_ckpt_advance(s, 1)); /* --async-save: at most one in flight */
   const struct rf_train_args *a = s->args;
   cJSON *program = cJSON_CreateObject();
   cJSON_AddStringToObject(program, "model", a->model);
@@ -79,26 +91,62 @@ static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
   cJSON_Delete(program);
   RF_ASSERT(json);
   struct rf_run run = rf_train_run_at(s, done);
-  uint64_t t0 = rf_time_ns();
-  int rc = rf_run_series_save(&s->series, &run, json);
+  int rc = s->async ? rf_run_series_save_async(s->async, &s->series, &run, json)
+                    : rf_run_series_save(&s->series, &run, json);
   free(json);
   if (rc != 0) return -1;
+  s->async_started_ns = rf_time_ns();
   if (s->rank == 0) {
     char dir[RF_FILE_PATH_MAX];
     rf_run_series_path(dir, sizeof dir, a->ckpt_dir, done);
-    printf("checkpoint: %s (step %lld, %.0f ms)\n", dir, (long long)done, (double)(rf_time_ns() - t0) / 1e6);
+    printf("checkpoint: %s (step %lld, %.0f ms%s)\n", dir, (long long)done, (double)(rf_time_ns() - t0) / 1e6,
+           s->async ? " to stage; written in the background" : "");
+  }
+  return 0;
+}
+
+/* --async-save: the save in flight moved on (block: until complete); says when it is. */
+static int rf_train_ckpt_advance(struct rf_train_state *s, int block) {
+  if (!s->async) return 0;
+  int64_t step = -1;
+  int rc = block ? rf_run_async_wait(s->async, &step) : rf_run_async_poll(s->async, &step);
+  if (rc < 0) return -1;
+  if (rc == 1 && s->rank == 0) {
+    char dir[RF_FILE_PATH_MAX];
+    rf_run_series_path(dir, sizeof dir, s->args->ckpt_dir, step);
+    printf("checkpoint complete: %s (step %lld, %.0f ms after staging)\n", dir, (long long)step,
+           (double)(rf_time_ns() - s->async_started_ns) / 1e6);
   }
   return 0;
 }
 
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
+  RF_TRY(rf_train_ckpt_advance(s, 0));
   return rf_train_ckpt_due(s->args, done) ? rf_train_ckpt_save(s, done) : 0;
+}
+
+int rf_train_ckpt_end(struct rf_train_state *s) {
+  if (!s->async) return 0;
+  struct rf_run_async_stats st, end;
+  rf_run_async_get_stats(s->async, &st); /* what training lost, before the last save's end is awaited */
+  RF_TRY(rf_train_ckpt_advance(s, 1));
+  rf_run_async_get_stats(s->async, &end);
+  if (s->rank == 0)
+    printf(
+        "async save: %lld saves; rank 0's training thread copied %.1f ms, waited %.1f ms for saves in "
+        "flight and %.1f ms in agreements; its writer thread used %.1f ms CPU; after the last step the "
+        "last save took %.1f ms more; staging %.1f MB\n",
+        (long long)st.saves, (double)st.copy_ns / 1e6, (double)st.wait_ns / 1e6, (double)st.poll_ns / 1e6,
+        (double)end.writer_cpu_ns / 1e6, (double)(end.wait_ns - st.wait_ns) / 1e6,
+        (double)st.staging_bytes / 1e6);
+  return 0;
 }
 
 int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig) {
   const struct rf_train_args *a = s->args;
   s->stop_signal = sig;
   if (a->ckpt_dir && !rf_train_ckpt_due(a, done)) RF_TRY(rf_train_ckpt_save(s, done));
+  RF_TRY(rf_train_ckpt_advance(s, 1)); /* the save in flight completes before the exit */
   if (s->rank == 0) {
     if (a->ckpt_dir)
       printf("stopped by %s after step %lld: continue with --resume %s\n",

@@ -179,6 +179,16 @@ static void rf_comm_req_started(const struct rf_comm *comm, struct rf_comm_req *
   rf_comm_add(comm->counters, RF_COMM_FIELD(collectives), 1);
 }
 
+void rf_comm_iallreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                        enum rf_reduce_op op, struct rf_comm_req *req) {
+  RF_ASSERT(count >= 0);
+  RF_ASSERT(op == RF_REDUCE_OP_SUM || op == RF_REDUCE_OP_MAX || op == RF_REDUCE_OP_MIN);
+  rf_comm_req_start(comm, req, "all-reduce");
+  comm->ops->iallreduce(comm, buf, count, dtype, op, req);
+  rf_comm_req_started(comm, req, comm->world > 1 ? (uint64_t)count * rf_dtype_size(dtype) : 0,
+                      RF_COMM_FIELD(bytes_reduced));
+}
+
 void rf_comm_iallgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                         struct rf_comm_req *req) {
   RF_ASSERT(count >= 0);

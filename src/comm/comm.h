@@ -92,6 +92,9 @@ struct rf_comm_ops {
   void (*alltoallv)(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                     const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                     const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
+  /* In place, non-blocking (req never NULL); count within the backend's limit. */
+  void (*iallreduce)(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                     enum rf_reduce_op op, struct rf_comm_req *req);
   /* 1 when finished (drives progress); wait blocks until finished. */
   int (*test)(struct rf_comm_req *req);
   void (*wait)(struct rf_comm_req *req);
@@ -176,6 +179,10 @@ void rf_comm_ireduce_scatter(const struct rf_comm *comm, const void *send, void 
 void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                         const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                         const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req);
+/* Non-blocking in-place all-reduce (arguments as rf_comm_allreduce); buf must stay
+ * untouched until the request finishes. */
+void rf_comm_iallreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                        enum rf_reduce_op op, struct rf_comm_req *req);
 /* Batches the collectives issued until rf_comm_group_end into one launch (MPI: nothing). */
 void rf_comm_group_begin(const struct rf_comm *comm);
 void rf_comm_group_end(const struct rf_comm *comm);

@@ -468,6 +468,21 @@ static void rf_comm_mpi_allreduce(const struct rf_comm *comm, void *buf, int64_t
   }
 }
 
+/* MPI_Iallreduce takes an int count: above it, the blocking chunks (a finished request). */
+static void rf_comm_mpi_iallreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                                   enum rf_reduce_op op, struct rf_comm_req *req) {
+  const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (count > rf_comm_count_limit) { /* above one call's count: the chunked blocking one, already finished */
+    rf_comm_mpi_allreduce(comm, buf, count, dtype, op);
+    rf_comm_mpi_req_store(req, request);
+    return;
+  }
+  RF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, rf_comm_type(m, dtype), rf_comm_op(m, dtype, op),
+                              m->comm, &request));
+  rf_comm_mpi_req_store(req, request);
+}
+
 static void rf_comm_mpi_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                                   struct rf_comm_req *req) {
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
@@ -596,6 +611,7 @@ static const struct rf_comm_ops rf_comm_mpi_ops = {
     .barrier = rf_comm_mpi_barrier,
     .bcast = rf_comm_mpi_bcast,
     .allreduce = rf_comm_mpi_allreduce,
+    .iallreduce = rf_comm_mpi_iallreduce,
     .allgather = rf_comm_mpi_allgather,
     .allgatherv = rf_comm_mpi_allgatherv,
     .reduce_scatter_block = rf_comm_mpi_reduce_scatter_block,

@@ -28,4 +28,14 @@ struct rf_run_states {
 /* Fills st for optimizer o (NULL: no states). */
 void rf_run_states_make(const struct rf_optim *o, struct rf_run_states *st);
 
+/* The "extra" object of a save (a new string), or NULL when program_json is not an
+ * object (save.c). */
+char *rf_run_extra(const struct rf_run *run, const char *program_json);
+/* The testing hook of a save of `step`: the last rank exits 137 when `step` is the
+ * one given to rf_run_test_die_in_save (save.c). */
+void rf_run_die_check(const struct rf_fsdp *f, int64_t step);
+/* Removes this run's checkpoints of s beyond its last s->keep, up to `step`, on
+ * the mesh's first rank (series.c). Local: no barrier. */
+void rf_run_series_rotate(const struct rf_run_series *s, const struct rf_fsdp *f, int64_t step);
+
 #endif

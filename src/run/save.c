@@ -28,16 +28,20 @@ struct rf_run_agree_ctx {
 
 /* Testing hook (rf_run_test_die_in_save): the step whose save the last rank
  * leaves abruptly, after writing its rank files and before anyone writes the
- * marker (tests/test_train.c: a rank killed mid-save); -1: none. */
+ * marker (tests/test_train.c: a rank killed mid-save; tests/test_train_async.c:
+ * killed while its background writer runs); -1: none. */
 static int64_t rf_run_die_in_save = -1;
 
 void rf_run_test_die_in_save(int64_t step) { rf_run_die_in_save = step; }
 
+void rf_run_die_check(const struct rf_fsdp *f, int64_t step) {
+  if (rf_run_die_in_save >= 0 && step == rf_run_die_in_save && rf_fsdp_rank(f) == rf_fsdp_world(f) - 1)
+    _exit(137);
+}
+
 static int rf_run_ckpt_agree(void *ctx, int status) {
   const struct rf_run_agree_ctx *c = ctx;
-  if (rf_run_die_in_save >= 0 && c->saving_step == rf_run_die_in_save &&
-      rf_fsdp_rank(c->fsdp) == rf_fsdp_world(c->fsdp) - 1)
-    _exit(137);
+  rf_run_die_check(c->fsdp, c->saving_step);
   return c->saving_step >= 0 ? rf_comm_agree(&c->fsdp->mesh.shard, status) : rf_run_agree(c->fsdp, status);
 }
 
@@ -56,8 +60,7 @@ static struct rf_ckpt_views_args rf_run_views_args(const struct rf_run *run, con
   return a;
 }
 
-/* The "extra" object of a save (a new string), or NULL when program_json is not an object. */
-static char *rf_run_extra(const struct rf_run *run, const char *program_json) {
+char *rf_run_extra(const struct rf_run *run, const char *program_json) {
   cJSON *program = cJSON_Parse(program_json ? program_json : "{}");
   if (!cJSON_IsObject(program)) {
     cJSON_Delete(program);

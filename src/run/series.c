@@ -105,18 +105,23 @@ int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, 
   char dir[RF_FILE_PATH_MAX];
   rf_run_series_path(dir, sizeof dir, s->dir, run->step);
   RF_TRY(rf_run_save(run, dir, program_json));
-  if (rf_comm_mesh_first(&run->fsdp->mesh) && s->keep > 0) {
+  rf_run_series_rotate(s, run->fsdp, run->step);
+  rf_run_agree(run->fsdp, 0); /* a barrier: nobody saves the next one before the rotation ended */
+  return 0;
+}
+
+void rf_run_series_rotate(const struct rf_run_series *s, const struct rf_fsdp *f, int64_t step) {
+  char dir[RF_FILE_PATH_MAX];
+  if (rf_comm_mesh_first(&f->mesh) && s->keep > 0) {
     int64_t *steps;
     int n = rf_run_series_list(s->dir, &steps);
-    int own = 0; /* this run's: steps in (start_step, run->step], ascending */
-    for (int i = 0; i < n; i++) own += steps[i] > s->start_step && steps[i] <= run->step;
+    int own = 0; /* this run's: steps in (start_step, step], ascending */
+    for (int i = 0; i < n; i++) own += steps[i] > s->start_step && steps[i] <= step;
     for (int i = 0, seen = 0; i < n; i++) {
-      if (steps[i] <= s->start_step || steps[i] > run->step || seen++ >= own - s->keep) continue;
+      if (steps[i] <= s->start_step || steps[i] > step || seen++ >= own - s->keep) continue;
       rf_run_series_path(dir, sizeof dir, s->dir, steps[i]);
       rf_run_remove(dir);
     }
     free(steps);
   }
-  rf_run_agree(run->fsdp, 0); /* a barrier: nobody saves the next one before the rotation ended */
-  return 0;
 }
