@@ -120,6 +120,14 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit);
 /* Starts the reduce-scatter of the unit's gradients and releases its parameters. */
 void rf_fsdp_backward_end(struct rf_fsdp *f, int unit);
 void rf_fsdp_grads_finish(struct rf_fsdp *f);
+/* Under HSDP: the micro-batch whose backward follows is the step's last (with one
+ * micro-batch per step: every step's). Each unit's all-reduce of its gradient
+ * shard across the replicas then starts, non-blocking, as soon as the schedule has
+ * finished the unit's reduce-scatter, and overlaps the backward of the units
+ * before it; rf_fsdp_grads_finish waits for them (without this call they all start
+ * there). The sums are those of one all-reduce of the whole slab. Cleared by
+ * rf_fsdp_zero_grad; nothing without replicas. */
+void rf_fsdp_set_last_micro_batch(struct rf_fsdp *f);
 /* After a forward without backward (evaluation, sampling): releases every unit
  * still gathered. */
 void rf_fsdp_reshard_all(struct rf_fsdp *f);

@@ -119,6 +119,8 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   for (int m = 0; m < a->accum; m++) {
     RF_TRY(rf_data_loader_batch(&s->train, a->seed, step, a->batch, a->seq, m * s->world + s->rank,
                                 s->world * a->accum, s->tokens, s->targets));
+    /* HSDP: the replica all-reduces start during the last micro-batch's backward */
+    if (m == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
     loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
   }
   RF_TRY(rf_fsdp_status(f)); /* FP8: a weight's tile with NaN or Inf, the same on every rank */

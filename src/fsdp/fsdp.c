@@ -92,10 +92,16 @@ void rf_fsdp_free(struct rf_fsdp *f) {
       }
       for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_event_free(f->device, &x->gathered[b]);
       for (int b = 0; b < x->db.n_buffers; b++) rf_device_event_free(f->device, &x->reduced[b]);
+      rf_comm_wait(x->across_req);
+      rf_comm_req_free(x->across_req);
+      rf_device_event_free(f->device, x->across_done);
+      rf_device_event_free(f->device, &x->across_written);
       free(x->gather_reqs);
       free(x->reduce_reqs);
+      free(x->across_req);
       free(x->gathered);
       free(x->reduced);
+      free(x->across_done);
     }
     rf_dbuffer_free(&x->db);
   }
@@ -193,11 +199,11 @@ int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
 /* `label`: the unit's name (borrowed; the units array is fixed after finalize),
  * which the collective watchdog prints. */
 static void rf_fsdp_reqs_init(struct rf_fsdp *f, struct rf_comm_req **reqs, struct rf_device_event **evs,
-                              int n, const char *label) {
+                              int n, int world, const char *label) {
   *reqs = rf_xcalloc((size_t)n, sizeof **reqs);
   *evs = rf_xcalloc((size_t)n, sizeof **evs);
   for (int b = 0; b < n; b++) {
-    rf_comm_req_init(&(*reqs)[b], f->mesh.shard.world);
+    rf_comm_req_init(&(*reqs)[b], world);
     (*reqs)[b].label = label;
     rf_device_event_create(f->device, &(*evs)[b]);
   }
@@ -259,8 +265,10 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
     if (rc != 0) return -1; /* rf_fsdp_free releases what the units before u hold */
     x->shard_base = slab;
     slab += x->db.shard_elems;
-    rf_fsdp_reqs_init(f, &x->gather_reqs, &x->gathered, x->db.n_gather_reqs, x->name);
-    rf_fsdp_reqs_init(f, &x->reduce_reqs, &x->reduced, x->db.n_buffers, x->name);
+    rf_fsdp_reqs_init(f, &x->gather_reqs, &x->gathered, x->db.n_gather_reqs, w, x->name);
+    rf_fsdp_reqs_init(f, &x->reduce_reqs, &x->reduced, x->db.n_buffers, w, x->name);
+    rf_fsdp_reqs_init(f, &x->across_req, &x->across_done, 1, f->mesh.replicate.world, x->name);
+    rf_device_event_create(f->device, &x->across_written);
   }
   f->shard_elems = rf_max_i64(slab, 1);
   /* zero-filled by the device */

@@ -59,6 +59,11 @@ struct rf_fsdp_unit {
    * schedule waits on these, never on the requests (MPI: each is its request). */
   struct rf_device_event *gathered; /* db.n_gather_reqs, owned */
   struct rf_device_event *reduced;  /* db.n_buffers, owned */
+  int reduce_last;                  /* the reduce-scatter in flight is of the step's last micro-batch */
+  int across;                       /* HSDP: across_req (the shard's all-reduce across replicas) in flight */
+  struct rf_comm_req *across_req;   /* one */
+  struct rf_device_event *across_done;   /* one, owned: reached when across_req has finished */
+  struct rf_device_event across_written; /* reached when the shard the all-reduce sends is written */
 };
 
 /* The context. Owns everything: the mesh, the declarations, the slabs, the arena
@@ -92,6 +97,7 @@ struct rf_fsdp {
   struct rf_counters last_step;     /* between the last two rf_fsdp_zero_grad */
   int steps_begun;
   int grads_across; /* HSDP: the shard was all-reduced across replicas since rf_fsdp_zero_grad */
+  int last_micro;   /* rf_fsdp_set_last_micro_batch since rf_fsdp_zero_grad */
   int failed;       /* a gather failed (rf_fsdp_status): fail_msg says why */
   char fail_msg[512];
 };

@@ -78,6 +78,21 @@ static void rf_fsdp_prefetch(struct rf_fsdp *f, int u, int dir) {
   }
 }
 
+/* HSDP: starts the all-reduce of unit u's gradient shard across the replicas (f32,
+ * in place, padding included: zero). Every rank of a replicate group starts them
+ * in the same order: the schedule's, which depends on the unit sequence only. */
+static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
+  struct rf_fsdp_unit *x = &f->units[u];
+  RF_ASSERT(!x->across);
+  /* the all-reduce starts after the writes to the shard (the reduce-scatter's finish) */
+  rf_device_event_record(f->device, &x->across_written, NULL);
+  rf_comm_stream_wait(&f->mesh.replicate, f->device, &x->across_written);
+  rf_comm_iallreduce(&f->mesh.replicate, f->grad + x->shard_base, x->db.shard_elems, RF_DTYPE_F32,
+                     RF_REDUCE_OP_SUM, x->across_req);
+  rf_comm_event_record(&f->mesh.replicate, x->across_req, f->device, x->across_done);
+  x->across = 1;
+}
+
 static void rf_fsdp_reduce_finish(struct rf_fsdp *f, int u) {
   struct rf_fsdp_unit *x = &f->units[u];
   RF_ASSERT(x->reducing);
@@ -87,16 +102,19 @@ static void rf_fsdp_reduce_finish(struct rf_fsdp *f, int u) {
   f->gslot_unit[x->gslot] = -1;
   x->gslot = -1;
   x->reducing = 0;
+  /* the step's last contribution to this shard: its all-reduce overlaps the rest of the backward */
+  if (x->reduce_last && f->mesh.replicate.world > 1) rf_fsdp_across_start(f, u);
 }
 
 void rf_fsdp_zero_grad(struct rf_fsdp *f) {
   RF_ASSERT(f->finalized);
   for (int u = 0; u < f->n_units; u++) {
-    RF_ASSERT(!f->units[u].reducing);
+    RF_ASSERT(!f->units[u].reducing && !f->units[u].across);
     f->units[u].has_grad = 0;
   }
   rf_device_memset(f->device, f->grad, 0, (size_t)f->shard_elems * sizeof(float), NULL);
   f->grads_across = 0;
+  f->last_micro = 0;
   struct rf_counters now = rf_fsdp_counters_now(f);
   if (f->steps_begun++ > 0) f->last_step = rf_counters_diff(&now, &f->at_step_begin);
   f->at_step_begin = now;
@@ -146,6 +164,7 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
         "gradients are all-reduced across replicas once per step, after the last micro-batch)",
         x->name);
   x->reduce_accumulate = x->has_grad;
+  x->reduce_last = f->last_micro;
   rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
                           f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
   for (int b = 0; b < x->db.n_buffers; b++)
@@ -156,13 +175,22 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   rf_fsdp_poll(f);
 }
 
+void rf_fsdp_set_last_micro_batch(struct rf_fsdp *f) { f->last_micro = 1; }
+
 void rf_fsdp_grads_finish(struct rf_fsdp *f) {
   for (int u = f->n_units - 1; u >= 0; u--)
     if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
-  /* HSDP: every shard group holds its own sum; one all-reduce of the shard slab
-   * (f32, padding zero) across the groups makes it the sum over every rank */
+  /* HSDP: every shard group holds its own sum; the all-reduce of each unit's shard
+   * (f32, padding zero) across the groups makes it the sum over every rank. Those
+   * of the last micro-batch started as their reduce-scatters finished; the rest
+   * (every unit without rf_fsdp_set_last_micro_batch) start here. */
   if (f->mesh.replicate.world > 1 && !f->grads_across) {
-    rf_comm_allreduce(&f->mesh.replicate, f->grad, f->shard_elems, RF_DTYPE_F32, RF_REDUCE_OP_SUM);
+    for (int u = f->n_units - 1; u >= 0; u--)
+      if (!f->units[u].across) rf_fsdp_across_start(f, u);
+    for (int u = f->n_units - 1; u >= 0; u--) {
+      rf_device_stream_wait(f->device, NULL, f->units[u].across_done);
+      f->units[u].across = 0;
+    }
     f->grads_across = 1;
   }
 }
@@ -184,5 +212,6 @@ void rf_fsdp_poll(struct rf_fsdp *f) {
       for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_event_query(f->device, &x->gathered[b]);
     if (x->reducing)
       for (int b = 0; b < x->db.n_buffers; b++) rf_device_event_query(f->device, &x->reduced[b]);
+    if (x->across) rf_device_event_query(f->device, x->across_done);
   }
 }

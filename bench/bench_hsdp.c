@@ -1,0 +1,177 @@
+/* rf-bench: np=4 */
+/* HSDP's replica all-reduce, overlapped with the backward against at its end
+ * (issue 27 item 4): a LLaMA-shaped model (an embedding, 6 blocks, a head) on a
+ * 2 x 2 mesh of this machine (shard groups of 2 consecutive ranks, replicas
+ * across them: shared memory, no shaped link), the synthetic compute of
+ * bench_fsdp (gemms, polling between them). "end": every unit's all-reduce across
+ * the replicas starts in rf_fsdp_grads_finish after the whole backward (the
+ * blocking slab all-reduce before this change, cut per unit); "overlap":
+ * rf_fsdp_set_last_micro_batch, each unit's all-reduce starts once its
+ * reduce-scatter is finished and runs under the backward of the units below.
+ * Per step (median of the timed steps, slowest rank): the step time, the exposed
+ * communication (time blocked in collectives and waits), and the time in
+ * rf_fsdp_grads_finish (where the all-reduces not yet done are waited for). The
+ * two modes alternate step by step, so both see the same machine. Nothing is
+ * asserted. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_mpi.h"
+#include "core/core.h"
+#include "gemm/gemm.h"
+#include "rfsdp.h"
+
+#define HIDDEN 512
+#define INTER 1376
+#define KV 256
+#define VOCAB 4096
+#define BLOCKS 6
+#define TOKENS 128
+#define STEPS 9 /* per mode; the first is not timed */
+
+static void add(struct rf_fsdp *f, int u, const char *name, int64_t d0, int64_t d1) {
+  int64_t shape[2] = {d0, d1};
+  struct rf_init init = {RF_INIT_NORMAL, 0.02f};
+  if (rf_fsdp_add_tensor(f, u, name, d1 ? 2 : 1, shape, 0, init) < 0) RF_DIE("%s", rf_fsdp_error());
+}
+
+static struct rf_fsdp *build(MPI_Comm shard, MPI_Comm replicate) {
+  struct rf_fsdp_options opt;
+  rf_fsdp_options_default(&opt);
+  struct rf_fsdp *f;
+  if (rf_fsdp_create_mesh(&f, shard, replicate, &opt) != 0) RF_DIE("%s", rf_fsdp_error());
+  char name[96];
+  add(f, rf_fsdp_add_unit(f, "embed"), "embed.weight", VOCAB, HIDDEN);
+  for (int l = 0; l < BLOCKS; l++) {
+    snprintf(name, sizeof name, "block%d", l);
+    int u = rf_fsdp_add_unit(f, name);
+    static const char *names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    static const int64_t shapes[7][2] = {{HIDDEN, HIDDEN}, {KV, HIDDEN},    {KV, HIDDEN},   {HIDDEN, HIDDEN},
+                                         {INTER, HIDDEN},  {INTER, HIDDEN}, {HIDDEN, INTER}};
+    for (int i = 0; i < 7; i++) {
+      snprintf(name, sizeof name, "block%d.%s", l, names[i]);
+      add(f, u, name, shapes[i][0], shapes[i][1]);
+    }
+  }
+  int u = rf_fsdp_add_unit(f, "head");
+  add(f, u, "norm", HIDDEN, 0);
+  add(f, u, "head.weight", VOCAB, HIDDEN);
+  if (rf_fsdp_finalize(f) != 0) RF_DIE("%s", rf_fsdp_error());
+  return f;
+}
+
+/* bench_fsdp's synthetic compute: per 2-D tensor [out, in], forward Y = X W^T;
+ * backward dX = dY W and dW += dY^T X, polling between the gemms. */
+static void unit_compute(struct rf_fsdp *f, int u, int backward, float *x, float *y) {
+  for (int t = 0; t < rf_fsdp_n_tensors(f); t++) {
+    struct rf_tensor_view v;
+    rf_fsdp_tensor(f, t, &v);
+    if (v.unit != u || v.ndim != 2) continue;
+    int out = (int)v.shape[0], in = (int)v.shape[1];
+    const float *w = rf_fsdp_param(f, t);
+    if (!backward) {
+      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0.0f};
+      rf_gemm_run(&d, x, w, y);
+    } else {
+      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0.0f};
+      rf_gemm_run(&dx, y, w, x);
+      rf_fsdp_poll(f);
+      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1.0f};
+      rf_gemm_run(&dw, y, x, rf_fsdp_grad(f, t));
+    }
+    rf_fsdp_poll(f);
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double max_over_ranks(double v) {
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return v;
+}
+
+int main(int argc, char **argv) {
+  rf_comm_mpi_init(&argc, &argv);
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world % 2 != 0) {
+    if (rank == 0) printf("bench_hsdp: needs an even world (shard groups of 2), not %d\n", world);
+    rf_comm_mpi_finalize();
+    return 0;
+  }
+  MPI_Comm shard, replicate;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &shard);
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &replicate);
+  float *x = rf_xaligned(64, (size_t)TOKENS * INTER * sizeof(float));
+  float *y = rf_xaligned(64, (size_t)TOKENS * VOCAB * sizeof(float));
+  for (int64_t i = 0; i < (int64_t)TOKENS * INTER; i++) x[i] = (float)((i % 17) - 8) * 0.01f;
+  memset(y, 0, (size_t)TOKENS * VOCAB * sizeof(float));
+  struct rf_fsdp *f = build(shard, replicate);
+  int n = rf_fsdp_n_units(f);
+  double ms[2][STEPS], wait[2][STEPS], fin[2][STEPS];
+  uint64_t inter[2] = {0, 0};
+  for (int s = 0; s < 2 * STEPS; s++) {
+    int overlap = s % 2, k = s / 2;
+    MPI_Barrier(MPI_COMM_WORLD);
+    struct rf_counters before = *rf_fsdp_counters(f);
+    uint64_t t0 = rf_time_ns();
+    rf_fsdp_zero_grad(f);
+    if (overlap) rf_fsdp_set_last_micro_batch(f);
+    for (int u = 0; u < n; u++) {
+      rf_fsdp_forward_begin(f, u);
+      unit_compute(f, u, 0, x, y);
+      rf_fsdp_forward_end(f, u);
+    }
+    for (int u = n - 1; u >= 0; u--) {
+      rf_fsdp_backward_begin(f, u);
+      unit_compute(f, u, 1, x, y);
+      rf_fsdp_backward_end(f, u);
+    }
+    uint64_t t1 = rf_time_ns();
+    rf_fsdp_grads_finish(f);
+    uint64_t t2 = rf_time_ns();
+    struct rf_counters d = rf_counters_diff(rf_fsdp_counters(f), &before);
+    ms[overlap][k] = max_over_ranks((double)(t2 - t0) / 1e6);
+    wait[overlap][k] = max_over_ranks((double)d.comm_wait_ns / 1e6);
+    fin[overlap][k] = max_over_ranks((double)(t2 - t1) / 1e6);
+    inter[overlap] = d.bytes_inter;
+  }
+  struct rf_fsdp_stats st;
+  rf_fsdp_get_stats(f, &st);
+  if (rank == 0) {
+    static const char *mode[2] = {"end", "overlap"};
+    printf(
+        "HSDP %d x 2 on this machine (shared memory), %.1fM parameters, %d tokens per rank per step, median "
+        "of %d steps per mode (alternating), slowest rank\n",
+        world / 2, (double)st.param_elems / 1e6, TOKENS, STEPS - 1);
+    printf("%-8s %9s %12s %16s %12s\n", "mode", "step ms", "exposed ms", "grads_finish ms", "inter MiB");
+    double med[2][3];
+    for (int o = 0; o < 2; o++) {
+      med[o][0] = median(ms[o] + 1, STEPS - 1);
+      med[o][1] = median(wait[o] + 1, STEPS - 1);
+      med[o][2] = median(fin[o] + 1, STEPS - 1);
+      printf("%-8s %9.1f %12.1f %16.1f %12.2f\n", mode[o], med[o][0], med[o][1], med[o][2],
+             (double)inter[o] / (1024.0 * 1024.0));
+    }
+    printf("overlap/end (same run): exposed communication %.3f, grads_finish %.3f, step time %.3f\n",
+           med[1][1] / med[0][1], med[1][2] / med[0][2], med[1][0] / med[0][0]);
+  }
+  rf_fsdp_free(f);
+  MPI_Comm_free(&shard);
+  MPI_Comm_free(&replicate);
+  free(x);
+  free(y);
+  rf_comm_mpi_finalize();
+  return 0;
+}
