@@ -4,12 +4,14 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 # The backend behind the device, gemm and comm tables: cpu (host memory, oneDNN, MPI), the
-# default and the only one built today; cuda (cuBLASLt, NCCL, streams) is the next one.
+# default; cuda (cudaMalloc'd memory and kernels, cuBLASLt, NCCL; MPI and the host backend stay
+# in it) builds into build-cuda/ with nvcc for src/*/*.cu and the C files that only it compiles
+# (src/*/*_cuda.c, src/*/*_nccl.c), plus the GPU test programs tests/gpu/*.c (docs/gpu.md).
 BACKEND ?= cpu
 ifeq ($(BACKEND),cuda)
-$(error BACKEND=cuda: the CUDA backend is not built yet (docs/architecture.md, "The GPU path"); BACKEND=cpu builds the host one)
+BUILD ?= build-cuda
 else ifneq ($(BACKEND),cpu)
-$(error BACKEND=$(BACKEND): no such backend; BACKEND=cpu (the default) or cuda (not built yet))
+$(error BACKEND=$(BACKEND): no such backend; BACKEND=cpu (the default) or cuda)
 endif
 PREFIX ?= /usr/local
 BUILD ?= build
@@ -22,29 +24,61 @@ ARCH ?= -march=native # valgrind knows no AVX-512: make BUILD=build-vg ARCH=-mar
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(ARCH) -fopenmp -fno-strict-aliasing -fno-math-errno \
   -Wall -Wextra -Werror -Wno-unknown-pragmas -Iinclude -Isrc \
   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
-LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(LIBS_EXTRA) -lm -fopenmp $(SAN) $(LDFLAGS)
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(LIBS_EXTRA) $(BACKEND_LIBS) -lm -fopenmp $(SAN) $(LDFLAGS)
 
-LIB_SRC := $(sort $(wildcard src/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# C files that include CUDA, cuBLASLt or NCCL headers: built by BACKEND=cuda only
+CUDA_C_SRC := $(sort $(wildcard src/*/*_cuda.c src/*/*_nccl.c))
+LIB_SRC := $(filter-out $(CUDA_C_SRC),$(sort $(wildcard src/*/*.c)))
+CU_SRC := $(sort $(wildcard src/*/*.cu))
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c))
+ifeq ($(BACKEND),cuda)
+# The CUDA build compiles only what the backend adds (.cu, the CUDA-only C files, the GPU
+# programs) and links the CPU build's objects for the rest (CPU_BUILD, made with the same
+# flags when missing): nvcc and a second compile of every file on 2 cores would cost minutes.
+CPU_BUILD ?= build
+OBJ_DIR := $(CPU_BUILD)/obj
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v ccache >/dev/null 2>&1 && echo ccache) $(CUDA_HOME)/bin/nvcc
+# sm_80 (A100) and sm_90 (H100, H200) machine code, and sm_90 PTX for newer GPUs to JIT
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCC_FLAGS = -std=c++17 $(OPT) $(CUDA_ARCH) --Werror all-warnings \
+  -Xcompiler -Wall,-Wextra,-Werror,-fno-strict-aliasing -Iinclude -Isrc $(NVCCFLAGS)
+CUDA_CFLAGS := -DRF_BACKEND_CUDA -isystem $(CUDA_HOME)/include
+# cudart static (as nvcc links it); cuBLASLt and NCCL from the machine (the GPU machine has its own)
+BACKEND_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
+  -lpthread -lstdc++
+CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+else
+OBJ_DIR := $(BUILD)/obj
+CUDA_OBJ :=
+endif
+LIB_OBJ := $(LIB_SRC:%.c=$(OBJ_DIR)/%.o) $(CUDA_OBJ)
 TOOL_SRC := $(sort $(wildcard tools/*.c))
-TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ_DIR)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-HEADERS := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h tests/gpu/*.h)
 # what format and lint cover: every folder holding C (fuzz/ and docs/example/ are built by their own rules)
 C_DIRS := $(wildcard src tools tests bench fuzz docs/example)
 EXTRA_SRC := $(sort $(wildcard fuzz/*.c docs/example/*.c))
-ALL_C := $(sort $(wildcard include/*.h src/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch] fuzz/*.[ch] \
-  docs/example/*.[ch]))
+ALL_C := $(sort $(wildcard include/*.h src/*/*.[ch] src/*/*.cu tools/*.[ch] tests/*.[ch] tests/gpu/*.[ch] \
+  bench/*.[ch] fuzz/*.[ch] docs/example/*.[ch]))
 PUBLIC_HEADERS := $(wildcard include/*.h)
 
 .PHONY: all setup test test-asan mutate fuzz bench demo demo-moe install clean format lint help
 .DEFAULT_GOAL := all
 
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+
+ifeq ($(BACKEND),cuda)
+# the library, the command and the GPU programs: the CPU tests and benches are the CPU build's
+all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(GPU_TEST_BIN)
+else
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
+endif
 
 help:
 	@echo "make            build librfsdp.a, the rfsdp command, tests and benchmarks"
@@ -56,7 +90,8 @@ help:
 	@echo "make demo-moe   the same with a Mixtral-style model (8 experts, top-2, the demo's active parameters)"
 	@echo "make bench      the benchmarks (numbers printed, nothing asserted)"
 	@echo "make install PREFIX=/usr/local"
-	@echo "make BACKEND=cpu the host backend (the default; BACKEND=cuda is not built yet)"
+	@echo "make BACKEND=cpu the host backend (the default)"
+	@echo "make BACKEND=cuda  the CUDA backend into build-cuda/ (nvcc, cuBLASLt, NCCL; docs/gpu.md)"
 	@echo "make format | lint   (scripts/setup --dev installs clang, clang-format, clang-tidy, cppcheck)"
 
 setup:
@@ -65,10 +100,23 @@ setup:
 # each object depends on the headers it includes (-MMD -MP writes them into a .d beside it) and
 # on this Makefile (its flags); tests and benches, compiled and linked in one command, depend on
 # every header
-$(BUILD)/obj/%.o: %.c Makefile
+$(OBJ_DIR)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+ifeq ($(BACKEND),cuda)
+$(BUILD)/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS_ALL) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+# nvcc: host code under the same warnings as gcc's, device code's warnings errors too
+$(BUILD)/obj/%.cu.o: %.cu Makefile
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+endif
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
 
@@ -85,6 +133,12 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_EXTRA) $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+# programs run on a GPU by scripts/gpu-check (BACKEND=cuda only)
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $@"
+	@$(CC) $(CFLAGS_ALL) $(CUDA_CFLAGS) -Itests $< $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
 # the fuzz entry points, fed the committed inputs without libFuzzer
 $(BUILD)/tests/test_fuzz_regress: fuzz/rf_fuzz.c fuzz/rf_fuzz.h
@@ -158,4 +212,4 @@ lint:
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
-	rm -rf build build-asan build-clang build-fuzz
+	rm -rf build build-asan build-clang build-fuzz build-cuda

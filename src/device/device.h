@@ -3,12 +3,13 @@
  * arena, the DBuffer, the runtime and the optimizers never see which kind of
  * memory they hold.
  *
- * Backends. The host (device_host.c, rf_device_host_init) is the one
- * implementation today: memory from the heap, the casts of src/core/dtype.c, the
+ * Backends. The host (device_host.c, rf_device_host_init) is the one the runtime
+ * uses today: memory from the heap, the casts of src/core/dtype.c, the
  * FP8 tile quantizer of src/core/fp8.c, the runtime's sum of squares; a stream runs
  * its work at once, in the caller's thread, so an event recorded on it is complete
- * when recorded. A CUDA backend is one more file that fills the same table
- * (cudaMalloc, cudaMemcpyAsync on its streams, kernels beside it, cudaEvent_t).
+ * when recorded. The CUDA backend (device_cuda.c, rf_device_cuda_init in
+ * device_cuda.h; make BACKEND=cuda only) fills the same table: cudaMalloc,
+ * cudaMemcpyAsync on its streams, kernels beside it, cudaEvent_t.
  *
  * Pointers. A device pointer is a plain `void *` the caller never dereferences
  * unless the device is the host (ops->host_memory). The copy's direction says where

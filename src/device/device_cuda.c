@@ -1,0 +1,262 @@
+/* The CUDA device (BACKEND=cuda): struct rf_device_ops on one GPU. Memory from
+ * cudaMalloc, copies and memsets queued on the table's streams (cudaMemcpyAsync,
+ * cudaMemsetAsync), the kernels of device_cuda_kernels.cu for casts, scaling, the
+ * sum of squares and FP8 tiles, streams that never wait for the legacy default
+ * stream (cudaStreamNonBlocking), events without timing (cudaEventDisableTiming).
+ *
+ * Where the host waits (each counted in host_syncs, rf_device_cuda_stats): a copy to
+ * the host (the caller reads it on return, as on the host device), the sum of squares
+ * and the FP8 refusal check (their results go to the host), stream and event
+ * synchronization, and alloc (zero-filled before it returns; set-up only). A copy
+ * from the host returns once CUDA has taken the source (pageable memory: staged). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "device/device_cuda.h"
+
+#define RF_CUDA_CHECK(call)                                                                                \
+  do {                                                                                                     \
+    cudaError_t rf_cuda_rc_ = (call);                                                                      \
+    if (rf_cuda_rc_ != cudaSuccess)                                                                        \
+      RF_DIE("%s failed: %s (%s)", #call, cudaGetErrorString(rf_cuda_rc_), cudaGetErrorName(rf_cuda_rc_)); \
+  } while (0)
+
+/* rf_device.impl of a CUDA device. Owns the default stream, the scratch memory and
+ * the pinned host words. */
+struct rf_device_cuda_pinned {
+  double sum;
+  long long bad;
+  float value;
+};
+struct rf_device_cuda {
+  cudaStream_t stream;                  /* the default stream of the table (stream NULL) */
+  void *scratch;                        /* device, owned: partial, sum and bad below */
+  double *partial;                      /* RF_CUDA_SUMSQ_BLOCKS partial sums of the sum of squares */
+  double *sum;                          /* the sum of squares */
+  long long *bad;                       /* the FP8 quantizer's first bad element */
+  struct rf_device_cuda_pinned *pinned; /* host, pinned, owned: what the host reads back */
+  struct rf_device_cuda_stats stats;
+};
+
+static struct rf_device_cuda *rf_device_cuda_of(const struct rf_device *dev) { return dev->impl; }
+
+cudaStream_t rf_device_cuda_stream(const struct rf_device *dev, const struct rf_device_stream *stream) {
+  return stream ? (cudaStream_t)stream->handle : rf_device_cuda_of(dev)->stream;
+}
+
+struct rf_device_cuda_stats rf_device_cuda_stats(const struct rf_device *dev) {
+  return rf_device_cuda_of(dev)->stats;
+}
+
+static void rf_device_cuda_sync_stream(struct rf_device *dev, cudaStream_t s) {
+  rf_device_cuda_of(dev)->stats.host_syncs++;
+  RF_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void rf_device_cuda_free(struct rf_device *dev) {
+  struct rf_device_cuda *c = dev->impl;
+  if (!c) return;
+  RF_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+  RF_CUDA_CHECK(cudaFree(c->scratch));
+  RF_CUDA_CHECK(cudaFreeHost(c->pinned));
+  RF_CUDA_CHECK(cudaStreamDestroy(c->stream));
+  free(c);
+  dev->impl = NULL;
+}
+
+/* cudaMalloc aligns to 256 bytes at least: larger alignments are refused. */
+static void *rf_device_cuda_alloc(struct rf_device *dev, size_t bytes, size_t align) {
+  struct rf_device_cuda *c = rf_device_cuda_of(dev);
+  if (align > 256) RF_DIE("cuda device: alignment %zu above cudaMalloc's 256 bytes", align);
+  void *p = NULL;
+  cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+  if (rc != cudaSuccess)
+    RF_DIE("cuda device %d: cudaMalloc of %zu bytes failed: %s", dev->ordinal, bytes, cudaGetErrorString(rc));
+  c->stats.mallocs++;
+  RF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
+  rf_device_cuda_sync_stream(dev, c->stream);
+  return p;
+}
+
+static void rf_device_cuda_release(struct rf_device *dev, void *ptr) {
+  (void)dev;
+  RF_CUDA_CHECK(cudaFree(ptr));
+}
+
+static void rf_device_cuda_copy(struct rf_device *dev, void *dst, const void *src, size_t bytes,
+                                enum rf_device_copy dir, struct rf_device_stream *stream) {
+  static const enum cudaMemcpyKind kind[] = {
+      [RF_DEVICE_COPY_HOST_TO_DEVICE] = cudaMemcpyHostToDevice,
+      [RF_DEVICE_COPY_DEVICE_TO_HOST] = cudaMemcpyDeviceToHost,
+      [RF_DEVICE_COPY_DEVICE_TO_DEVICE] = cudaMemcpyDeviceToDevice,
+  };
+  cudaStream_t s = rf_device_cuda_stream(dev, stream);
+  RF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind[dir], s));
+  if (dir == RF_DEVICE_COPY_DEVICE_TO_HOST) rf_device_cuda_sync_stream(dev, s);
+}
+
+static void rf_device_cuda_memset(struct rf_device *dev, void *dst, int value, size_t bytes,
+                                  struct rf_device_stream *stream) {
+  RF_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, rf_device_cuda_stream(dev, stream)));
+}
+
+static void rf_device_cuda_cast(struct rf_device *dev, void *dst, enum rf_dtype dst_dtype, const void *src,
+                                enum rf_dtype src_dtype, size_t n, int accumulate,
+                                struct rf_device_stream *stream) {
+  cudaStream_t s = rf_device_cuda_stream(dev, stream);
+  if (dst_dtype == RF_DTYPE_BF16)
+    RF_CUDA_CHECK(rf_cuda_f32_to_bf16(dst, src, n, s));
+  else if (src_dtype == RF_DTYPE_BF16)
+    RF_CUDA_CHECK(rf_cuda_bf16_to_f32(dst, src, n, accumulate, s));
+  else if (accumulate)
+    RF_CUDA_CHECK(rf_cuda_f32_add(dst, src, n, s));
+  else
+    RF_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+static void rf_device_cuda_scale(struct rf_device *dev, float *x, int64_t n, float s,
+                                 struct rf_device_stream *stream) {
+  RF_CUDA_CHECK(rf_cuda_scale(x, n, s, rf_device_cuda_stream(dev, stream)));
+}
+
+static double rf_device_cuda_sum_squares(struct rf_device *dev, const float *x, int64_t n,
+                                         struct rf_device_stream *stream) {
+  struct rf_device_cuda *c = rf_device_cuda_of(dev);
+  cudaStream_t s = rf_device_cuda_stream(dev, stream);
+  RF_CUDA_CHECK(rf_cuda_sum_squares(x, n, c->partial, c->sum, s));
+  RF_CUDA_CHECK(cudaMemcpyAsync(&c->pinned->sum, c->sum, sizeof(double), cudaMemcpyDeviceToHost, s));
+  rf_device_cuda_sync_stream(dev, s);
+  return c->pinned->sum;
+}
+
+/* The kernel, then the first bad element's index read back: -1 with fp8.c's message
+ * (the same element, "NaN" or "an infinity") when there is one. */
+static int rf_device_cuda_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
+                                       int pow2, const char *name, uint8_t *codes, float *scales,
+                                       struct rf_device_stream *stream) {
+  struct rf_device_cuda *c = rf_device_cuda_of(dev);
+  cudaStream_t s = rf_device_cuda_stream(dev, stream);
+  RF_CUDA_CHECK(
+      rf_cuda_fp8_quantize(x, g->rows, g->cols, g->tile_rows, g->tile_cols, pow2, codes, scales, c->bad, s));
+  const long long *first = &c->pinned->bad;
+  RF_CUDA_CHECK(cudaMemcpyAsync(&c->pinned->bad, c->bad, sizeof(long long), cudaMemcpyDeviceToHost, s));
+  rf_device_cuda_sync_stream(dev, s);
+  if (*first == INT64_MAX) return 0;
+  int64_t r, col;
+  if (g->tile_cols == 1) {
+    r = *first / g->cols;
+    col = *first % g->cols;
+  } else {
+    int64_t per_tile = (int64_t)g->tile_rows * g->tile_cols, tile = *first / per_tile, in = *first % per_tile;
+    int64_t tc = rf_fp8_grid_tile_cols(g);
+    r = tile / tc * g->tile_rows + in / g->tile_cols;
+    col = tile % tc * g->tile_cols + in % g->tile_cols;
+  }
+  RF_CUDA_CHECK(
+      cudaMemcpyAsync(&c->pinned->value, x + r * g->cols + col, sizeof(float), cudaMemcpyDeviceToHost, s));
+  rf_device_cuda_sync_stream(dev, s);
+  float v = c->pinned->value;
+  RF_FAIL("fp8: tensor '%s' holds %s at [%lld, %lld]: it cannot be quantized", name,
+          isnan(v) ? "NaN" : "an infinity", (long long)r, (long long)col);
+}
+
+static struct rf_device_stream *rf_device_cuda_stream_create(struct rf_device *dev) {
+  (void)dev;
+  struct rf_device_stream *stream = rf_xcalloc(1, sizeof *stream);
+  cudaStream_t s;
+  RF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream->handle = s;
+  return stream;
+}
+
+static void rf_device_cuda_stream_free(struct rf_device *dev, struct rf_device_stream *stream) {
+  (void)dev;
+  RF_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream->handle));
+  free(stream);
+}
+
+static void rf_device_cuda_stream_synchronize(struct rf_device *dev, struct rf_device_stream *stream) {
+  rf_device_cuda_sync_stream(dev, rf_device_cuda_stream(dev, stream));
+}
+
+static void rf_device_cuda_event_create(struct rf_device *dev, struct rf_device_event *ev) {
+  (void)dev;
+  cudaEvent_t e;
+  RF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  ev->handle = e;
+}
+
+static void rf_device_cuda_event_free(struct rf_device *dev, struct rf_device_event *ev) {
+  (void)dev;
+  if (ev->handle) RF_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev->handle));
+}
+
+static void rf_device_cuda_event_record(struct rf_device *dev, struct rf_device_event *ev,
+                                        struct rf_device_stream *stream) {
+  RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev->handle, rf_device_cuda_stream(dev, stream)));
+}
+
+static void rf_device_cuda_stream_wait(struct rf_device *dev, struct rf_device_stream *stream,
+                                       struct rf_device_event *ev) {
+  RF_CUDA_CHECK(cudaStreamWaitEvent(rf_device_cuda_stream(dev, stream), (cudaEvent_t)ev->handle, 0));
+}
+
+static int rf_device_cuda_event_query(struct rf_device *dev, struct rf_device_event *ev) {
+  (void)dev;
+  cudaError_t rc = cudaEventQuery((cudaEvent_t)ev->handle);
+  if (rc == cudaErrorNotReady) return 0;
+  RF_CUDA_CHECK(rc);
+  return 1;
+}
+
+static void rf_device_cuda_event_synchronize(struct rf_device *dev, struct rf_device_event *ev) {
+  rf_device_cuda_of(dev)->stats.host_syncs++;
+  RF_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev->handle));
+}
+
+static const struct rf_device_ops rf_device_cuda_ops = {
+    .name = "cuda",
+    .host_memory = 0,
+    .free = rf_device_cuda_free,
+    .alloc = rf_device_cuda_alloc,
+    .release = rf_device_cuda_release,
+    .copy = rf_device_cuda_copy,
+    .memset = rf_device_cuda_memset,
+    .cast = rf_device_cuda_cast,
+    .scale = rf_device_cuda_scale,
+    .sum_squares = rf_device_cuda_sum_squares,
+    .fp8_quantize = rf_device_cuda_fp8_quantize,
+    .stream_create = rf_device_cuda_stream_create,
+    .stream_free = rf_device_cuda_stream_free,
+    .stream_synchronize = rf_device_cuda_stream_synchronize,
+    .event_create = rf_device_cuda_event_create,
+    .event_free = rf_device_cuda_event_free,
+    .event_record = rf_device_cuda_event_record,
+    .stream_wait = rf_device_cuda_stream_wait,
+    .event_query = rf_device_cuda_event_query,
+    .event_synchronize = rf_device_cuda_event_synchronize,
+};
+
+void rf_device_cuda_init(struct rf_device *dev, int ordinal, struct rf_counters *counters) {
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) RF_DIE("no CUDA device: %s", cudaGetErrorString(rc));
+  if (ordinal < 0 || ordinal >= count) RF_DIE("no CUDA device %d (%d visible)", ordinal, count);
+  RF_CUDA_CHECK(cudaSetDevice(ordinal));
+  struct rf_device_cuda *c = rf_xcalloc(1, sizeof *c);
+  RF_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  RF_CUDA_CHECK(cudaMalloc(&c->scratch, (RF_CUDA_SUMSQ_BLOCKS + 2) * sizeof(double)));
+  c->partial = c->scratch;
+  c->sum = c->partial + RF_CUDA_SUMSQ_BLOCKS;
+  c->bad = (void *)(c->sum + 1);
+  void *pinned = NULL;
+  RF_CUDA_CHECK(cudaMallocHost(&pinned, sizeof *c->pinned));
+  c->pinned = pinned;
+  c->stats.mallocs += 2;
+  memset(dev, 0, sizeof *dev);
+  dev->ops = &rf_device_cuda_ops;
+  dev->impl = c;
+  dev->ordinal = ordinal;
+  dev->counters = counters;
+}
