@@ -12,7 +12,10 @@
  * preempted) and the median, GFLOP/s = 2 m n k / fastest, the ratios, and how far the
  * f32 product on dequantized operands is from the product on codes (max |difference| /
  * max |C|).
- * Usage: bench_fp8 [CONFIG.json] [TOKENS] [REPS]   (default configs/demo.json 1024 20)
+ * The weight gradient also per sequence of SEQ tokens, as the model runs it since its
+ * 128-token tiles end at each sequence's end (TOKENS / SEQ products of K = SEQ, each with
+ * its preparation) against the one product over TOKENS: the sum of both over the layer.
+ * Usage: bench_fp8 [CONFIG.json] [TOKENS] [REPS] [SEQ]   (default configs/demo.json 1024 20 64)
  * Threads: OMP_NUM_THREADS (all products on the same threads). RF_FP8_SIMD=0: the portable
  * quantization kernels instead of the AVX-512 ones (rf_fp8_simd_set). */
 #include <math.h>
@@ -168,7 +171,9 @@ static void bench_product(const char *what, int m, int n, int k, int ta, int tb,
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "configs/demo.json";
   int tokens = argc > 2 ? atoi(argv[2]) : 1024, reps = argc > 3 ? atoi(argv[3]) : 20;
-  if (tokens < 1 || reps < 1) RF_DIE("usage: bench_fp8 [CONFIG.json] [TOKENS >= 1] [REPS >= 1]");
+  int seq = argc > 4 ? atoi(argv[4]) : 64;
+  if (tokens < 1 || reps < 1 || seq < 1 || tokens % seq != 0)
+    RF_DIE("usage: bench_fp8 [CONFIG.json] [TOKENS >= 1] [REPS >= 1] [SEQ dividing TOKENS]");
   struct rf_model_desc desc;
   if (rf_model_desc_load(path, &desc) != 0) RF_DIE("%s", rf_error_msg());
   const char *simd = getenv("RF_FP8_SIMD");
@@ -186,6 +191,7 @@ int main(int argc, char **argv) {
          "k", "prep ms", "fp8 ms", "median", "GFLOP/s", "bf16 ms", "median", "GFLOP/s", "f32dq ms", "GFLOP/s",
          "fp8/bf16", "+prep", "f32dq/fp8", "dq diff");
   struct sums sum = {0};
+  double wgrad_run = 0.0, wgrad_seq = 0.0; /* preparation + product, fastest, summed over the layer */
   /* one layer's distinct linear shapes (the first unit holding FP8 tensors) */
   int done = 0;
   for (int u = 0; u < desc.n_units && !done; u++) {
@@ -210,7 +216,12 @@ int main(int argc, char **argv) {
       snprintf(what, sizeof what, "%s dgrad", label);
       bench_product(what, tokens, in, out, 0, 0, 1, 128, 128, 128, 1, reps, &sum);
       snprintf(what, sizeof what, "%s wgrad", label);
+      struct sums before = sum, one = {0};
       bench_product(what, out, in, tokens, 1, 0, 128, 1, 128, 1, 0, reps, &sum);
+      wgrad_run += sum.prep - before.prep + sum.fp8 - before.fp8;
+      snprintf(what, sizeof what, "%s wgrad/%d", label, seq);
+      bench_product(what, out, in, seq, 1, 0, 128, 1, 128, 1, 0, reps, &one);
+      wgrad_seq += (double)tokens / (double)seq * (one.prep + one.fp8);
     }
   }
   printf(
@@ -219,6 +230,10 @@ int main(int argc, char **argv) {
       "product on dequantized operands differs from the one on codes by at most %.1e of max |C|\n",
       sum.prep, sum.fp8, sum.bf16, sum.f32dq, sum.fp8 / sum.bf16, (sum.prep + sum.fp8) / sum.bf16,
       sum.f32dq / sum.fp8, sum.dq_diff);
+  printf(
+      "  weight gradients per sequence of %d tokens (%d products of K = %d, preparation included): %.3f ms, "
+      "over the %d tokens in one product: %.3f ms, %.2fx\n",
+      seq, tokens / seq, seq, wgrad_seq, tokens, wgrad_run, wgrad_seq / wgrad_run);
   rf_model_desc_free(&desc);
   return 0;
 }

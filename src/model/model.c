@@ -448,7 +448,8 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
   const struct rf_model_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
   RF_ASSERT(ws->has_targets);
-  ws->has_targets = 0; /* the logits become their gradient */
+  ws->has_targets = 0;       /* the logits become their gradient */
+  ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
   rf_model_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
@@ -502,6 +503,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim;
   int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int qd = nh * hd, kd = nkv * hd;
+  ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
   const struct rf_model_stage *sb = &ws->stage;
   float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
 

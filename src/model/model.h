@@ -328,6 +328,7 @@ struct rf_model_weight rf_model_moe_expert_weight(const struct rf_model_weight *
  * their scales; work: the product's. Sized at set-up for the largest linear. */
 struct rf_model_fp8_stage {
   int pow2; /* power-of-two scales */
+  int seq;  /* tokens per sequence: dW's token tiles restart at each (0: one run) */
   uint16_t *a, *b, *w;
   float *sa, *sb, *work;
 };

@@ -209,6 +209,11 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
       for (int i = 0; i < h; i++) d[i] = wt * g[i];
     }
   size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
+  /* an expert's rows are the tokens routed to it, from any sequence: its FP8 dW tiles run
+   * over them whole (128 of them at a time, as the rank's micro-batch groups them) */
+  struct rf_model_stage est = *st;
+  est.fp8.seq = 0;
+  st = &est;
   for (int e = 0; e < ne; e++) {
     struct rf_model_weight wgu = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
     struct rf_model_weight wd = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);

@@ -455,10 +455,16 @@ static void linear_backward_fp8(float *dx, float *dw, const float *dy, const flo
                                 const struct rf_model_weight *w, int n, int in, int out, float beta,
                                 const struct rf_model_fp8_stage *q) {
   struct rf_gemm_fp8_operand a = {0}, b = {0};
-  if (dw) { /* dW [out, in] += dY^T X over the n tokens: 128 x 1 tiles along them */
-    int ok = fp8_operand(q, &a, q->a, q->sa, dy, n, out, RF_FP8_TILE, 1) == 0 &&
-             fp8_operand(q, &b, q->b, q->sb, x, n, in, RF_FP8_TILE, 0) == 0;
-    fp8_product(q, ok, out, in, n, a, b, 1, dw);
+  /* dW [out, in] += dY^T X over the n tokens: 128 x 1 tiles along them, restarting at
+   * each sequence of q->seq tokens (a partial tile at a sequence's end), so that a tile
+   * never holds two sequences' tokens and the tiles are the same at every W. A
+   * sequence that is a multiple of 128 tokens tiles as the whole run does. */
+  int run = q->seq > 0 && q->seq % RF_FP8_TILE != 0 && n % q->seq == 0 ? q->seq : n;
+  for (int r0 = 0; dw && r0 < n; r0 += run) {
+    const float *dyr = dy + (size_t)r0 * out, *xr = x + (size_t)r0 * in;
+    int ok = fp8_operand(q, &a, q->a, q->sa, dyr, run, out, RF_FP8_TILE, 1) == 0 &&
+             fp8_operand(q, &b, q->b, q->sb, xr, run, in, RF_FP8_TILE, 0) == 0;
+    fp8_product(q, ok, out, in, run, a, b, 1, dw);
   }
   if (dx) { /* dX [n, in] = dY W over the out features: dY in 1 x 128 tiles */
     int ok = fp8_operand(q, &a, q->a, q->sa, dy, n, out, 1, 0) == 0;
