@@ -21,6 +21,8 @@
  *     6 x 6 matrix's first step refreshed at step 1 is U Vt (the polar factor, from LAPACK's
  *     SVD) grafted to Adam's norm, and before any refresh G grafted to Adam's norm, which is
  *     not Adam's own step (Distributed Shampoo's default until start_preconditioning_step);
+ *   - Distributed Shampoo's own code (check_ds_record, rank 0; tests/ref_shampoo_ds.py's record):
+ *     4 steps of a 6 x 6 and a 6 x 4 matrix refreshed every step within 1e-4 of max |p - p0|;
  *   - bad options refused naming the option (block 0, refresh interval 0, negative
  *     epsilon); an infinite gradient (a non-finite factor) and, with epsilon 0, a
  *     zero factor (no finite root) stop the step at the next refresh on every
@@ -481,6 +483,77 @@ static void check_closed_forms(const struct rf_comm *self) {
   }
 }
 
+/* Distributed Shampoo's own code (tests/ref_shampoo_ds.py, facebookresearch/optimizers at
+ * f606606; its record tests/data/shampoo_ds_ref.txt): a 6 x 6 matrix (G = 1e-3 (M + 3 I)) and a
+ * 6 x 4 one (G = 1e-3 M, so L = G Gᵀ is singular at step 1), 4 steps with new gradients, roots
+ * refreshed every step (DS's start_preconditioning_step 1, precondition_frequency 1;
+ * --shampoo-every 1), epsilon 1e-12, Adam grafting, lr 0.1, DS keeping the matrix a matrix
+ * (target_parameter_dimensionality 2: at DS's default 1 it merges a small matrix into one
+ * vector, full-matrix AdaGrad, 0.18-0.32 of max from these steps; rfsdp never merges). After
+ * every step max|p - p_DS| / max|p_DS - p0| <= 1e-4 (f32 factors in both, f64 roots here and
+ * f32 in DS: measured 8.6e-7 and 4.3e-6). */
+static void check_ds_record(const struct rf_comm *self) {
+  enum { STEPS_DS = 4, MAXN = 36 };
+  static const struct {
+    const char *name;
+    int rows, cols;
+    double diag;
+  } cases[] = {{"square", 6, 6, 3.0}, {"tall", 6, 4, 0.0}};
+  char *text = NULL;
+  size_t bytes = 0;
+  RF_ASSERT(rf_file_read_all("tests/data/shampoo_ds_ref.txt", &text, &bytes) == 0);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int rows = cases[c].rows, cols = cases[c].cols, n = rows * cols;
+    float p[MAXN], g[MAXN];
+    for (int i = 0; i < n; i++) p[i] = 0.5f;
+    int64_t starts[2] = {0, n};
+    struct rf_tensor_view v = {.name = cases[c].name,
+                               .ndim = 2,
+                               .shape = {rows, cols},
+                               .numel = n,
+                               .block_elems = 1,
+                               .starts = starts,
+                               .begin = 0,
+                               .end = n,
+                               .master = p,
+                               .grad = g};
+    int flags = RF_OPTIM_FLAG_MATRIX;
+    struct rf_optim_options opt;
+    rf_optim_options_default(&opt); /* betas 0.9 / 0.95, eps 1e-8; shampoo_beta2 0.999, eps 1e-12 */
+    opt.kind = RF_OPTIM_KIND_SHAMPOO;
+    opt.shampoo_every = 1;
+    struct rf_optim *o = NULL;
+    RF_ASSERT(rf_optim_create(&o, &opt, &v, &flags, 1, n, self) == 0);
+    double worst = 0;
+    for (int t = 1; t <= STEPS_DS; t++) {
+      uint64_t rng = 1000 * (uint64_t)t;
+      for (int i = 0; i < n; i++)
+        g[i] =
+            (float)(1e-3 * ((double)rf_test_rand_f32(&rng) + (i / cols == i % cols ? cases[c].diag : 0.0)));
+      RF_CHECK(rf_optim_step(o, 0.1f) == 0, "DS record, %s step %d: %s", cases[c].name, t, rf_error_msg());
+      char key[32];
+      snprintf(key, sizeof key, "\n%s %d ", cases[c].name, t);
+      const char *at = strstr(text, key);
+      RF_CHECK(at != NULL, "tests/data/shampoo_ds_ref.txt: no line '%s %d'", cases[c].name, t);
+      if (!at) break;
+      char *end = (char *)at + strlen(key);
+      double err = 0, top = 0;
+      for (int i = 0; i < n; i++) {
+        double want = strtod(end, &end);
+        err = rf_test_max(err, fabs((double)p[i] - want));
+        top = rf_test_max(top, fabs(want - 0.5));
+      }
+      RF_CHECK(err <= 1e-4 * top, "DS record, %s step %d: %.3g of max |p - p0| from Distributed Shampoo's",
+               cases[c].name, t, err / top);
+      worst = rf_test_max(worst, err / top);
+    }
+    printf("Distributed Shampoo's record, %s %dx%d, %d steps: within %.3g of max |p - p0|\n", cases[c].name,
+           rows, cols, STEPS_DS, worst);
+    rf_optim_free(o);
+  }
+  free(text);
+}
+
 /* A failure at the refresh of step 4 on the owner: every rank returns -1 naming b.w. */
 static void check_failure(const struct rf_comm *comm, int zero) {
   struct rf_optim_options opt;
@@ -541,6 +614,7 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     check_bad_options(&self);
     check_closed_forms(&self);
+    check_ds_record(&self);
   }
   check_failure(&comm, 0);
   check_failure(&comm, 1);
