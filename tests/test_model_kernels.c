@@ -6,8 +6,9 @@
  * every output is also checked to have changed, so a wrapper that does nothing
  * fails). Shapes: 2 sequences of 70 tokens (attention's 64-row blocks and a
  * partial one), 4 heads on 2 kv heads of 16, hidden 48, vocab 300, ignored
- * targets. Also: every entry is set, and scratch_bytes covers the workspace's
- * attention scratch. */
+ * targets; the MoE router at 8 experts top 2 (renormalized, with an extra gradient)
+ * and 5 experts top 3 (not). Also: every entry is set, and scratch_bytes covers the
+ * workspace's attention scratch. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,7 +54,8 @@ static void test_entries_set(const struct rf_model_kernels *k) {
                            (const void *)k->attention_forward,     (const void *)k->attention_backward,
                            (const void *)k->swiglu_forward,        (const void *)k->swiglu_backward,
                            (const void *)k->bias_forward,          (const void *)k->bias_backward,
-                           (const void *)k->cross_entropy_forward, (const void *)k->cross_entropy_backward};
+                           (const void *)k->cross_entropy_forward, (const void *)k->cross_entropy_backward,
+                           (const void *)k->router_forward,        (const void *)k->router_backward};
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
     RF_CHECK(entries[i] != NULL, "entry %zu of the host table is NULL", i);
   RF_CHECK(strcmp(k->name, "host") == 0 && k->host_memory == 1, "the host table names itself");
@@ -190,6 +192,25 @@ static void test_cross_entropy(const struct rf_model_kernels *k) {
   free(logits), free(za), free(zb);
 }
 
+static void test_router(const struct rf_model_kernels *k, int ne, int topk, int renorm) {
+  float *logits = rand_buf((size_t)N * ne, 3.0f), *extra = renorm ? rand_buf(ne, 0.1f) : NULL;
+  float *pa = rf_xmalloc(sizeof(float) * N * ne), *pb = rf_xmalloc(sizeof(float) * N * ne);
+  float *wa = rf_xmalloc(sizeof(float) * N * topk), *wb = rf_xmalloc(sizeof(float) * N * topk);
+  int32_t *ta = rf_xmalloc(sizeof(int32_t) * N * topk), *tb = rf_xmalloc(sizeof(int32_t) * N * topk);
+  k->router_forward(pa, ta, wa, logits, N, ne, topk, renorm, NULL);
+  rf_model_router_forward(pb, tb, wb, logits, N, ne, topk, renorm);
+  check_same("router forward probs", pa, pb, NULL, (size_t)N * ne);
+  check_same("router forward weights", wa, wb, NULL, (size_t)N * topk);
+  RF_CHECK(memcmp(ta, tb, sizeof(int32_t) * N * topk) == 0, "router forward: the chosen experts differ");
+  float *g = rand_buf((size_t)N * topk, 1.0f), *before = rand_buf((size_t)N * ne, 1.0f);
+  float *da = copy_buf(before, (size_t)N * ne), *db = copy_buf(before, (size_t)N * ne);
+  k->router_backward(da, g, pa, ta, wa, extra, N, ne, topk, renorm, NULL);
+  rf_model_router_backward(db, g, pb, tb, wb, extra, N, ne, topk, renorm);
+  check_same("router backward", da, db, before, (size_t)N * ne);
+  free(logits), free(extra), free(pa), free(pb), free(wa), free(wb), free(ta), free(tb), free(g),
+      free(before), free(da), free(db);
+}
+
 int main(void) {
   const struct rf_model_kernels *k = &rf_model_kernels_host;
   struct rf_model_config cfg = {0};
@@ -209,5 +230,7 @@ int main(void) {
   test_attention(k, &cfg);
   test_swiglu_bias(k);
   test_cross_entropy(k);
+  test_router(k, 8, 2, 1);
+  test_router(k, 5, 3, 0);
   return rf_test_finish("test_model_kernels");
 }

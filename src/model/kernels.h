@@ -6,8 +6,9 @@
  * What is in the table: exactly the operations on activations that model.c, moe.c
  * and the training step call besides the linear layers (those go through src/gemm):
  * embedding, RMSNorm, rotary embedding, causal grouped-query attention with its
- * log-sum-exp, SwiGLU, bias, cross-entropy, each forward and backward. The MoE
- * router is not in it yet (it stays a host op).
+ * log-sum-exp, SwiGLU, bias, cross-entropy, the MoE router's softmax and top-k,
+ * each forward and backward (the MoE layer's grouping of tokens by expert and its
+ * statistics are not in it yet).
  *
  * Semantics. Every entry has the semantics of the host op of the same name in
  * model.h (shapes, layouts, what is overwritten and what is added into), with
@@ -87,9 +88,16 @@ struct rf_model_kernels {
                                 struct rf_device_stream *stream);
   void (*cross_entropy_backward)(float *logits, const float *lse, const int32_t *targets, int n, int vocab,
                                  float scale, struct rf_device_stream *stream);
+  /* rf_model_router_forward (logits only read), rf_model_router_backward (dprobs_extra [n_experts],
+   * NULL: none). */
+  void (*router_forward)(float *probs, int32_t *top, float *topw, const float *logits, int n, int n_experts,
+                         int k, int renorm, struct rf_device_stream *stream);
+  void (*router_backward)(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                          const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                          int renorm, struct rf_device_stream *stream);
 };
 
-/* The host ops of ops.c (kernels_host.c). */
+/* The host ops of ops.c and moe.c (kernels_host.c). */
 extern const struct rf_model_kernels rf_model_kernels_host;
 /* The CUDA kernels (kernels_cuda.cu; defined in BACKEND=cuda builds only). */
 extern const struct rf_model_kernels rf_model_kernels_cuda;

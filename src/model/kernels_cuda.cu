@@ -22,7 +22,9 @@
  *     tile in two kernels, dQ (per query tile, over its keys) and dK, dV (per key
  *     tile, over the queries and the heads of its kv group: GQA summed in the
  *     block, no atomics), after D = rowsum(dY * Y). Deterministic; within f32
- *     roundoff of the host. Any head_dim up to 256 (32-lane slices, masked).
+ *     roundoff of the host. Any head_dim up to 256 (32-lane slices, masked);
+ *   - the MoE router: a thread per row, moe.c's loops in f64 in its order (the
+ *     GPU's f64 exp against glibc's: within an ulp of f64 before the rounding to f32).
  * The table's stream is the device's struct rf_device_stream, whose handle is a
  * cudaStream_t (NULL: CUDA's default stream). A failed launch stops every rank
  * (rf_die) naming the kernel. scripts/cuda-emu runs these kernels on the CPU
@@ -870,6 +872,76 @@ static void cuda_cross_entropy_backward(float *logits, const float *lse, const i
   RF_CUDA_LAUNCHED("cross-entropy backward");
 }
 
+/* ---- MoE router ---- */
+
+/* A thread per row, moe.c's loops in its order (f64 sums without FMA contraction):
+ * the softmax, the top k by probability (ties: the lower expert), their weights. */
+__global__ void router_forward_kernel(float *probs, int32_t *top, float *topw, const float *logits, int n,
+                                      int ne, int k, int renorm) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  const float *z = logits + (size_t)r * ne;
+  float *p = probs + (size_t)r * ne;
+  int32_t *tr = top + (size_t)r * k;
+  float *wr = topw + (size_t)r * k;
+  float mx = z[0];
+  for (int e = 1; e < ne; e++) mx = z[e] > mx ? z[e] : mx;
+  double sum = 0.0;
+  for (int e = 0; e < ne; e++) sum = __dadd_rn(sum, exp((double)__fsub_rn(z[e], mx)));
+  for (int e = 0; e < ne; e++) p[e] = (float)__ddiv_rn(exp((double)__fsub_rn(z[e], mx)), sum);
+  double s = 0.0;
+  for (int j = 0; j < k; j++) {
+    int best = -1;
+    for (int e = 0; e < ne; e++) {
+      int taken = 0;
+      for (int i = 0; i < j; i++) taken |= tr[i] == e;
+      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+    }
+    tr[j] = best;
+    s = __dadd_rn(s, (double)p[best]);
+  }
+  for (int j = 0; j < k; j++) wr[j] = renorm ? (float)__ddiv_rn((double)p[tr[j]], s) : p[tr[j]];
+}
+
+__global__ void router_backward_kernel(float *dlogits, const float *dtopw, const float *probs,
+                                       const int32_t *top, const float *topw, const float *extra, int n,
+                                       int ne, int k, int renorm) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  const float *p = probs + (size_t)r * ne;
+  const int32_t *tr = top + (size_t)r * k;
+  const float *g = dtopw + (size_t)r * k, *wr = topw + (size_t)r * k;
+  float *d = dlogits + (size_t)r * ne;
+  double s = 0.0, dot = 0.0;
+  for (int j = 0; j < k; j++) {
+    s = __dadd_rn(s, (double)p[tr[j]]);
+    dot = __dadd_rn(dot, __dmul_rn((double)g[j], (double)wr[j]));
+  }
+  for (int e = 0; e < ne; e++) d[e] = extra ? extra[e] : 0.0f;
+  for (int j = 0; j < k; j++)
+    d[tr[j]] = __fadd_rn(d[tr[j]], renorm ? (float)__ddiv_rn(__dsub_rn((double)g[j], dot), s) : g[j]);
+  double pd = 0.0;
+  for (int e = 0; e < ne; e++) pd = __dadd_rn(pd, __dmul_rn((double)p[e], (double)d[e]));
+  for (int e = 0; e < ne; e++) d[e] = (float)__dmul_rn((double)p[e], __dsub_rn((double)d[e], pd));
+}
+
+static void cuda_router_forward(float *probs, int32_t *top, float *topw, const float *logits, int n,
+                                int n_experts, int k, int renorm, struct rf_device_stream *stream) {
+  if (n <= 0 || n_experts <= 0 || k <= 0) return;
+  router_forward_kernel<<<(unsigned)((n + 127) / 128), 128, 0, kc_stream(stream)>>>(probs, top, topw, logits,
+                                                                                    n, n_experts, k, renorm);
+  RF_CUDA_LAUNCHED("router forward");
+}
+
+static void cuda_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                                 const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                                 int renorm, struct rf_device_stream *stream) {
+  if (n <= 0 || n_experts <= 0 || k <= 0) return;
+  router_backward_kernel<<<(unsigned)((n + 127) / 128), 128, 0, kc_stream(stream)>>>(
+      dlogits, dtopw, probs, top, topw, dprobs_extra, n, n_experts, k, renorm);
+  RF_CUDA_LAUNCHED("router backward");
+}
+
 /* ---- scratch ---- */
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -913,4 +985,6 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     cuda_bias_backward,
     cuda_cross_entropy_forward,
     cuda_cross_entropy_backward,
+    cuda_router_forward,
+    cuda_router_backward,
 };

@@ -1,4 +1,4 @@
-/* The host's kernel table: the ops of ops.c behind struct rf_model_kernels
+/* The host's kernel table: the ops of ops.c and moe.c behind struct rf_model_kernels
  * (kernels.h), wrapped, not rewritten. The stream is ignored (the host runs at
  * once); the only scratch used is attention's, one slice of
  * [2, RF_MODEL_ATT_BLOCK, seq] floats per OpenMP thread, as the workspace sizes it. */
@@ -124,6 +124,20 @@ static void host_cross_entropy_backward(float *logits, const float *lse, const i
   rf_model_cross_entropy_backward(logits, lse, targets, n, vocab, scale);
 }
 
+/* rf_model_router_forward only reads its logits (its pointer is not const). */
+static void host_router_forward(float *probs, int32_t *top, float *topw, const float *logits, int n,
+                                int n_experts, int k, int renorm, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_router_forward(probs, top, topw, (float *)logits, n, n_experts, k, renorm);
+}
+
+static void host_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                                 const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                                 int renorm, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_router_backward(dlogits, dtopw, probs, top, topw, dprobs_extra, n, n_experts, k, renorm);
+}
+
 const struct rf_model_kernels rf_model_kernels_host = {
     .name = "host",
     .host_memory = 1,
@@ -141,4 +155,6 @@ const struct rf_model_kernels rf_model_kernels_host = {
     .bias_backward = host_bias_backward,
     .cross_entropy_forward = host_cross_entropy_forward,
     .cross_entropy_backward = host_cross_entropy_backward,
+    .router_forward = host_router_forward,
+    .router_backward = host_router_backward,
 };

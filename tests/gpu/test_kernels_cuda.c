@@ -17,8 +17,9 @@
  *     the column sums of dw and db (n = rows), attention (n = T keys + head_dim
  *     products, plus 32 u for the exp), its backward twice that (two chained
  *     reductions);
- *   - the cross-entropy's lse is computed in f64 on both sides and rounded once:
- *     2 u; the loss sum (f64): 1e-12 relative.
+ *   - the cross-entropy's lse and the router's probabilities and weights are
+ *     computed in f64 on both sides and rounded once: 2 u (the router's backward,
+ *     two roundings: 4 u); the loss sum (f64): 1e-12 relative.
  * Every device output is prefilled with NaN where the op overwrites it (an element
  * not written fails) and with the host's prefill where it adds into it.
  * Attention: T = 1, 127, 128, 1000, batch 1 and 2, head_dim 32, 64, 96 (lanes
@@ -287,6 +288,38 @@ static void test_cross_entropy(int rows, int vocab) {
   scratch_free(&s);
   free(z), free(lse), free(t);
   CK(cudaFree(dz)), CK(cudaFree(dlse)), CK(cudaFree(dt)), CK(cudaFree(dloss));
+}
+
+static void test_router(int n, int ne, int topk, int renorm) {
+  float *z = rand_buf((size_t)n * ne, 3.0f), *extra = rand_buf(ne, 0.1f);
+  float *p = rf_xmalloc(sizeof(float) * n * ne), *w = rf_xmalloc(sizeof(float) * n * topk);
+  int32_t *t = rf_xmalloc(sizeof(int32_t) * n * topk), *dt_h = rf_xmalloc(sizeof(int32_t) * n * topk);
+  float *dz = dput(z, sizeof(float) * n * ne), *dextra = dput(extra, sizeof(float) * ne);
+  float *dp = dnan((size_t)n * ne), *dw = dnan((size_t)n * topk);
+  int32_t *dt = dalloc(sizeof(int32_t) * n * topk);
+  H->router_forward(p, t, w, z, n, ne, topk, renorm, NULL);
+  D->router_forward(dp, dt, dw, dz, n, ne, topk, renorm, NULL);
+  char what[96];
+  /* f64 on both sides, rounded once; the GPU's exp within an ulp of f64 of glibc's */
+  snprintf(what, sizeof what, "router probs %d x %d top %d%s", n, ne, topk, renorm ? " renorm" : "");
+  check_rel(what, dp, p, (size_t)n * ne, 2.0);
+  check_rel("router weights", dw, w, (size_t)n * topk, 2.0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(dt_h, dt, sizeof(int32_t) * n * topk, cudaMemcpyDeviceToHost));
+  RF_CHECK(memcmp(dt_h, t, sizeof(int32_t) * n * topk) == 0,
+           "router: the chosen experts differ from the host's");
+  /* the backward on the host's forward, compared alone; prefilled with NaN (overwritten) */
+  float *g = rand_buf((size_t)n * topk, 1.0f), *d = rf_xmalloc(sizeof(float) * n * ne);
+  float *dg = dput(g, sizeof(float) * n * topk), *dd = dnan((size_t)n * ne);
+  CK(cudaMemcpy(dp, p, sizeof(float) * n * ne, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, w, sizeof(float) * n * topk, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dt, t, sizeof(int32_t) * n * topk, cudaMemcpyHostToDevice));
+  H->router_backward(d, g, p, t, w, extra, n, ne, topk, renorm, NULL);
+  D->router_backward(dd, dg, dp, dt, dw, dextra, n, ne, topk, renorm, NULL);
+  check_rel("router backward", dd, d, (size_t)n * ne, 4.0);
+  free(z), free(extra), free(p), free(w), free(t), free(dt_h), free(g), free(d);
+  CK(cudaFree(dz)), CK(cudaFree(dextra)), CK(cudaFree(dp)), CK(cudaFree(dw)), CK(cudaFree(dt)),
+      CK(cudaFree(dg)), CK(cudaFree(dd));
 }
 
 /* ---- attention ---- */
@@ -565,6 +598,8 @@ int main(void) {
   test_swiglu_bias();
   test_cross_entropy(64, 32000);
   if (!emu) test_cross_entropy(6, 128256);
+  test_router(1000, 8, 2, 1);  /* Mixtral */
+  test_router(300, 128, 8, 0); /* Qwen3-MoE without norm_topk_prob */
   test_attention(1, 1, 4, 2, 64);
   test_attention(1, 127, 4, 2, 64);
   test_attention(2, 128, 4, 4, 128);
