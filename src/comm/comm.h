@@ -4,8 +4,8 @@
  *
  * Backends. struct rf_comm_ops is the table one backend fills: MPI today
  * (comm_mpi.c, constructed by rf_comm_init in comm/comm_mpi.h, the only header
- * that names MPI types); a second backend (NCCL) is one more file that fills the
- * same table. Errors inside a backend stop every rank (rf_die) with the backend's
+ * that names MPI types); the NCCL backend (comm_nccl.c, comm_nccl.h; make
+ * BACKEND=cuda only) fills the same table for device memory. Errors inside a backend stop every rank (rf_die) with the backend's
  * description, the file and the line.
  *
  * This file's functions (comm.c) are the one place that counts: every collective
