@@ -1,0 +1,163 @@
+/* The products of gemm.h on cuBLASLt (gemm_cuda.h): descriptors and the heuristic's
+ * algorithm cached per shape, one workspace per context. */
+#include "gemm/gemm_cuda.h"
+
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RF_CUBLAS_CHECK(call)                                                               \
+  do {                                                                                      \
+    cublasStatus_t rf_cublas_st_ = (call);                                                  \
+    if (rf_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                             \
+      RF_DIE("cuBLASLt: %s failed: %s (%d)", #call, cublasLtGetStatusString(rf_cublas_st_), \
+             (int)rf_cublas_st_);                                                           \
+  } while (0)
+
+#define RF_GEMM_CUDA_ALIGN 16 /* bytes: the operands' alignment the algorithms are chosen for */
+#define RF_GEMM_CUDA_SHAPES 256
+
+/* What a cached plan is keyed by: the description less alpha and beta, and C's dtype. */
+struct rf_gemm_cuda_key {
+  int m, n, k, trans_a, trans_b, lda, ldb, ldc;
+  enum rf_dtype dtype, c_dtype;
+};
+
+/* One shape: its descriptors (owned) and the heuristic's algorithm. */
+struct rf_gemm_cuda_plan {
+  struct rf_gemm_cuda_key key;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
+  cublasLtMatmulAlgo_t algo;
+};
+
+/* Owns the handle, the workspace and the plans. */
+struct rf_gemm_cuda {
+  cublasLtHandle_t handle;
+  void *workspace;
+  size_t workspace_bytes;
+  struct rf_gemm_cuda_plan plans[RF_GEMM_CUDA_SHAPES];
+  int nplans;
+  struct rf_gemm_cuda_stats stats;
+};
+
+struct rf_gemm_cuda *rf_gemm_cuda_create(size_t workspace_bytes) {
+  struct rf_gemm_cuda *g = rf_xcalloc(1, sizeof *g);
+  g->workspace_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
+  RF_CUBLAS_CHECK(cublasLtCreate(&g->handle));
+  cudaError_t rc = cudaMalloc(&g->workspace, g->workspace_bytes);
+  if (rc != cudaSuccess)
+    RF_DIE("gemm: cudaMalloc of the %zu-byte cuBLASLt workspace failed: %s", g->workspace_bytes,
+           cudaGetErrorString(rc));
+  g->stats.mallocs++;
+  return g;
+}
+
+void rf_gemm_cuda_free(struct rf_gemm_cuda *g) {
+  if (!g) return;
+  for (int i = 0; i < g->nplans; i++) {
+    struct rf_gemm_cuda_plan *p = &g->plans[i];
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
+    RF_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->op));
+  }
+  if (g->workspace && cudaFree(g->workspace) != cudaSuccess) RF_DIE("gemm: cudaFree of the workspace failed");
+  RF_CUBLAS_CHECK(cublasLtDestroy(g->handle));
+  free(g);
+}
+
+struct rf_gemm_cuda_stats rf_gemm_cuda_stats(const struct rf_gemm_cuda *g) {
+  return g->stats;
+}
+
+static void rf_gemm_cuda_check(const struct rf_gemm_desc *d, enum rf_dtype c_dtype) {
+  if (d->m <= 0 || d->n <= 0 || d->k <= 0)
+    RF_DIE("gemm (cuda): sizes m=%d n=%d k=%d must be positive", d->m, d->n, d->k);
+  int a_cols = d->trans_a ? d->m : d->k, b_cols = d->trans_b ? d->k : d->n;
+  if (d->lda < a_cols || d->ldb < b_cols || d->ldc < d->n)
+    RF_DIE("gemm (cuda): leading dimensions lda=%d ldb=%d ldc=%d below the rows' widths %d, %d, %d", d->lda,
+           d->ldb, d->ldc, a_cols, b_cols, d->n);
+  if (d->dtype != RF_DTYPE_F32 && d->dtype != RF_DTYPE_BF16)
+    RF_DIE("gemm (cuda): operand dtype %s (f32 or bf16 only)", rf_dtype_name(d->dtype));
+  if (c_dtype != RF_DTYPE_F32 && c_dtype != RF_DTYPE_BF16)
+    RF_DIE("gemm (cuda): output dtype %s (f32 or bf16 only)", rf_dtype_name(c_dtype));
+}
+
+static cudaDataType_t rf_gemm_cuda_type(enum rf_dtype dtype) {
+  return dtype == RF_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* Row-major C [m, n] is column-major C^T [n, m] (ld ldc) = op(B)^T op(A)^T: cuBLASLt's A
+ * is our B as stored (column-major [n, k], or [k, n] transposed when trans_b), its B is
+ * our A (column-major [k, m], or [m, k] transposed when trans_a). */
+static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
+                                                   enum rf_dtype c_dtype) {
+  struct rf_gemm_cuda_key key = {d->m,   d->n,   d->k,   d->trans_a, d->trans_b,
+                                 d->lda, d->ldb, d->ldc, d->dtype,   c_dtype};
+  for (int i = 0; i < g->nplans; i++)
+    if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
+  rf_gemm_cuda_check(d, c_dtype);
+  if (g->nplans == RF_GEMM_CUDA_SHAPES)
+    RF_DIE("gemm (cuda): more than %d distinct product shapes", RF_GEMM_CUDA_SHAPES);
+  struct rf_gemm_cuda_plan *p = &g->plans[g->nplans];
+  memset(p, 0, sizeof *p);
+  p->key = key;
+  cudaDataType_t ab = rf_gemm_cuda_type(d->dtype), ct = rf_gemm_cuda_type(c_dtype);
+  RF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, ab, d->trans_b ? (uint64_t)d->k : (uint64_t)d->n,
+                                             d->trans_b ? (uint64_t)d->n : (uint64_t)d->k, d->ldb));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, ab, d->trans_a ? (uint64_t)d->m : (uint64_t)d->k,
+                                             d->trans_a ? (uint64_t)d->k : (uint64_t)d->m, d->lda));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, ct, (uint64_t)d->n, (uint64_t)d->m, d->ldc));
+  cublasLtMatmulPreference_t pref;
+  RF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  RF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &g->workspace_bytes, sizeof g->workspace_bytes));
+  uint32_t align = RF_GEMM_CUDA_ALIGN;
+  const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++)
+    RF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  RF_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(g->handle, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result, &found));
+  RF_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (found < 1)
+    RF_DIE("gemm (cuda): cuBLASLt has no algorithm for %s x %s -> %s, m=%d n=%d k=%d trans %d%d ld %d %d %d",
+           rf_dtype_name(d->dtype), rf_dtype_name(d->dtype), rf_dtype_name(c_dtype), d->m, d->n, d->k,
+           d->trans_a, d->trans_b, d->lda, d->ldb, d->ldc);
+  p->algo = result.algo;
+  g->nplans++;
+  g->stats.plans++;
+  return p;
+}
+
+void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
+                      void *c, enum rf_dtype c_dtype, cudaStream_t stream) {
+  if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % RF_GEMM_CUDA_ALIGN != 0)
+    RF_DIE("gemm (cuda): operands must be %d-byte aligned (a %p, b %p, c %p)", RF_GEMM_CUDA_ALIGN, a, b, c);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype);
+  RF_CUBLAS_CHECK(cublasLtMatmul(g->handle, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, c,
+                                 p->lc, &p->algo, g->workspace, g->workspace_bytes, stream));
+  g->stats.products++;
+}
+
+const char *rf_gemm_cuda_algo_name(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
+                                   enum rf_dtype c_dtype) {
+  static char name[64];
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype);
+  int id = 0, tile = 0;
+  size_t written = 0;
+  RF_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written));
+  RF_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                                       sizeof tile, &written));
+  snprintf(name, sizeof name, "cublasLt algo %d tile %d", id, tile);
+  return name;
+}

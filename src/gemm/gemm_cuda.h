@@ -1,0 +1,50 @@
+/* src/gemm on the GPU (BACKEND=cuda only): the products of gemm.h through cuBLASLt.
+ *
+ *   C [m, n] = alpha * op(A) op(B) + beta * C
+ *
+ * with rf_gemm_desc's meaning exactly (row-major, leading dimensions, trans_a/trans_b
+ * for operands stored transposed); A and B bf16 (or both f32), accumulation and alpha
+ * and beta in f32, C f32 or bf16 (rounded once, at the end). All three on the device.
+ * cuBLASLt is column-major: a row-major C is a column-major C^T = op(B)^T op(A)^T, so
+ * the product is run with the operands swapped and no copy.
+ *
+ * A context holds one cuBLASLt handle and one workspace (cudaMalloc'd once, at
+ * create). The first product of a shape (m, n, k, transposes, leading dimensions,
+ * dtypes) makes its descriptors and asks the heuristic for an algorithm, and caches
+ * them; later products of that shape create nothing, allocate nothing and never wait
+ * for the GPU (counted: rf_gemm_cuda_stats). Operands must be 16-byte aligned (the
+ * alignment the cached algorithms are chosen for). Errors stop the job naming the
+ * file, the line, the call and cuBLAS's status string. */
+#ifndef RF_GEMM_CUDA_H
+#define RF_GEMM_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm/gemm.h"
+
+struct rf_gemm_cuda;
+
+/* A context on the current CUDA device with `workspace_bytes` of workspace (0: 32 MiB,
+ * what cuBLAS advises for Hopper). Owned by the caller: rf_gemm_cuda_free. */
+struct rf_gemm_cuda *rf_gemm_cuda_create(size_t workspace_bytes);
+void rf_gemm_cuda_free(struct rf_gemm_cuda *g);
+
+/* The product described by d on `stream`: a, b (d->dtype), c (c_dtype: f32 or bf16). */
+void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
+                      void *c, enum rf_dtype c_dtype, cudaStream_t stream);
+
+struct rf_gemm_cuda_stats {
+  int64_t plans;    /* shapes planned (descriptors + heuristic) */
+  int64_t products; /* rf_gemm_cuda_run calls */
+  int64_t mallocs;  /* cudaMalloc calls (the workspace) */
+};
+struct rf_gemm_cuda_stats rf_gemm_cuda_stats(const struct rf_gemm_cuda *g);
+
+/* The name of the algorithm cuBLASLt chose for a shape (its id and tile), planning it
+ * when new; static storage until the next call. */
+const char *rf_gemm_cuda_algo_name(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
+                                   enum rf_dtype c_dtype);
+
+#endif

@@ -1,0 +1,127 @@
+/* GPU test (run by scripts/gpu-check): the cuBLASLt product (src/gemm/gemm_cuda.c)
+ * against the host's (rf_gemm_run, oneDNN) on the same bf16 operands, for every
+ * combination of transposes, leading dimensions wider than the rows, odd sizes, beta 0
+ * and 1, alpha != 1, and an f32 and a bf16 output.
+ *
+ * Tolerances, in units of bf16's roundoff u = 2^-8 (the relative spacing of bf16):
+ * both sides multiply the same bf16 values exactly and sum in f32, in different
+ * orders, so an f32 output may differ by at most 2^-8 u = 2^-16 of S(i, j) = sum over k
+ * of |alpha a(i,k) b(k,j)| + |beta c(i,j)| (k * 2^-24 S bounds it; k <= 1000 here); a
+ * bf16 output adds the one rounding of C to bf16: half a bf16 unit of |C|, so within
+ * 2^-16 S + 2^-9 |C| (RNE, relative 2^-9 = u/2). Also: a repeated call after warm-up
+ * plans nothing, allocates nothing on the device or the heap. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "device/device_cuda.h"
+#include "gemm/gemm_cuda.h"
+#include "rf_test.h"
+
+static struct rf_device gpu;
+
+static void *to_gpu(const void *src, size_t bytes) {
+  void *d = rf_device_alloc(&gpu, bytes, 256);
+  rf_device_copy(&gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  return d;
+}
+
+static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int tb, int pad, float alpha,
+                        float beta, enum rf_dtype c_dtype) {
+  struct rf_gemm_desc d = {
+      m, n, k, ta, tb, (ta ? m : k) + pad, (tb ? k : n) + pad, n + pad, RF_DTYPE_BF16, alpha, beta};
+  size_t arows = (size_t)(ta ? k : m), brows = (size_t)(tb ? n : k);
+  size_t na = arows * (size_t)d.lda, nb = brows * (size_t)d.ldb, nc = (size_t)m * (size_t)d.ldc;
+  uint16_t *a = malloc(na * 2), *b = malloc(nb * 2), *c16 = malloc(nc * 2);
+  float *c = malloc(nc * 4), *ref = malloc(nc * 4), *got = malloc(nc * 4), *s = malloc(nc * 4);
+  uint64_t st = (uint64_t)m * 7919 + (uint64_t)n * 31 + (uint64_t)k + (uint64_t)(ta * 2 + tb);
+  for (size_t i = 0; i < na; i++) a[i] = rf_bf16_from_f32(rf_test_rand_f32(&st));
+  for (size_t i = 0; i < nb; i++) b[i] = rf_bf16_from_f32(rf_test_rand_f32(&st) * 4.0f);
+  for (size_t i = 0; i < nc; i++)
+    c[i] = rf_f32_from_bf16(rf_bf16_from_f32(rf_test_rand_f32(&st))); /* bf16-exact */
+  for (size_t i = 0; i < nc; i++) c16[i] = rf_bf16_from_f32(c[i]);
+  memcpy(ref, c, nc * 4);
+  rf_gemm_run(&d, a, b, ref);
+  for (int i = 0; i < m; i++) /* S(i, j) */
+    for (int j = 0; j < n; j++) {
+      double sum = fabs((double)beta * c[(size_t)i * d.ldc + j]);
+      for (int p = 0; p < k; p++) {
+        float av = rf_f32_from_bf16(ta ? a[(size_t)p * d.lda + i] : a[(size_t)i * d.lda + p]);
+        float bv = rf_f32_from_bf16(tb ? b[(size_t)j * d.ldb + p] : b[(size_t)p * d.ldb + j]);
+        sum += fabs((double)alpha * av * bv);
+      }
+      s[(size_t)i * d.ldc + j] = (float)sum;
+    }
+  void *da = to_gpu(a, na * 2), *db = to_gpu(b, nb * 2);
+  void *dc = c_dtype == RF_DTYPE_F32 ? to_gpu(c, nc * 4) : to_gpu(c16, nc * 2);
+  rf_gemm_cuda_run(g, &d, da, db, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
+  if (c_dtype == RF_DTYPE_F32) {
+    rf_device_copy(&gpu, got, dc, nc * 4, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+  } else {
+    rf_device_copy(&gpu, c16, dc, nc * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+    for (size_t i = 0; i < nc; i++) got[i] = rf_f32_from_bf16(c16[i]);
+  }
+  double worst = 0; /* the largest error in units of the tolerance */
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      size_t at = (size_t)i * d.ldc + j;
+      double tol =
+          ldexp(s[at], -16) + (c_dtype == RF_DTYPE_BF16 ? ldexp(fabs((double)ref[at]), -9) : 0.0) + 1e-30;
+      worst = rf_test_max(worst, fabs((double)got[at] - ref[at]) / tol);
+    }
+  int pad_same = 1; /* the padding columns of C untouched */
+  for (int i = 0; i < m && pad; i++)
+    for (int j = n; j < d.ldc; j++) pad_same &= got[(size_t)i * d.ldc + j] == c[(size_t)i * d.ldc + j];
+  RF_CHECK(
+      worst <= 1.0 && pad_same,
+      "gemm %dx%dx%d trans %d%d pad %d alpha %g beta %g -> %s: worst error %.3g tolerances, padding kept %d",
+      m, n, k, ta, tb, pad, alpha, beta, rf_dtype_name(c_dtype), worst, pad_same);
+  rf_device_release(&gpu, da), rf_device_release(&gpu, db), rf_device_release(&gpu, dc);
+  free(a), free(b), free(c16), free(c), free(ref), free(got), free(s);
+}
+
+/* The same product ten times after one: no plan, no cudaMalloc, no heap allocation. */
+static void check_quiet(struct rf_gemm_cuda *g) {
+  struct rf_gemm_desc d = {256, 512, 384, 0, 1, 384, 384, 512, RF_DTYPE_BF16, 1.0f, 0.0f};
+  void *a = rf_device_alloc(&gpu, 256 * 384 * 2, 256), *b = rf_device_alloc(&gpu, 512 * 384 * 2, 256);
+  void *c = rf_device_alloc(&gpu, 256 * 512 * 4, 256);
+  cudaStream_t s = rf_device_cuda_stream(&gpu, NULL);
+  rf_gemm_cuda_run(g, &d, a, b, c, RF_DTYPE_F32, s);
+  struct rf_gemm_cuda_stats before = rf_gemm_cuda_stats(g);
+  struct rf_device_cuda_stats dev = rf_device_cuda_stats(&gpu);
+  uint64_t heap = rf_heap_allocations();
+  for (int i = 0; i < 10; i++) rf_gemm_cuda_run(g, &d, a, b, c, RF_DTYPE_F32, s);
+  struct rf_gemm_cuda_stats after = rf_gemm_cuda_stats(g);
+  struct rf_device_cuda_stats dev2 = rf_device_cuda_stats(&gpu);
+  RF_CHECK(after.plans == before.plans && after.mallocs == before.mallocs &&
+               after.products == before.products + 10 && dev2.mallocs == dev.mallocs &&
+               dev2.host_syncs == dev.host_syncs && rf_heap_allocations() == heap,
+           "repeated products: %lld plans, %lld cudaMalloc, %llu host waits, %llu heap allocations (0 each "
+           "expected)",
+           (long long)(after.plans - before.plans), (long long)(after.mallocs - before.mallocs),
+           (unsigned long long)(dev2.host_syncs - dev.host_syncs),
+           (unsigned long long)(rf_heap_allocations() - heap));
+  rf_device_stream_synchronize(&gpu, NULL);
+  rf_device_release(&gpu, a), rf_device_release(&gpu, b), rf_device_release(&gpu, c);
+}
+
+int main(void) {
+  rf_device_cuda_init(&gpu, 0, NULL);
+  struct rf_gemm_cuda *g = rf_gemm_cuda_create(0);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      check_shape(g, 128, 96, 64, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_F32);
+      check_shape(g, 72, 40, 1000, ta, tb, 8, 0.5f, 1.0f, RF_DTYPE_F32);
+      check_shape(g, 64, 256, 136, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_BF16);
+      check_shape(g, 8, 24, 200, ta, tb, 8, 1.0f, 1.0f, RF_DTYPE_BF16);
+    }
+  check_quiet(g);
+  printf(
+      "algorithm of 256x512x384 (x W^T): %s\n",
+      rf_gemm_cuda_algo_name(
+          g, &(struct rf_gemm_desc){256, 512, 384, 0, 1, 384, 384, 512, RF_DTYPE_BF16, 1, 0}, RF_DTYPE_F32));
+  rf_gemm_cuda_free(g);
+  rf_device_free(&gpu);
+  return rf_test_finish("test_gemm_cuda");
+}
