@@ -14,7 +14,8 @@
 #   wall   the loop's time (sum of the steps' ms and the checkpoint calls) per mode
 #          and the difference to a run without checkpoints per save: the same
 #          comparison end to end, noisy on a shared machine
-# Medians over the runs. Usage: bench/async_save.sh [BUILD_DIR]
+# Medians over the runs. RF_BENCH_EVERY (default 3) and RF_BENCH_STEPS (default 12) set the
+# interval and the run's length. Usage: bench/async_save.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/lib.bash
@@ -23,7 +24,7 @@ bench_init async_save "${1:-build}"
 bench_data
 out=$(mktemp -d /tmp/rf_bench_async.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-reps=${RF_BENCH_REPS:-3} steps=12 every=3
+reps=${RF_BENCH_REPS:-3} steps=${RF_BENCH_STEPS:-12} every=${RF_BENCH_EVERY:-3}
 
 run() { # run MODE REP: one training run; its output in $out/MODE-REP.out
   local mode=$1 rep=$2 extra=()
