@@ -45,7 +45,8 @@ NVCC_FLAGS = -std=c++17 $(OPT) $(CUDA_ARCH) --Werror all-warnings \
   -Xcompiler -Wall,-Wextra,-Werror,-fno-strict-aliasing -Iinclude -Isrc $(NVCCFLAGS)
 CUDA_CFLAGS := -DRF_BACKEND_CUDA -isystem $(CUDA_HOME)/include
 # cudart static (as nvcc links it); cuBLASLt and NCCL from the machine (the GPU machine has its own)
-BACKEND_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
+# -u: every program gets device_cuda.o, whose rf_device_cuda_check replaces the CPU build's
+BACKEND_LIBS := -Wl,--undefined=rf_device_cuda_init -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
   -lpthread -lstdc++
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 else

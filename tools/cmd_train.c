@@ -9,6 +9,7 @@
 
 #include "comm/comm_mpi.h"
 #include "commands.h"
+#include "device/device.h"
 #include "options.h"
 #include "plan_check.h"
 #include "train.h"
@@ -166,6 +167,8 @@ static int rf_train_open_data(struct rf_train_state *s) {
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
+  const char *no_cuda = strcmp(a->device, "cuda") == 0 ? rf_device_cuda_unavailable() : NULL;
+  RF_REQUIRE(!no_cuda, "--device cuda: %s", no_cuda);
   RF_TRY(rf_train_mesh_parse(a, world, replicate));
   RF_TRY(rf_plan_check_batch(world, a->batch, a->accum)); /* as rfsdp plan --batch checks it */
   RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
@@ -402,6 +405,7 @@ int rf_cmd_train(int argc, char **argv) {
       .accum = 1,
       .prefetch = 1,
       .compute_dtype = "f32",
+      .device = "cpu",
       .eval_batches = 8,
       .sample = 0,
       .temperature = 0.8,
@@ -457,6 +461,8 @@ int rf_cmd_train(int argc, char **argv) {
       {"prefetch", RF_OPTION_KIND_INT, &a.prefetch, "units gathered ahead", "[0, inf)", 0},
       {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
        NULL, 0},
+      {"device", RF_OPTION_KIND_CHOICE, &a.device,
+       "where the step runs: cpu; cuda is refused until the GPU step is wired (docs/gpu.md)", "cpu|cuda", 0},
       {"compute-dtype", RF_OPTION_KIND_CHOICE, &a.compute_dtype,
        "operands of the linear layers' GEMMs (f32 accumulation and outputs either way)", "f32|bf16", 0},
       {"eval-every", RF_OPTION_KIND_I64, &a.eval_every, "validation loss every N steps (0: never)",

@@ -17,6 +17,7 @@
 /* The command line. Strings are borrowed from argv. */
 struct rf_train_args {
   const char *model, *data, *compute_dtype;
+  const char *device;       /* --device cpu | cuda (refused: rf_device_cuda_check) */
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
   const char *replicate;  /* --replicate R | node | auto (tools/train_mesh.h) */

@@ -105,6 +105,11 @@ struct rf_device {
  * rf_device_free is harmless. */
 void rf_device_host_init(struct rf_device *dev, struct rf_counters *counters);
 void rf_device_free(struct rf_device *dev);
+/* Why this program cannot train on a CUDA device ("built without CUDA" in a CPU build;
+ * in a CUDA build "no CUDA device", or that training on the GPU is not wired yet: the
+ * device, comm and GEMM tables are, the runtime and the model are not); NULL when it can
+ * (never yet). Static storage. The same on every rank of a job built one way. */
+const char *rf_device_cuda_unavailable(void);
 
 /* The table's operations, with argument checks (the table does none). */
 void *rf_device_alloc(struct rf_device *dev, size_t bytes, size_t align); /* counted as an allocation */

@@ -238,6 +238,20 @@ static const struct rf_device_ops rf_device_cuda_ops = {
     .event_synchronize = rf_device_cuda_event_synchronize,
 };
 
+const char *rf_device_cuda_unavailable(void) {
+  static char why[256];
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0) {
+    snprintf(why, sizeof why, "no CUDA device (%s)",
+             rc != cudaSuccess ? cudaGetErrorString(rc) : "none visible");
+    return why;
+  }
+  return "training on the GPU is not wired yet: the device, comm and GEMM tables are, the runtime's step and "
+         "the "
+         "model are not (docs/gpu.md)";
+}
+
 void rf_device_cuda_init(struct rf_device *dev, int ordinal, struct rf_counters *counters) {
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);
