@@ -89,27 +89,7 @@ if [ "$part" = all ] || [ "$part" = fit ]; then
     if [ "$w" -le "$cores" ]; then link=intra; elif [ "$g" -le "$cores" ]; then link=shared_small; else link=shared; fi
     awk -v w="$w" -v g="$g" -v link="$link" '$2 ~ /^(KiB|MiB)$/ && $3 ~ /^step_/ {print w, g, link, $0}' "$out/comm-step-$name.txt"
   done |
-    awk -v json="$out/links.txt" '
-    { k = substr($6, 6) " " $3; if (!(k in n)) order[++nk] = k; runs[k] = $1 " " $2
-      b = $4 * ($5 == "MiB" ? 1048576 : 1024); t = $8; if (t < 0.05) t = 0.05
-      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $2) x1[k, n[k]]++
-      x2[k, n[k]] = ($6 == "step_allreduce" ? 2 : 1) * ($2 - 1) / $2 * b; tt[k, n[k]] = t }
-    END {
-      for (j = 1; j <= nk; j++) { k = order[j]; split(k, kl, " "); split(runs[k], wg, " "); a11 = a12 = a22 = r1 = r2 = 0
-        for (i = 1; i <= n[k]; i++) { wgt = 1 / (tt[k, i] ^ 2)
-          a11 += wgt * x1[k, i] ^ 2; a12 += wgt * x1[k, i] * x2[k, i]; a22 += wgt * x2[k, i] ^ 2
-          r1 += wgt * x1[k, i] * tt[k, i]; r2 += wgt * x2[k, i] * tt[k, i] }
-        det = a11 * a22 - a12 * a12
-        a = det != 0 ? (r1 * a22 - r2 * a12) / det : 0; bb = det != 0 ? (a11 * r2 - a12 * r1) / det : 0
-        if (a < 0) { a = 0; bb = r2 / a22 }         # no negative latency: the bandwidth term alone
-        if (bb <= 0) { bb = 0; a = r1 / a11 }       # no negative bandwidth: the latency alone
-        for (i = 1; i <= n[k]; i++) { e[i] = (a * x1[k, i] + bb * x2[k, i] - tt[k, i]) / tt[k, i]; if (e[i] < 0) e[i] = -e[i] }
-        for (i = 1; i <= n[k]; i++) for (l = i + 1; l <= n[k]; l++) if (e[l] < e[i]) { s = e[i]; e[i] = e[l]; e[l] = s }
-        med = n[k] % 2 ? e[(n[k] + 1) / 2] : (e[n[k] / 2] + e[n[k] / 2 + 1]) / 2
-        bw = bb > 0 ? 1e-6 / bb : 1e6   # GB/s; 1e6: no bandwidth term
-        printf "| %s | %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kl[1], kl[2], wg[1], wg[2], n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
-        printf "%s %s %.3f %.6g\n", kl[2], kl[1], a * 1e3, bw >>json }
-    }' >>"$out/fit.md"
+    fit_links "$out/links.txt" >>"$out/fit.md"
   # the profile: configs/network/here.json with the fitted links (cores = this machine's, every rank on it)
   # and the fit's date and load in its source; one field per line there, so each fitted field is one line
   fitload=$(grep -h -m1 -o 'load average [0-9.]*' "$out"/comm-step-*.txt | sed 's/.* //' | sort -g | tail -1)
