@@ -302,7 +302,7 @@ static void test_router_fd(int renorm) {
 
 struct block_ctx {
   struct rf_model_ws ws;
-  struct rf_model_weight w[RF_MODEL_MOE_TENSOR_COUNT];
+  struct rf_model_weight w[RF_MODEL_LAYER_MAX_TENSORS];
   float *wr, *wgu, *wd, *xn, *r, *out;
   int n;
 };
@@ -338,9 +338,9 @@ static void test_block_fd(void) {
   c.xn = rand_buf((size_t)c.n * h, 1.0f);
   c.r = rand_buf((size_t)c.n * h, 1.0f);
   c.out = rand_buf((size_t)c.n * h, 1.0f);
-  c.w[RF_MODEL_MOE_TENSOR_ROUTER].f32 = c.wr;
-  c.w[RF_MODEL_MOE_TENSOR_GATE_UP].f32 = c.wgu;
-  c.w[RF_MODEL_MOE_TENSOR_DOWN].f32 = c.wd;
+  c.w[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_ROUTER)].f32 = c.wr;
+  c.w[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP)].f32 = c.wgu;
+  c.w[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)].f32 = c.wd;
   /* a fresh forward's statistics and no balance term; then a balance term to check */
   memset(c.ws.moe_count, 0, sizeof(double) * e);
   memset(c.ws.moe_psum, 0, sizeof(double) * e);
@@ -352,23 +352,26 @@ static void test_block_fd(void) {
   }
   RF_CHECK(m > 0.02, "block test data too close to a routing tie (%.3g)", m);
   memset(c.ws.moe_balance, 0, sizeof(float) * e);
-  float *g[RF_MODEL_MOE_TENSOR_COUNT] = {0};
-  g[RF_MODEL_MOE_TENSOR_ROUTER] = rf_xcalloc((size_t)e * h, 4);
-  g[RF_MODEL_MOE_TENSOR_GATE_UP] = rf_xcalloc((size_t)e * 2 * f * h, 4);
-  g[RF_MODEL_MOE_TENSOR_DOWN] = rf_xcalloc((size_t)e * h * f, 4);
+  float *g[RF_MODEL_LAYER_MAX_TENSORS] = {0};
+  g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_ROUTER)] = rf_xcalloc((size_t)e * h, 4);
+  g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP)] =
+      rf_xcalloc((size_t)e * 2 * f * h, 4);
+  g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)] = rf_xcalloc((size_t)e * h * f, 4);
   float *dxn = rf_xmalloc(sizeof(float) * (size_t)c.n * h);
   rf_model_moe_backward(&c.ws, 0, c.w, c.xn, c.r, dxn, g);
-  fd_check("moe router weight", c.wr, (size_t)e * h, g[RF_MODEL_MOE_TENSOR_ROUTER], block_obj, &c);
-  fd_check("moe experts gate_up", c.wgu, (size_t)e * 2 * f * h, g[RF_MODEL_MOE_TENSOR_GATE_UP], block_obj,
-           &c);
-  fd_check("moe experts down", c.wd, (size_t)e * h * f, g[RF_MODEL_MOE_TENSOR_DOWN], block_obj, &c);
+  fd_check("moe router weight", c.wr, (size_t)e * h,
+           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_ROUTER)], block_obj, &c);
+  fd_check("moe experts gate_up", c.wgu, (size_t)e * 2 * f * h,
+           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP)], block_obj, &c);
+  fd_check("moe experts down", c.wd, (size_t)e * h * f,
+           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)], block_obj, &c);
   fd_check("moe input", c.xn, (size_t)c.n * h, dxn, block_obj, &c);
   int32_t *off = c.ws.layers[0].moe.off;
   int one = 0;
   for (int x = 0; x < e; x++) one |= off[x + 1] > off[x] && off[x + 1] - off[x] == c.ws.expert_rows;
   RF_CHECK(one, "some expert's rows are padded");
   RF_CHECK(off[e] <= c.ws.moe_cap, "grouped rows %d within the capacity %d", off[e], c.ws.moe_cap);
-  for (int i = 0; i < RF_MODEL_MOE_TENSOR_COUNT; i++) free(g[i]);
+  for (int i = 0; i < RF_MODEL_LAYER_MAX_TENSORS; i++) free(g[i]);
   void *bufs[] = {c.wr, c.wgu, c.wd, c.xn, c.r, c.out, dxn};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   rf_model_ws_free(&c.ws);
@@ -412,7 +415,60 @@ static void test_bad_configs(void) {
                         "'num_experts_per_tok' (5) must be in 1..num_experts (4)");
 }
 
+/* Where each tensor is in a layer's unit (rf_model_layer_slot) against the
+ * parameter names transformers gives them (the configs its reference scripts
+ * wrote, tests/data/): every slot of every layer claimed by exactly one tensor
+ * name, and that name's parameter there. Slot 9 is q_proj.bias in llama_bias and
+ * q_norm in qwen3_moe: the two are different names, never one value read two ways. */
+static void test_slots(void) {
+  static const char *const suffix[RF_MODEL_LAYER_TENSOR_COUNT] = {
+      "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+      "self_attn.o_proj.bias",   "mlp.gate_proj.bias",      "mlp.up_proj.bias",
+      "mlp.down_proj.bias",      "mlp.gate.weight",         "mlp.experts.gate_up_proj",
+      "mlp.experts.down_proj",   "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+  static const char *const configs[] = {"llama_ref", "llama_bias", "qwen2_tied", "mixtral_ref",
+                                        "qwen3_moe_ref"};
+  for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/%s_config.json", configs[k]);
+    struct rf_model_config cfg;
+    RF_ASSERT(rf_model_config_load(&cfg, path) == 0);
+    struct rf_model_desc desc;
+    rf_model_desc_make(&cfg, &desc);
+    struct rf_model_units map;
+    rf_model_units_find(&cfg, &map);
+    int checked = 0;
+    for (int l = 0; l < cfg.num_hidden_layers; l++) {
+      const struct rf_model_unit *u = &desc.units[map.first_layer + l];
+      int claimed[RF_MODEL_LAYER_MAX_TENSORS] = {0};
+      RF_CHECK(u->n_tensors <= RF_MODEL_LAYER_MAX_TENSORS, "%s layer %d: %d tensors fit the unit arrays",
+               configs[k], l, u->n_tensors);
+      for (int t = 0; t < RF_MODEL_LAYER_TENSOR_COUNT; t++) {
+        int s = rf_model_layer_slot(&cfg, l, (enum rf_model_layer_tensor)t);
+        if (s < 0) continue;
+        RF_ASSERT(s < u->n_tensors);
+        claimed[s]++;
+        char want[128];
+        snprintf(want, sizeof want, "model.layers.%d.%s", l, suffix[t]);
+        RF_CHECK(strcmp(u->tensors[s].name, want) == 0, "%s layer %d slot %d: %s, expected %s", configs[k], l,
+                 s, u->tensors[s].name, want);
+        checked++;
+      }
+      for (int s = 0; s < u->n_tensors; s++)
+        RF_CHECK(claimed[s] == 1, "%s layer %d: slot %d (%s) claimed by %d tensor names", configs[k], l, s,
+                 u->tensors[s].name, claimed[s]);
+    }
+    printf("  %s: %d tensors in their slots\n", configs[k], checked);
+    rf_model_desc_free(&desc);
+  }
+}
+
 int main(void) {
+  printf("layer tensor slots against transformers' names:\n");
+  test_slots();
   printf("mixtral and qwen3_moe against transformers:\n");
   test_reference("mixtral");
   test_reference("qwen3_moe");

@@ -458,14 +458,14 @@ struct layer_ctx {
   struct rf_model_ws ws;
   float *emb;
   int n_w;
-  float *w[RF_MODEL_LAYER_TENSOR_COUNT];
+  float *w[RF_MODEL_LAYER_MAX_TENSORS];
   float *r;
   int32_t *tok;
 };
 
 static double layer_obj(void *p) {
   struct layer_ctx *c = p;
-  struct rf_model_weight e = {.f32 = c->emb}, lw[RF_MODEL_LAYER_TENSOR_COUNT];
+  struct rf_model_weight e = {.f32 = c->emb}, lw[RF_MODEL_LAYER_MAX_TENSORS];
   for (int i = 0; i < c->n_w; i++) lw[i] = (struct rf_model_weight){.f32 = c->w[i]};
   RF_ASSERT(rf_model_embed_forward(&c->ws, &e, c->tok) == 0);
   rf_model_layer_forward(&c->ws, 0, lw);
@@ -493,11 +493,11 @@ static void test_layer(int biased) {
   int B = 2, T = 5, N = B * T, H = 16;
   RF_ASSERT(rf_model_ws_init(&c.ws, &c.cfg, B, T) == 0);
   c.emb = rand_buf((size_t)9 * H, 1.0f);
-  int64_t numel[RF_MODEL_LAYER_TENSOR_COUNT];
+  int64_t numel[RF_MODEL_LAYER_MAX_TENSORS];
   struct rf_model_desc desc;
   rf_model_desc_make(&c.cfg, &desc);
   c.n_w = desc.units[1].n_tensors;
-  RF_ASSERT(c.n_w == (biased ? RF_MODEL_LAYER_TENSOR_COUNT : 9));
+  RF_ASSERT(c.n_w == (biased ? RF_MODEL_LAYER_MAX_TENSORS : 9));
   for (int i = 0; i < c.n_w; i++) {
     const struct rf_model_tensor s = desc.units[1].tensors[i];
     numel[i] = s.numel;
@@ -509,10 +509,10 @@ static void test_layer(int biased) {
   int32_t tok[10] = {1, 5, 8, 0, 2, 2, 7, 3, 3, 6};
   c.tok = tok;
   layer_obj(&c);
-  float *g[RF_MODEL_LAYER_TENSOR_COUNT];
+  float *g[RF_MODEL_LAYER_MAX_TENSORS];
   for (int i = 0; i < c.n_w; i++) g[i] = rf_xcalloc((size_t)numel[i], 4);
   memcpy(c.ws.dx, c.r, (size_t)N * H * 4);
-  struct rf_model_weight lw[RF_MODEL_LAYER_TENSOR_COUNT];
+  struct rf_model_weight lw[RF_MODEL_LAYER_MAX_TENSORS];
   for (int i = 0; i < c.n_w; i++) lw[i] = (struct rf_model_weight){.f32 = c.w[i]};
   rf_model_layer_backward(&c.ws, 0, lw, g);
   float *demb = rf_xcalloc((size_t)9 * H, 4);

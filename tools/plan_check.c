@@ -1,10 +1,6 @@
 /* One validation of a run's shape for `rfsdp train` and `rfsdp plan`. */
 #include "plan_check.h"
 
-#include <omp.h>
-#include <sched.h>
-#include <stdlib.h>
-
 #include "core/core.h"
 
 int rf_plan_check_batch(int world, int64_t batch, int accum) {
@@ -19,13 +15,4 @@ int rf_plan_check_seq(int64_t seq, const struct rf_model_config *cfg, const char
   RF_REQUIRE(seq <= cfg->max_position_embeddings, "--seq %lld exceeds max_position_embeddings %d of %s",
              (long long)seq, cfg->max_position_embeddings, path);
   return 0;
-}
-
-int rf_plan_check_threads(int ranks_on_node) {
-  const char *env = getenv("OMP_NUM_THREADS");
-  if (env && *env) return omp_get_max_threads();
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
-  int local = ranks_on_node > 1 ? ranks_on_node : 1;
-  return cores / local > 1 ? cores / local : 1;
 }

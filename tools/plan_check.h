@@ -18,10 +18,4 @@ int rf_plan_check_batch(int world, int64_t batch, int accum);
  * Returns 0, or -1 with rf_error_msg(). */
 int rf_plan_check_seq(int64_t seq, const struct rf_model_config *cfg, const char *path);
 
-/* The OpenMP threads of a rank sharing its node with `ranks_on_node` ranks, as
- * `rfsdp train` sets them: OMP_NUM_THREADS when set, else this machine's cores
- * (its affinity mask) over the ranks, at least 1. The model's workspace has
- * per-thread scratch: `rfsdp plan` sizes it with these. */
-int rf_plan_check_threads(int ranks_on_node);
-
 #endif

@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "model/train.h"
 #include "plan_check.h"
 #include "rfsdp_optim.h"
 
@@ -68,7 +69,7 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
 /* The trainer's workspace of one micro-batch of `micro` sequences: every layer's
  * activations kept (f32), the bf16 compute staging and FP8 block's staging
  * (rf_model_ws_bytes, rf_model_ws_compute_bytes, rf_model_ws_fp8_bytes), its
- * per-thread scratch for the threads a rank of `world` runs (rf_plan_check_threads:
+ * per-thread scratch for the threads a rank of `world` runs (rf_train_threads:
  * the ranks on one node of the profile share this machine's cores, as train sets them). */
 static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                                        const struct rf_plan_policy *p, int micro, int world) {
@@ -76,7 +77,7 @@ static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const s
   int per_node =
       sm->net.ranks_per_node > 0 && sm->net.ranks_per_node < world ? sm->net.ranks_per_node : world;
   int threads = omp_get_max_threads();
-  omp_set_num_threads(rf_plan_check_threads(per_node));
+  omp_set_num_threads(rf_train_threads(per_node));
   size_t bytes = rf_model_ws_bytes(&sm->cfg, micro, (int)a->seq) +
                  rf_model_ws_compute_bytes(&sm->cfg, micro, (int)a->seq, compute) +
                  (p->fp8 ? rf_model_ws_fp8_bytes(&sm->cfg, micro, (int)a->seq) : 0);

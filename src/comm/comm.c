@@ -281,6 +281,11 @@ void rf_comm_split(const struct rf_comm *comm, int color, int key, struct rf_com
   comm->ops->split(comm, color, key, out);
 }
 
+void rf_comm_view(struct rf_comm *out, const struct rf_comm *comm, struct rf_counters *counters) {
+  *out = *comm;
+  out->counters = counters;
+}
+
 int rf_comm_node_ranks(const struct rf_comm *comm) {
   struct rf_comm node;
   rf_comm_split(comm, RF_COMM_SPLIT_NODE, comm->rank, &node);

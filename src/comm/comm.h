@@ -134,6 +134,9 @@ void rf_comm_free(struct rf_comm *comm);
  * passing the same `color`, ordered by `key`; color RF_COMM_SPLIT_NODE: the ranks
  * of this rank's node. Collective over comm; checked like every call. */
 void rf_comm_split(const struct rf_comm *comm, int color, int key, struct rf_comm *out);
+/* A view of `comm` (its ranks, backend and state, borrowed: never rf_comm_free'd,
+ * valid while comm is) whose collectives count into `counters` instead. */
+void rf_comm_view(struct rf_comm *out, const struct rf_comm *comm, struct rf_counters *counters);
 /* The ranks of `comm` on the calling rank's node (collective). */
 int rf_comm_node_ranks(const struct rf_comm *comm);
 

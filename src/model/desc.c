@@ -161,9 +161,22 @@ static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, f, bias, prefix, "down_proj");
 }
 
-int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t) {
+int rf_model_layer_slot(const struct rf_model_config *cfg, int layer, enum rf_model_layer_tensor t) {
   RF_ASSERT(t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT);
-  if (rf_model_config_is_moe(cfg)) return t <= RF_MODEL_LAYER_TENSOR_POST_NORM ? (int)t : -1;
+  RF_ASSERT(layer >= 0 && layer < cfg->num_hidden_layers);
+  if (t <= RF_MODEL_LAYER_TENSOR_POST_NORM) return (int)t; /* every family's first six */
+  if (rf_model_config_is_moe(cfg)) {                       /* mixtral, qwen3_moe */
+    int moe = rf_model_config_layer_is_moe(cfg, layer), qk = cfg->family == RF_MODEL_FAMILY_QWEN3_MOE;
+    const int mlp = RF_MODEL_LAYER_TENSOR_POST_NORM + 1; /* where the MLP's three tensors start */
+    if (t >= RF_MODEL_LAYER_TENSOR_GATE && t <= RF_MODEL_LAYER_TENSOR_DOWN)
+      return moe ? -1 : mlp + (int)(t - RF_MODEL_LAYER_TENSOR_GATE);
+    if (t >= RF_MODEL_LAYER_TENSOR_ROUTER && t <= RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)
+      return moe ? mlp + (int)(t - RF_MODEL_LAYER_TENSOR_ROUTER) : -1;
+    if (t == RF_MODEL_LAYER_TENSOR_Q_NORM || t == RF_MODEL_LAYER_TENSOR_K_NORM)
+      return qk ? mlp + 3 + (int)(t - RF_MODEL_LAYER_TENSOR_Q_NORM) : -1;
+    return -1; /* no biases */
+  }
+  if (t > RF_MODEL_LAYER_TENSOR_DOWN_BIAS) return -1; /* llama, qwen2: no router, experts or q/k norms */
   int slot = 0;
   for (int i = 0; i <= (int)t; i++) {
     int present =
@@ -186,21 +199,21 @@ void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_unit
 }
 
 /* A llama layer: its tensors in the order of enum rf_model_layer_tensor. */
-static void rf_model_desc_llama_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
+static void rf_model_desc_llama_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c, int l,
                                       const char *p) {
   int64_t h = c->hidden_size, f = c->intermediate_size, qd = (int64_t)c->num_attention_heads * c->head_dim;
   int64_t kd = (int64_t)c->num_key_value_heads * c->head_dim;
-  static const char *const names[RF_MODEL_LAYER_TENSOR_COUNT] = {
+  static const char *const names[RF_MODEL_LAYER_MAX_TENSORS] = {
       "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
       "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
       "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
       "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
       "self_attn.o_proj.bias",   "mlp.gate_proj.bias",      "mlp.up_proj.bias",
       "mlp.down_proj.bias"};
-  const int64_t rows[RF_MODEL_LAYER_TENSOR_COUNT] = {h, qd, kd, kd, h, h, f, f, h, qd, kd, kd, h, f, f, h};
-  const int64_t cols[RF_MODEL_LAYER_TENSOR_COUNT] = {0, h, h, h, qd, 0, h, h, f};
-  for (int t = 0; t < RF_MODEL_LAYER_TENSOR_COUNT; t++) {
-    if (rf_model_layer_slot(c, (enum rf_model_layer_tensor)t) < 0) continue;
+  const int64_t rows[RF_MODEL_LAYER_MAX_TENSORS] = {h, qd, kd, kd, h, h, f, f, h, qd, kd, kd, h, f, f, h};
+  const int64_t cols[RF_MODEL_LAYER_MAX_TENSORS] = {0, h, h, h, qd, 0, h, h, f};
+  for (int t = 0; t <= RF_MODEL_LAYER_TENSOR_DOWN_BIAS; t++) {
+    if (rf_model_layer_slot(c, l, (enum rf_model_layer_tensor)t) < 0) continue;
     enum rf_model_desc_kind kind = cols[t] == 0 ? RF_MODEL_DESC_KIND_BIAS
                                    : t == RF_MODEL_LAYER_TENSOR_O || t == RF_MODEL_LAYER_TENSOR_DOWN
                                        ? RF_MODEL_DESC_KIND_RESIDUAL
@@ -236,8 +249,8 @@ static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const s
       ->sub_count = x;
 }
 
-/* The router and the fused experts of f rows (mixtral, qwen3_moe; enum
- * rf_model_moe_tensor), each expert's rows one block. */
+/* The router and the fused experts of f rows (mixtral, qwen3_moe:
+ * RF_MODEL_LAYER_TENSOR_ROUTER, _EXPERTS_GATE_UP, _EXPERTS_DOWN), each expert's rows one block. */
 static void rf_model_desc_experts(struct rf_model_desc_builder *b, const struct rf_model_config *c, int64_t f,
                                   const char *p) {
   int64_t h = c->hidden_size, x = c->moe.num_local_experts;
@@ -352,7 +365,7 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
     else if (cfg->family == RF_MODEL_FAMILY_QWEN3_MOE)
       rf_model_desc_qwen3_moe_layer(&b, cfg, l, p);
     else
-      rf_model_desc_llama_layer(&b, cfg, p);
+      rf_model_desc_llama_layer(&b, cfg, l, p);
   }
   rf_model_desc_unit(&b, "head");
   rf_model_desc_add(&b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "model.norm.weight");

@@ -19,10 +19,23 @@ double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq) {
 
 /* ---- workspace --------------------------------------------------------------------------- */
 
-static float *ws_floats(struct rf_model_ws *ws, size_t n) {
-  size_t bytes = sizeof(float) * (n > 0 ? n : 1);
+/* One buffer of the workspace on its device, 64-byte aligned, zero-filled, listed for rf_model_ws_free. */
+static void *ws_alloc(struct rf_model_ws *ws, size_t bytes) {
   ws->bytes += bytes;
-  return rf_xaligned(64, rf_round_up((int64_t)bytes, 64));
+  if (ws->n_bufs == ws->cap_bufs) {
+    ws->cap_bufs = ws->cap_bufs ? 2 * ws->cap_bufs : 64;
+    void **grown = rf_xcalloc((size_t)ws->cap_bufs, sizeof *grown);
+    if (ws->n_bufs) memcpy(grown, ws->bufs, (size_t)ws->n_bufs * sizeof *grown);
+    free(ws->bufs);
+    ws->bufs = grown;
+  }
+  void *p = rf_device_alloc(ws->dev, (size_t)rf_round_up((int64_t)bytes, 64), 64);
+  ws->bufs[ws->n_bufs++] = p;
+  return p;
+}
+
+static float *ws_floats(struct rf_model_ws *ws, size_t n) {
+  return ws_alloc(ws, sizeof(float) * (n > 0 ? n : 1));
 }
 
 static int ws_threads(void) {
@@ -124,13 +137,22 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
   ws->s_dxg = ws_floats(ws, p * h);
   ws->s_dprobs = ws_floats(ws, n * e);
   ws->moe_balance = ws_floats(ws, e);
-  ws->moe_count = rf_xcalloc(e, sizeof(double));
-  ws->moe_psum = rf_xcalloc(e, sizeof(double));
-  ws->bytes += 2 * e * sizeof(double);
+  ws->moe_count = ws_alloc(ws, e * sizeof(double));
+  ws->moe_psum = ws_alloc(ws, e * sizeof(double));
 }
 
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq) {
+  return rf_model_ws_init_on(ws, NULL, cfg, batch, seq);
+}
+
+int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const struct rf_model_config *cfg,
+                        int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
+  rf_device_host_init(&ws->host_dev, NULL);
+  ws->dev = dev ? dev : &ws->host_dev;
+  RF_REQUIRE(ws->dev->ops->host_memory,
+             "model workspace: device %s: the model's operations run on the host today (host memory only)",
+             ws->dev->ops->name);
   RF_REQUIRE(batch > 0 && seq > 0, "model workspace: batch (%d) and sequence length (%d) must be positive",
              batch, seq);
   RF_REQUIRE(seq <= cfg->max_position_embeddings,
@@ -143,15 +165,16 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
-  ws->tokens = rf_xcalloc(n, sizeof(int32_t));
-  ws->targets = rf_xcalloc(n, sizeof(int32_t));
-  ws->bytes += 2 * n * sizeof(int32_t);
+  ws->tokens = ws_alloc(ws, n * sizeof(int32_t));
+  ws->targets = ws_alloc(ws, n * sizeof(int32_t));
   ws->layers = rf_xcalloc((size_t)c->num_hidden_layers, sizeof(*ws->layers));
   int qk = has_qk_norm(c);
   ws->expert_rows = moe_rows(c, n);
   ws->moe_cap = (int)moe_cap(c, n);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     struct rf_model_layer_acts *a = &ws->layers[l];
+    for (int t = 0; t < RF_MODEL_LAYER_TENSOR_COUNT; t++)
+      a->slot[t] = (int8_t)rf_model_layer_slot(c, l, (enum rf_model_layer_tensor)t);
     a->x = ws_floats(ws, n * h);
     a->rstd1 = ws_floats(ws, n);
     a->q = ws_floats(ws, n * qd);
@@ -224,10 +247,7 @@ size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, i
   return (2 * act + weight) * sizeof(uint16_t);
 }
 
-static uint16_t *ws_halves(struct rf_model_ws *ws, size_t n) {
-  ws->bytes += n * sizeof(uint16_t);
-  return rf_xaligned(64, (size_t)rf_round_up((int64_t)(n * sizeof(uint16_t)), 64));
-}
+static uint16_t *ws_halves(struct rf_model_ws *ws, size_t n) { return ws_alloc(ws, n * sizeof(uint16_t)); }
 
 int rf_model_ws_set_compute(struct rf_model_ws *ws, enum rf_dtype compute) {
   RF_REQUIRE(compute == RF_DTYPE_F32 || compute == RF_DTYPE_BF16, "model: compute dtype %s (f32 or bf16)",
@@ -278,32 +298,9 @@ void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
 
 void rf_model_ws_free(struct rf_model_ws *ws) {
   if (!ws->layers) return;
-  for (int l = 0; l < ws->cfg.num_hidden_layers; l++) {
-    struct rf_model_layer_acts *a = &ws->layers[l];
-    float *bufs[] = {a->x,     a->rstd1, a->q,  a->k,     a->v,     a->lse,   a->atty, a->x2,
-                     a->rstd2, a->gate,  a->up, a->q_pre, a->k_pre, a->rstdq, a->rstdk};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
-    const struct rf_model_moe_acts *m = &a->moe;
-    void *moe[] = {m->probs, m->top, m->topw, m->pos, m->tok, m->off, m->gu, m->ey};
-    for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
-  }
-  void *moe[] = {ws->s_xg,      ws->s_hg,     ws->s_dgu,       ws->s_dxg, ws->s_dprobs,
-                 ws->moe_count, ws->moe_psum, ws->moe_balance, ws->s_qkn};
-  for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) free(moe[i]);
+  for (int i = 0; i < ws->n_bufs; i++) rf_device_release(ws->dev, ws->bufs[i]);
+  free(ws->bufs);
   free(ws->layers);
-  float *bufs[] = {ws->xf,       ws->rstdf,    ws->xnf,       ws->logits,  ws->lse,     ws->dx,
-                   ws->rope_cos, ws->rope_sin, ws->s_norm,    ws->s_dnorm, ws->s_inner, ws->s_inner2,
-                   ws->s_qkv,    ws->s_att,    ws->s_att_blk, ws->s_normw, ws->s_bias};
-  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
-  free(ws->stage.act);
-  free(ws->stage.act2);
-  free(ws->stage.wbf16);
-  free(ws->stage.wf32);
-  const struct rf_model_fp8_stage *q = &ws->stage.fp8;
-  void *fp8[] = {q->a, q->b, q->w, q->sa, q->sb, q->work};
-  for (size_t i = 0; i < sizeof(fp8) / sizeof(fp8[0]); i++) free(fp8[i]);
-  free(ws->tokens);
-  free(ws->targets);
   memset(ws, 0, sizeof(*ws));
 }
 
@@ -332,12 +329,25 @@ static const float *norm_weight(struct rf_model_ws *ws, const struct rf_model_we
   return norm_weight_n(ws, w, ws->cfg.hidden_size);
 }
 
-/* y [n, out] += the bias of layer tensor t, when the config has it. */
-static void add_bias(struct rf_model_ws *ws, const struct rf_model_weight *w, enum rf_model_layer_tensor t,
-                     float *y, int n, int out) {
-  int slot = rf_model_layer_slot(&ws->cfg, t);
-  if (slot < 0) return;
-  const struct rf_model_weight *b = &w[slot];
+/* Layer tensor t in the unit w (grads) of the layer whose activations are a; the
+ * layer must hold it. */
+static const struct rf_model_weight *lw(const struct rf_model_layer_acts *a, const struct rf_model_weight *w,
+                                        enum rf_model_layer_tensor t) {
+  RF_ASSERT(a->slot[t] >= 0);
+  return &w[a->slot[t]];
+}
+
+static float *lg(const struct rf_model_layer_acts *a, float *const *grads, enum rf_model_layer_tensor t) {
+  RF_ASSERT(a->slot[t] >= 0);
+  return grads[a->slot[t]];
+}
+
+/* y [n, out] += the bias of layer tensor t, when the layer has it. */
+static void add_bias(struct rf_model_ws *ws, const struct rf_model_layer_acts *a,
+                     const struct rf_model_weight *w, enum rf_model_layer_tensor t, float *y, int n,
+                     int out) {
+  if (a->slot[t] < 0) return;
+  const struct rf_model_weight *b = &w[a->slot[t]];
   const float *bf = b->f32;
   if (!bf) {
     rf_f32_from_bf16_n(ws->s_bias, b->bf16, (size_t)out);
@@ -346,11 +356,10 @@ static void add_bias(struct rf_model_ws *ws, const struct rf_model_weight *w, en
   rf_model_bias_forward(y, bf, n, out);
 }
 
-/* Adds the column sums of dy into the gradient of the bias of layer tensor t, when the config has it. */
-static void bias_grad(const struct rf_model_ws *ws, float *const *grads, enum rf_model_layer_tensor t,
+/* Adds the column sums of dy into the gradient of the bias of layer tensor t, when the layer has it. */
+static void bias_grad(const struct rf_model_layer_acts *a, float *const *grads, enum rf_model_layer_tensor t,
                       const float *dy, int n, int out) {
-  int slot = rf_model_layer_slot(&ws->cfg, t);
-  if (slot >= 0) rf_model_bias_backward(grads[slot], dy, n, out);
+  if (a->slot[t] >= 0) rf_model_bias_backward(grads[a->slot[t]], dy, n, out);
 }
 
 static float *layer_output(struct rf_model_ws *ws, int layer) {
@@ -364,12 +373,13 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
   for (int i = 0; i < n; i++)
     RF_REQUIRE(tokens[i] >= 0 && tokens[i] < ws->cfg.vocab_size,
                "model: token %d at position %d is not in [0, %d)", tokens[i], i, ws->cfg.vocab_size);
-  memcpy(ws->tokens, tokens, sizeof(int32_t) * (size_t)n);
+  rf_device_copy(ws->dev, ws->tokens, tokens, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
+                 NULL);
   if (ws->moe_count) { /* a new forward: new router statistics, no balance gradient yet */
     size_t e = (size_t)ws->cfg.moe.num_local_experts;
-    memset(ws->moe_count, 0, e * sizeof(double));
-    memset(ws->moe_psum, 0, e * sizeof(double));
-    memset(ws->moe_balance, 0, e * sizeof(float));
+    rf_device_memset(ws->dev, ws->moe_count, 0, e * sizeof(double), NULL);
+    rf_device_memset(ws->dev, ws->moe_psum, 0, e * sizeof(double), NULL);
+    rf_device_memset(ws->dev, ws->moe_balance, 0, e * sizeof(float), NULL);
   }
   float *out = ws->cfg.num_hidden_layers > 0 ? ws->layers[0].x : ws->xf;
   rf_model_embedding_forward(out, w, tokens, n, ws->cfg.hidden_size);
@@ -386,47 +396,52 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   const struct rf_model_stage *st = &ws->stage;
 
   /* attention block */
-  rf_model_rmsnorm_forward(ws->s_norm, a->rstd1, a->x, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]),
-                           n, h, c->rms_norm_eps);
+  rf_model_rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
+                           norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
+                           c->rms_norm_eps);
   int qk = has_qk_norm(c);
-  rf_model_linear_forward(qk ? a->q_pre : a->q, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, st);
-  rf_model_linear_forward(qk ? a->k_pre : a->k, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 0.0f, st);
+  rf_model_linear_forward(qk ? a->q_pre : a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f,
+                          st);
+  rf_model_linear_forward(qk ? a->k_pre : a->k, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 0.0f,
+                          st);
   if (qk) { /* each head's q and k RMS-normalized over head_dim */
-    rf_model_rmsnorm_forward(a->q, a->rstdq, a->q_pre, norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_Q_NORM], hd),
-                             n * nh, hd, c->rms_norm_eps);
-    rf_model_rmsnorm_forward(a->k, a->rstdk, a->k_pre, norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_K_NORM], hd),
-                             n * nkv, hd, c->rms_norm_eps);
+    rf_model_rmsnorm_forward(a->q, a->rstdq, a->q_pre,
+                             norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
+                             c->rms_norm_eps);
+    rf_model_rmsnorm_forward(a->k, a->rstdk, a->k_pre,
+                             norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd,
+                             c->rms_norm_eps);
   }
-  rf_model_linear_forward(a->v, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 0.0f, st);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
+  rf_model_linear_forward(a->v, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 0.0f, st);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
   rf_model_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_model_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
   rf_model_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
                              ws->n_threads_att);
-  memcpy(a->x2, a->x, sizeof(float) * (size_t)n * h);
-  rf_model_linear_forward(a->x2, a->atty, &w[RF_MODEL_LAYER_TENSOR_O], n, qd, h, 1.0f, st);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
+  rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+  rf_model_linear_forward(a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
 
   /* MLP block */
-  rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2, norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]),
-                           n, h, c->rms_norm_eps);
+  rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2,
+                           norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM)), n, h, c->rms_norm_eps);
   if (rf_model_config_layer_is_moe(c, layer)) {
     float *out = layer_output(ws, layer);
-    memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
+    rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
     rf_model_moe_forward(ws, layer, w, ws->s_norm, out);
     return;
   }
-  rf_model_linear_forward(a->gate, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, st);
-  rf_model_linear_forward(a->up, ws->s_norm, &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 0.0f, st);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
+  rf_model_linear_forward(a->gate, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, st);
+  rf_model_linear_forward(a->up, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 0.0f, st);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
   rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter);
   float *out = layer_output(ws, layer);
-  memcpy(out, a->x2, sizeof(float) * (size_t)n * h);
-  rf_model_linear_forward(out, ws->s_inner, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 1.0f, st);
-  add_bias(ws, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
+  rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+  rf_model_linear_forward(out, ws->s_inner, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 1.0f, st);
+  add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
 }
 
 double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w,
@@ -436,7 +451,9 @@ double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weigh
   rf_model_rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
                            c->rms_norm_eps);
   rf_model_linear_forward(ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
-  if (targets) memcpy(ws->targets, targets, sizeof(int32_t) * (size_t)n);
+  if (targets)
+    rf_device_copy(ws->dev, ws->targets, targets, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
+                   NULL);
   ws->has_targets = targets != NULL;
   return rf_model_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
 }
@@ -453,7 +470,7 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
   rf_model_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
-  memset(ws->dx, 0, sizeof(float) * (size_t)n * h);
+  rf_device_memset(ws->dev, ws->dx, 0, sizeof(float) * (size_t)n * h, NULL);
   rf_model_rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
                             norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h);
 }
@@ -479,20 +496,20 @@ static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_lay
   const struct rf_model_stage *sb = &ws->stage;
   const float *dout = ws->dx;
   rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
-  rf_model_linear_backward(NULL, grads[RF_MODEL_LAYER_TENSOR_DOWN], dout, ws->s_inner,
-                           &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f, sb);
-  rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, &w[RF_MODEL_LAYER_TENSOR_DOWN], n, inter, h, 0.0f,
-                           sb);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
+  rf_model_linear_backward(NULL, lg(a, grads, RF_MODEL_LAYER_TENSOR_DOWN), dout, ws->s_inner,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 0.0f, sb);
+  rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h,
+                           0.0f, sb);
   /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
   rf_model_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
   renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_GATE], ws->s_inner2, ws->s_norm,
-                           &w[RF_MODEL_LAYER_TENSOR_GATE], n, h, inter, 0.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_UP], ws->s_inner, ws->s_norm,
-                           &w[RF_MODEL_LAYER_TENSOR_UP], n, h, inter, 1.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_GATE), ws->s_inner2, ws->s_norm,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_UP), ws->s_inner, ws->s_norm,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 1.0f, sb);
 }
 
 void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
@@ -507,7 +524,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   const struct rf_model_stage *sb = &ws->stage;
   float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
 
-  const float *wpost = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_POST_NORM]);
+  const float *wpost = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM));
   if (rf_model_config_layer_is_moe(c, layer)) {
     /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
     renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
@@ -515,14 +532,14 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   } else {
     layer_mlp_backward(ws, a, w, grads, wpost);
   }
-  rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_POST_NORM], ws->s_dnorm, a->x2, a->rstd2, wpost,
-                            n, h);
+  rf_model_rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_POST_NORM), ws->s_dnorm, a->x2, a->rstd2,
+                            wpost, n, h);
   /* dout now holds d(x2). */
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
-  rf_model_linear_backward(ws->s_att, grads[RF_MODEL_LAYER_TENSOR_O], dout, a->atty,
-                           &w[RF_MODEL_LAYER_TENSOR_O], n, qd, h, 0.0f, sb);
+  rf_model_linear_backward(ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
   rf_model_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
                               ws->s_att_blk, ws->n_threads_att);
@@ -530,27 +547,27 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   rf_model_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
   if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */
     float *dqp = ws->s_qkn, *dkp = dqp + (size_t)n * qd;
-    memset(dqp, 0, sizeof(float) * (size_t)n * (qd + kd));
-    rf_model_rmsnorm_backward(dqp, grads[RF_MODEL_MOE_TENSOR_Q_NORM], dq, a->q_pre, a->rstdq,
-                              norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_Q_NORM], hd), n * nh, hd);
-    rf_model_rmsnorm_backward(dkp, grads[RF_MODEL_MOE_TENSOR_K_NORM], dk, a->k_pre, a->rstdk,
-                              norm_weight_n(ws, &w[RF_MODEL_MOE_TENSOR_K_NORM], hd), n * nkv, hd);
+    rf_device_memset(ws->dev, dqp, 0, sizeof(float) * (size_t)n * (qd + kd), NULL);
+    rf_model_rmsnorm_backward(dqp, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_NORM), dq, a->q_pre, a->rstdq,
+                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd);
+    rf_model_rmsnorm_backward(dkp, lg(a, grads, RF_MODEL_LAYER_TENSOR_K_NORM), dk, a->k_pre, a->rstdk,
+                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd);
     dq = dqp;
     dk = dkp;
   }
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
-  bias_grad(ws, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
-  const float *win = norm_weight(ws, &w[RF_MODEL_LAYER_TENSOR_INPUT_NORM]);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
+  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
+  const float *win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM));
   renorm(ws->s_norm, a->x, a->rstd1, win, n, h);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_Q], dq, ws->s_norm,
-                           &w[RF_MODEL_LAYER_TENSOR_Q], n, h, qd, 0.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_K], dk, ws->s_norm,
-                           &w[RF_MODEL_LAYER_TENSOR_K], n, h, kd, 1.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_LAYER_TENSOR_V], dv, ws->s_norm,
-                           &w[RF_MODEL_LAYER_TENSOR_V], n, h, kd, 1.0f, sb);
-  rf_model_rmsnorm_backward(dout, grads[RF_MODEL_LAYER_TENSOR_INPUT_NORM], ws->s_dnorm, a->x, a->rstd1, win,
-                            n, h);
+  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_K), dk, ws->s_norm,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 1.0f, sb);
+  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_V), dv, ws->s_norm,
+                           lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
+  rf_model_rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x, a->rstd1,
+                            win, n, h);
 }
 
 void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads) {

@@ -48,8 +48,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan/plan.h"   /* struct rf_plan_unit_in */
-#include "rfsdp_types.h" /* struct rf_init */
+#include "device/device.h" /* struct rf_device: where the workspace lives */
+#include "plan/plan.h"     /* struct rf_plan_unit_in */
+#include "rfsdp_types.h"   /* struct rf_init */
 
 /* ---- configuration (config.c) ----------------------------------------------- */
 
@@ -230,10 +231,25 @@ struct rf_model_tensor *rf_model_desc_add_tensor(struct rf_model_desc *desc, con
 struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *desc,
                                                  const struct rf_plan_policy *p);
 
-/* The tensors of a llama (or qwen2) layer unit, in their order in the unit: the
- * nine weights, then the attention biases (attention_bias: q, k, v and, for
- * llama, o; qwen2 always has q, k, v and never o) and the MLP biases (mlp_bias:
- * gate, up, down) when the config has them. */
+/* Every tensor a layer unit of a trainable family may hold, each under its own
+ * name: two tensors never share a value, so a name cannot read another family's
+ * tensor (slot 9 is q_proj.bias in a biased llama and q_norm in a qwen3_moe; no
+ * enum value is both). Where a tensor sits in a layer's unit depends on the config
+ * and, for qwen3_moe, on the layer: rf_model_layer_slot.
+ *   llama, qwen2: the nine weights INPUT_NORM..DOWN, then the attention biases
+ *     (attention_bias: q, k, v and, for llama, o; qwen2 always has q, k, v and never
+ *     o) and the MLP biases (mlp_bias: gate, up, down) when the config has them.
+ *   mixtral: the first six (input norm, q, k, v, o, post-attention norm; no
+ *     biases), then the router and the fused experts:
+ *       mlp.gate.weight              [E, hidden]            ROUTER
+ *       mlp.experts.gate_up_proj     [E, 2*inter, hidden]   EXPERTS_GATE_UP (per expert: gate rows, then up)
+ *       mlp.experts.down_proj        [E, hidden, inter]     EXPERTS_DOWN
+ *     described with sub_count E and block_rows = one expert's rows, so that a
+ *     layout keeping blocks whole keeps every expert on one rank.
+ *   qwen3_moe: as mixtral with experts of moe_intermediate_size, or (a dense layer:
+ *     mlp_only_layers, decoder_sparse_step) GATE, UP, DOWN in their place; then
+ *     Q_NORM and K_NORM (RMSNorm over each head's head_dim, before the rotary
+ *     embedding). */
 enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_INPUT_NORM = 0,
   RF_MODEL_LAYER_TENSOR_Q,
@@ -251,31 +267,20 @@ enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_GATE_BIAS,
   RF_MODEL_LAYER_TENSOR_UP_BIAS,
   RF_MODEL_LAYER_TENSOR_DOWN_BIAS,
+  RF_MODEL_LAYER_TENSOR_ROUTER,
+  RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP,
+  RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN,
+  RF_MODEL_LAYER_TENSOR_Q_NORM,
+  RF_MODEL_LAYER_TENSOR_K_NORM,
   RF_MODEL_LAYER_TENSOR_COUNT
 };
-/* A mixtral layer unit: the first six tensors of a llama layer (input norm, q, k,
- * v, o, post-attention norm; no biases), then the router and the fused experts:
- *   mlp.gate.weight              [E, hidden]            (the router)
- *   mlp.experts.gate_up_proj     [E, 2*inter, hidden]   (per expert: gate rows, then up rows)
- *   mlp.experts.down_proj        [E, hidden, inter]
- * The expert tensors are described with sub_count E and block_rows = one expert's
- * rows, so that a layout keeping blocks whole keeps every expert on one rank.
- * A qwen3_moe layer: the same with experts of moe_intermediate_size, or (a dense
- * layer: mlp_only_layers, decoder_sparse_step) mlp.gate_proj, up_proj, down_proj in
- * slots 6-8 as a llama's; then q_norm and k_norm (RMSNorm over each head's
- * head_dim, before the rotary embedding) in slots 9 and 10. */
-enum rf_model_moe_tensor {
-  RF_MODEL_MOE_TENSOR_ROUTER = RF_MODEL_LAYER_TENSOR_POST_NORM + 1,
-  RF_MODEL_MOE_TENSOR_GATE_UP,
-  RF_MODEL_MOE_TENSOR_DOWN,
-  RF_MODEL_MOE_TENSOR_Q_NORM, /* qwen3_moe: self_attn.q_norm.weight [head_dim] (every layer) */
-  RF_MODEL_MOE_TENSOR_K_NORM, /* qwen3_moe: self_attn.k_norm.weight [head_dim] */
-  RF_MODEL_MOE_TENSOR_COUNT
-};
+/* The most tensors one layer unit holds (a llama with every bias): the size of a
+ * unit's weight and gradient arrays. */
+#define RF_MODEL_LAYER_MAX_TENSORS 16
 
-/* Where tensor t is in a layer unit of this config, or -1 when it has none (a
- * mixtral layer has only the first six; its others are enum rf_model_moe_tensor). */
-int rf_model_layer_slot(const struct rf_model_config *cfg, enum rf_model_layer_tensor t);
+/* Where tensor t is in layer `layer`'s unit of this config, or -1 when that layer
+ * has none (a llama has no router; a qwen3_moe dense layer has no experts). */
+int rf_model_layer_slot(const struct rf_model_config *cfg, int layer, enum rf_model_layer_tensor t);
 
 /* The head unit: the final norm, then the output matrix (lm_head.weight, or
  * with tie_word_embeddings model.embed_tokens.weight, the embedding itself). */
@@ -365,11 +370,13 @@ struct rf_model_moe_acts {
 };
 
 struct rf_model_layer_acts {
-  float *x;                     /* [N, hidden] the layer's input (residual stream) */
-  float *rstd1;                 /* [N] input_layernorm's 1/rms */
-  float *q;                     /* [N, heads*hd] after rotary */
-  float *k;                     /* [N, kv*hd] after rotary */
-  float *v;                     /* [N, kv*hd] */
+  int8_t
+      slot[RF_MODEL_LAYER_TENSOR_COUNT]; /* where each tensor is in this layer's unit (rf_model_layer_slot) */
+  float *x;                              /* [N, hidden] the layer's input (residual stream) */
+  float *rstd1;                          /* [N] input_layernorm's 1/rms */
+  float *q;                              /* [N, heads*hd] after rotary */
+  float *k;                              /* [N, kv*hd] after rotary */
+  float *v;                              /* [N, kv*hd] */
   float *lse;                   /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
   float *atty;                  /* [N, heads*hd] attention output before o_proj */
   float *x2;                    /* [N, hidden] residual after attention */
@@ -419,11 +426,24 @@ struct rf_model_ws {
   float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
   int n_threads_att;                  /* slices of s_att_blk */
   size_t bytes;                       /* total allocated */
+  /* where every buffer above lives: the device given to rf_model_ws_init_on (borrowed) or the
+   * host (rf_model_ws_init: host_dev); each buffer is one rf_device_alloc, listed in bufs so that
+   * rf_model_ws_free releases exactly what was allocated */
+  struct rf_device host_dev;
+  struct rf_device *dev;
+  void **bufs; /* owned: [n_bufs] */
+  int n_bufs, cap_bufs;
 };
 
-/* Allocates for up to B sequences of T tokens (T <= max_position_embeddings).
- * Returns 0, or -1 on bad sizes. */
+/* Allocates for up to B sequences of T tokens (T <= max_position_embeddings), in
+ * host memory. Returns 0, or -1 on bad sizes. */
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq);
+/* The same on `dev` (borrowed; it outlives the workspace), whose counters count
+ * the allocations. The ops of this file read the buffers in place: dev must be one
+ * whose memory the host reads (ops->host_memory) until the model's compute has a
+ * device table of its own. */
+int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const struct rf_model_config *cfg,
+                        int batch, int seq);
 void rf_model_ws_free(struct rf_model_ws *ws);
 /* The bytes rf_model_ws_init would allocate (ws->bytes after it), for memory
  * predictions; depends on omp_get_max_threads() (attention scratch per thread). */

@@ -142,10 +142,11 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
                           float *out) {
   const struct rf_model_config *c = &ws->cfg;
   struct rf_model_moe_acts *a = &ws->layers[layer].moe;
+  const int8_t *slot = ws->layers[layer].slot; /* where the router and the experts are in w */
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
-  rf_model_linear_forward(ws->s_dprobs, xn, &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
+  rf_model_linear_forward(ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
   rf_model_router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob);
   for (int r = 0; r < n; r++) {
     for (int j = 0; j < k; j++) ws->moe_count[a->top[(size_t)r * k + j]] += 1.0;
@@ -153,8 +154,10 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   }
   moe_group(ws, a, xn, n);
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
-    struct rf_model_weight wd = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
+    struct rf_model_weight wgu =
+        rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]], e, 2 * inter, h);
+    struct rf_model_weight wd =
+        rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]], e, h, inter);
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
                               2 * inter, 0.0f, st);
@@ -179,6 +182,7 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
                            const float *xn, const float *dout, float *dxn, float *const *grads) {
   const struct rf_model_config *c = &ws->cfg;
   struct rf_model_moe_acts *a = &ws->layers[layer].moe;
+  const int8_t *slot = ws->layers[layer].slot; /* where the router and the experts are in w */
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
@@ -193,8 +197,8 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
     }
   rf_model_router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
                            c->moe.norm_topk_prob);
-  rf_model_linear_backward(dxn, grads[RF_MODEL_MOE_TENSOR_ROUTER], ws->s_dprobs, xn,
-                           &w[RF_MODEL_MOE_TENSOR_ROUTER], n, h, ne, 0.0f, st);
+  rf_model_linear_backward(dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
+                           &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
   moe_group(ws, a, xn, n);
   float *dyg = ws->s_dxg;
@@ -215,10 +219,12 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
   est.fp8.seq = 0;
   st = &est;
   for (int e = 0; e < ne; e++) {
-    struct rf_model_weight wgu = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_GATE_UP], e, 2 * inter, h);
-    struct rf_model_weight wd = rf_model_moe_expert_weight(&w[RF_MODEL_MOE_TENSOR_DOWN], e, h, inter);
-    float *ggu = grads[RF_MODEL_MOE_TENSOR_GATE_UP] + (size_t)e * per_gu;
-    float *gd = grads[RF_MODEL_MOE_TENSOR_DOWN] + (size_t)e * per_down;
+    struct rf_model_weight wgu =
+        rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]], e, 2 * inter, h);
+    struct rf_model_weight wd =
+        rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]], e, h, inter);
+    float *ggu = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]] + (size_t)e * per_gu;
+    float *gd = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]] + (size_t)e * per_down;
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       float *hg = ws->s_hg + (size_t)r * inter, *dy = dyg + (size_t)r * h;
       float *gu = a->gu + (size_t)r * 2 * inter, *dgu = ws->s_dgu + (size_t)r * 2 * inter;

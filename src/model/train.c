@@ -23,8 +23,9 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
                         struct rf_comm_mesh *mesh, int batch, int seq) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
-  m->comm = comm;
   RF_TRY(rf_fsdp_create_on(&m->fsdp, mesh, opt));
+  m->comm = rf_xcalloc(1, sizeof *m->comm);
+  rf_comm_view(m->comm, comm, rf_fsdp_counters(m->fsdp)); /* the MoE statistics: part of a step */
   rf_model_desc_make(cfg, &m->desc);
   RF_REQUIRE(!m->desc.too_large, "the model is too large: more than 2^50 parameters or 2^18 tensors");
   rf_model_units_find(cfg, &m->map);
@@ -53,8 +54,9 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->balance =
       rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
-  RF_TRY(rf_model_ws_init(&m->ws, cfg, batch, seq));
-  RF_TRY(rf_model_ws_init(&m->gen_ws, cfg, 1, seq));
+  /* the workspaces on the context's device, their allocations counted in its counters */
+  RF_TRY(rf_model_ws_init_on(&m->ws, m->fsdp->device, cfg, batch, seq));
+  RF_TRY(rf_model_ws_init_on(&m->gen_ws, m->fsdp->device, cfg, 1, seq));
   if (opt->fp8) {
     rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2);
     rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2);
@@ -70,13 +72,17 @@ int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute) 
   return rf_model_ws_set_compute(&m->gen_ws, compute);
 }
 
-int rf_train_set_threads(const struct rf_comm *comm) {
-  int local = rf_comm_node_ranks(comm);
+int rf_train_threads(int ranks_on_node) {
   const char *env = getenv("OMP_NUM_THREADS");
   if (env && *env) return omp_get_max_threads();
   cpu_set_t set;
   int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : omp_get_num_procs();
-  int threads = cores / local > 1 ? cores / local : 1;
+  int local = ranks_on_node > 1 ? ranks_on_node : 1;
+  return cores / local > 1 ? cores / local : 1;
+}
+
+int rf_train_set_threads(const struct rf_comm *comm) {
+  int threads = rf_train_threads(rf_comm_node_ranks(comm));
   omp_set_num_threads(threads);
   return threads;
 }
@@ -87,6 +93,7 @@ void rf_train_model_free(struct rf_train_model *m) {
   rf_fsdp_free(m->fsdp);
   rf_model_desc_free(&m->desc);
   free(m->first_tensor);
+  free(m->comm);
   free(m->balance_stats);
   memset(m, 0, sizeof *m);
 }
@@ -148,6 +155,7 @@ const float *rf_train_model_logits(const struct rf_train_model *m, int row) {
 /* Points w (and g when non-NULL) at unit u's views. */
 static void rf_train_weights(struct rf_train_model *m, int u, struct rf_model_weight *w, float **g) {
   int n = m->desc.units[u].n_tensors;
+  RF_ASSERT(n <= RF_MODEL_LAYER_MAX_TENSORS);
   for (int i = 0; i < n; i++) {
     int t = m->first_tensor[u] + i;
     w[i].f32 = rf_fsdp_param(m->fsdp, t);

@@ -21,12 +21,12 @@ struct rf_train_model {
   struct rf_model_desc desc; /* the units and tensors declared (owned) */
   struct rf_fsdp *fsdp;      /* owned */
   int n_units;
-  int *first_tensor;         /* per unit: the global index of its first tensor */
-  struct rf_model_ws ws;     /* the training micro-batch */
-  struct rf_model_ws gen_ws; /* one sequence, for sampling */
-  struct rf_model_units map; /* where the embedding, the layers and the head are */
-  struct rf_model_weight w[RF_MODEL_LAYER_TENSOR_COUNT]; /* the unit at hand (a layer, the embedding) */
-  float *g[RF_MODEL_LAYER_TENSOR_COUNT];
+  int *first_tensor;                                    /* per unit: the global index of its first tensor */
+  struct rf_model_ws ws;                                /* the training micro-batch */
+  struct rf_model_ws gen_ws;                            /* one sequence, for sampling */
+  struct rf_model_units map;                            /* where the embedding, the layers and the head are */
+  struct rf_model_weight w[RF_MODEL_LAYER_MAX_TENSORS]; /* the unit at hand (a layer, the embedding) */
+  float *g[RF_MODEL_LAYER_MAX_TENSORS];
   struct rf_model_weight wh[RF_MODEL_HEAD_TENSOR_COUNT]; /* the head unit (tied: through the step) */
   float *gh[RF_MODEL_HEAD_TENSOR_COUNT];
   /* MoE with the load-balancing loss (output_router_logits): the router
@@ -34,8 +34,9 @@ struct rf_train_model {
    * micro-step takes part), so the loss is that of the global micro-batch at any
    * world size */
   int balance;
-  const struct rf_comm *comm; /* borrowed: every rank (the data's) */
-  double *balance_stats;      /* [2 E + 1]: counts, probability sums, rows */
+  struct rf_comm *comm;  /* owned: a view of the caller's communicator of every rank (the data's) counting
+                          * into the context's counters (rf_comm_view: its backend borrowed) */
+  double *balance_stats; /* [2 E + 1]: counts, probability sums, rows */
 };
 
 /* Declares the model's units and tensors to a new runtime context on `mesh`
@@ -47,5 +48,10 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
                         const struct rf_fsdp_options *opt, const struct rf_comm *comm,
                         struct rf_comm_mesh *mesh, int batch, int seq);
 void rf_train_model_free(struct rf_train_model *m);
+/* The OpenMP threads of a rank sharing its node with `ranks_on_node` ranks, the one
+ * rule of `rfsdp train` (rf_train_set_threads) and `rfsdp plan` (the model's
+ * workspace has per-thread scratch: the plan sizes it with these): OMP_NUM_THREADS
+ * when set, else this machine's cores (its affinity mask) over the ranks, at least 1. */
+int rf_train_threads(int ranks_on_node);
 
 #endif

@@ -165,6 +165,7 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->ms = rf_device_alloc(o->dev, (size_t)rf_max_i64(q->n_scales, 1) * sizeof(float), 64);
   q->vs = rf_device_alloc(o->dev, (size_t)rf_max_i64(q->n_scales, 1) * sizeof(float), 64);
   size_t nb = (size_t)q->max_blocks;
+  /* the host kernel's per-block scratch (host memory whatever the device); the state is on the device */
   q->blk_m = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
   q->blk_v = rf_xaligned(64, RF_OPTIM_VEC_BLOCK * sizeof(float));
   q->blk_k = rf_xcalloc(nb, sizeof *q->blk_k);

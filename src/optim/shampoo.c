@@ -185,6 +185,8 @@ static void rf_optim_shampoo_scratch(struct rf_optim_shampoo *sh, struct rf_opti
   lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, &ea, n, &ew, &wq, -1, &iwq, -1);
   sh->lwork = info == 0 ? (lapack_int)wq : 1 + 6 * n + 2 * n * n;
   sh->liwork = info == 0 ? iwq : 3 + 5 * n;
+  /* the host eigensolver's (LAPACK) and the host block products' scratch: host memory whatever the
+   * device (a device backend brings its own solver and scratch); the state (precond) is on the device */
   if (!o->measure) {
     sh->gb = rf_xaligned(64, (size_t)max_ab * sizeof(float));
     sh->t1 = rf_xaligned(64, (size_t)max_ab * sizeof(float));
@@ -249,7 +251,7 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
     sh->precond_elems += x->state_elems;
   }
   if (!o->measure) {
-    sh->precond = rf_xcalloc((size_t)rf_max_i64(sh->precond_elems, 1), sizeof(float));
+    sh->precond = rf_device_alloc(o->dev, (size_t)rf_max_i64(sh->precond_elems, 1) * sizeof(float), 64);
     rf_optim_shampoo_state_init(sh);
   }
   rf_optim_shampoo_scratch(sh, o);
@@ -269,7 +271,7 @@ static void rf_optim_shampoo_free(struct rf_optim *o) {
   free(sh->mats);
   free(sh->matrix_of);
   free(sh->blocks);
-  free(sh->precond);
+  rf_device_release(o->dev, sh->precond);
   free(sh->gb);
   free(sh->t1);
   free(sh->wq);
