@@ -9,6 +9,8 @@
  * log-sum-exp, SwiGLU, bias, cross-entropy, the MoE router's softmax and top-k,
  * each forward and backward (the MoE layer's grouping of tokens by expert and its
  * statistics are not in it yet).
+ * model.c and moe.c call these through their workspace's table (struct
+ * rf_model_ws: kern, stream, scratch).
  *
  * Semantics. Every entry has the semantics of the host op of the same name in
  * model.h (shapes, layouts, what is overwritten and what is added into), with

@@ -38,14 +38,6 @@ static float *ws_floats(struct rf_model_ws *ws, size_t n) {
   return ws_alloc(ws, sizeof(float) * (n > 0 ? n : 1));
 }
 
-static int ws_threads(void) {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 /* MoE: the rows of one expert product (a multiple of 16 near the mean tokens per
  * expert, 16..256), and the grouped rows at most (every expert's count rounded up). */
 static int moe_rows(const struct rf_model_config *c, size_t n) {
@@ -104,7 +96,8 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
   bytes += f * ((size_t)seq * hd);        /* rotary tables */
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
-  bytes += f * ((size_t)ws_threads() * 2 * RF_MODEL_ATT_BLOCK * seq + h + (size_t)RF_MODEL_STAGE_ROWS * wide);
+  bytes += rf_model_kernels_host.scratch_bytes(c, batch, seq) + sizeof(double); /* scratch, loss */
+  bytes += f * (h + (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (c->attention_bias || c->mlp_bias) bytes += f * wide; /* s_bias */
   if (moe_rows(c, n)) bytes += moe_scratch_bytes(c, n);
   return bytes;
@@ -150,6 +143,8 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const str
   memset(ws, 0, sizeof(*ws));
   rf_device_host_init(&ws->host_dev, NULL);
   ws->dev = dev ? dev : &ws->host_dev;
+  ws->kern =
+      &rf_model_kernels_host; /* the compute on host memory; a device's own table comes with its backend */
   RF_REQUIRE(ws->dev->ops->host_memory,
              "model workspace: device %s: the model's operations run on the host today (host memory only)",
              ws->dev->ops->name);
@@ -212,8 +207,9 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const str
   ws->s_inner2 = ws_floats(ws, n * inter);
   ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
   ws->s_att = ws_floats(ws, n * qd);
-  ws->n_threads_att = ws_threads();
-  ws->s_att_blk = ws_floats(ws, (size_t)ws->n_threads_att * 2 * RF_MODEL_ATT_BLOCK * seq);
+  ws->scratch_bytes = ws->kern->scratch_bytes(c, batch, seq);
+  ws->scratch = ws_alloc(ws, ws->scratch_bytes);
+  ws->loss = ws_alloc(ws, sizeof(double));
   ws->s_normw = ws_floats(ws, h);
   size_t wide = stage_wide(c);
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
@@ -321,7 +317,7 @@ const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row) {
 static const float *norm_weight_n(struct rf_model_ws *ws, const struct rf_model_weight *w, int n) {
   if (w->f32) return w->f32;
   RF_ASSERT(w->bf16 && n <= ws->cfg.hidden_size);
-  rf_f32_from_bf16_n(ws->s_normw, w->bf16, (size_t)n);
+  rf_device_cast(ws->dev, ws->s_normw, RF_DTYPE_F32, w->bf16, RF_DTYPE_BF16, (size_t)n, 0, ws->stream);
   return ws->s_normw;
 }
 
@@ -350,16 +346,17 @@ static void add_bias(struct rf_model_ws *ws, const struct rf_model_layer_acts *a
   const struct rf_model_weight *b = &w[a->slot[t]];
   const float *bf = b->f32;
   if (!bf) {
-    rf_f32_from_bf16_n(ws->s_bias, b->bf16, (size_t)out);
+    rf_device_cast(ws->dev, ws->s_bias, RF_DTYPE_F32, b->bf16, RF_DTYPE_BF16, (size_t)out, 0, ws->stream);
     bf = ws->s_bias;
   }
-  rf_model_bias_forward(y, bf, n, out);
+  ws->kern->bias_forward(y, bf, n, out, ws->stream);
 }
 
 /* Adds the column sums of dy into the gradient of the bias of layer tensor t, when the layer has it. */
-static void bias_grad(const struct rf_model_layer_acts *a, float *const *grads, enum rf_model_layer_tensor t,
-                      const float *dy, int n, int out) {
-  if (a->slot[t] >= 0) rf_model_bias_backward(grads[a->slot[t]], dy, n, out);
+static void bias_grad(struct rf_model_ws *ws, const struct rf_model_layer_acts *a, float *const *grads,
+                      enum rf_model_layer_tensor t, const float *dy, int n, int out) {
+  if (a->slot[t] >= 0)
+    ws->kern->bias_backward(grads[a->slot[t]], dy, n, out, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
 static float *layer_output(struct rf_model_ws *ws, int layer) {
@@ -382,7 +379,7 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
     rf_device_memset(ws->dev, ws->moe_balance, 0, e * sizeof(float), NULL);
   }
   float *out = ws->cfg.num_hidden_layers > 0 ? ws->layers[0].x : ws->xf;
-  rf_model_embedding_forward(out, w, tokens, n, ws->cfg.hidden_size);
+  ws->kern->embedding_forward(out, w, ws->tokens, n, ws->cfg.hidden_size, ws->stream);
   return 0;
 }
 
@@ -396,37 +393,38 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   const struct rf_model_stage *st = &ws->stage;
 
   /* attention block */
-  rf_model_rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
-                           norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
-                           c->rms_norm_eps);
+  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
+                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
+                            c->rms_norm_eps, ws->stream);
   int qk = has_qk_norm(c);
   rf_model_linear_forward(qk ? a->q_pre : a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f,
                           st);
   rf_model_linear_forward(qk ? a->k_pre : a->k, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 0.0f,
                           st);
   if (qk) { /* each head's q and k RMS-normalized over head_dim */
-    rf_model_rmsnorm_forward(a->q, a->rstdq, a->q_pre,
-                             norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
-                             c->rms_norm_eps);
-    rf_model_rmsnorm_forward(a->k, a->rstdk, a->k_pre,
-                             norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd,
-                             c->rms_norm_eps);
+    ws->kern->rmsnorm_forward(a->q, a->rstdq, a->q_pre,
+                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
+                              c->rms_norm_eps, ws->stream);
+    ws->kern->rmsnorm_forward(a->k, a->rstdk, a->k_pre,
+                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd,
+                              c->rms_norm_eps, ws->stream);
   }
   rf_model_linear_forward(a->v, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 0.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
-  rf_model_rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_model_rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0);
-  rf_model_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->s_att_blk,
-                             ws->n_threads_att);
+  ws->kern->rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
+  ws->kern->rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
+  ws->kern->attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
+                              ws->scratch_bytes, ws->stream);
   rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
   rf_model_linear_forward(a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
 
   /* MLP block */
-  rf_model_rmsnorm_forward(ws->s_norm, a->rstd2, a->x2,
-                           norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM)), n, h, c->rms_norm_eps);
+  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd2, a->x2,
+                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM)), n, h, c->rms_norm_eps,
+                            ws->stream);
   if (rf_model_config_layer_is_moe(c, layer)) {
     float *out = layer_output(ws, layer);
     rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
@@ -437,7 +435,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   rf_model_linear_forward(a->up, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 0.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
-  rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter);
+  ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter, ws->stream);
   float *out = layer_output(ws, layer);
   rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
   rf_model_linear_forward(out, ws->s_inner, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 1.0f, st);
@@ -448,14 +446,18 @@ double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weigh
                              const int32_t *targets) {
   const struct rf_model_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
-  rf_model_rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
-                           c->rms_norm_eps);
+  ws->kern->rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
+                            c->rms_norm_eps, ws->stream);
   rf_model_linear_forward(ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   if (targets)
     rf_device_copy(ws->dev, ws->targets, targets, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
                    NULL);
   ws->has_targets = targets != NULL;
-  return rf_model_cross_entropy_forward(ws->lse, ws->logits, targets, n, v);
+  ws->kern->cross_entropy_forward(ws->loss, ws->lse, ws->logits, targets ? ws->targets : NULL, n, v,
+                                  ws->scratch, ws->scratch_bytes, ws->stream);
+  double loss = 0;
+  rf_device_copy(ws->dev, &loss, ws->loss, sizeof loss, RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  return loss;
 }
 
 /* ---- backward ----------------------------------------------------------------------------------- */
@@ -467,12 +469,13 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
   RF_ASSERT(ws->has_targets);
   ws->has_targets = 0;       /* the logits become their gradient */
   ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
-  rf_model_cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale);
+  ws->kern->cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale, ws->stream);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   rf_device_memset(ws->dev, ws->dx, 0, sizeof(float) * (size_t)n * h, NULL);
-  rf_model_rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
-                            norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h);
+  ws->kern->rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
+                             norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h, ws->scratch,
+                             ws->scratch_bytes, ws->stream);
 }
 
 /* Recomputes normalized activations (x * rstd * w) into out. */
@@ -495,16 +498,16 @@ static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_lay
   size_t ni = (size_t)n * inter;
   const struct rf_model_stage *sb = &ws->stage;
   const float *dout = ws->dx;
-  rf_model_swiglu_forward(ws->s_inner, a->gate, a->up, ni);
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
+  ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, ni, ws->stream);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
   rf_model_linear_backward(NULL, lg(a, grads, RF_MODEL_LAYER_TENSOR_DOWN), dout, ws->s_inner,
                            lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 0.0f, sb);
   rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h,
                            0.0f, sb);
   /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
-  rf_model_swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni);
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
+  ws->kern->swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni, ws->stream);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
   renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
   rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_GATE), ws->s_inner2, ws->s_norm,
                            lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, sb);
@@ -532,32 +535,34 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   } else {
     layer_mlp_backward(ws, a, w, grads, wpost);
   }
-  rf_model_rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_POST_NORM), ws->s_dnorm, a->x2, a->rstd2,
-                            wpost, n, h);
+  ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_POST_NORM), ws->s_dnorm, a->x2,
+                             a->rstd2, wpost, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
   /* dout now holds d(x2). */
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
   rf_model_linear_backward(ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
                            lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  rf_model_attention_backward(dq, dk, dv, ws->s_att, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd,
-                              ws->s_att_blk, ws->n_threads_att);
-  rf_model_rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1);
-  rf_model_rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1);
+  ws->kern->attention_backward(dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh,
+                               nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
+  ws->kern->rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
+  ws->kern->rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */
     float *dqp = ws->s_qkn, *dkp = dqp + (size_t)n * qd;
     rf_device_memset(ws->dev, dqp, 0, sizeof(float) * (size_t)n * (qd + kd), NULL);
-    rf_model_rmsnorm_backward(dqp, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_NORM), dq, a->q_pre, a->rstdq,
-                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd);
-    rf_model_rmsnorm_backward(dkp, lg(a, grads, RF_MODEL_LAYER_TENSOR_K_NORM), dk, a->k_pre, a->rstdk,
-                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd);
+    ws->kern->rmsnorm_backward(dqp, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_NORM), dq, a->q_pre, a->rstdq,
+                               norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
+                               ws->scratch, ws->scratch_bytes, ws->stream);
+    ws->kern->rmsnorm_backward(dkp, lg(a, grads, RF_MODEL_LAYER_TENSOR_K_NORM), dk, a->k_pre, a->rstdk,
+                               norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd,
+                               ws->scratch, ws->scratch_bytes, ws->stream);
     dq = dqp;
     dk = dkp;
   }
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
-  bias_grad(a, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_Q_BIAS, dq, n, qd);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
   const float *win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM));
   renorm(ws->s_norm, a->x, a->rstd1, win, n, h);
   rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
@@ -566,12 +571,13 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
                            lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 1.0f, sb);
   rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_V), dv, ws->s_norm,
                            lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
-  rf_model_rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x, a->rstd1,
-                            win, n, h);
+  ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x,
+                             a->rstd1, win, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
 void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads) {
-  rf_model_embedding_backward(grads[0], ws->dx, ws->tokens, ws->b * ws->t, ws->cfg.hidden_size);
+  ws->kern->embedding_backward(grads[0], ws->dx, ws->tokens, ws->b * ws->t, ws->cfg.hidden_size, ws->scratch,
+                               ws->scratch_bytes, ws->stream);
 }
 
 /* ---- sampling ------------------------------------------------------------------------------------ */

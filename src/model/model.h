@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "device/device.h" /* struct rf_device: where the workspace lives */
+#include "model/kernels.h" /* struct rf_model_kernels: the compute on activations */
 #include "plan/plan.h"     /* struct rf_plan_unit_in */
 #include "rfsdp_types.h"   /* struct rf_init */
 
@@ -405,15 +406,14 @@ struct rf_model_ws {
   float *rope_cos;                    /* [cap_t, hd/2] */
   float *rope_sin;                    /* [cap_t, hd/2] */
   /* scratch, reused by every layer */
-  float *s_norm;    /* [N, hidden] normalized activations (recomputed in backward) */
-  float *s_dnorm;   /* [N, hidden] their gradient */
-  float *s_inner;   /* [N, inter] silu(gate)*up, then dh */
-  float *s_inner2;  /* [N, inter] */
-  float *s_qkv;     /* [N, (heads + 2*kv)*hd] dq, dk, dv */
-  float *s_att;     /* [N, heads*hd] */
-  float *s_att_blk; /* [threads, 2, RF_MODEL_ATT_BLOCK, T] attention blocks (P, dP) */
-  float *s_normw;   /* [hidden] a norm weight converted from bf16 */
-  float *s_bias;    /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
+  float *s_norm;   /* [N, hidden] normalized activations (recomputed in backward) */
+  float *s_dnorm;  /* [N, hidden] their gradient */
+  float *s_inner;  /* [N, inter] silu(gate)*up, then dh */
+  float *s_inner2; /* [N, inter] */
+  float *s_qkv;    /* [N, (heads + 2*kv)*hd] dq, dk, dv */
+  float *s_att;    /* [N, heads*hd] */
+  float *s_normw;  /* [hidden] a norm weight converted from bf16 */
+  float *s_bias;   /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
   struct rf_model_stage stage; /* f32 compute: wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter, heads*hd)];
                                 * bf16 compute: see rf_model_ws_set_compute */
   /* MoE (mixtral): expert products take expert_rows rows at a time (fixed shapes:
@@ -424,8 +424,15 @@ struct rf_model_ws {
   float *s_qkn;                       /* qwen3_moe: [N, (heads + kv)*hd] the gradients before the q/k norms */
   double *moe_count, *moe_psum;       /* [E] the last forward's top-k assignments and probability sums */
   float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
-  int n_threads_att;                  /* slices of s_att_blk */
-  size_t bytes;                       /* total allocated */
+  /* the compute on activations (src/model/kernels.h): its table, the stream it runs on (NULL: the
+   * device's default), its scratch (kern->scratch_bytes for the capacity; the host's: attention's
+   * blocks, one [2, RF_MODEL_ATT_BLOCK, T] slice per thread) and the loss sum it writes (one double) */
+  const struct rf_model_kernels *kern;
+  struct rf_device_stream *stream;
+  void *scratch;
+  size_t scratch_bytes;
+  double *loss;
+  size_t bytes; /* total allocated */
   /* where every buffer above lives: the device given to rf_model_ws_init_on (borrowed) or the
    * host (rf_model_ws_init: host_dev); each buffer is one rf_device_alloc, listed in bufs so that
    * rf_model_ws_free releases exactly what was allocated */

@@ -132,10 +132,10 @@ static void moe_group(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const
 }
 
 /* h = silu(gate) * up over grouped rows [r0, r1) of gu ([rows, 2*inter]: gate, then up). */
-static void moe_swiglu(float *hg, const float *gu, int r0, int r1, int inter) {
+static void moe_swiglu(const struct rf_model_ws *ws, float *hg, const float *gu, int r0, int r1, int inter) {
   for (int r = r0; r < r1; r++)
-    rf_model_swiglu_forward(hg + (size_t)r * inter, gu + (size_t)r * 2 * inter,
-                            gu + (size_t)r * 2 * inter + inter, (size_t)inter);
+    ws->kern->swiglu_forward(hg + (size_t)r * inter, gu + (size_t)r * 2 * inter,
+                             gu + (size_t)r * 2 * inter + inter, (size_t)inter, ws->stream);
 }
 
 void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
@@ -161,7 +161,7 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
                               2 * inter, 0.0f, st);
-      moe_swiglu(ws->s_hg, a->gu, r, r + rows, inter);
+      moe_swiglu(ws, ws->s_hg, a->gu, r, r + rows, inter);
       rf_model_linear_forward(a->ey + (size_t)r * h, ws->s_hg + (size_t)r * inter, &wd, rows, inter, h, 0.0f,
                               st);
     }
@@ -228,13 +228,14 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
     for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
       float *hg = ws->s_hg + (size_t)r * inter, *dy = dyg + (size_t)r * h;
       float *gu = a->gu + (size_t)r * 2 * inter, *dgu = ws->s_dgu + (size_t)r * 2 * inter;
-      moe_swiglu(ws->s_hg, a->gu, r, r + rows, inter);
+      moe_swiglu(ws, ws->s_hg, a->gu, r, r + rows, inter);
       rf_model_linear_backward(NULL, gd, dy, hg, &wd, rows, inter, h, 0.0f, st);
       rf_model_linear_backward(hg, NULL, dy, NULL, &wd, rows, inter, h, 0.0f, st); /* dh over h */
       for (int i = 0; i < rows; i++) {
         const float *gi = gu + (size_t)i * 2 * inter;
         float *di = dgu + (size_t)i * 2 * inter;
-        rf_model_swiglu_backward(di, di + inter, hg + (size_t)i * inter, gi, gi + inter, (size_t)inter);
+        ws->kern->swiglu_backward(di, di + inter, hg + (size_t)i * inter, gi, gi + inter, (size_t)inter,
+                                  ws->stream);
       }
       /* dx over this chunk's output gradients (no longer needed) */
       rf_model_linear_backward(dy, ggu, dgu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f, st);
