@@ -147,7 +147,8 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
   rf_model_linear_forward(ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
-  rf_model_router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob);
+  ws->kern->router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob,
+                           ws->stream);
   for (int r = 0; r < n; r++) {
     for (int j = 0; j < k; j++) ws->moe_count[a->top[(size_t)r * k + j]] += 1.0;
     for (int e = 0; e < ne; e++) ws->moe_psum[e] += a->probs[(size_t)r * ne + e];
@@ -195,8 +196,8 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
       for (int i = 0; i < h; i++) dot += g[i] * y[i];
       dtopw[(size_t)r * k + j] = dot;
     }
-  rf_model_router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
-                           c->moe.norm_topk_prob);
+  ws->kern->router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
+                            c->moe.norm_topk_prob, ws->stream);
   rf_model_linear_backward(dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
                            &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
