@@ -68,8 +68,10 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   struct rf_run run = rf_train_run_at(s, s->start_step);
   RF_TRY(rf_run_async_create(&s->async, &run));
   if (s->rank == 0)
-    printf("async save: a staging buffer of %.1f MB per rank (the shard and the optimizer state)\n",
-           (double)rf_run_async_staging_bytes(s->async) / 1e6);
+    printf(
+        "async save: a staging buffer of %.1f MB per rank (the shard and the optimizer state), resident "
+        "from the start\n",
+        (double)rf_run_async_staging_bytes(s->async) / 1e6);
   return 0;
 }
 

@@ -105,7 +105,10 @@ int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
   a->writer = rf_fsdp_replicate_rank(f) == 0;
   a->n_views = rf_fsdp_n_tensors(f);
   a->shard_elems = rf_fsdp_shard_elems(f);
+  /* staging is written (pre-faulted) here, before training: the first save's copy
+   * then takes no page faults, and the memory is resident from the start */
   a->master = rf_xaligned(64, (size_t)a->shard_elems * sizeof(float));
+  memset(a->master, 0, (size_t)a->shard_elems * sizeof(float));
   a->views = rf_xcalloc((size_t)a->n_views + 1, sizeof *a->views);
   memcpy(a->views, rf_fsdp_views(f), (size_t)a->n_views * sizeof *a->views);
   for (int i = 0; i < a->n_views; i++) {
@@ -118,6 +121,7 @@ int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
     rf_optim_state(run->optim, j, &slab);
     a->state_bytes[j] = (size_t)slab.count * rf_dtype_size(slab.dtype);
     a->state[j] = rf_xaligned(64, a->state_bytes[j]);
+    memset(a->state[j], 0, a->state_bytes[j]);
     struct rf_ckpt_state_desc *d = &a->st.desc[j];
     if (d->slab) {
       d->slab = a->state[j];
