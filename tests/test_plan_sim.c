@@ -210,10 +210,11 @@ static double comm4(const char *model, const char *text, int r, double *units) {
  * (busbw so high the bytes cost nothing), alpha per doubling of the ranks. At
  * 2x2 over U buffers: U forward and U - 1 backward gathers and U reduce-scatters
  * on the shard groups at 0.1 ms, the gradient norm (shard group) and the
- * replicas' all-reduce at 0.01 ms, the trainer's scalars on the world of 4 at 2 x
- * 1 ms; flat W = 4: all 3U + 1 on the world at 2 x 1 ms. A file with only
- * "shared" (written before shared_small existed) prices the pairs on it, as it
- * did: 3U - 1 + 2 at 1 ms, the scalars at 2 ms. */
+ * replicas' U all-reduces (one per unit, as src/fsdp/schedule.c starts them) at
+ * 0.01 ms, the trainer's scalars on the world of 4 at 2 x 1 ms; flat W = 4: all
+ * 3U + 1 on the world at 2 x 1 ms. A file with only "shared" (written before
+ * shared_small existed) prices the pairs on it, as it did: 3U - 1 + U + 1 at
+ * 1 ms, the scalars at 2 ms. */
 static void check_shared_links(const char *model) {
   const char *both =
       "{\"cores_per_node\": 2, \"shared\": {\"allgather\": [1000, 1e12], \"reduce_scatter\": [1000, 1e12], "
@@ -224,14 +225,15 @@ static void check_shared_links(const char *model) {
       "{\"cores_per_node\": 2, \"shared\": {\"allgather\": [1000, 1e12], \"reduce_scatter\": "
       "[1000, 1e12], \"allreduce\": [1000, 1e12]}}";
   double u = 0, ms = comm4(model, both, 2, &u);
-  RF_CHECK(fabs(ms - (0.1 * (3 * u - 1) + 0.02 + 2)) < 1e-6,
-           "2x2 on shared_small: %.9g ms over %g buffers, want %.9g", ms, u, 0.1 * (3 * u - 1) + 0.02 + 2);
+  RF_CHECK(fabs(ms - (0.1 * (3 * u - 1) + 0.01 * (u + 1) + 2)) < 1e-6,
+           "2x2 on shared_small: %.9g ms over %g buffers, want %.9g", ms, u,
+           0.1 * (3 * u - 1) + 0.01 * (u + 1) + 2);
   ms = comm4(model, both, 1, &u);
   RF_CHECK(fabs(ms - 2 * (3 * u + 1)) < 1e-6, "W=4 on shared: %.9g ms over %g buffers, want %g", ms, u,
            2 * (3 * u + 1));
   ms = comm4(model, old, 2, &u);
-  RF_CHECK(fabs(ms - (3 * u + 3)) < 1e-6,
-           "2x2, a file without shared_small: %.9g ms over %g buffers, want %g", ms, u, 3 * u + 3);
+  RF_CHECK(fabs(ms - (4 * u + 2)) < 1e-6,
+           "2x2, a file without shared_small: %.9g ms over %g buffers, want %g", ms, u, 4 * u + 2);
 }
 
 /* plan's JSON at W = 4 for the tiny model with `opts`; NULL when plan fails (its output in `out`). */

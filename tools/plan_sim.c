@@ -283,6 +283,7 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(o, "time_share", r->time_share);
   cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
   cJSON_AddNumberToObject(o, "exposed_comm_ms", r->exposed_comm_ms);
+  cJSON_AddNumberToObject(o, "replica_exposed_ms", r->replica_exposed_ms);
   cJSON_AddNumberToObject(o, "optim_ms", r->optim_ms);
   cJSON_AddNumberToObject(o, "copy_ms", r->copy_ms);
 }

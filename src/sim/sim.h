@@ -134,6 +134,8 @@ struct rf_sim_result {
   double compute_ms;      /* FLOPs / (peak * efficiency) x time_share */
   double comm_ms;         /* every collective back to back */
   double exposed_comm_ms; /* what the prefetch schedule leaves uncovered */
+  double
+      replica_exposed_ms; /* HSDP: the replicas' all-reduces left after the backward (in exposed_comm_ms) */
   double optim_ms;        /* the optimizer: its memory traffic at mem_gbs, its matrix work at the peak */
   double copy_ms;         /* the layout's copies around the collectives (fsdp2), at memory bandwidth */
   double step_ms;         /* predicted_step_ms = compute + exposed + optimizer + copies */

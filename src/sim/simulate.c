@@ -229,6 +229,17 @@ static double rf_sim_hide(double c, double m, double overlap) {
   return c + (left > 0 ? left : 0);
 }
 
+/* When a collective of d ms that may start at `at` ends on a link that the
+ * collectives before it hold until `busy`: before `end` (the backward's compute
+ * ends) it moves at the rate `overlap` (the share of communication compute hides,
+ * as rf_sim_hide), after it at full rate. */
+static double rf_sim_link_after(double at, double busy, double d, double end, double overlap) {
+  double begin = at > busy ? at : busy;
+  if (begin >= end || d <= 0) return begin + d;
+  double during = overlap * (end - begin);
+  return during >= d ? begin + d / overlap : end + (d - during);
+}
+
 /* Bytes per step of out->rank and the step time (the rest of rf_sim_step). */
 static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_model_result *m,
                           const struct rf_plan_policy *p, const struct rf_sim_options *o,
@@ -240,7 +251,7 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
   const struct rf_sim_link *rl = rf_sim_links(&o->net, o->replicate, out->world, out->world);
   const struct rf_sim_link *wl = rf_sim_links(&o->net, out->world, out->world, out->world);
   double *g = rf_xcalloc((size_t)n, sizeof *g), *red = rf_xcalloc((size_t)n, sizeof *red);
-  double *c = rf_xcalloc((size_t)n, sizeof *c);
+  double *c = rf_xcalloc((size_t)n, sizeof *c), *ready = rf_xcalloc((size_t)n, sizeof *ready);
   int64_t gather_unit = 0, reduce_unit = 0, last_gather = 0;
   int64_t *starts = rf_xmalloc((size_t)(s + 1) * sizeof *starts);
   for (int u = 0; u < n; u++) {
@@ -265,6 +276,7 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
           free(g);
           free(red);
           free(c);
+          free(ready);
           return -1;
         }
         gu += others * (int64_t)sizeof(float);
@@ -314,17 +326,38 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
       double x = (o->reshard_after_forward && u > 0 ? g[u - 1] : 0) + (u + 1 < n ? red[u + 1] : 0);
       step += rf_sim_hide(2 * c[u] / 3, x, ov);
       comm += x;
+      if (u + 1 < n) ready[u + 1] = step; /* unit u + 1's reduce-scatter has finished */
     }
     step += red[0];
     comm += red[0];
+    ready[0] = step;
   }
-  double tail =
-      rf_sim_link_ms(&rl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, o->replicate, (double)inter) +
-      rf_sim_link_ms(&sl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, s, 8.0) +
-      rf_sim_link_ms(&wl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, out->world,
-                     (double)o->scalar_reduce_bytes);
+  /* HSDP (src/fsdp/schedule.c): each unit's gradient shard is all-reduced across
+   * the replicas on its own, started non-blocking as the last micro-batch's
+   * reduce-scatter of that unit finishes (when the backward of the unit after the
+   * next begins: ready[u]), in backward order, one after another on the replicas'
+   * link, while the rest of the backward computes; what is left when the backward
+   * ends is waited for (rf_fsdp_grads_finish) */
+  double end = step, busy = 0;
+  for (int u = n - 1; u >= 0 && o->replicate > 1; u--) {
+    int64_t elems = 0;
+    for (int q = 0; q < sp[u].n_groups; q++) {
+      struct rf_sim_unit y;
+      rf_sim_unit_sizes(&sp[u].layout[q], &sp[u].in[q], out->rank, rf_plan_policy_align_elems(p), &y);
+      elems += y.shard;
+    }
+    double d = rf_sim_link_ms(&rl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, o->replicate,
+                              (double)elems * (double)sizeof(float));
+    busy = rf_sim_link_after(ready[u], busy, d, end, ov);
+    comm += d;
+  }
+  out->replica_exposed_ms = busy > end ? busy - end : 0;
+  double tail = out->replica_exposed_ms +
+                rf_sim_link_ms(&sl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, s, 8.0) +
+                rf_sim_link_ms(&wl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, out->world,
+                               (double)o->scalar_reduce_bytes);
   step += tail;
-  comm += tail;
+  comm += tail - out->replica_exposed_ms;
   /* the optimizer (rf_optim_stats, its own ops' costs): its memory traffic at
    * the memory bandwidth, the matrix owners' work at the matmuls' rate */
   out->optim_ms = (out->optim_stream_bytes / (o->net.mem_gbs * 1e9) +
@@ -338,6 +371,7 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
   free(g);
   free(red);
   free(c);
+  free(ready);
   return 0;
 }
 
