@@ -154,10 +154,11 @@ $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_main.c fuzz/rf_fuzz.c fuzz/rf_fuzz.h $(BUILD)/li
 	@$(CC) $(CFLAGS_ALL) -Ifuzz -DRF_FUZZ_TARGET='"$*"' -fsanitize=fuzzer fuzz/fuzz_main.c fuzz/rf_fuzz.c \
 	  $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/librfsdp.a $(HEADERS)
+# every bench is linked with what the benches share (bench/support.c)
+$(BUILD)/bench/%: bench/%.c bench/support.c bench/support.h $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
-	@$(CC) $(CFLAGS_ALL) $< $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+	@$(CC) $(CFLAGS_ALL) -Ibench $< bench/support.c $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
 test: setup
 	@$(MAKE) --no-print-directory all

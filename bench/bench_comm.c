@@ -50,18 +50,14 @@
 #include "comm/comm_mpi.h"
 #include "core/core.h"
 #include "gemm/gemm.h"
+#include "support.h"
 
 enum { BENCH_REPS = 9, OVERLAP_REPS = 7, STEP_REPS = 9, GEMM_N = 192 };
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Median over repetitions of the slowest rank's time (ms). Collective. */
 static double median_of_max(const struct rf_comm *comm, double *ms, int reps) {
   MPI_Allreduce(MPI_IN_PLACE, ms, reps, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));
-  qsort(ms, (size_t)reps, sizeof(double), cmp_double);
+  qsort(ms, (size_t)reps, sizeof(double), bench_cmp_double);
   return ms[reps / 2];
 }
 
@@ -258,7 +254,7 @@ static void bench_overlap(const struct rf_comm *comm, int64_t bytes) {
     for (int k = 0; k < n_gemm; k++) gemm(a, b, c);
     ms_alone[rep] = (double)(rf_time_ns() - t0) / 1e6;
   }
-  qsort(ms_alone, OVERLAP_REPS, sizeof(double), cmp_double);
+  qsort(ms_alone, OVERLAP_REPS, sizeof(double), bench_cmp_double);
   double t_alone = ms_alone[OVERLAP_REPS / 2]; /* this rank's */
   double t_alone_max = t_alone;
   MPI_Allreduce(MPI_IN_PLACE, &t_alone_max, 1, MPI_DOUBLE, MPI_MAX, rf_comm_mpi_handle(comm));

@@ -26,6 +26,7 @@
 #include "core/core.h"
 #include "gemm/gemm.h"
 #include "model/model.h"
+#include "support.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -38,11 +39,6 @@ static float rnd(void) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
   return (float)((double)(z >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 /* An operand: random values x quantized on `grid`, the codes as bf16, and dequantized
@@ -88,7 +84,7 @@ static void operand_prepare(struct operand *o, int weight) {
 }
 
 /* Sorts t: t[0] the fastest, t[n / 2] the median. */
-static void sort_ms(double *t, int n) { qsort(t, (size_t)n, sizeof *t, cmp_double); }
+static void sort_ms(double *t, int n) { qsort(t, (size_t)n, sizeof *t, bench_cmp_double); }
 
 /* Sums over the products of the fastest times: operand preparation, the product on codes,
  * the bf16 product, the f32 product on dequantized operands. */

@@ -14,8 +14,8 @@
 
 #include "comm/comm_mpi.h"
 #include "core/core.h"
-#include "gemm/gemm.h"
 #include "rfsdp_mpi.h"
+#include "support.h"
 
 #define HIDDEN 768
 #define INTER 2048
@@ -40,11 +40,7 @@ static const struct config configs[] = {
     {"planned-equal-noprefetch", RF_LAYOUT_PLANNED, RF_SHARD_MODE_EQUAL, 0},
 };
 
-static void add(struct rf_fsdp *f, int u, const char *name, int64_t d0, int64_t d1) {
-  int64_t shape[2] = {d0, d1};
-  struct rf_init init = {RF_INIT_NORMAL, 0.02f};
-  if (rf_fsdp_add_tensor(f, u, name, d1 ? 2 : 1, shape, 0, init) < 0) RF_DIE("%s", rf_fsdp_error());
-}
+static const struct bench_llama model = {HIDDEN, INTER, KV, VOCAB, BLOCKS, 1};
 
 static struct rf_fsdp *build(const struct config *c) {
   struct rf_fsdp_options opt;
@@ -54,56 +50,8 @@ static struct rf_fsdp *build(const struct config *c) {
   opt.prefetch = c->prefetch;
   struct rf_fsdp *f;
   if (rf_fsdp_create(&f, MPI_COMM_WORLD, &opt) != 0) RF_DIE("%s", rf_fsdp_error());
-  char name[96];
-  add(f, rf_fsdp_add_unit(f, "embed"), "embed.weight", VOCAB, HIDDEN);
-  for (int l = 0; l < BLOCKS; l++) {
-    snprintf(name, sizeof name, "block%d", l);
-    int u = rf_fsdp_add_unit(f, name);
-    static const char *names[] = {"q", "k", "v", "o", "gate", "up", "down"};
-    static const int64_t shapes[7][2] = {{HIDDEN, HIDDEN}, {KV, HIDDEN},    {KV, HIDDEN},   {HIDDEN, HIDDEN},
-                                         {INTER, HIDDEN},  {INTER, HIDDEN}, {HIDDEN, INTER}};
-    snprintf(name, sizeof name, "block%d.norm1", l);
-    add(f, u, name, HIDDEN, 0);
-    for (int i = 0; i < 7; i++) {
-      snprintf(name, sizeof name, "block%d.%s", l, names[i]);
-      add(f, u, name, shapes[i][0], shapes[i][1]);
-    }
-    snprintf(name, sizeof name, "block%d.norm2", l);
-    add(f, u, name, HIDDEN, 0);
-  }
-  int u = rf_fsdp_add_unit(f, "head");
-  add(f, u, "norm", HIDDEN, 0);
-  add(f, u, "head.weight", VOCAB, HIDDEN);
-  if (rf_fsdp_finalize(f) != 0) RF_DIE("%s", rf_fsdp_error());
+  bench_llama_declare(f, &model);
   return f;
-}
-
-/* The synthetic compute of one unit: per 2-D tensor [out, in], forward
- * Y = X W^T; backward dX = dY W and dW += dY^T X. */
-static void unit_compute(struct rf_fsdp *f, int u, int backward, float *x, float *y) {
-  for (int t = 0; t < rf_fsdp_n_tensors(f); t++) {
-    struct rf_tensor_view v;
-    rf_fsdp_tensor(f, t, &v);
-    if (v.unit != u || v.ndim != 2) continue;
-    int out = (int)v.shape[0], in = (int)v.shape[1];
-    const float *w = rf_fsdp_param(f, t);
-    if (!backward) {
-      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0.0f};
-      rf_gemm_run(&d, x, w, y);
-    } else {
-      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0.0f};
-      rf_gemm_run(&dx, y, w, x);
-      rf_fsdp_poll(f);
-      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1.0f};
-      rf_gemm_run(&dw, y, x, rf_fsdp_grad(f, t));
-    }
-    rf_fsdp_poll(f);
-  }
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
@@ -138,12 +86,12 @@ int main(int argc, char **argv) {
       rf_fsdp_zero_grad(f);
       for (int u = 0; u < n; u++) {
         rf_fsdp_forward_begin(f, u);
-        unit_compute(f, u, 0, x, y);
+        bench_unit_compute(f, u, 0, TOKENS, x, y);
         rf_fsdp_forward_end(f, u);
       }
       for (int u = n - 1; u >= 0; u--) {
         rf_fsdp_backward_begin(f, u);
-        unit_compute(f, u, 1, x, y);
+        bench_unit_compute(f, u, 1, TOKENS, x, y);
         rf_fsdp_backward_end(f, u);
       }
       rf_fsdp_grads_finish(f);
@@ -155,9 +103,7 @@ int main(int argc, char **argv) {
       MPI_Allreduce(MPI_IN_PLACE, &ms[s], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       MPI_Allreduce(MPI_IN_PLACE, &wait[s], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
-    qsort(ms + 1, STEPS - 1, sizeof(double), cmp_double);
-    qsort(wait + 1, STEPS - 1, sizeof(double), cmp_double);
-    double med = ms[1 + (STEPS - 1) / 2], med_wait = wait[1 + (STEPS - 1) / 2];
+    double med = bench_median(ms + 1, STEPS - 1), med_wait = bench_median(wait + 1, STEPS - 1);
     struct rf_fsdp_stats st;
     rf_fsdp_get_stats(f, &st);
     double mem = mib((uint64_t)st.shard_elems * 2 * sizeof(float) + (uint64_t)st.arena_bytes);
@@ -177,10 +123,7 @@ int main(int argc, char **argv) {
         "planned-ragged/planned-equal %.3f; copied MiB per step: planned %.1f, fsdp2 %.1f (model %.1f MiB "
         "f32)\n",
         ms_of[2] / ms_of[0], ms_of[3] / ms_of[0], ms_of[1] / ms_of[0], copy_of[0], copy_of[2],
-        mib((uint64_t)(2 * VOCAB * HIDDEN +
-                       BLOCKS * (2 * HIDDEN * HIDDEN + 2 * KV * HIDDEN + 3 * HIDDEN * INTER + 2 * HIDDEN) +
-                       HIDDEN) *
-            sizeof(float)));
+        mib((uint64_t)bench_llama_params(&model) * sizeof(float)));
   }
   free(x);
   free(y);

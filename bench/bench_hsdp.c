@@ -20,8 +20,8 @@
 
 #include "comm/comm_mpi.h"
 #include "core/core.h"
-#include "gemm/gemm.h"
 #include "rfsdp.h"
+#include "support.h"
 
 #define HIDDEN 512
 #define INTER 1376
@@ -31,68 +31,14 @@
 #define TOKENS 128
 #define STEPS 9 /* per mode; the first is not timed */
 
-static void add(struct rf_fsdp *f, int u, const char *name, int64_t d0, int64_t d1) {
-  int64_t shape[2] = {d0, d1};
-  struct rf_init init = {RF_INIT_NORMAL, 0.02f};
-  if (rf_fsdp_add_tensor(f, u, name, d1 ? 2 : 1, shape, 0, init) < 0) RF_DIE("%s", rf_fsdp_error());
-}
-
 static struct rf_fsdp *build(MPI_Comm shard, MPI_Comm replicate) {
+  static const struct bench_llama model = {HIDDEN, INTER, KV, VOCAB, BLOCKS, 0};
   struct rf_fsdp_options opt;
   rf_fsdp_options_default(&opt);
   struct rf_fsdp *f;
   if (rf_fsdp_create_mesh(&f, shard, replicate, &opt) != 0) RF_DIE("%s", rf_fsdp_error());
-  char name[96];
-  add(f, rf_fsdp_add_unit(f, "embed"), "embed.weight", VOCAB, HIDDEN);
-  for (int l = 0; l < BLOCKS; l++) {
-    snprintf(name, sizeof name, "block%d", l);
-    int u = rf_fsdp_add_unit(f, name);
-    static const char *names[] = {"q", "k", "v", "o", "gate", "up", "down"};
-    static const int64_t shapes[7][2] = {{HIDDEN, HIDDEN}, {KV, HIDDEN},    {KV, HIDDEN},   {HIDDEN, HIDDEN},
-                                         {INTER, HIDDEN},  {INTER, HIDDEN}, {HIDDEN, INTER}};
-    for (int i = 0; i < 7; i++) {
-      snprintf(name, sizeof name, "block%d.%s", l, names[i]);
-      add(f, u, name, shapes[i][0], shapes[i][1]);
-    }
-  }
-  int u = rf_fsdp_add_unit(f, "head");
-  add(f, u, "norm", HIDDEN, 0);
-  add(f, u, "head.weight", VOCAB, HIDDEN);
-  if (rf_fsdp_finalize(f) != 0) RF_DIE("%s", rf_fsdp_error());
+  bench_llama_declare(f, &model);
   return f;
-}
-
-/* bench_fsdp's synthetic compute: per 2-D tensor [out, in], forward Y = X W^T;
- * backward dX = dY W and dW += dY^T X, polling between the gemms. */
-static void unit_compute(struct rf_fsdp *f, int u, int backward, float *x, float *y) {
-  for (int t = 0; t < rf_fsdp_n_tensors(f); t++) {
-    struct rf_tensor_view v;
-    rf_fsdp_tensor(f, t, &v);
-    if (v.unit != u || v.ndim != 2) continue;
-    int out = (int)v.shape[0], in = (int)v.shape[1];
-    const float *w = rf_fsdp_param(f, t);
-    if (!backward) {
-      struct rf_gemm_desc d = {TOKENS, out, in, 0, 1, in, in, out, RF_DTYPE_F32, 1.0f, 0.0f};
-      rf_gemm_run(&d, x, w, y);
-    } else {
-      struct rf_gemm_desc dx = {TOKENS, in, out, 0, 0, out, in, in, RF_DTYPE_F32, 1.0f, 0.0f};
-      rf_gemm_run(&dx, y, w, x);
-      rf_fsdp_poll(f);
-      struct rf_gemm_desc dw = {out, in, TOKENS, 1, 0, out, in, in, RF_DTYPE_F32, 1e-3f, 1.0f};
-      rf_gemm_run(&dw, y, x, rf_fsdp_grad(f, t));
-    }
-    rf_fsdp_poll(f);
-  }
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static double max_over_ranks(double v) {
@@ -130,12 +76,12 @@ int main(int argc, char **argv) {
     if (overlap) rf_fsdp_set_last_micro_batch(f);
     for (int u = 0; u < n; u++) {
       rf_fsdp_forward_begin(f, u);
-      unit_compute(f, u, 0, x, y);
+      bench_unit_compute(f, u, 0, TOKENS, x, y);
       rf_fsdp_forward_end(f, u);
     }
     for (int u = n - 1; u >= 0; u--) {
       rf_fsdp_backward_begin(f, u);
-      unit_compute(f, u, 1, x, y);
+      bench_unit_compute(f, u, 1, TOKENS, x, y);
       rf_fsdp_backward_end(f, u);
     }
     uint64_t t1 = rf_time_ns();
@@ -158,9 +104,9 @@ int main(int argc, char **argv) {
     printf("%-8s %9s %12s %16s %12s\n", "mode", "step ms", "exposed ms", "grads_finish ms", "inter MiB");
     double med[2][3];
     for (int o = 0; o < 2; o++) {
-      med[o][0] = median(ms[o] + 1, STEPS - 1);
-      med[o][1] = median(wait[o] + 1, STEPS - 1);
-      med[o][2] = median(fin[o] + 1, STEPS - 1);
+      med[o][0] = bench_median(ms[o] + 1, STEPS - 1);
+      med[o][1] = bench_median(wait[o] + 1, STEPS - 1);
+      med[o][2] = bench_median(fin[o] + 1, STEPS - 1);
       printf("%-8s %9.1f %12.1f %16.1f %12.2f\n", mode[o], med[o][0], med[o][1], med[o][2],
              (double)inter[o] / (1024.0 * 1024.0));
     }

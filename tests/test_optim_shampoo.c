@@ -275,16 +275,16 @@ static void check_owners(const struct run *d, const struct rf_comm *comm) {
   rf_optim_get_stats(d->o, &st);
   int64_t eighs = st.shampoo_eighs;
   rf_comm_allreduce(comm, &eighs, 1, RF_DTYPE_I64, RF_REDUCE_OP_SUM);
-  RF_CHECK(eighs == 2 * blocks * (STEPS / 4), "%lld eigendecompositions in the world, expected %lld",
-           (long long)eighs, (long long)(2 * blocks * (STEPS / 4)));
+  const int64_t expected = 2 * blocks * (STEPS / 4); /* every matrix's two factors, every 4th step */
+  RF_CHECK(eighs == expected, "%lld eigendecompositions in the world, expected %lld", (long long)eighs,
+           (long long)expected);
   if (comm->rank == 0)
     printf(
         "W=%d: %lld blocks, %lld eigendecompositions in %d steps (redundancy %.2f); rank 0: %lld state "
         "bytes, "
         "%llu bytes sent per step\n",
-        comm->world, (long long)blocks, (long long)eighs, STEPS,
-        (double)eighs / (double)(2 * blocks * (STEPS / 4)), (long long)st.state_bytes,
-        (unsigned long long)st.muon_step_bytes_sent);
+        comm->world, (long long)blocks, (long long)eighs, STEPS, (double)eighs / (double)expected,
+        (long long)st.state_bytes, (unsigned long long)st.muon_step_bytes_sent);
 }
 
 /* Staggered refreshes: matrices in different steps, the result still independent of W. */
@@ -292,7 +292,7 @@ static void check_stagger(const struct rf_comm *comm, const struct rf_comm *self
   struct rf_optim_options opt;
   opts(&opt);
   opt.shampoo_stagger = 1;
-  struct run ref, d;
+  struct run ref = {0}, d = {0};
   RF_CHECK(run_init(&ref, self, &opt) == 0 && run_init(&d, comm, &opt) == 0, "stagger: %s", rf_error_msg());
   int64_t before[NT] = {0}, total = 0;
   for (int s = 0; s < STEPS; s++) {
