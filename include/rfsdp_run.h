@@ -118,7 +118,9 @@ struct rf_run_async;
 /* Staging for `run`'s state: run->fsdp's shard and run->optim's state slabs (their
  * sizes are fixed at creation). Local. */
 int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run);
-/* Bytes of staging this rank holds (the extra memory of --async-save). */
+/* Bytes of staging this rank holds (the extra memory of --async-save): the copy
+ * of the shard and the state slabs, and the rank file's O_DIRECT bounce buffer
+ * (RF_CKPT_BOUNCE_BYTES), all written at creation (resident from the start). */
 int64_t rf_run_async_staging_bytes(const struct rf_run_async *a);
 /* Waits for a save in flight (rf_run_async_wait), then copies the state into
  * staging and starts writing SERIES/step-<run->step> in the background. */

@@ -3,7 +3,8 @@
  * range split, load at W'=1,2,3,5 with other splits (bit-identical, reading only
  * the chunks needed); every broken input refused with a message naming the file and the problem, nothing on
  * disk changed by a failed load; a save that stops before the marker leaves the previous checkpoint loadable
- * and the partial one refused. */
+ * and the partial one refused; rank files written with O_DIRECT (bounces of 1, 3 blocks and the default), on
+ * disk and in /dev/shm, and with the buffered fallback, each the format's bytes built here. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdlib.h>
@@ -51,6 +52,10 @@ static void make_tensors(void) {
 
 static const char *extra = "{\"rng\":[1,2,3],\"data_step\":17}";
 
+/* The rank files' bounce buffer given to save() (NULL: the process's own). */
+static void *save_bounce;
+static size_t save_bounce_bytes;
+
 static int agree_local(void *ctx, int status) { return *(int *)ctx ? -1 : status; }
 
 /* Save as `world` ranks (ranks [0, stop) only when stop < world: a crash). */
@@ -77,7 +82,9 @@ static int save(const char *dir, int world, int stop, int64_t step, uint64_t see
                                   .extra_json = extra,
                                   .chunk_bytes = CHUNK,
                                   .n_pieces = N_TENSORS,
-                                  .pieces = pieces};
+                                  .pieces = pieces,
+                                  .bounce = save_bounce,
+                                  .bounce_bytes = save_bounce_bytes};
     if (rf_ckpt_save_rank(&a) != 0) return -1;
   }
   return finish ? rf_ckpt_save_finish(dir, world, step, extra) : 0;
@@ -392,6 +399,119 @@ static void test_crash(const char *good) {
   rf_ckpt_close(&ck);
 }
 
+/* Rank r's file of save(dir, world, ..., step, seed) as docs/checkpoint.md lays it
+ * out, built here byte by byte: the 64-byte header, then each piece on 64 bytes. */
+static uint8_t *expected_rank_file(int world, int r, int64_t step, uint64_t seed, size_t *bytes) {
+  size_t cap = 64;
+  for (int i = 0; i < N_TENSORS; i++) cap += 64 + (size_t)tensors[i].numel * rf_dtype_size(tensors[i].dtype);
+  uint8_t *f = calloc(cap, 1);
+  size_t at = 64;
+  for (int i = 0; i < N_TENSORS; i++) {
+    int64_t cuts[16];
+    rf_test_random_cuts(tensors[i].numel, world, seed + (uint64_t)i, cuts);
+    size_t es = rf_dtype_size(tensors[i].dtype), n = (size_t)(cuts[r + 1] - cuts[r]) * es;
+    at = (at + 63) / 64 * 64;
+    memcpy(f + at, tensors[i].data + (size_t)cuts[r] * es, n);
+    at += n;
+  }
+  uint64_t fields[5] = {1 | (uint64_t)r << 32, (uint64_t)world, (uint64_t)step, at,
+                        0}; /* version|rank, world */
+  memcpy(f, "RFCKRANK", 8);
+  for (int k = 0; k < 4; k++)
+    for (int b = 0; b < 8; b++) f[8 + 8 * k + b] = (uint8_t)(fields[k] >> (8 * b));
+  *bytes = at;
+  return f;
+}
+
+/* 1 when every rank file of `dir` (saved at W=4, step 100, seed 1000) is the
+ * expected bytes. */
+static int rank_files_expected(const char *dir) {
+  int same = 1;
+  for (int r = 0; r < 4; r++) {
+    size_t want_n, got_n;
+    uint8_t *want = expected_rank_file(4, r, 100, 1000, &want_n);
+    char path[256], name[32], *got;
+    snprintf(name, sizeof name, "rank-%05d.bin", r);
+    path_of(path, sizeof path, dir, name);
+    RF_ASSERT(rf_file_read_all(path, &got, &got_n) == 0);
+    int ok = got_n == want_n && memcmp(got, want, want_n) == 0;
+    RF_CHECK(ok, "%s: %zu bytes, not the %zu bytes the format lays out", path, got_n, want_n);
+    same &= ok;
+    free(got);
+    free(want);
+  }
+  return same;
+}
+
+/* The rank files written with O_DIRECT through bounce buffers of 1 and 3 blocks
+ * (full blocks flushed mid-piece, a tail under one block) and of the default size
+ * (the whole file at commit), into a disk folder and into /dev/shm, and the
+ * buffered fallback where the filesystem refuses O_DIRECT (simulated): every rank
+ * file the format's bytes, and every checkpoint loads at W'=3. */
+static void test_direct_writer(const char *good) {
+  int direct_here = rf_file_direct_files() >= 4; /* `good`'s four rank files */
+  if (!direct_here) printf("note: %s's filesystem refuses O_DIRECT: only the fallback ran there\n", root);
+  RF_CHECK(rank_files_expected(good), "the default bounce, %s", root);
+  char shm[64] = "/dev/shm/rf_test_ckpt.XXXXXX";
+  int have_shm = mkdtemp(shm) != NULL;
+  if (!have_shm) printf("note: no /dev/shm here: the tmpfs saves did not run\n");
+  uint8_t *bounce = rf_xaligned(RF_FILE_DIRECT_ALIGN, 3 * RF_FILE_DIRECT_ALIGN);
+  const struct {
+    const char *where, *name;
+    size_t bounce;
+    int refuse;
+  } cases[] = {{root, "direct-1", RF_FILE_DIRECT_ALIGN, 0},
+               {root, "direct-3", 3 * RF_FILE_DIRECT_ALIGN, 0},
+               {root, "refused", 0, 1},
+               {shm, "shm", 0, 0},
+               {shm, "shm-1", RF_FILE_DIRECT_ALIGN, 0},
+               {shm, "shm-refused", 0, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    if (cases[k].where == shm && !have_shm) continue;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%s", cases[k].where, cases[k].name);
+    save_bounce = cases[k].bounce ? bounce : NULL;
+    save_bounce_bytes = cases[k].bounce;
+    rf_file_test_refuse_direct(cases[k].refuse);
+    uint64_t before = rf_file_direct_files();
+    RF_CHECK(save(dir, 4, 4, 100, 1000, 1) == 0, "%s: save: %s", dir, rf_error_msg());
+    rf_file_test_refuse_direct(0);
+    uint64_t direct = rf_file_direct_files() - before;
+    if (cases[k].refuse)
+      RF_CHECK(direct == 0, "%s: %llu files written with O_DIRECT", dir, (unsigned long long)direct);
+    if (!cases[k].refuse && cases[k].where == root && direct_here)
+      RF_CHECK(direct == 4, "%s: %llu of 4 rank files written with O_DIRECT", dir,
+               (unsigned long long)direct);
+    RF_CHECK(rank_files_expected(dir), "%s", dir);
+    RF_CHECK(load_and_compare(dir, 3, 3000), "%s: load at W'=3", dir);
+  }
+  save_bounce = NULL;
+  save_bounce_bytes = 0;
+
+  /* the writer itself: whole blocks out, a rewrite only of bytes still in the bounce */
+  char path[128], *back;
+  size_t n;
+  path_of(path, sizeof path, root, "direct.bin");
+  struct rf_file_writer w;
+  RF_ASSERT(rf_file_writer_open_direct(&w, path, bounce, RF_FILE_DIRECT_ALIGN) == 0);
+  const uint8_t *src = tensors[5].data; /* 80000 random bytes */
+  RF_ASSERT(rf_file_writer_write(&w, src, 10000) == 0);
+  RF_CHECK(w.flushed == 2 * RF_FILE_DIRECT_ALIGN, "flushed %llu after 10000 bytes",
+           (unsigned long long)w.flushed);
+  RF_CHECK(rf_file_writer_pwrite(&w, "x", 1, 0) != 0 && strstr(rf_error_msg(), "cannot rewrite bytes [0, 1)"),
+           "a rewrite of flushed bytes refused: %s", rf_error_msg());
+  RF_CHECK(rf_file_writer_pwrite(&w, src + 20000, 16, 9000) == 0, "a rewrite in the bounce: %s",
+           rf_error_msg());
+  RF_ASSERT(rf_file_writer_commit(&w) == 0);
+  RF_ASSERT(rf_file_read_all(path, &back, &n) == 0);
+  RF_CHECK(n == 10000 && memcmp(back, src, 9000) == 0 && memcmp(back + 9000, src + 20000, 16) == 0 &&
+               memcmp(back + 9016, src + 9016, 10000 - 9016) == 0,
+           "the direct writer's file: %zu bytes", n);
+  free(back);
+  free(bounce);
+  if (have_shm) sys("rm -rf %s%s", shm, "");
+}
+
 int main(void) {
   snprintf(root, sizeof root, "/tmp/rf_test_ckpt.XXXXXX");
   RF_ASSERT(mkdtemp(root));
@@ -401,6 +521,7 @@ int main(void) {
   snprintf(good, sizeof good, "%s/step-100", root);
   RF_CHECK(save(good, 4, 4, 100, 1000, 1) == 0, "save at W=4: %s", rf_error_msg());
   for (int w = 1; w <= 5; w++) RF_CHECK(load_and_compare(good, w, 2000 + (uint64_t)w), "load at W'=%d", w);
+  test_direct_writer(good);
   test_bad_inputs(good);
   test_crash(good);
 

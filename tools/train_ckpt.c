@@ -69,8 +69,8 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   RF_TRY(rf_run_async_create(&s->async, &run));
   if (s->rank == 0)
     printf(
-        "async save: a staging buffer of %.1f MB per rank (the shard and the optimizer state), resident "
-        "from the start\n",
+        "async save: a staging buffer of %.1f MB per rank (the shard, the optimizer state and the rank "
+        "file's write buffer), resident from the start\n",
         (double)rf_run_async_staging_bytes(s->async) / 1e6);
   return 0;
 }

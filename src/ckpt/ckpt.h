@@ -11,7 +11,8 @@
  *                    the step and an opaque "extra" object (RNG, data position)
  *   COMPLETE         written last by rank 0: the step, the world and meta.json's XXH3
  * Every file is written under a temporary name, fsynced, renamed and its directory
- * fsynced (rf_file_writer). A directory without COMPLETE is not a checkpoint.
+ * fsynced (rf_file_writer); rank files with O_DIRECT through a bounce buffer. A directory without COMPLETE is
+ * not a checkpoint.
  *
  * Loading reads any flat range of any tensor from whichever rank files hold it
  * (resharding: the reader's ranks and ranges need not match the writer's), reading
@@ -62,7 +63,15 @@ struct rf_ckpt_save_args {
   const struct rf_ckpt_piece *pieces;
   rf_ckpt_agree_fn agree;
   void *agree_ctx;
+  /* the rank file's O_DIRECT bounce buffer (RF_FILE_DIRECT_ALIGN-aligned,
+   * bounce_bytes a multiple of it; borrowed); NULL: the process's own
+   * (RF_CKPT_BOUNCE_BYTES, allocated at the first save and kept) */
+  void *bounce;
+  size_t bounce_bytes;
 };
+
+/* The bounce buffer the rank file is written through with O_DIRECT. */
+#define RF_CKPT_BOUNCE_BYTES (4u << 20)
 
 /* The whole save, on every rank: save_rank, agree, save_finish on rank 0, agree.
  * Returns 0 on every rank when the checkpoint is complete, -1 on every rank when it
@@ -209,6 +218,8 @@ struct rf_ckpt_views_args {
   const struct rf_ckpt_state_desc *states;
   rf_ckpt_agree_fn agree; /* the barrier that combines statuses (see rf_ckpt_save) */
   void *agree_ctx;
+  void *bounce; /* save: as rf_ckpt_save_args' (NULL: the process's own) */
+  size_t bounce_bytes;
 };
 
 /* The checksum chunk of rf_ckpt_save_views: a resharded load reads at most two

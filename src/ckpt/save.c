@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,49 +67,92 @@ static int rf_ckpt_check_piece(const struct rf_ckpt_save_args *a, int i) {
   return 0;
 }
 
-/* Writes rank-RRRRR.bin; fills ranges[i] (xxh3 allocated) and *file_bytes. */
+/* The rank file's bounce buffer when the caller gives none: one per process,
+ * allocated at the first save and kept; a save in another thread while one holds
+ * it allocates its own for that save. */
+static pthread_mutex_t rf_ckpt_bounce_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *rf_ckpt_bounce;
+
+/* The bounce `a` gives, or the process's (*owned 1: the caller unlocks), or one
+ * for this save (*owned 2: the caller frees it). */
+static void *rf_ckpt_bounce_take(const struct rf_ckpt_save_args *a, size_t *bytes, int *owned) {
+  *owned = 0;
+  if (a->bounce) {
+    *bytes = a->bounce_bytes;
+    return a->bounce;
+  }
+  *bytes = RF_CKPT_BOUNCE_BYTES;
+  if (pthread_mutex_trylock(&rf_ckpt_bounce_mu) != 0) {
+    *owned = 2;
+    return rf_xaligned(RF_FILE_DIRECT_ALIGN, RF_CKPT_BOUNCE_BYTES);
+  }
+  if (!rf_ckpt_bounce) rf_ckpt_bounce = rf_xaligned(RF_FILE_DIRECT_ALIGN, RF_CKPT_BOUNCE_BYTES);
+  *owned = 1;
+  return rf_ckpt_bounce;
+}
+
+static void rf_ckpt_bounce_give(void *bounce, int owned) {
+  if (owned == 1) pthread_mutex_unlock(&rf_ckpt_bounce_mu);
+  if (owned == 2) free(bounce);
+}
+
+/* Writes rank-RRRRR.bin: the header (the file's size known from the layout), then
+ * every piece on RF_CKPT_ALIGN, through the O_DIRECT writer. Fills ranges[i]
+ * (xxh3 allocated) and *file_bytes. */
 static int rf_ckpt_write_data(const struct rf_ckpt_save_args *a, int64_t chunk, struct rf_ckpt_range *ranges,
                               uint64_t *file_bytes) {
+  uint64_t end = RF_CKPT_RANK_HEADER_BYTES;
+  for (int i = 0; i < a->n_pieces; i++) {
+    const struct rf_ckpt_piece *p = &a->pieces[i];
+    struct rf_ckpt_range *r = &ranges[i];
+    int64_t bytes = (p->end - p->begin) * (int64_t)rf_dtype_size(p->dtype);
+    r->rank = a->rank;
+    r->begin = p->begin;
+    r->end = p->end;
+    r->offset = (uint64_t)rf_round_up((int64_t)end, RF_CKPT_ALIGN);
+    r->n_chunks = rf_ckpt_chunks(bytes, chunk);
+    r->xxh3 = rf_xmalloc((size_t)(r->n_chunks ? r->n_chunks : 1) * sizeof *r->xxh3);
+    end = r->offset + (uint64_t)bytes;
+  }
+  *file_bytes = end;
+  uint8_t h[RF_CKPT_RANK_HEADER_BYTES] = {0};
+  for (int k = 0; k < 8; k++) h[k] = (uint8_t)RF_CKPT_RANK_MAGIC[k];
+  rf_put_le32(h + 8, RF_CKPT_VERSION);
+  rf_put_le32(h + 12, (uint32_t)a->rank);
+  rf_put_le32(h + 16, (uint32_t)a->world);
+  rf_put_le64(h + 24, (uint64_t)a->step);
+  rf_put_le64(h + 32, end);
+
   char path[RF_FILE_PATH_MAX];
   rf_ckpt_rank_path(path, sizeof path, a->dir, a->rank, "bin");
+  size_t bounce_bytes;
+  int owned;
+  void *bounce = rf_ckpt_bounce_take(a, &bounce_bytes, &owned);
   struct rf_file_writer w;
-  RF_TRY(rf_file_writer_open(&w, path));
+  if (rf_file_writer_open_direct(&w, path, bounce, bounce_bytes) != 0) {
+    rf_ckpt_bounce_give(bounce, owned);
+    return -1;
+  }
   _Static_assert(RF_CKPT_ALIGN <= RF_CKPT_RANK_HEADER_BYTES, "padding is written from the header's zeros");
   static const uint8_t zeros[RF_CKPT_RANK_HEADER_BYTES];
-  int rc = rf_file_writer_write(&w, zeros, RF_CKPT_RANK_HEADER_BYTES);
+  int rc = rf_file_writer_write(&w, h, sizeof h);
   for (int i = 0; i < a->n_pieces && rc == 0; i++) {
     const struct rf_ckpt_piece *p = &a->pieces[i];
     struct rf_ckpt_range *r = &ranges[i];
     int64_t bytes = (p->end - p->begin) * (int64_t)rf_dtype_size(p->dtype);
-    uint64_t pad = (uint64_t)rf_round_up((int64_t)w.bytes, RF_CKPT_ALIGN) - w.bytes;
-    rc = rf_file_writer_write(&w, zeros, pad);
-    r->rank = a->rank;
-    r->begin = p->begin;
-    r->end = p->end;
-    r->offset = w.bytes;
-    r->n_chunks = rf_ckpt_chunks(bytes, chunk);
-    r->xxh3 = rf_xmalloc((size_t)(r->n_chunks ? r->n_chunks : 1) * sizeof *r->xxh3);
+    rc = rf_file_writer_write(&w, zeros, r->offset - w.bytes);
     const uint8_t *data = p->data;
     for (int64_t c = 0; c < r->n_chunks; c++)
       r->xxh3[c] = XXH3_64bits(data + c * chunk, (size_t)rf_min_i64(chunk, bytes - c * chunk));
     if (rc == 0 && bytes > 0) rc = rf_file_writer_write(&w, data, (size_t)bytes);
   }
-  if (rc == 0) {
-    uint8_t h[RF_CKPT_RANK_HEADER_BYTES] = {0};
-    for (int k = 0; k < 8; k++) h[k] = (uint8_t)RF_CKPT_RANK_MAGIC[k];
-    rf_put_le32(h + 8, RF_CKPT_VERSION);
-    rf_put_le32(h + 12, (uint32_t)a->rank);
-    rf_put_le32(h + 16, (uint32_t)a->world);
-    rf_put_le64(h + 24, (uint64_t)a->step);
-    rf_put_le64(h + 32, w.bytes);
-    *file_bytes = w.bytes;
-    rc = rf_file_writer_pwrite(&w, h, sizeof h, 0);
-  }
-  if (rc != 0) {
+  RF_ASSERT(rc != 0 || w.bytes == end);
+  if (rc != 0)
     rf_file_writer_abort(&w);
-    return -1;
-  }
-  return rf_file_writer_commit(&w);
+  else
+    rc = rf_file_writer_commit(&w);
+  rf_ckpt_bounce_give(bounce, owned);
+  return rc;
 }
 
 /* Prints `json` and writes it atomically to `path`; *hash: XXH3 of the bytes. */

@@ -131,7 +131,9 @@ int rf_ckpt_save_views(const struct rf_ckpt_views_args *a) {
                                   .n_pieces = n,
                                   .pieces = pieces,
                                   .agree = a->agree,
-                                  .agree_ctx = a->agree_ctx};
+                                  .agree_ctx = a->agree_ctx,
+                                  .bounce = a->bounce,
+                                  .bounce_bytes = a->bounce_bytes};
     rc = rf_ckpt_save(&s);
   }
   free(extra);

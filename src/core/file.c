@@ -1,5 +1,5 @@
-/* Atomic file writing (temporary name, fsync, rename, directory fsync) and
- * whole-file reading. */
+/* Atomic file writing (temporary name, fsync, rename, directory fsync), with
+ * O_DIRECT through a bounce buffer where asked, and whole-file reading. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -27,24 +27,57 @@ static void rf_file_dir_of(const char *path, char *out, size_t cap) {
   snprintf(out, cap, "%s", dirname(tmp));
 }
 
-int rf_file_writer_open(struct rf_file_writer *w, const char *path) {
+static uint64_t rf_file_n_direct;      /* files committed with O_DIRECT (atomic) */
+static int rf_file_refuse_direct_hook; /* rf_file_test_refuse_direct */
+
+uint64_t rf_file_direct_files(void) { return __atomic_load_n(&rf_file_n_direct, __ATOMIC_RELAXED); }
+
+void rf_file_test_refuse_direct(int refuse) {
+  __atomic_store_n(&rf_file_refuse_direct_hook, refuse, __ATOMIC_RELAXED);
+}
+
+/* The temporary file, opened with `flags` added; errno is open's on failure. */
+static int rf_file_writer_create(struct rf_file_writer *w, const char *path, int flags) {
   memset(w, 0, sizeof *w);
   w->fd = -1;
   if (strlen(path) + 32 >= sizeof w->tmp) RF_FAIL("%s: path too long", path);
   snprintf(w->path, sizeof w->path, "%s", path);
   snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd < 0) RF_FAIL("%s: cannot create %s: %s", path, w->tmp, strerror(errno));
+  if ((flags & O_DIRECT) && __atomic_load_n(&rf_file_refuse_direct_hook, __ATOMIC_RELAXED)) {
+    errno = EINVAL; /* as a filesystem without O_DIRECT answers */
+    return -1;
+  }
+  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | flags, 0644);
+  return w->fd < 0 ? -1 : 0;
+}
+
+int rf_file_writer_open(struct rf_file_writer *w, const char *path) {
+  if (rf_file_writer_create(w, path, 0) != 0)
+    RF_FAIL("%s: cannot create %s: %s", path, w->tmp, strerror(errno));
   return 0;
 }
 
-int rf_file_writer_pwrite(struct rf_file_writer *w, const void *buf, size_t bytes, uint64_t offset) {
-  const uint8_t *p = buf;
+int rf_file_writer_open_direct(struct rf_file_writer *w, const char *path, void *bounce, size_t bounce_cap) {
+  RF_ASSERT(bounce && bounce_cap > 0 && bounce_cap % RF_FILE_DIRECT_ALIGN == 0 &&
+            (uintptr_t)bounce % RF_FILE_DIRECT_ALIGN == 0);
+  if (rf_file_writer_create(w, path, O_DIRECT) == 0) {
+    w->direct = 1;
+  } else {
+    if (errno != EINVAL) RF_FAIL("%s: cannot create %s: %s", path, w->tmp, strerror(errno));
+    rf_log_debug("%s: the filesystem refuses O_DIRECT; writing it buffered", path);
+    RF_TRY(rf_file_writer_open(w, path));
+  }
+  w->bounce = bounce;
+  w->bounce_cap = bounce_cap;
+  return 0;
+}
+
+/* pwrite of all `bytes`; 0, or the errno of the failed write (EIO when none). */
+static int rf_file_pwrite_fd(int fd, const uint8_t *p, size_t bytes, uint64_t offset) {
   while (bytes > 0) {
-    ssize_t n = pwrite(w->fd, p, bytes, (off_t)offset);
+    ssize_t n = pwrite(fd, p, bytes, (off_t)offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      RF_FAIL("%s: write failed at byte %llu: %s", w->tmp, (unsigned long long)offset, strerror(errno));
+    if (n <= 0) return n < 0 ? errno : EIO;
     p += n;
     bytes -= (size_t)n;
     offset += (uint64_t)n;
@@ -52,14 +85,86 @@ int rf_file_writer_pwrite(struct rf_file_writer *w, const void *buf, size_t byte
   return 0;
 }
 
+/* Stops writing with O_DIRECT (the tail under one block, or a filesystem that
+ * refused it at the first write). */
+static int rf_file_writer_end_direct(struct rf_file_writer *w) {
+  int flags = fcntl(w->fd, F_GETFL);
+  if (flags < 0 || fcntl(w->fd, F_SETFL, flags & ~O_DIRECT) != 0)
+    RF_FAIL("%s: cannot turn O_DIRECT off: %s", w->tmp, strerror(errno));
+  w->direct = 0;
+  return 0;
+}
+
+/* Writes the bounce's first `len` bytes (whole blocks while direct) at `flushed`. */
+static int rf_file_writer_flush(struct rf_file_writer *w, size_t len) {
+  int err = rf_file_pwrite_fd(w->fd, w->bounce, len, w->flushed);
+  if (err == EINVAL && w->direct) { /* opened, but the filesystem takes no direct writes */
+    rf_log_debug("%s: the filesystem refuses O_DIRECT writes; writing it buffered", w->path);
+    RF_TRY(rf_file_writer_end_direct(w));
+    err = rf_file_pwrite_fd(w->fd, w->bounce, len, w->flushed);
+  }
+  if (err != 0)
+    RF_FAIL("%s: write failed at byte %llu: %s", w->tmp, (unsigned long long)w->flushed, strerror(err));
+  w->flushed += len;
+  return 0;
+}
+
+int rf_file_writer_pwrite(struct rf_file_writer *w, const void *buf, size_t bytes, uint64_t offset) {
+  if (w->bounce) { /* only bytes not flushed yet */
+    if (offset < w->flushed || offset + bytes > w->bytes)
+      RF_FAIL("%s: cannot rewrite bytes [%llu, %llu): a direct writer rewrites only [%llu, %llu)", w->tmp,
+              (unsigned long long)offset, (unsigned long long)(offset + bytes),
+              (unsigned long long)w->flushed, (unsigned long long)w->bytes);
+    memcpy(w->bounce + (offset - w->flushed), buf, bytes);
+    return 0;
+  }
+  int err = rf_file_pwrite_fd(w->fd, buf, bytes, offset);
+  if (err != 0)
+    RF_FAIL("%s: write failed at byte %llu: %s", w->tmp, (unsigned long long)offset, strerror(err));
+  return 0;
+}
+
 int rf_file_writer_write(struct rf_file_writer *w, const void *buf, size_t bytes) {
-  RF_TRY(rf_file_writer_pwrite(w, buf, bytes, w->bytes));
-  w->bytes += bytes;
+  if (!w->bounce) {
+    RF_TRY(rf_file_writer_pwrite(w, buf, bytes, w->bytes));
+    w->bytes += bytes;
+    return 0;
+  }
+  const uint8_t *p = buf;
+  while (bytes > 0) {
+    size_t used = (size_t)(w->bytes - w->flushed);
+    size_t n = bytes < w->bounce_cap - used ? bytes : w->bounce_cap - used;
+    memcpy(w->bounce + used, p, n);
+    w->bytes += n;
+    p += n;
+    bytes -= n;
+    if (used + n == w->bounce_cap) RF_TRY(rf_file_writer_flush(w, w->bounce_cap));
+  }
+  return 0;
+}
+
+/* A direct writer's last bytes: the whole blocks with O_DIRECT, the rest buffered. */
+static int rf_file_writer_drain(struct rf_file_writer *w) {
+  size_t used = (size_t)(w->bytes - w->flushed);
+  size_t whole = used / RF_FILE_DIRECT_ALIGN * RF_FILE_DIRECT_ALIGN;
+  if (whole > 0) RF_TRY(rf_file_writer_flush(w, whole));
+  if (used == whole) return 0;
+  int direct = w->direct;
+  if (direct) RF_TRY(rf_file_writer_end_direct(w));
+  w->direct = direct; /* (still counted as a direct file) */
+  int err = rf_file_pwrite_fd(w->fd, w->bounce + whole, used - whole, w->flushed);
+  if (err != 0)
+    RF_FAIL("%s: write failed at byte %llu: %s", w->tmp, (unsigned long long)w->flushed, strerror(err));
+  w->flushed += used - whole;
   return 0;
 }
 
 int rf_file_writer_commit(struct rf_file_writer *w) {
   RF_ASSERT(w->fd >= 0);
+  if (w->bounce && rf_file_writer_drain(w) != 0) {
+    rf_file_writer_abort(w);
+    return -1;
+  }
   if (fsync(w->fd) != 0) {
     int err = errno;
     rf_file_writer_abort(w);
@@ -77,6 +182,7 @@ int rf_file_writer_commit(struct rf_file_writer *w) {
     rf_file_writer_abort(w);
     RF_FAIL("%s: rename from %s failed: %s", w->path, w->tmp, strerror(err));
   }
+  if (w->direct) __atomic_fetch_add(&rf_file_n_direct, 1, __ATOMIC_RELAXED);
   char dir[RF_FILE_PATH_MAX];
   rf_file_dir_of(w->path, dir, sizeof dir);
   return rf_file_fsync_dir(dir);

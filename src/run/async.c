@@ -46,6 +46,7 @@ struct rf_run_async {
   int n_views;
   struct rf_tensor_view *views; /* owned copy; master points into staging */
   float *master;                /* owned staging: the shard, shard_elems */
+  void *bounce;                 /* owned: the rank file's O_DIRECT bounce (RF_CKPT_BOUNCE_BYTES) */
   int64_t shard_elems;
   struct rf_run_states st; /* slabs and scale contexts point into staging */
   void *state[RF_RUN_MAX_STATES];
@@ -80,7 +81,7 @@ void rf_run_async_get_stats(const struct rf_run_async *a, struct rf_run_async_st
 }
 
 int64_t rf_run_async_staging_bytes(const struct rf_run_async *a) {
-  int64_t bytes = a->shard_elems * (int64_t)sizeof(float);
+  int64_t bytes = a->shard_elems * (int64_t)sizeof(float) + RF_CKPT_BOUNCE_BYTES;
   for (int i = 0; i < a->st.n; i++) bytes += (int64_t)a->state_bytes[i];
   return bytes;
 }
@@ -109,6 +110,8 @@ int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
    * then takes no page faults, and the memory is resident from the start */
   a->master = rf_xaligned(64, (size_t)a->shard_elems * sizeof(float));
   memset(a->master, 0, (size_t)a->shard_elems * sizeof(float));
+  a->bounce = rf_xaligned(RF_FILE_DIRECT_ALIGN, RF_CKPT_BOUNCE_BYTES);
+  memset(a->bounce, 0, RF_CKPT_BOUNCE_BYTES);
   a->views = rf_xcalloc((size_t)a->n_views + 1, sizeof *a->views);
   memcpy(a->views, rf_fsdp_views(f), (size_t)a->n_views * sizeof *a->views);
   for (int i = 0; i < a->n_views; i++) {
@@ -187,7 +190,9 @@ static void *rf_run_async_main(void *arg) {
                                   .n_states = a->st.n,
                                   .states = a->st.desc,
                                   .agree = rf_run_async_agree,
-                                  .agree_ctx = a};
+                                  .agree_ctx = a,
+                                  .bounce = a->bounce,
+                                  .bounce_bytes = RF_CKPT_BOUNCE_BYTES};
   int rc = rf_ckpt_save_views(&va);
   struct timespec cpu;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
@@ -354,5 +359,6 @@ void rf_run_async_free(struct rf_run_async *a) {
   }
   free(a->views);
   free(a->master);
+  free(a->bounce);
   free(a);
 }
