@@ -35,6 +35,9 @@ static struct rf_fsdp *build(MPI_Comm shard, MPI_Comm replicate) {
   static const struct bench_llama model = {HIDDEN, INTER, KV, VOCAB, BLOCKS, 0};
   struct rf_fsdp_options opt;
   rf_fsdp_options_default(&opt);
+  /* RF_BENCH_REDUCE_DTYPE=bf16: the reduce-scatters and the replica all-reduce in bf16 */
+  const char *rd = getenv("RF_BENCH_REDUCE_DTYPE");
+  if (rd && strcmp(rd, "bf16") == 0) opt.reduce_dtype = RF_DTYPE_BF16;
   struct rf_fsdp *f;
   if (rf_fsdp_create_mesh(&f, shard, replicate, &opt) != 0) RF_DIE("%s", rf_fsdp_error());
   bench_llama_declare(f, &model);

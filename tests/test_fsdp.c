@@ -375,8 +375,9 @@ static void run_variant(const struct variant *v, int rank, int world) {
     if (s >= 1)
       RF_CHECK(d.allocations == 0, "%s step %d: %llu allocations", v->name, s,
                (unsigned long long)d.allocations);
-    /* across the replicas: the f32 gradient slab, once per step; nothing else crosses the groups */
-    uint64_t inter = replicas > 1 ? 4 * (uint64_t)rf_fsdp_shard_elems(f) : 0;
+    /* across the replicas: the gradient slab in the reduce dtype, once per step; nothing else
+     * crosses the groups */
+    uint64_t inter = replicas > 1 ? rf_dtype_size(v->rdtype) * (uint64_t)rf_fsdp_shard_elems(f) : 0;
     RF_CHECK(d.bytes_inter == inter &&
                  d.bytes_intra + d.bytes_inter == d.bytes_gathered + d.bytes_reduced + d.bytes_alltoall,
              "%s step %d: %llu bytes across groups (expected %llu), %llu inside", v->name, s,

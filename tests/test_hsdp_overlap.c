@@ -8,13 +8,14 @@
  *  - with rf_fsdp_set_last_micro_batch (the trainer's path): the all-reduces start
  *    inside the backward (bytes cross the groups before rf_fsdp_grads_finish is
  *    called), every rank's gradient shard is the exact sum, and the bytes across
- *    the groups per step are the f32 shard slab (4 x rf_fsdp_shard_elems);
+ *    the groups per step are the shard slab in the reduce dtype (4 or 2 x
+ *    rf_fsdp_shard_elems: a bf16 reduce all-reduces across in bf16);
  *  - without it (all-reduces started in rf_fsdp_grads_finish): the shard is bit
  *    for bit the overlapped one, and nothing crosses during the backward;
  *  - gradient accumulation (3 micro-batches, the last one flagged): the exact sum
  *    over the micro-batches, every contribution counted once;
- *  - in every layout and shard mode, with a bf16 reduce-scatter too (values exact
- *    in bf16). */
+ *  - in every layout and shard mode, with a bf16 reduce-scatter and replica
+ *    all-reduce too (values and sums exact in bf16). */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,8 +130,10 @@ int main(int argc, char **argv) {
     RF_CHECK(during_a > 0 && during_b == 0,
              "%s W=%d rank %d: %llu bytes crossed during the overlapped backward, %llu without overlap",
              v->name, world, rank, (unsigned long long)during_a, (unsigned long long)during_b);
-    RF_CHECK(across == (uint64_t)n * 4, "%s W=%d rank %d: %llu bytes across the groups, the f32 slab is %lld",
-             v->name, world, rank, (unsigned long long)across, (long long)n * 4);
+    /* the slab in the reduce dtype: a bf16 reduce makes the replica all-reduce bf16 too */
+    long long slab = (long long)n * (long long)rf_dtype_size(v->rdtype);
+    RF_CHECK(across == (uint64_t)slab, "%s W=%d rank %d: %llu bytes across the groups, the %s slab is %lld",
+             v->name, world, rank, (unsigned long long)across, rf_dtype_name(v->rdtype), slab);
     uint64_t during = 0;
     step(a, rank, MICRO, 1, &during);
     RF_CHECK(wrong_elements(a, world, MICRO) == 0,

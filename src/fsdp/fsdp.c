@@ -110,6 +110,7 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->views);
   rf_device_release(f->device, f->master);
   rf_device_release(f->device, f->grad);
+  if (f->grad_across) rf_device_release(f->device, f->grad_across);
   free(f->pslots);
   free(f->gslots);
   free(f->pslot_unit);
@@ -274,6 +275,9 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   /* zero-filled by the device */
   f->master = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
   f->grad = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
+  /* HSDP in bf16: the replica all-reduce carries the shard in bf16 (half the bytes across groups) */
+  if (f->mesh.replicate.world > 1 && f->opt.reduce_dtype == RF_DTYPE_BF16)
+    f->grad_across = rf_device_alloc(f->device, (size_t)f->shard_elems * rf_dtype_size(RF_DTYPE_BF16), 64);
   rf_fsdp_make_slots(f);
   f->finalized = 1;
   f->views = rf_xcalloc((size_t)f->n_tensors, sizeof *f->views);

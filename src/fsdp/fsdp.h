@@ -82,6 +82,8 @@ struct rf_fsdp {
   struct rf_tensor_view *views; /* owned: n_tensors, built at finalize (rf_fsdp_views) */
   float *master;                /* owned slab, shard_elems */
   float *grad;                  /* owned slab, shard_elems */
+  void
+      *grad_across; /* owned, shard_elems bf16: HSDP's replica all-reduce with reduce_dtype bf16, else NULL */
   struct rf_device *device; /* owned: where the slabs and slots live; moves, quantizes, norms (host today) */
   struct rf_arena arena;
   int n_pslots, n_gslots;

@@ -78,17 +78,27 @@ static void rf_fsdp_prefetch(struct rf_fsdp *f, int u, int dir) {
   }
 }
 
-/* HSDP: starts the all-reduce of unit u's gradient shard across the replicas (f32,
- * in place, padding included: zero). Every rank of a replicate group starts them
- * in the same order: the schedule's, which depends on the unit sequence only. */
+/* HSDP: starts the all-reduce of unit u's gradient shard across the replicas
+ * (padding included: zero). In f32 in place; with reduce_dtype bf16 the shard is
+ * rounded to bf16 (nearest even) into grad_across and summed there the way the
+ * bf16 reduce-scatter sums (f32 arithmetic, each partial sum rounded to bf16), and
+ * rf_fsdp_grads_finish widens the result back. Every rank of a replicate group
+ * starts them in the same order: the schedule's, which depends on the unit
+ * sequence only. */
 static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
   struct rf_fsdp_unit *x = &f->units[u];
   RF_ASSERT(!x->across);
-  /* the all-reduce starts after the writes to the shard (the reduce-scatter's finish) */
+  void *buf = f->grad + x->shard_base;
+  enum rf_dtype dtype = RF_DTYPE_F32;
+  if (f->grad_across) {
+    dtype = RF_DTYPE_BF16;
+    buf = (uint8_t *)f->grad_across + (size_t)x->shard_base * rf_dtype_size(dtype);
+    rf_move_convert(f->device, buf, dtype, f->grad + x->shard_base, (size_t)x->db.shard_elems);
+  }
+  /* the all-reduce starts after the writes to what it sends (the reduce-scatter's finish, the rounding) */
   rf_device_event_record(f->device, &x->across_written, NULL);
   rf_comm_stream_wait(&f->mesh.replicate, f->device, &x->across_written);
-  rf_comm_iallreduce(&f->mesh.replicate, f->grad + x->shard_base, x->db.shard_elems, RF_DTYPE_F32,
-                     RF_REDUCE_OP_SUM, x->across_req);
+  rf_comm_iallreduce(&f->mesh.replicate, buf, x->db.shard_elems, dtype, RF_REDUCE_OP_SUM, x->across_req);
   rf_comm_event_record(&f->mesh.replicate, x->across_req, f->device, x->across_done);
   x->across = 1;
 }
@@ -181,15 +191,20 @@ void rf_fsdp_grads_finish(struct rf_fsdp *f) {
   for (int u = f->n_units - 1; u >= 0; u--)
     if (f->units[u].reducing) rf_fsdp_reduce_finish(f, u);
   /* HSDP: every shard group holds its own sum; the all-reduce of each unit's shard
-   * (f32, padding zero) across the groups makes it the sum over every rank. Those
-   * of the last micro-batch started as their reduce-scatters finished; the rest
-   * (every unit without rf_fsdp_set_last_micro_batch) start here. */
+   * (f32, or bf16 with reduce_dtype bf16; padding zero) across the groups makes it the sum over every rank.
+   * Those of the last micro-batch started as their reduce-scatters finished; the rest (every unit without
+   * rf_fsdp_set_last_micro_batch) start here. */
   if (f->mesh.replicate.world > 1 && !f->grads_across) {
     for (int u = f->n_units - 1; u >= 0; u--)
       if (!f->units[u].across) rf_fsdp_across_start(f, u);
     for (int u = f->n_units - 1; u >= 0; u--) {
-      rf_device_stream_wait(f->device, NULL, f->units[u].across_done);
-      f->units[u].across = 0;
+      struct rf_fsdp_unit *x = &f->units[u];
+      rf_device_stream_wait(f->device, NULL, x->across_done);
+      if (f->grad_across) /* the bf16 sum widened back into the f32 shard */
+        rf_move_convert_back(f->device, f->grad + x->shard_base,
+                             (uint8_t *)f->grad_across + (size_t)x->shard_base * rf_dtype_size(RF_DTYPE_BF16),
+                             RF_DTYPE_BF16, (size_t)x->db.shard_elems, 0);
+      x->across = 0;
     }
     f->grads_across = 1;
   }

@@ -177,7 +177,9 @@ static int rf_sim_rank_memory(const struct rf_plan_split *sp, int n, const struc
           n_gslots = rf_min_i64(2, n);
   *shard_elems = slab;
   mem->params = slab * (int64_t)sizeof(float);
-  mem->grads = slab * (int64_t)sizeof(float);
+  /* HSDP with bf16 reduces: the replica all-reduce's bf16 copy of the gradient shard (src/fsdp) */
+  mem->grads =
+      slab * (int64_t)(sizeof(float) + (o->replicate > 1 && p->reduce_dtype == RF_DTYPE_BF16 ? rs : 0));
   RF_TRY(rf_sim_optim_rank(o, v, r, slab, opt));
   mem->optim = opt->state_bytes;
   mem->optim_workspace = opt->workspace_bytes;
@@ -294,8 +296,8 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
   int64_t gathers = o->reshard_after_forward ? 2 * gather_unit - last_gather : gather_unit;
   out->gather_bytes = o->accum * gathers;
   out->bytes_intra = out->gather_bytes + o->accum * reduce_unit;
-  /* the gradient shard all-reduced over the replicas once per step (f32) */
-  int64_t inter = o->replicate > 1 ? out->shard_elems * (int64_t)sizeof(float) : 0;
+  /* the gradient shard all-reduced over the replicas once per step (f32, or bf16 with bf16 reduces) */
+  int64_t inter = o->replicate > 1 ? out->shard_elems * (int64_t)rs : 0;
   out->bytes_inter = inter;
   int64_t scalars = (s > 1 ? 8 : 0) + (out->world > 1 ? o->scalar_reduce_bytes : 0); /* grad norm (f64) */
   out->reduce_bytes = o->accum * reduce_unit + inter + scalars;
@@ -347,7 +349,7 @@ static int rf_sim_traffic(const struct rf_plan_split *sp, const struct rf_plan_m
       elems += y.shard;
     }
     double d = rf_sim_link_ms(&rl[RF_SIM_COLL_ALLREDUCE], RF_SIM_COLL_ALLREDUCE, o->replicate,
-                              (double)elems * (double)sizeof(float));
+                              (double)elems * (double)rs); /* f32, or bf16 with bf16 reduces */
     busy = rf_sim_link_after(ready[u], busy, d, end, ov);
     comm += d;
   }
