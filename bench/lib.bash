@@ -145,32 +145,37 @@ for line in open(sys.argv[1]):
 EOF
 }
 
-# fit_links LINKS_OUT: fits the collectives inside a step (bench/scale.sh, bench/hosts.sh). Reads
-# points "W GROUP LINK <bench_comm's RF_BENCH_PART=step line>" on stdin; per kind and link, fits
+# fit_links LINKS_OUT [ABSOLUTE]: fits the collectives inside a step (bench/scale.sh, bench/hosts.sh).
+# Reads points "W GROUP LINK <bench_comm's RF_BENCH_PART=step line>" on stdin; per kind and link, fits
 # t = alpha ceil(log2 g) + f (g-1)/g B / busbw (f = 2 for the all-reduce) by least squares on the
-# relative error (costs under 0.05 ms counted as 0.05 ms: the chunk's own noise); prints one
+# relative error (costs under 0.05 ms counted as 0.05 ms: the chunk's own noise), or with ABSOLUTE=1
+# on the absolute error (the large sizes weigh most: a step's time is the sum of its collectives'
+# costs, and across a slow link its MiB-sized buffers make nearly all of it; the errors printed
+# are then those of the points of 1 MiB and up); prints one
 # markdown row per fit (collective, link, W, group, points, alpha us, busbw GB/s, median and largest
 # error) and appends "LINK KIND ALPHA_US BUSBW_GBS" lines to LINKS_OUT.
 fit_links() {
-  awk -v json="$1" '
+  awk -v json="$1" -v absolute="${2:-0}" '
     { k = substr($6, 6) " " $3; if (!(k in n)) order[++nk] = k; runs[k] = $1 " " $2
       b = $4 * ($5 == "MiB" ? 1048576 : 1024); t = $8; if (t < 0.05) t = 0.05
-      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $2) x1[k, n[k]]++
+      n[k]++; x1[k, n[k]] = 0; while (2 ^ x1[k, n[k]] < $2) x1[k, n[k]]++; bs[k, n[k]] = b
       x2[k, n[k]] = ($6 == "step_allreduce" ? 2 : 1) * ($2 - 1) / $2 * b; tt[k, n[k]] = t }
     END {
       for (j = 1; j <= nk; j++) { k = order[j]; split(k, kl, " "); split(runs[k], wg, " "); a11 = a12 = a22 = r1 = r2 = 0
-        for (i = 1; i <= n[k]; i++) { wgt = 1 / (tt[k, i] ^ 2)
+        for (i = 1; i <= n[k]; i++) { wgt = absolute ? 1 : 1 / (tt[k, i] ^ 2)
           a11 += wgt * x1[k, i] ^ 2; a12 += wgt * x1[k, i] * x2[k, i]; a22 += wgt * x2[k, i] ^ 2
           r1 += wgt * x1[k, i] * tt[k, i]; r2 += wgt * x2[k, i] * tt[k, i] }
         det = a11 * a22 - a12 * a12
         a = det != 0 ? (r1 * a22 - r2 * a12) / det : 0; bb = det != 0 ? (a11 * r2 - a12 * r1) / det : 0
         if (a < 0) { a = 0; bb = r2 / a22 }         # no negative latency: the bandwidth term alone
         if (bb <= 0) { bb = 0; a = r1 / a11 }       # no negative bandwidth: the latency alone
-        for (i = 1; i <= n[k]; i++) { e[i] = (a * x1[k, i] + bb * x2[k, i] - tt[k, i]) / tt[k, i]; if (e[i] < 0) e[i] = -e[i] }
-        for (i = 1; i <= n[k]; i++) for (l = i + 1; l <= n[k]; l++) if (e[l] < e[i]) { s = e[i]; e[i] = e[l]; e[l] = s }
-        med = n[k] % 2 ? e[(n[k] + 1) / 2] : (e[n[k] / 2] + e[n[k] / 2 + 1]) / 2
+        m = 0   # the errors: of every point, or (absolute) of the points of 1 MiB and up
+        for (i = 1; i <= n[k]; i++) if (!absolute || bs[k, i] >= 1048576) {
+          e[++m] = (a * x1[k, i] + bb * x2[k, i] - tt[k, i]) / tt[k, i]; if (e[m] < 0) e[m] = -e[m] }
+        for (i = 1; i <= m; i++) for (l = i + 1; l <= m; l++) if (e[l] < e[i]) { s = e[i]; e[i] = e[l]; e[l] = s }
+        med = m % 2 ? e[(m + 1) / 2] : (e[m / 2] + e[m / 2 + 1]) / 2
         bw = bb > 0 ? 1e-6 / bb : 1e6   # GB/s; 1e6: no bandwidth term
-        printf "| %s | %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kl[1], kl[2], wg[1], wg[2], n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[n[k]]
+        printf "| %s | %s | %s | %s | %d | %.1f | %s | %.0f%% | %.0f%% |\n", kl[1], kl[2], wg[1], wg[2], n[k], a * 1e3, (bb > 0 ? sprintf("%.2f", bw) : "(none)"), 100 * med, 100 * e[m]
         printf "%s %s %.3f %.6g\n", kl[2], kl[1], a * 1e3, bw >>json }
     }'
 }

@@ -17,7 +17,9 @@
  * --network FILE.json replaces the profile's fields (time-sharing, links: on
  * a node whose ranks outnumber its cores, groups that fit the cores take
  * `shared_small`, larger ones `shared`; old files without it still load);
- * --replicate node and auto choose the mesh as rfsdp train does. The
+ * --replicate node and auto choose the mesh as rfsdp train does; a profile with
+ * more ranks per node than cores, across nodes, is flagged (a warning, JSON
+ * "oversubscribed"). The
  * timing is not checked here (the
  * machine is shared): `make bench` prints predicted against measured step times
  * (bench/scale.sh). */
@@ -236,6 +238,36 @@ static void check_shared_links(const char *model) {
            "2x2, a file without shared_small: %.9g ms over %g buffers, want %g", ms, u, 4 * u + 2);
 }
 
+/* A profile with more ranks per node than cores, on a run across nodes (2 hosts x 2 ranks on
+ * 1 core each: bench/hosts.sh's 2x2), is flagged: a warning line under the step time and
+ * "oversubscribed" in the JSON; not with a core per rank, nor on `here` (one node). */
+static void check_oversubscribed(const char *model) {
+  static const struct {
+    const char *text;
+    int world, want;
+  } nets[] = {{"{\"ranks_per_node\": 2, \"cores_per_node\": 1}", 4, 1},
+              {"{\"ranks_per_node\": 2, \"cores_per_node\": 2}", 4, 0},
+              {"{\"ranks_per_node\": 2, \"cores_per_node\": 1}", 2, 0},
+              {"{\"ranks_per_node\": 0}", 4, 0}};
+  char net[128];
+  snprintf(net, sizeof net, "%s/over.json", dir);
+  for (int i = 0; i < 4; i++) {
+    RF_ASSERT(rf_file_write_all(net, nets[i].text, strlen(nets[i].text)) == 0);
+    int rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --batch 8 --seq 8 --network %s", model,
+                        nets[i].world, net);
+    int warned = strstr(out, "warning ") && strstr(out, "ranks per node on");
+    RF_CHECK(rc == 0 && warned == nets[i].want, "%s at W=%d: warned %d, want %d: '%.600s'", nets[i].text,
+             nets[i].world, warned, nets[i].want, out);
+    rc = rf_cli_run(out, sizeof out, "plan --model %s --world %d --batch 8 --seq 8 --network %s --json",
+                    model, nets[i].world, net);
+    cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+    const cJSON *o = p ? cJSON_GetObjectItemCaseSensitive(p, "oversubscribed") : NULL;
+    RF_CHECK(cJSON_IsBool(o) && cJSON_IsTrue(o) == nets[i].want,
+             "%s at W=%d: JSON 'oversubscribed': '%.300s'", nets[i].text, nets[i].world, out);
+    cJSON_Delete(p);
+  }
+}
+
 /* plan's JSON at W = 4 for the tiny model with `opts`; NULL when plan fails (its output in `out`). */
 static cJSON *plan4(const char *model, const char *opts) {
   int rc = rf_cli_run(out, sizeof out, "plan --model %s --world 4 --batch 8 --seq 8 --json %s", model, opts);
@@ -343,6 +375,7 @@ int main(void) {
   check_threads(model, data);
   check_network_file(model);
   check_shared_links(model);
+  check_oversubscribed(model);
   check_mesh(model);
 
   char cmd[128];

@@ -216,6 +216,12 @@ static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
     snprintf(out, size, "%.0f B", bytes);
 }
 
+/* 1 when the profile puts more ranks on a node than it has cores and the run spans
+ * nodes: there the measured costs come in scheduler slices (docs/scale.md, Across hosts). */
+static int rf_plan_sim_oversubscribed(const struct rf_plan_sim_model *sm, const struct rf_sim_result *r) {
+  return sm->net.ranks_per_node > sm->net.cores_per_node && r->world > sm->net.ranks_per_node;
+}
+
 void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                        const struct rf_sim_result *r) {
   char t[7][32];
@@ -250,6 +256,12 @@ void rf_plan_sim_print(const struct rf_plan_sim_args *a, const struct rf_plan_si
       "%.2f)\n",
       r->step_ms, r->compute_ms, r->exposed_comm_ms, r->optim_ms, r->copy_ms, r->comm_ms,
       sm->flops_per_token * 1e-9, r->peak_gflops, sm->net.efficiency, r->time_share);
+  if (rf_plan_sim_oversubscribed(sm, r))
+    printf(
+        "    warning          %d ranks per node on %d core(s) across nodes: a rank waiting in a collective "
+        "spins on the core its peers need, costs come in scheduler slices, not alpha + bytes / busbw; this "
+        "time assumes an even share (docs/scale.md, Across hosts)\n",
+        sm->net.ranks_per_node, sm->net.cores_per_node);
 }
 
 void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
@@ -281,6 +293,7 @@ void rf_plan_sim_json(const struct rf_plan_sim_args *a, const struct rf_plan_sim
   cJSON_AddNumberToObject(o, "predicted_step_ms", r->step_ms);
   cJSON_AddNumberToObject(o, "compute_ms", r->compute_ms);
   cJSON_AddNumberToObject(o, "time_share", r->time_share);
+  cJSON_AddBoolToObject(o, "oversubscribed", rf_plan_sim_oversubscribed(sm, r));
   cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
   cJSON_AddNumberToObject(o, "exposed_comm_ms", r->exposed_comm_ms);
   cJSON_AddNumberToObject(o, "replica_exposed_ms", r->replica_exposed_ms);
