@@ -1,83 +1,108 @@
 #!/usr/bin/env bash
 # What a checkpoint costs training, synchronous against --async-save (issue 27
-# item 6; docs/checkpoint.md): the demo model (configs/demo.json, AdamW) on W=2
-# ranks of one thread each, a checkpoint every 3 steps for 12 steps, into a
-# scratch folder; RF_BENCH_REPS runs of each mode (default 3), interleaved.
-#   sync   the training thread's time in each save ("checkpoint: ... (N ms)")
-#   async  the training thread's time per save: the save call (waiting for a save
-#          still in flight, copying into staging: "checkpoint: ... (N ms to stage"),
-#          the agreements at step boundaries while one is in flight, plus the
-#          writer thread's CPU time (an upper bound on what it takes from training
-#          when every core is busy, as here); the last save's end, awaited after
-#          the last step, is left out (a synchronous run pays its last save inside
-#          the loop: it is in the sync figure)
-#   wall   the loop's time (sum of the steps' ms and the checkpoint calls) per mode
-#          and the difference to a run without checkpoints per save: the same
-#          comparison end to end, noisy on a shared machine
-# Medians over the runs. RF_BENCH_EVERY (default 3) and RF_BENCH_STEPS (default 12) set the
-# interval and the run's length. Usage: bench/async_save.sh [BUILD_DIR]
+# item 6; docs/checkpoint.md quotes the lines this prints), in the two workloads
+# users meet, each against a synchronous save of the same state in the same run
+# of this script: the demo model (configs/demo.json, AdamW), a checkpoint every 6
+# steps for 24 steps (RF_BENCH_EVERY, RF_BENCH_STEPS), into a scratch folder on
+# the disk; RF_BENCH_REPS runs of each mode (default 3; sync, async, none),
+# interleaved; medians.
+#   (a) every core trains: W=2 ranks of one thread on 2 cores. The writer thread's
+#       CPU is taken from training, so async's loss per save is the training
+#       thread's save call (copying into staging, waiting for a save still in
+#       flight: "checkpoint: ... (N ms to stage"), the agreements at step
+#       boundaries while one is in flight, plus the writer's CPU time.
+#   (b) a core left for the writer: W=1 rank of one thread (on a GPU node training
+#       runs on the accelerator and CPU cores are free). Lost per save end to
+#       end: the training loop's time (the steps' ms, the checkpoint calls and the
+#       agreements) against the run without saves, over the saves before the last
+#       step (the last save's write has no steps left to overlap); and the
+#       training thread's own time in save calls and agreements.
+# sync save: the training thread's time in each save ("checkpoint: ... (N ms)").
+# A save's wall time: staged to complete ("checkpoint complete: ... (N ms after
+# staging)"); at an interval shorter than that, the next save waits for it.
+# Usage: bench/async_save.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/lib.bash
 source bench/lib.bash
 bench_init async_save "${1:-build}"
 bench_data
-out=$(mktemp -d /tmp/rf_bench_async.XXXXXX)
+out=$(mktemp -d "${RF_BENCH_TMP:-$top/$build}/rf_bench_async.XXXXXX") # a disk folder (not /tmp's tmpfs)
 trap 'rm -rf "$out"' EXIT
-reps=${RF_BENCH_REPS:-3} steps=${RF_BENCH_STEPS:-12} every=${RF_BENCH_EVERY:-3}
+reps=${RF_BENCH_REPS:-3} steps=${RF_BENCH_STEPS:-24} every=${RF_BENCH_EVERY:-6}
 
-run() { # run MODE REP: one training run; its output in $out/MODE-REP.out
-  local mode=$1 rep=$2 extra=()
-  [ "$mode" != none ] && extra=(--save-every "$every" --keep 2 --ckpt-dir "$out/ckpt-$mode-$rep")
+run() { # run NP MODE REP: one training run; its output in $out/wNP-MODE-REP.out
+  local np=$1 mode=$2 rep=$3 name="w$1-$2-$3" extra=()
+  [ "$mode" != none ] && extra=(--save-every "$every" --keep 2 --ckpt-dir "$out/ckpt-$name")
   [ "$mode" = async ] && extra+=(--async-save)
-  OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 "$rfsdp" train --model configs/demo.json --data data/kjv \
+  OMP_NUM_THREADS=1 scripts/rfmpirun -np "$np" "$rfsdp" train --model configs/demo.json --data data/kjv \
     --steps "$steps" --batch 8 --seq 128 --lr 1e-3 --peak-gflops 50 --print-every 0 \
-    --log "$out/$mode-$rep.jsonl" "${extra[@]}" >"$out/$mode-$rep.out" 2>&1 || {
-    echo "$bench: the $mode run failed:" >&2
-    tail -5 "$out/$mode-$rep.out" >&2
+    --log "$out/$name.jsonl" "${extra[@]}" >"$out/$name.out" 2>&1 || {
+    echo "$bench: the W=$np $mode run failed:" >&2
+    tail -5 "$out/$name.out" >&2
     exit 1
   }
-  rm -rf "$out/ckpt-$mode-$rep"
-}
-
-# loop_ms MODE REP: the steps' ms plus the training thread's checkpoint calls
-loop_ms() {
-  local steps_ms ckpt_ms
-  steps_ms=$(json_num "$out/$1-$2.jsonl" ms | awk '{s += $1} END {printf "%.1f", s}')
-  ckpt_ms=$(grep -o '^checkpoint: .*(step [0-9]*, [0-9.]* ms' "$out/$1-$2.out" | sed 's/.* \([0-9.]*\) ms$/\1/' |
-    awk '{s += $1} END {printf "%.1f", s}')
-  echo "$steps_ms + $ckpt_ms" | bc -l
+  rm -rf "$out/ckpt-$name"
 }
 
 for rep in $(seq 1 "$reps"); do
-  for mode in sync async none; do run $mode "$rep"; done
+  for np in 2 1; do
+    for mode in sync async none; do run "$np" "$mode" "$rep"; done
+  done
 done
 
-saves=$((steps / every))
-sync_ms=$(cat "$out"/sync-*.out | grep -o '^checkpoint: .*(step [0-9]*, [0-9.]* ms' |
-  sed 's/.* \([0-9.]*\) ms$/\1/' | median)
-# per async run: (the "ms to stage" of its saves + the agreements while one was in
-# flight + the writer thread's CPU) / saves; rank 0's lines
-summary='s/^async save: \([0-9]*\) saves; .* and \([0-9.]*\) ms in agreements; its writer thread used \([0-9.]*\) ms CPU.*/\1 \2 \3/p'
-per_run() { # per_run FILE: "saves stage_ms agreements_ms writer_ms"
-  local stage
-  stage=$(grep -o '^checkpoint: .*(step [0-9]*, [0-9.]* ms' "$1" | sed 's/.* \([0-9.]*\) ms$/\1/' |
-    awk '{s += $1} END {printf "%.1f", s}')
-  sed -n "$summary" "$1" | awk -v s="$stage" '{print $1, s, $2, $3}'
+# calls FILE: "step ms" of each checkpoint call of rank 0
+calls() { sed -n 's/^checkpoint: .*(step \([0-9]*\), \([0-9.]*\) ms.*/\1 \2/p' "$1"; }
+# agree_writer FILE: "saves agreements_ms writer_cpu_ms" from the async summary
+agree_writer() {
+  sed -n 's/^async save: \([0-9]*\) saves; .* and \([0-9.]*\) ms in agreements; its writer thread used \([0-9.]*\) ms CPU.*/\1 \2 \3/p' "$1"
 }
-async_ms=$(for f in "$out"/async-*.out; do per_run "$f"; done | awk '{printf "%.2f\n", ($2 + $3 + $4) / $1}' | median)
-parts=$(for f in "$out"/async-*.out; do per_run "$f"; done |
-  awk '{c += $2 / $1; a += $3 / $1; p += $4 / $1; n++} END {if (n) printf "staging call %.1f, agreements %.1f, writer CPU %.1f ms (means)", c / n, a / n, p / n}')
-staging=$(grep -o 'staging buffer of [0-9.]* MB' "$out/async-1.out" | grep -o '[0-9.]* MB')
-wall() { for rep in $(seq 1 "$reps"); do loop_ms "$1" "$rep"; done | median; }
-w_none=$(wall none) w_sync=$(wall sync) w_async=$(wall async)
+# per_save FILE: "saves calls_ms agreements_ms writer_ms" per save of an async run
+per_save() {
+  local c
+  c=$(calls "$1" | awk '{s += $2} END {printf "%.3f", s}')
+  agree_writer "$1" | awk -v c="$c" '{printf "%d %.3f %.3f %.3f\n", $1, c / $1, $2 / $1, $3 / $1}'
+}
+# loop NAME: the training loop's ms: the steps, the checkpoint calls before the
+# last step and (async) the agreements
+loop() {
+  local f=$out/$1 s c a
+  s=$(json_num "$f.jsonl" ms | awk '{s += $1} END {printf "%.3f", s}')
+  c=$(calls "$f.out" | awk -v n="$steps" '$1 < n {s += $2} END {printf "%.3f", s}')
+  a=$(agree_writer "$f.out" | awk '{print $2}')
+  echo "${s} + ${c} + ${a:-0}" | bc -l
+}
+reps_of() { for rep in $(seq 1 "$reps"); do "$1" "$2-$rep"; done; }
+sync_ms() { cat "$out"/w"$1"-sync-*.out | calls /dev/stdin | awk '{print $2}' | median; }
+wall_ms() { cat "$out"/w"$1"-async-*.out | sed -n 's/^checkpoint complete: .* \([0-9.]*\) ms after staging.*/\1/p' | median; }
+step_ms() { cat "$out"/w"$1"-none-*.jsonl | json_num /dev/stdin ms | median; }
+staging() { grep -o 'staging buffer of [0-9.]* MB' "$out/w$1-async-1.out" | grep -o '[0-9.]*'; }
+saves=$(calls "$out/w2-sync-1.out" | wc -l)
+window=$(calls "$out/w1-sync-1.out" | awk -v n="$steps" '$1 < n' | wc -l)
+
+# (a)
+a_sync=$(sync_ms 2)
+a_async=$(for f in "$out"/w2-async-*.out; do per_save "$f"; done | awk '{printf "%.3f\n", $2 + $3 + $4}' | median)
+a_parts=$(for f in "$out"/w2-async-*.out; do per_save "$f"; done |
+  awk '{c += $2; a += $3; p += $4; n++} END {if (n) printf "staging call %.1f, agreements %.1f, writer CPU %.1f ms, means", c / n, a / n, p / n}')
+# (b)
+b_sync=$(sync_ms 1)
+b_none=$(reps_of loop w1-none | median) b_syncl=$(reps_of loop w1-sync | median) b_asyncl=$(reps_of loop w1-async | median)
+b_e2e=$(echo "($b_asyncl - $b_none) / $window" | bc -l)
+b_e2e_sync=$(echo "($b_syncl - $b_none) / $window" | bc -l)
+b_calls=$(for f in "$out"/w1-async-*.out; do per_save "$f"; done | awk '{printf "%.3f\n", $2 + $3}' | median)
+b_writer=$(for f in "$out"/w1-async-*.out; do per_save "$f"; done | awk '{print $4}' | median)
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(bench_load)"
-echo "configs/demo.json, W=2, AdamW, $steps steps, a checkpoint every $every ($saves saves), $reps runs per mode"
-printf "staging buffer (--async-save's extra memory): %s per rank\n" "$staging"
-printf "sync save: %.1f ms per save (median)\n" "$sync_ms"
-printf "async save: %.1f ms per save lost by training (median; %s)\n" "$async_ms" "$parts"
-printf "async / sync: %.3f\n" "$(echo "$async_ms / $sync_ms" | bc -l)"
-printf "wall (loop ms, medians): none %.0f, sync %.0f, async %.0f; per save: sync %+.0f ms, async %+.0f ms\n" \
-  "$w_none" "$w_sync" "$w_async" "$(echo "($w_sync - $w_none) / $saves" | bc -l)" \
-  "$(echo "($w_async - $w_none) / $saves" | bc -l)"
+echo "configs/demo.json, AdamW, $steps steps, a checkpoint every $every ($saves saves), $reps runs per mode interleaved, medians"
+printf "(a) every core trains, W=2 x 1 thread: sync save %.1f ms per save; async %.1f ms lost per save (%s); async / sync %.3f\n" \
+  "$a_sync" "$a_async" "$a_parts" "$(echo "$a_async / $a_sync" | bc -l)"
+printf "(a) a save's wall time, staged to complete: %.0f ms (steps of %.0f ms)\n" "$(wall_ms 2)" "$(step_ms 2)"
+printf "(b) a core left for the writer, W=1 x 1 thread: sync save %.1f ms per save (end to end %+.1f ms); async end to end %+.1f ms lost per save (the loop's time against the run without saves, over %d saves); async / sync %.3f\n" \
+  "$b_sync" "$b_e2e_sync" "$b_e2e" "$window" "$(echo "$b_e2e / $b_sync" | bc -l)"
+printf "(b) the training thread in async save calls and agreements: %.1f ms per save; / sync %.3f; the writer thread's CPU %.1f ms per save\n" \
+  "$b_calls" "$(echo "$b_calls / $b_sync" | bc -l)" "$b_writer"
+printf "(b) a save's wall time, staged to complete: %.0f ms (steps of %.0f ms); the loops (ms): none %.0f, sync %.0f, async %.0f\n" \
+  "$(wall_ms 1)" "$(step_ms 1)" "$b_none" "$b_syncl" "$b_asyncl"
+printf "extra memory of --async-save (the staging copy of the shard and optimizer state, and the 4.2 MB write buffer; resident from the start): %s MB per rank at W=2, %s MB at W=1\n" \
+  "$(staging 2)" "$(staging 1)"
