@@ -5,6 +5,7 @@
 
 #include <ftw.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,13 @@ int rf_cli_hosts_available(char *why, int why_size) {
   return 0;
 }
 
+int rf_cli_hosts_unavailable(void) {
+  char why[4096] = "";
+  if (rf_cli_hosts_available(why, sizeof why)) return 0;
+  printf("%s\nnot run: scripts/hosts cannot make network namespaces here\n", why);
+  return 1;
+}
+
 void rf_cli_write_tiny_model(const char *path) {
   const char *tiny =
       "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
@@ -126,6 +134,23 @@ void rf_cli_write_verses(const char *path, size_t bytes) {
     n += (size_t)snprintf(buf + n, bytes - n, "1:%d %s\n", i % 31 + 1, lines[i % 4]);
   RF_ASSERT(rf_file_write_all(path, buf, n) == 0);
   free(buf);
+}
+
+int rf_cli_setup_tiny(const char *dir, size_t text_bytes, char *data, int data_size, char *model,
+                      int model_size, char *out, int out_size) {
+  char text[512];
+  snprintf(text, sizeof text, "%s/text.txt", dir);
+  snprintf(data, (size_t)data_size, "%s/data", dir);
+  snprintf(model, (size_t)model_size, "%s/tiny.json", dir);
+  rf_cli_write_verses(text, text_bytes);
+  rf_cli_write_tiny_model(model);
+  return rf_cli_run(out, out_size, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+}
+
+double rf_cli_worst_relative(const double *got, const double *ref, int n) {
+  double worst = 0;
+  for (int s = 0; s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+  return worst;
 }
 
 int rf_cli_log_field(const char *path, const char *key, double *v, int cap) {

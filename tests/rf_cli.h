@@ -33,6 +33,10 @@ int rf_cli_run_hosts(char *out, int out_size, int hosts, int per_host, const cha
  * in `why` (the tests that need them then exit 77: reported as not run). */
 int rf_cli_hosts_available(char *why, int why_size);
 
+/* For a test that needs scripts/hosts: 1 (after saying why and that it did not run)
+ * when namespaces cannot be made here, then the test returns 77; else 0. */
+int rf_cli_hosts_unavailable(void);
+
 /* The wall-clock seconds of the last rf_cli_run, rf_cli_run_mpi, rf_cli_sh or rf_cli_run_hosts. */
 double rf_cli_last_seconds(void);
 
@@ -47,6 +51,17 @@ void rf_cli_write_tiny_model(const char *path);
  * of four repeated sentences of Genesis 1 (a corpus with structure to learn); aborts
  * when it cannot. */
 void rf_cli_write_verses(const char *path, size_t bytes);
+
+/* The set-up the training tests share: in folder `dir`, writes about `text_bytes`
+ * of verses (text.txt) and the tiny model (tiny.json), and prepares the data
+ * (`rfsdp prepare --val-fraction 0.1` into dir/data). The paths of the data and
+ * the model go to `data` and `model`; returns prepare's exit code (its output in
+ * `out`). */
+int rf_cli_setup_tiny(const char *dir, size_t text_bytes, char *data, int data_size, char *model,
+                      int model_size, char *out, int out_size);
+
+/* The largest |got - ref| / |ref| over n values (a NaN anywhere gives NaN). */
+double rf_cli_worst_relative(const double *got, const double *ref, int n);
 
 /* The value after `key` (e.g. "\"loss\":") on each step line of a train log (JSONL,
  * lines with a "step"), in order, at most `cap`; returns the count (0: no file). */

@@ -19,7 +19,6 @@
  *    what ran in it.
  * Where namespaces cannot be made (not root), the test says why and exits 77:
  * scripts/run-tests reports it as not run. */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,12 +62,6 @@ static int read_stats(const char *path, double *sent, int cap) {
   return n;
 }
 
-static double worst_relative(const double *got, const double *ref, int n) {
-  double worst = 0;
-  for (int s = 0; s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
-  return worst;
-}
-
 /* One run across `hosts` x `per` ranks against the one-rank losses `ref`; checks
  * the bytes against the plan and the links. */
 static void check_mesh(const char *model, const char *data, const double *ref, int hosts, int per,
@@ -102,7 +95,7 @@ static void check_mesh(const char *model, const char *data, const double *ref, i
   double got[STEPS], inter[STEPS] = {0}, intra[STEPS] = {0};
   int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
   RF_CHECK(m == STEPS, "%d hosts x %d: %d steps logged", hosts, per, m);
-  double worst = worst_relative(got, ref, m);
+  double worst = rf_cli_worst_relative(got, ref, m);
   RF_CHECK(worst <= 1e-4, "%d hosts x %d: loss differs from the one-rank run by %.3g relative", hosts, per,
            worst);
   double plan_inter = plan_bytes(model, w, r, "bytes_per_step_inter");
@@ -175,20 +168,11 @@ static void check_cleanup(void) {
 }
 
 int main(void) {
-  char why[4096];
-  if (!rf_cli_hosts_available(why, sizeof why)) {
-    printf("%s\nnot run: scripts/hosts cannot make network namespaces here\n", why);
-    return 77;
-  }
+  if (rf_cli_hosts_unavailable()) return 77;
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256], out[8192], log[256];
-  snprintf(text, sizeof text, "%s/text.txt", dir);
-  snprintf(data, sizeof data, "%s/data", dir);
-  snprintf(model, sizeof model, "%s/tiny.json", dir);
-  rf_cli_write_verses(text, 1 << 17);
-  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  char data[200], model[256], out[8192], log[256];
+  int rc = rf_cli_setup_tiny(dir, 1 << 17, data, sizeof data, model, sizeof model, out, sizeof out);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  rf_cli_write_tiny_model(model);
 
   double ref[STEPS];
   snprintf(log, sizeof log, "%s/ref.jsonl", dir);

@@ -12,7 +12,6 @@
  *    hosts (1 host x 3 ranks; 2 hosts x 1 rank: resharded), the run continues with
  *    the uninterrupted one-rank run's losses within 1e-4 relative.
  * Where namespaces cannot be made, exits 77 (not run), saying why. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,29 +56,18 @@ static void check_resume(const char *model, const char *data, const char *ckpt, 
   double got[STEPS];
   int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
   RF_CHECK(m == STEPS - step, "%s: resumed at step %d, %d steps logged", what, step, m);
-  double worst = 0;
-  for (int s = 0; s < m && s < STEPS - step; s++)
-    worst = rf_test_max(worst, fabs(got[s] - ref[step + s]) / fabs(ref[step + s]));
+  double worst = rf_cli_worst_relative(got, ref + step, m < STEPS - step ? m : STEPS - step);
   RF_CHECK(worst <= 1e-4, "%s: resumed losses differ from the uninterrupted run by %.3g", what, worst);
   printf("%s: resumed from step %d on %d host(s) x %d: losses within %.2g of the uninterrupted run\n", what,
          step, hosts, per, worst);
 }
 
 int main(void) {
-  char why[4096];
-  if (!rf_cli_hosts_available(why, sizeof why)) {
-    printf("%s\nnot run: scripts/hosts cannot make network namespaces here\n", why);
-    return 77;
-  }
+  if (rf_cli_hosts_unavailable()) return 77;
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256], out[16384], log[256], flags[512], ckpt[256];
-  snprintf(text, sizeof text, "%s/text.txt", dir);
-  snprintf(data, sizeof data, "%s/data", dir);
-  snprintf(model, sizeof model, "%s/tiny.json", dir);
-  rf_cli_write_verses(text, 1 << 17);
-  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  char data[200], model[256], out[16384], log[256], flags[512], ckpt[256];
+  int rc = rf_cli_setup_tiny(dir, 1 << 17, data, sizeof data, model, sizeof model, out, sizeof out);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  rf_cli_write_tiny_model(model);
 
   double ref[STEPS];
   snprintf(log, sizeof log, "%s/ref.jsonl", dir);

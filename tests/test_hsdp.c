@@ -23,7 +23,6 @@
  *    S = 1, 2, 4): --max-padding 0 picks 4x1, 1 picks 2x2 (the largest group
  *    meeting it); --memory-per-rank 0.0008 GB picks 2x2, 0.0006 picks 1x4 (the
  *    smallest group that fits), 0.0004 is refused naming the least. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +50,6 @@ static double read_plan_shard(const char *path) {
   }
   fclose(f);
   return v;
-}
-
-static double worst_relative(const double *got, const double *ref, int n) {
-  double worst = 0;
-  for (int s = 0; s < n; s++) worst = rf_test_max(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
-  return worst;
 }
 
 /* The one-rank run and the meshes 2x2, 2x3, 3x2 of one optimizer. */
@@ -95,14 +88,14 @@ static void check_equivalence(const char *model, const char *data, const char *o
     RF_CHECK(strstr(out, banner) != NULL, "%s: the banner does not say %s\n%s", optim, banner, out);
     m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
     RF_CHECK(m == STEPS, "%s %dx%d: %d steps logged", optim, r, meshes[k][1], m);
-    double worst = worst_relative(got, ref, m < n ? m : n);
+    double worst = rf_cli_worst_relative(got, ref, m < n ? m : n);
     RF_CHECK(worst <= 1e-4, "%s %dx%d: loss differs from the one-rank run by %.3g relative", optim, r,
              meshes[k][1], worst);
     /* the gradient itself: its norm (before clipping) scales with any wrong count in the
      * replica sum, which Adam and Muon hardly see in the loss */
     m = rf_cli_log_field(log, "\"grad_norm\":", norm, STEPS);
     RF_CHECK(m == STEPS, "%s %dx%d: %d grad norms logged", optim, r, meshes[k][1], m);
-    double worst_norm = worst_relative(norm, ref_norm, m < n ? m : n);
+    double worst_norm = rf_cli_worst_relative(norm, ref_norm, m < n ? m : n);
     RF_CHECK(worst_norm <= 1e-6, /* measured at most 2.8e-8 (the reduction order) */
              "%s %dx%d: grad_norm differs from the one-rank run by %.3g relative", optim, r, meshes[k][1],
              worst_norm);
@@ -142,7 +135,7 @@ static void check_resume(const char *model, const char *data) {
     RF_CHECK(rc == 0 && strstr(out, "resumed from"), "resume at %dx%d: rc %d\n%s", r, meshes[k][1], rc, out);
     int m = rf_cli_log_field(log, "\"loss\":", got, STEPS);
     RF_CHECK(m == STEPS - 4, "resume at %dx%d: %d steps logged", r, meshes[k][1], m);
-    double worst = worst_relative(got, full + 4, m < STEPS - 4 ? m : STEPS - 4);
+    double worst = rf_cli_worst_relative(got, full + 4, m < STEPS - 4 ? m : STEPS - 4);
     RF_CHECK(worst <= 1e-4, "resume at %dx%d: loss differs from the uninterrupted 2x2 run by %.3g relative",
              r, meshes[k][1], worst);
     printf("resumed 2x2 -> %dx%d  max relative loss difference %.2g\n", r, meshes[k][1], worst);
@@ -225,7 +218,8 @@ static void check_bf16_across(const char *model, const char *data) {
     RF_CHECK(m == STEPS && mn == STEPS && mi == STEPS, "bf16 %dx%d: %d losses, %d norms, %d inter_bytes", r,
              meshes[k][1], m, mn, mi);
     if (m != STEPS || mn != STEPS || mi != STEPS) continue;
-    double worst = worst_relative(got, ref, STEPS), worst_norm = worst_relative(norm, ref_norm, STEPS);
+    double worst = rf_cli_worst_relative(got, ref, STEPS),
+           worst_norm = rf_cli_worst_relative(norm, ref_norm, STEPS);
     RF_CHECK(worst <= 1e-4, "bf16 %dx%d: loss differs from the one-rank f32 run by %.3g relative", r,
              meshes[k][1], worst);
     RF_CHECK(worst_norm <= 2e-3, "bf16 %dx%d: grad_norm differs from the one-rank f32 run by %.3g relative",
@@ -251,14 +245,9 @@ static void check_bf16_across(const char *model, const char *data) {
 
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
-  char text[256], data[200], model[256], out[8192];
-  snprintf(text, sizeof text, "%s/text.txt", dir);
-  snprintf(data, sizeof data, "%s/data", dir);
-  snprintf(model, sizeof model, "%s/tiny.json", dir);
-  rf_cli_write_verses(text, 1 << 17);
-  int rc = rf_cli_run(out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
+  char data[200], model[256], out[8192];
+  int rc = rf_cli_setup_tiny(dir, 1 << 17, data, sizeof data, model, sizeof model, out, sizeof out);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  rf_cli_write_tiny_model(model);
 
   check_bad_meshes(model, data);
   check_auto(model, data);
