@@ -57,10 +57,13 @@ calls() { sed -n 's/^checkpoint: .*(step \([0-9]*\), \([0-9.]*\) ms.*/\1 \2/p' "
 agree_writer() {
   sed -n 's/^async save: \([0-9]*\) saves; .* and \([0-9.]*\) ms in agreements; its writer thread used \([0-9.]*\) ms CPU.*/\1 \2 \3/p' "$1"
 }
-# per_save FILE: "saves calls_ms agreements_ms writer_ms" per save of an async run
+# fence FILE: the ms the training thread waited at optimizer steps for the writer's copy
+fence() { sed -n 's/^async save: .* waited \([0-9.]*\) ms at optimizer steps.*/\1/p' "$1"; }
+# per_save FILE: "saves calls_ms agreements_ms writer_ms" per save of an async run (calls_ms: the
+# save calls and the waits at optimizer steps for the writer's copy)
 per_save() {
   local c
-  c=$(calls "$1" | awk '{s += $2} END {printf "%.3f", s}')
+  c=$(calls "$1" | awk -v f="$(fence "$1")" '{s += $2} END {printf "%.3f", s + f}')
   agree_writer "$1" | awk -v c="$c" '{printf "%d %.3f %.3f %.3f\n", $1, c / $1, $2 / $1, $3 / $1}'
 }
 # loop NAME: the training loop's ms: the steps, the checkpoint calls before the
@@ -84,7 +87,7 @@ window=$(calls "$out/w1-sync-1.out" | awk -v n="$steps" '$1 < n' | wc -l)
 a_sync=$(sync_ms 2)
 a_async=$(for f in "$out"/w2-async-*.out; do per_save "$f"; done | awk '{printf "%.3f\n", $2 + $3 + $4}' | median)
 a_parts=$(for f in "$out"/w2-async-*.out; do per_save "$f"; done |
-  awk '{c += $2; a += $3; p += $4; n++} END {if (n) printf "staging call %.1f, agreements %.1f, writer CPU %.1f ms, means", c / n, a / n, p / n}')
+  awk '{c += $2; a += $3; p += $4; n++} END {if (n) printf "save calls and copy waits %.1f, agreements %.1f, writer CPU %.1f ms, means", c / n, a / n, p / n}')
 # (b)
 b_sync=$(sync_ms 1)
 b_none=$(reps_of loop w1-none | median) b_syncl=$(reps_of loop w1-sync | median) b_asyncl=$(reps_of loop w1-async | median)

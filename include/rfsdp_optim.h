@@ -127,6 +127,10 @@ int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *o
  * on every rank (Shampoo: a non-finite factor or a failed eigendecomposition,
  * naming the tensor; the ranks agree before returning). */
 int rf_optim_step(struct rf_optim *o, float lr);
+/* A function rf_optim_step calls first, before it changes the master shard or any
+ * state (an asynchronous checkpoint's background copy of them is waited for there:
+ * rf_run_async_create sets it, rf_run_async_free clears it); NULL clears it. Local. */
+void rf_optim_set_before_step(struct rf_optim *o, void (*fn)(void *ctx), void *ctx);
 /* Steps taken (bias correction uses it); set it when resuming from a checkpoint. */
 int64_t rf_optim_get_step(const struct rf_optim *o);
 enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o);

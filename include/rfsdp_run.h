@@ -96,9 +96,13 @@ int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, 
 
 /* ---- asynchronous saves ------------------------------------------------------
  *
- * rf_run_series_save_async copies the state (the master shard and every optimizer
- * state slab) into a staging buffer allocated once by rf_run_async_create, and
- * returns: a background thread writes, checksums and fsyncs this rank's files
+ * rf_run_series_save_async starts a background thread and returns: the thread
+ * first copies the state (the master shard and every optimizer state slab) into a
+ * staging buffer allocated once by rf_run_async_create, while the training thread
+ * goes on with the next step's forward and backward, which only read them; the
+ * next rf_optim_step, the first change to them, waits for that copy (the saver sets
+ * itself as the optimizer's before-step function; without an optimizer the save
+ * call copies). Then the thread writes, checksums and fsyncs this rank's files
  * (src/ckpt's rf_ckpt_save_views) while training goes on. The thread never
  * communicates: where the save needs every rank's agreement (every rank's files
  * written; rank 0's meta.json and COMPLETE written) the thread stops and waits,
@@ -137,12 +141,13 @@ int rf_run_async_poll(struct rf_run_async *a, int64_t *step);
  * signal. */
 int rf_run_async_wait(struct rf_run_async *a, int64_t *step);
 /* What the saves cost this rank so far (cumulative, local). The training thread
- * loses copy_ns + wait_ns + poll_ns, and at most writer_cpu_ns more when every
- * core is busy. */
+ * loses copy_ns + fence_ns + wait_ns + poll_ns, and at most writer_cpu_ns (the
+ * copy included) more when every core is busy. */
 struct rf_run_async_stats {
   int64_t saves;           /* saves started */
   int64_t staging_bytes;   /* the staging buffer (rf_run_async_staging_bytes) */
-  uint64_t copy_ns;        /* training thread: copying the state into staging */
+  uint64_t copy_ns;        /* training thread: copying the state into staging (only without an optimizer) */
+  uint64_t fence_ns;       /* training thread: waiting at an optimizer step for the writer's copy */
   uint64_t wait_ns;        /* training thread: waiting for a save in flight (the next save, the end) */
   uint64_t poll_ns;        /* training thread: the agreements at step boundaries (rf_run_async_poll) */
   uint64_t writer_cpu_ns;  /* the writer thread's CPU time (this rank's files, checksums; rank 0: meta) */
@@ -171,5 +176,10 @@ int rf_run_stop_signal(const struct rf_fsdp *f);
  * the COMPLETE marker: a crash in the middle of a checkpoint. -1 (the default):
  * never. `rfsdp train` sets it from the environment variable RF_TEST_DIE_IN_SAVE. */
 void rf_run_test_die_in_save(int64_t step);
+/* From now on, an asynchronous save's thread waits `ms` milliseconds before it
+ * copies the state into staging (the next optimizer step must wait for it: a
+ * snapshot taken late would hold that step's changes). 0 (the default): none.
+ * `rfsdp train` sets it from the environment variable RF_TEST_ASYNC_COPY_DELAY_MS. */
+void rf_run_test_delay_async_copy(uint64_t ms);
 
 #endif

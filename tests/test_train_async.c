@@ -12,6 +12,10 @@
  *    checkpoint, the resume takes it and ends bit-identical (W = 2);
  *  - SIGTERM with a save in flight (W = 2): exit 143, the stop's checkpoint
  *    complete and the latest;
+ *  - a late snapshot (W = 2, 8-bit AdamW: the writer thread copies the state 400 ms
+ *    after the save call, RF_TEST_ASYNC_COPY_DELAY_MS, several steps of this model): the
+ *    next optimizer step waits for the copy, so the step-6 checkpoint is byte for
+ *    byte the synchronous run's step 6, not a later state;
  *  - --async-save without --ckpt-dir is refused with a message. */
 #include <signal.h>
 #include <stdarg.h>
@@ -119,6 +123,35 @@ static void check_async(int world, const char *optim, const char *replicate, int
            optim, world, replicate[0] ? " (2 x 2 HSDP)" : "");
 }
 
+/* The writer's copy 400 ms late: the step-6 and step-8 checkpoints equal the
+ * synchronous run's (check_async's, W = 3 8-bit AdamW); the optimizer steps
+ * between waited for the copies. */
+static void check_late_copy(void) {
+  char out[16384], late[200], sync[200];
+  const int failures = rf_test_failures;
+  snprintf(late, sizeof late, "%s/late", dir);
+  snprintf(sync, sizeof sync, "%s/sync-adamw8bit-3", dir);
+  run_env = "RF_TEST_ASYNC_COPY_DELAY_MS=400";
+  int rc = train(out, sizeof out, 3,
+                 "--batch 12 --optim adamw8bit --steps 8 --save-every 2 --keep 2 --ckpt-dir %s --async-save",
+                 late);
+  run_env = "";
+  double fence = -1;
+  const char *at = strstr(out, "waited ");
+  if (at) sscanf(at, "waited %lf ms at optimizer steps", &fence);
+  RF_CHECK(rc == 0, "late copy W=3: rc %d\n%s", rc, out);
+  RF_CHECK(same_checkpoint(sync, late, 6, 3) && same_checkpoint(sync, late, 8, 3),
+           "late copy W=3: a checkpoint differs from the synchronous run's\n%s", out);
+  RF_CHECK(fence >= 300,
+           "late copy W=3: the optimizer steps waited %.1f ms for the copies, expected >= 300\n%s", fence,
+           out);
+  if (rf_test_failures == failures)
+    printf(
+        "async late copy W=3: optimizer steps waited %.0f ms for the writer's copies; checkpoints 6 and 8 "
+        "equal the synchronous run's\n",
+        fence);
+}
+
 /* The last rank dies inside its writer thread's save of step 4 (after writing its
  * files, at the agreement point: RF_TEST_DIE_IN_SAVE), while the training thread
  * runs step 5. */
@@ -202,6 +235,7 @@ int main(void) {
   check_async(2, "adamw", "", 2);
   check_async(3, "adamw8bit", "", 3);
   check_async(4, "adamw", "--replicate 2", 2);
+  check_late_copy();
   check_kill(2);
   check_sigterm();
 

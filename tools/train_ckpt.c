@@ -135,11 +135,12 @@ int rf_train_ckpt_end(struct rf_train_state *s) {
   rf_run_async_get_stats(s->async, &end);
   if (s->rank == 0)
     printf(
-        "async save: %lld saves; rank 0's training thread copied %.1f ms, waited %.1f ms for saves in "
-        "flight and %.1f ms in agreements; its writer thread used %.1f ms CPU; after the last step the "
-        "last save took %.1f ms more; staging %.1f MB\n",
-        (long long)st.saves, (double)st.copy_ns / 1e6, (double)st.wait_ns / 1e6, (double)st.poll_ns / 1e6,
-        (double)end.writer_cpu_ns / 1e6, (double)(end.wait_ns - st.wait_ns) / 1e6,
+        "async save: %lld saves; rank 0's training thread copied %.1f ms, waited %.1f ms at optimizer steps "
+        "for the writer's copy, %.1f ms for saves in flight and %.1f ms in agreements; its writer thread "
+        "used "
+        "%.1f ms CPU; after the last step the last save took %.1f ms more; staging %.1f MB\n",
+        (long long)st.saves, (double)st.copy_ns / 1e6, (double)st.fence_ns / 1e6, (double)st.wait_ns / 1e6,
+        (double)st.poll_ns / 1e6, (double)end.writer_cpu_ns / 1e6, (double)(end.wait_ns - st.wait_ns) / 1e6,
         (double)st.staging_bytes / 1e6);
   return 0;
 }

@@ -146,9 +146,15 @@ void rf_optim_free(struct rf_optim *o) {
 /* ---- step, state, stats ------------------------------------------------------ */
 
 int rf_optim_step(struct rf_optim *o, float lr) {
+  if (o->before_step) o->before_step(o->before_step_ctx);
   o->step++;
   o->stats.steps++;
   return o->ops->step(o, lr);
+}
+
+void rf_optim_set_before_step(struct rf_optim *o, void (*fn)(void *ctx), void *ctx) {
+  o->before_step = fn;
+  o->before_step_ctx = ctx;
 }
 
 enum rf_optim_kind rf_optim_get_kind(const struct rf_optim *o) { return o->opt.kind; }

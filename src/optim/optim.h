@@ -71,6 +71,8 @@ struct rf_optim {
   int64_t step;
   int measure; /* 1: sizes only (rf_optim_measure): the create allocates no state or staging */
   struct rf_optim_stats stats;
+  void (*before_step)(void *ctx); /* rf_optim_set_before_step; NULL: none */
+  void *before_step_ctx;
   void *impl;
 };
 

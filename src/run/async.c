@@ -1,6 +1,7 @@
-/* Asynchronous saves (include/rfsdp_run.h): the state copied into staging, a
- * background thread that writes it through src/ckpt, and the training thread
- * answering the thread's agreements at step boundaries.
+/* Asynchronous saves (include/rfsdp_run.h): a background thread that copies the
+ * state into staging (the next optimizer step waits for that copy) and writes it
+ * through src/ckpt, and the training thread answering the thread's agreements at
+ * step boundaries.
  *
  * The writer thread runs rf_ckpt_save_views with an agreement callback that does
  * not communicate: it posts the thread's status and sleeps until the training
@@ -39,8 +40,8 @@ struct rf_run_async_scale {
 };
 
 struct rf_run_async {
-  const struct rf_fsdp *fsdp;         /* borrowed */
-  const struct rf_optim *optim;       /* borrowed; NULL: none */
+  struct rf_fsdp *fsdp;               /* borrowed */
+  struct rf_optim *optim;             /* borrowed; NULL: none (the save call copies) */
   const struct rf_run_series *series; /* the in-flight save's (borrowed) */
   int writer;                         /* this rank writes (the first replica group) */
   int n_views;
@@ -65,6 +66,8 @@ struct rf_run_async {
   enum rf_run_async_state where; /* under mu */
   int status, result, has_result, abort, rc;
   char err[RF_FILE_PATH_MAX + 1024];
+  int copying;                     /* under mu: the thread has not finished copying the state into staging */
+  uint64_t copy_delay_ms;          /* testing: the thread sleeps this long before it copies */
   uint64_t started_ns;             /* when the save in flight was staged */
   uint64_t writer_cpu_ns;          /* under mu: the writer's CPU time of the save in flight */
   struct rf_run_async_stats stats; /* training thread only */
@@ -96,6 +99,30 @@ static void rf_run_async_scale_piece(void *ctx, const struct rf_tensor_view *vie
   out->begin = p->begin;
   out->end = p->end;
   out->data = (uint8_t *)c->async->state[c->state] + (size_t)p->offset * rf_dtype_size(d->dtype);
+}
+
+/* Testing hook (rf_run_test_delay_async_copy): the writer's copy starts this late. */
+static uint64_t rf_run_async_copy_delay_ms;
+void rf_run_test_delay_async_copy(uint64_t ms) { rf_run_async_copy_delay_ms = ms; }
+
+/* The state into staging: the master shard and every optimizer state slab. */
+static void rf_run_async_copy(struct rf_run_async *a) {
+  memcpy(a->master, rf_fsdp_shard_master(a->fsdp), (size_t)a->shard_elems * sizeof(float));
+  for (int j = 0; j < a->st.n; j++) {
+    struct rf_optim_state_slab slab;
+    rf_optim_state(a->optim, j, &slab);
+    memcpy(a->state[j], slab.data, a->state_bytes[j]);
+  }
+}
+
+/* The optimizer's before-step function: the writer's copy finished. */
+static void rf_run_async_fence(void *ctx) {
+  struct rf_run_async *a = ctx;
+  uint64_t t0 = rf_time_ns();
+  pthread_mutex_lock(&a->mu);
+  while (a->copying) pthread_cond_wait(&a->cv, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+  a->stats.fence_ns += rf_time_ns() - t0;
 }
 
 int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
@@ -149,6 +176,7 @@ int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
   rf_comm_req_init(&a->req, f->mesh.shard.world);
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
+  if (a->optim) rf_optim_set_before_step(a->optim, rf_run_async_fence, a);
   *out = a;
   return 0;
 }
@@ -170,6 +198,17 @@ static int rf_run_async_agree(void *ctx, int status) {
 
 static void *rf_run_async_main(void *arg) {
   struct rf_run_async *a = arg;
+  if (a->copying) { /* first the snapshot: the next optimizer step waits for it (rf_run_async_fence) */
+    if (a->copy_delay_ms) {
+      struct timespec d = {(time_t)(a->copy_delay_ms / 1000), (long)(a->copy_delay_ms % 1000) * 1000000L};
+      nanosleep(&d, NULL);
+    }
+    rf_run_async_copy(a);
+    pthread_mutex_lock(&a->mu);
+    a->copying = 0;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+  }
   if (!a->extra) { /* the program's JSON was no object: the save fails on every rank at its first agreement */
     rf_run_async_agree(a, -1);
     pthread_mutex_lock(&a->mu);
@@ -304,14 +343,14 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
   /* no agreement here: a bad program JSON fails the save at the writers' first agreement */
   char *extra = rf_run_extra(run, program_json);
   rf_run_series_path(a->dir, sizeof a->dir, s->dir, run->step);
-  /* the snapshot: everything the save writes, copied while training waits */
+  /* the snapshot: everything the save writes. The writer thread copies it while
+   * the next step's forward and backward run; the next optimizer step waits for
+   * it. Without an optimizer nothing fences the shard: copied here. The ranks
+   * that write nothing copy nothing. */
   uint64_t t0 = rf_time_ns();
-  memcpy(a->master, rf_fsdp_shard_master(run->fsdp), (size_t)a->shard_elems * sizeof(float));
-  for (int j = 0; j < a->st.n; j++) {
-    struct rf_optim_state_slab slab;
-    rf_optim_state(run->optim, j, &slab);
-    memcpy(a->state[j], slab.data, a->state_bytes[j]);
-  }
+  a->copying = a->writer && a->optim;
+  a->copy_delay_ms = rf_run_async_copy_delay_ms;
+  if (a->writer && !a->optim) rf_run_async_copy(a);
   a->started_ns = rf_time_ns();
   a->stats.copy_ns += a->started_ns - t0;
   a->stats.saves++;
@@ -343,6 +382,7 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
 
 void rf_run_async_free(struct rf_run_async *a) {
   if (!a) return;
+  if (a->optim) rf_optim_set_before_step(a->optim, NULL, NULL);
   if (a->thread_started) {
     pthread_mutex_lock(&a->mu);
     a->abort = 1;
