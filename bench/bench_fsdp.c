@@ -75,7 +75,6 @@ int main(int argc, char **argv) {
   int n_configs = (int)(sizeof configs / sizeof configs[0]);
   for (int c = 0; c < n_configs; c++) {
     struct rf_fsdp *f = build(&configs[c]);
-    int n = rf_fsdp_n_units(f);
     double ms[STEPS], wait[STEPS];
     struct rf_counters d = {0};
     for (int s = 0; s < STEPS; s++) {
@@ -84,16 +83,7 @@ int main(int argc, char **argv) {
       rf_fsdp_get_counters(f, &before, NULL);
       uint64_t t0 = rf_time_ns();
       rf_fsdp_zero_grad(f);
-      for (int u = 0; u < n; u++) {
-        rf_fsdp_forward_begin(f, u);
-        bench_unit_compute(f, u, 0, TOKENS, x, y);
-        rf_fsdp_forward_end(f, u);
-      }
-      for (int u = n - 1; u >= 0; u--) {
-        rf_fsdp_backward_begin(f, u);
-        bench_unit_compute(f, u, 1, TOKENS, x, y);
-        rf_fsdp_backward_end(f, u);
-      }
+      bench_forward_backward(f, TOKENS, x, y);
       rf_fsdp_grads_finish(f);
       (void)rf_fsdp_grad_norm(f);
       ms[s] = (double)(rf_time_ns() - t0) / 1e6;

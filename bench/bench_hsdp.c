@@ -67,7 +67,6 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < (int64_t)TOKENS * INTER; i++) x[i] = (float)((i % 17) - 8) * 0.01f;
   memset(y, 0, (size_t)TOKENS * VOCAB * sizeof(float));
   struct rf_fsdp *f = build(shard, replicate);
-  int n = rf_fsdp_n_units(f);
   double ms[2][STEPS], wait[2][STEPS], fin[2][STEPS];
   uint64_t inter[2] = {0, 0};
   for (int s = 0; s < 2 * STEPS; s++) {
@@ -77,16 +76,7 @@ int main(int argc, char **argv) {
     uint64_t t0 = rf_time_ns();
     rf_fsdp_zero_grad(f);
     if (overlap) rf_fsdp_set_last_micro_batch(f);
-    for (int u = 0; u < n; u++) {
-      rf_fsdp_forward_begin(f, u);
-      bench_unit_compute(f, u, 0, TOKENS, x, y);
-      rf_fsdp_forward_end(f, u);
-    }
-    for (int u = n - 1; u >= 0; u--) {
-      rf_fsdp_backward_begin(f, u);
-      bench_unit_compute(f, u, 1, TOKENS, x, y);
-      rf_fsdp_backward_end(f, u);
-    }
+    bench_forward_backward(f, TOKENS, x, y);
     uint64_t t1 = rf_time_ns();
     rf_fsdp_grads_finish(f);
     uint64_t t2 = rf_time_ns();

@@ -69,6 +69,20 @@ void bench_unit_compute(struct rf_fsdp *f, int u, int backward, int tokens, floa
   }
 }
 
+void bench_forward_backward(struct rf_fsdp *f, int tokens, float *x, float *y) {
+  int n = rf_fsdp_n_units(f);
+  for (int u = 0; u < n; u++) {
+    rf_fsdp_forward_begin(f, u);
+    bench_unit_compute(f, u, 0, tokens, x, y);
+    rf_fsdp_forward_end(f, u);
+  }
+  for (int u = n - 1; u >= 0; u--) {
+    rf_fsdp_backward_begin(f, u);
+    bench_unit_compute(f, u, 1, tokens, x, y);
+    rf_fsdp_backward_end(f, u);
+  }
+}
+
 int bench_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);

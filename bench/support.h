@@ -28,6 +28,10 @@ int64_t bench_llama_params(const struct bench_llama *m);
  * context between the gemms. x holds tokens x max(in), y tokens x max(out). */
 void bench_unit_compute(struct rf_fsdp *f, int u, int backward, int tokens, float *x, float *y);
 
+/* One forward over every unit in order and one backward in reverse, each unit's
+ * compute bench_unit_compute between its begin and end calls. */
+void bench_forward_backward(struct rf_fsdp *f, int tokens, float *x, float *y);
+
 /* qsort's comparison of doubles, ascending. */
 int bench_cmp_double(const void *a, const void *b);
 
