@@ -67,7 +67,6 @@ struct rf_run_async {
   int status, result, has_result, abort, rc;
   char err[RF_FILE_PATH_MAX + 1024];
   int copying;                     /* under mu: the thread has not finished copying the state into staging */
-  uint64_t copy_delay_ms;          /* testing: the thread sleeps this long before it copies */
   uint64_t started_ns;             /* when the save in flight was staged */
   uint64_t writer_cpu_ns;          /* under mu: the writer's CPU time of the save in flight */
   struct rf_run_async_stats stats; /* training thread only */
@@ -199,8 +198,9 @@ static int rf_run_async_agree(void *ctx, int status) {
 static void *rf_run_async_main(void *arg) {
   struct rf_run_async *a = arg;
   if (a->copying) { /* first the snapshot: the next optimizer step waits for it (rf_run_async_fence) */
-    if (a->copy_delay_ms) {
-      struct timespec d = {(time_t)(a->copy_delay_ms / 1000), (long)(a->copy_delay_ms % 1000) * 1000000L};
+    uint64_t ms = rf_run_async_copy_delay_ms; /* (set before the thread was started) */
+    if (ms) {
+      struct timespec d = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
       nanosleep(&d, NULL);
     }
     rf_run_async_copy(a);
@@ -349,7 +349,6 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
    * that write nothing copy nothing. */
   uint64_t t0 = rf_time_ns();
   a->copying = a->writer && a->optim;
-  a->copy_delay_ms = rf_run_async_copy_delay_ms;
   if (a->writer && !a->optim) rf_run_async_copy(a);
   a->started_ns = rf_time_ns();
   a->stats.copy_ns += a->started_ns - t0;
