@@ -148,6 +148,8 @@ struct rf_run_async_stats {
   int64_t staging_bytes;   /* the staging buffer (rf_run_async_staging_bytes) */
   uint64_t copy_ns;        /* training thread: copying the state into staging (only without an optimizer) */
   uint64_t fence_ns;       /* training thread: waiting at an optimizer step for the writer's copy */
+  int64_t fence_waits;     /* optimizer steps that reached that wait before the copy ended */
+  int64_t copies_late;     /* copies that ended after the next optimizer step began (0, or no fence) */
   uint64_t wait_ns;        /* training thread: waiting for a save in flight (the next save, the end) */
   uint64_t poll_ns;        /* training thread: the agreements at step boundaries (rf_run_async_poll) */
   uint64_t writer_cpu_ns;  /* the writer thread's CPU time (this rank's files, checksums; rank 0: meta) */
@@ -176,10 +178,11 @@ int rf_run_stop_signal(const struct rf_fsdp *f);
  * the COMPLETE marker: a crash in the middle of a checkpoint. -1 (the default):
  * never. `rfsdp train` sets it from the environment variable RF_TEST_DIE_IN_SAVE. */
 void rf_run_test_die_in_save(int64_t step);
-/* From now on, an asynchronous save's thread waits `ms` milliseconds before it
- * copies the state into staging (the next optimizer step must wait for it: a
- * snapshot taken late would hold that step's changes). 0 (the default): none.
- * `rfsdp train` sets it from the environment variable RF_TEST_ASYNC_COPY_DELAY_MS. */
-void rf_run_test_delay_async_copy(uint64_t ms);
+/* From now on (1), an asynchronous save's thread copies the state into staging only
+ * once the next optimizer step has reached its fence (or the save is awaited): the
+ * latest a snapshot can be taken, so that step must wait for the copy (a snapshot
+ * taken after it began would hold its changes; rf_run_async_stats counts both). 0
+ * (the default): at once. `rfsdp train` sets it from RF_TEST_ASYNC_COPY_LATE=1. */
+void rf_run_test_late_async_copy(int late);
 
 #endif

@@ -12,10 +12,11 @@
  *    checkpoint, the resume takes it and ends bit-identical (W = 2);
  *  - SIGTERM with a save in flight (W = 2): exit 143, the stop's checkpoint
  *    complete and the latest;
- *  - a late snapshot (W = 2, 8-bit AdamW: the writer thread copies the state 400 ms
- *    after the save call, RF_TEST_ASYNC_COPY_DELAY_MS, several steps of this model): the
- *    next optimizer step waits for the copy, so the step-6 checkpoint is byte for
- *    byte the synchronous run's step 6, not a later state;
+ *  - a late snapshot (W = 3, 8-bit AdamW: the writer thread copies the state only
+ *    once the next optimizer step is at its fence, RF_TEST_ASYNC_COPY_LATE=1): in
+ *    the order of events every step after a save waited for the copy and no copy
+ *    ended after that step began; the step-6 and step-8 checkpoints are byte for
+ *    byte the synchronous run's, not a later state;
  *  - --async-save without --ckpt-dir is refused with a message. */
 #include <signal.h>
 #include <stdarg.h>
@@ -123,33 +124,36 @@ static void check_async(int world, const char *optim, const char *replicate, int
            optim, world, replicate[0] ? " (2 x 2 HSDP)" : "");
 }
 
-/* The writer's copy 400 ms late: the step-6 and step-8 checkpoints equal the
- * synchronous run's (check_async's, W = 3 8-bit AdamW); the optimizer steps
- * between waited for the copies. */
+/* The writer's copy as late as it can be: only once the next optimizer step is at
+ * its fence (RF_TEST_ASYNC_COPY_LATE=1; W = 3, 8-bit AdamW, saves at steps 2, 4,
+ * 6, 8). The order of events, as rank 0 counts them: each of the 3 saves followed
+ * by a step had that step wait at the fence, and no copy ended after the step
+ * that followed its save began; the step-6 and step-8 checkpoints equal the
+ * synchronous run's (check_async's). */
 static void check_late_copy(void) {
   char out[16384], late[200], sync[200];
   const int failures = rf_test_failures;
   snprintf(late, sizeof late, "%s/late", dir);
   snprintf(sync, sizeof sync, "%s/sync-adamw8bit-3", dir);
-  run_env = "RF_TEST_ASYNC_COPY_DELAY_MS=400";
+  run_env = "RF_TEST_ASYNC_COPY_LATE=1";
   int rc = train(out, sizeof out, 3,
                  "--batch 12 --optim adamw8bit --steps 8 --save-every 2 --keep 2 --ckpt-dir %s --async-save",
                  late);
   run_env = "";
-  double fence = -1;
-  const char *at = strstr(out, "waited ");
-  if (at) sscanf(at, "waited %lf ms at optimizer steps", &fence);
+  long long waits = -1, after = -1;
+  const char *at = strstr(out, "for the writer's copy (");
+  if (at) sscanf(at, "for the writer's copy (%lld steps waited; %lld copies ended after", &waits, &after);
   RF_CHECK(rc == 0, "late copy W=3: rc %d\n%s", rc, out);
+  RF_CHECK(waits == 3 && after == 0,
+           "late copy W=3: %lld optimizer steps waited for the writer's copy (expected 3: after the saves of "
+           "steps 2, 4, 6) and %lld copies ended after the next step began (expected 0)\n%s",
+           waits, after, out);
   RF_CHECK(same_checkpoint(sync, late, 6, 3) && same_checkpoint(sync, late, 8, 3),
            "late copy W=3: a checkpoint differs from the synchronous run's\n%s", out);
-  RF_CHECK(fence >= 300,
-           "late copy W=3: the optimizer steps waited %.1f ms for the copies, expected >= 300\n%s", fence,
-           out);
   if (rf_test_failures == failures)
     printf(
-        "async late copy W=3: optimizer steps waited %.0f ms for the writer's copies; checkpoints 6 and 8 "
-        "equal the synchronous run's\n",
-        fence);
+        "async late copy W=3: the steps after 3 saves waited at the fence, no copy ended after the next step "
+        "began; checkpoints 6 and 8 equal the synchronous run's\n");
 }
 
 /* The last rank dies inside its writer thread's save of step 4 (after writing its

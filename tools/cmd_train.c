@@ -514,8 +514,8 @@ int rf_cmd_train(int argc, char **argv) {
   }
   const char *die = getenv("RF_TEST_DIE_IN_SAVE"); /* a rank killed mid-save (tests/test_train.c) */
   if (die && *die) rf_run_test_die_in_save(atoll(die));
-  const char *delay = getenv("RF_TEST_ASYNC_COPY_DELAY_MS"); /* a late snapshot (tests/test_train_async.c) */
-  if (delay && *delay) rf_run_test_delay_async_copy((uint64_t)atoll(delay));
+  const char *late = getenv("RF_TEST_ASYNC_COPY_LATE"); /* a late snapshot (tests/test_train_async.c) */
+  if (late && *late) rf_run_test_late_async_copy(atoi(late));
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);

@@ -136,11 +136,12 @@ int rf_train_ckpt_end(struct rf_train_state *s) {
   if (s->rank == 0)
     printf(
         "async save: %lld saves; rank 0's training thread copied %.1f ms, waited %.1f ms at optimizer steps "
-        "for the writer's copy, %.1f ms for saves in flight and %.1f ms in agreements; its writer thread "
-        "used "
-        "%.1f ms CPU; after the last step the last save took %.1f ms more; staging %.1f MB\n",
-        (long long)st.saves, (double)st.copy_ns / 1e6, (double)st.fence_ns / 1e6, (double)st.wait_ns / 1e6,
-        (double)st.poll_ns / 1e6, (double)end.writer_cpu_ns / 1e6, (double)(end.wait_ns - st.wait_ns) / 1e6,
+        "for the writer's copy (%lld steps waited; %lld copies ended after the next step began), %.1f ms for "
+        "saves in flight and %.1f ms in agreements; its writer thread used %.1f ms CPU; after the last step "
+        "the last save took %.1f ms more; staging %.1f MB\n",
+        (long long)st.saves, (double)st.copy_ns / 1e6, (double)st.fence_ns / 1e6, (long long)st.fence_waits,
+        (long long)end.copies_late, (double)st.wait_ns / 1e6, (double)st.poll_ns / 1e6,
+        (double)end.writer_cpu_ns / 1e6, (double)(end.wait_ns - st.wait_ns) / 1e6,
         (double)st.staging_bytes / 1e6);
   return 0;
 }

@@ -66,9 +66,13 @@ struct rf_run_async {
   enum rf_run_async_state where; /* under mu */
   int status, result, has_result, abort, rc;
   char err[RF_FILE_PATH_MAX + 1024];
-  int copying;                     /* under mu: the thread has not finished copying the state into staging */
-  uint64_t started_ns;             /* when the save in flight was staged */
-  uint64_t writer_cpu_ns;          /* under mu: the writer's CPU time of the save in flight */
+  int copying;            /* under mu: the thread has not finished copying the state into staging */
+  int at_fence;           /* under mu: an optimizer step reached the fence since the save was staged */
+  int steps_begun;        /* under mu: optimizer steps that passed the fence since then */
+  int draining;           /* under mu: the training thread waits for the save's end */
+  int64_t copies_late;    /* under mu: copies that ended after the next optimizer step began */
+  uint64_t started_ns;    /* when the save in flight was staged */
+  uint64_t writer_cpu_ns; /* under mu: the writer's CPU time of the save in flight */
   struct rf_run_async_stats stats; /* training thread only */
   int pending;                     /* every rank: a save was started and rf_run_async_wait has not ended it */
   int posted;                      /* writers: the step-boundary agreement in flight (req, vote) */
@@ -100,9 +104,9 @@ static void rf_run_async_scale_piece(void *ctx, const struct rf_tensor_view *vie
   out->data = (uint8_t *)c->async->state[c->state] + (size_t)p->offset * rf_dtype_size(d->dtype);
 }
 
-/* Testing hook (rf_run_test_delay_async_copy): the writer's copy starts this late. */
-static uint64_t rf_run_async_copy_delay_ms;
-void rf_run_test_delay_async_copy(uint64_t ms) { rf_run_async_copy_delay_ms = ms; }
+/* Testing hook (rf_run_test_late_async_copy): the writer's copy waits for the next optimizer step. */
+static int rf_run_async_copy_late;
+void rf_run_test_late_async_copy(int late) { rf_run_async_copy_late = late; }
 
 /* The state into staging: the master shard and every optimizer state slab. */
 static void rf_run_async_copy(struct rf_run_async *a) {
@@ -114,12 +118,35 @@ static void rf_run_async_copy(struct rf_run_async *a) {
   }
 }
 
+/* The testing hook's wait: the copy starts only once the next optimizer step is at
+ * its fence (or the save is awaited, or abandoned): the latest a snapshot can be. */
+static void rf_run_async_late(struct rf_run_async *a) {
+  pthread_mutex_lock(&a->mu);
+  while (rf_run_async_copy_late && !a->at_fence && !a->draining && !a->abort)
+    pthread_cond_wait(&a->cv, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* The copy is done: the fence opens. A copy that ended after the next optimizer
+ * step began (only a broken fence lets one) is counted (rf_run_async_stats). */
+static void rf_run_async_release(struct rf_run_async *a) {
+  pthread_mutex_lock(&a->mu);
+  a->copies_late += a->steps_begun > 0;
+  a->copying = 0;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
 /* The optimizer's before-step function: the writer's copy finished. */
 static void rf_run_async_fence(void *ctx) {
   struct rf_run_async *a = ctx;
   uint64_t t0 = rf_time_ns();
   pthread_mutex_lock(&a->mu);
+  a->at_fence = 1;
+  pthread_cond_broadcast(&a->cv);
+  a->stats.fence_waits += a->copying;
   while (a->copying) pthread_cond_wait(&a->cv, &a->mu);
+  a->steps_begun++;
   pthread_mutex_unlock(&a->mu);
   a->stats.fence_ns += rf_time_ns() - t0;
 }
@@ -198,16 +225,9 @@ static int rf_run_async_agree(void *ctx, int status) {
 static void *rf_run_async_main(void *arg) {
   struct rf_run_async *a = arg;
   if (a->copying) { /* first the snapshot: the next optimizer step waits for it (rf_run_async_fence) */
-    uint64_t ms = rf_run_async_copy_delay_ms; /* (set before the thread was started) */
-    if (ms) {
-      struct timespec d = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-      nanosleep(&d, NULL);
-    }
+    rf_run_async_late(a);
     rf_run_async_copy(a);
-    pthread_mutex_lock(&a->mu);
-    a->copying = 0;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    rf_run_async_release(a);
   }
   if (!a->extra) { /* the program's JSON was no object: the save fails on every rank at its first agreement */
     rf_run_async_agree(a, -1);
@@ -287,6 +307,7 @@ static int rf_run_async_settle(struct rf_run_async *a) {
     return 0;
   }
   a->stats.writer_cpu_ns += a->writer_cpu_ns;
+  a->stats.copies_late += a->copies_late;
   a->stats.writer_wall_ns += rf_time_ns() - a->started_ns;
   a->ended_rc = a->vote[1];
   if (a->ended_rc != 0 && a->rc == 0)
@@ -315,6 +336,10 @@ int rf_run_async_wait(struct rf_run_async *a, int64_t *step) {
   }
   uint64_t t0 = rf_time_ns();
   int here = a->in_flight;
+  pthread_mutex_lock(&a->mu); /* no later optimizer step to wait for (rf_run_async_late) */
+  a->draining = 1;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
   while (a->in_flight) {
     if (!a->posted) rf_run_async_post(a, 1);
     rf_run_async_settle(a);
@@ -354,6 +379,8 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
   a->stats.copy_ns += a->started_ns - t0;
   a->stats.saves++;
   a->writer_cpu_ns = 0;
+  a->at_fence = a->steps_begun = a->draining = 0; /* (no writer thread runs now) */
+  a->copies_late = 0;
   a->series = s;
   a->step = run->step;
   a->extra = extra;
