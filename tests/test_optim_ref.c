@@ -8,7 +8,8 @@
  *     and a 96 x 64 matrix: against its Newton-Schulz patched to f32 the parameter
  *     change agrees within 1e-4 of its size; against the shipped bf16
  *     Newton-Schulz within 5% (bf16 rounding), both differences printed;
- *   - 8-bit AdamW vs bitsandbytes' AdamW8bit (CPU), 3 steps on 8192 elements
+ *   - 8-bit AdamW vs bitsandbytes' AdamW8bit (CPU), each kernel built here (the
+ *     portable one always, the AVX-512 one where compiled for it), 3 steps on 8192 elements
  *     (blocks of 256 as bitsandbytes, then 32 x 32 tiles): the maps agree to
  *     1e-6; step 1 parameters within 1e-5 relative; step 1 absmax equal; where
  *     step 1 codes differ ours decodes at least as close (their CPU search is
@@ -420,11 +421,7 @@ static void run_bnb(int as_matrix) {
   rf_optim_free(o);
 }
 
-static void test_bnb(void) {
-  if (!ref_find("bnb.p0", -1)) {
-    printf("bitsandbytes records absent: 8-bit reference skipped\n");
-    return;
-  }
+static void test_bnb_kernel(void) {
   double dmap[2] = {0, 0};
   for (int sgn = 0; sgn < 2; sgn++)
     dmap[sgn] =
@@ -434,6 +431,23 @@ static void test_bnb(void) {
   run_bnb(0);
   run_bnb(1);
   run_bnb_stepwise();
+}
+
+/* Every 8-bit kernel built here against bitsandbytes: the portable one on every
+ * CPU, the AVX-512 one where the compiler targeted it (rf_optim_simd_set). */
+static void test_bnb(void) {
+  if (!ref_find("bnb.p0", -1)) {
+    RF_CHECK(0, "%s: no bitsandbytes records (tests/ref_optim.py writes them)", REF_PATH);
+    return;
+  }
+  int was = rf_optim_simd_set(1), avx512 = rf_optim_simd_get();
+  for (int simd = 0; simd <= avx512; simd++) {
+    rf_optim_simd_set(simd);
+    printf("8-bit AdamW, the %s kernel:\n", simd ? "AVX-512" : "portable");
+    test_bnb_kernel();
+  }
+  rf_optim_simd_set(was);
+  if (!avx512) printf("(no AVX-512 kernel in this build: the portable one ran)\n");
 }
 
 int main(void) {
