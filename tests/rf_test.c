@@ -24,6 +24,17 @@ void rf_test_fail_at(const char *file, int line, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+static char rf_test_not_run_why[512]; /* the first part not run, "" when every part ran */
+
+void rf_test_not_run(const char *fmt, ...) {
+  if (rf_test_not_run_why[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rf_test_not_run_why, sizeof rf_test_not_run_why, fmt, ap);
+  va_end(ap);
+  printf("note: not run here: %s\n", rf_test_not_run_why);
+}
+
 int rf_test_close(double a, double b, double rtol, double atol) {
   return isfinite(a) && isfinite(b) && fabs(a - b) <= atol + rtol * fabs(b);
 }
@@ -83,6 +94,7 @@ int rf_test_finish(const char *name) {
     if (rank == 0) printf("%s: no checks ran\n", name);
     return 1;
   }
+  if (rf_test_not_run_why[0]) printf("not run in part: %s\n", rf_test_not_run_why); /* run-tests lists it */
   return failures == 0 ? 0 : 1;
 }
 

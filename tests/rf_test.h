@@ -50,6 +50,12 @@ int rf_test_files_equal(const char *a, const char *b);
 /* MPI: init with the runtime's threading level, set MPI_ERRORS_RETURN; returns rank. */
 int rf_test_mpi_init(int *argc, char ***argv, int *world);
 
+/* Records that a part of the test cannot run here, and why (no /dev/shm, no gdb):
+ * the rest runs and counts; rf_test_finish ends with "not run in part: WHY" and
+ * scripts/run-tests lists the test among those not run. A test that cannot run at
+ * all exits 77 instead. */
+void rf_test_not_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Prints a summary line and returns the exit code: 0 when nothing failed. In a
  * multi-rank test, the failures of all ranks are summed and MPI is finalized. */
 int rf_test_finish(const char *name);

@@ -450,11 +450,11 @@ static int rank_files_expected(const char *dir) {
  * file the format's bytes, and every checkpoint loads at W'=3. */
 static void test_direct_writer(const char *good) {
   int direct_here = rf_file_direct_files() >= 4; /* `good`'s four rank files */
-  if (!direct_here) printf("note: %s's filesystem refuses O_DIRECT: only the fallback ran there\n", root);
+  if (!direct_here) rf_test_not_run("%s's filesystem refuses O_DIRECT: only the fallback ran there", root);
   RF_CHECK(rank_files_expected(good), "the default bounce, %s", root);
   char shm[64] = "/dev/shm/rf_test_ckpt.XXXXXX";
   int have_shm = mkdtemp(shm) != NULL;
-  if (!have_shm) printf("note: no /dev/shm here: the tmpfs saves did not run\n");
+  if (!have_shm) rf_test_not_run("no /dev/shm here: the tmpfs saves");
   uint8_t *bounce = rf_xaligned(RF_FILE_DIRECT_ALIGN, 3 * RF_FILE_DIRECT_ALIGN);
   const struct {
     const char *where, *name;

@@ -225,6 +225,7 @@ static void check_plan(void) {
  * docs/reliability.md). */
 static void check_tools(void) {
   char cmd[1024], out[8192];
+  if (access("/usr/bin/gdb", X_OK) != 0) rf_test_not_run("no /usr/bin/gdb: rfsdp under gdb");
   if (access("/usr/bin/gdb", X_OK) == 0) {
     snprintf(cmd, sizeof cmd, "timeout 120 gdb -q -batch -ex run --args %s version 2>&1", rf_cli_binary());
     FILE *p = popen(cmd, "r");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -179,10 +180,19 @@ static void check_counters(void) {
            "diff of every byte field");
   RF_CHECK(d.allocations == 3, "three checked allocations counted, got %llu",
            (unsigned long long)d.allocations);
+  /* rf_time_ns in ns of the monotonic clock: its readings fall between the clock's own
+   * (the order of events, whatever the load), and a sleep of 2 ms lasts at least 2e6 */
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
   uint64_t t0 = rf_time_ns();
   usleep(2000);
-  uint64_t dt = rf_time_ns() - t0;
-  RF_CHECK(dt >= 2000000 && dt < 1000000000, "monotonic clock %llu ns", (unsigned long long)dt);
+  uint64_t t1 = rf_time_ns();
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  uint64_t ref0 = (uint64_t)a.tv_sec * 1000000000ull + (uint64_t)a.tv_nsec,
+           ref1 = (uint64_t)b.tv_sec * 1000000000ull + (uint64_t)b.tv_nsec;
+  RF_CHECK(ref0 <= t0 && t0 + 2000000 <= t1 && t1 <= ref1,
+           "monotonic clock: %llu, %llu ns between %llu and %llu", (unsigned long long)t0,
+           (unsigned long long)t1, (unsigned long long)ref0, (unsigned long long)ref1);
 }
 
 int main(void) {
