@@ -21,7 +21,10 @@ LIBS_EXTRA := -ldnnl
 OPT ?= -O2 -g
 SAN ?=
 ARCH ?= -march=native # valgrind knows no AVX-512: make BUILD=build-vg ARCH=-march=x86-64-v3
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(ARCH) -fopenmp -fno-strict-aliasing -fno-math-errno \
+# -fPIC: the same objects make librfsdp.a and librfsdp.so (the Python module's); -fno-semantic-interposition
+# keeps the library's calls to itself direct
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(ARCH) -fPIC -fno-semantic-interposition -fopenmp \
+  -fno-strict-aliasing -fno-math-errno \
   -Wall -Wextra -Werror -Wno-unknown-pragmas -Iinclude -Isrc \
   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(LIBS_EXTRA) $(BACKEND_LIBS) -lm -fopenmp $(SAN) $(LDFLAGS)
@@ -78,7 +81,7 @@ ifeq ($(BACKEND),cuda)
 # the library, the command and the GPU programs: the CPU tests and benches are the CPU build's
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(GPU_TEST_BIN)
 else
-all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
+all: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
 endif
 
 help:
@@ -126,6 +129,11 @@ $(BUILD)/librfsdp.a: $(LIB_OBJ)
 	@echo "  AR      $@"
 	@ar rcs $@ $^
 
+# the shared library (python/rfsdp loads it with ctypes): the same objects, the same libraries
+$(BUILD)/librfsdp.so: $(LIB_OBJ)
+	@echo "  LD      $@"
+	@$(CC) -shared -Wl,-soname,librfsdp.so $^ $(LDLIBS_ALL) -o $@
+
 $(BUILD)/rfsdp: $(TOOL_OBJ) $(BUILD)/librfsdp.a
 	@echo "  LD      $@"
 	@$(CC) $(TOOL_OBJ) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
@@ -140,6 +148,9 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADER
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS_ALL) $(CUDA_CFLAGS) -Itests $< $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
+# the Python module's test loads the shared library
+$(BUILD)/tests/test_python: $(BUILD)/librfsdp.so
 
 # the fuzz entry points, fed the committed inputs without libFuzzer
 $(BUILD)/tests/test_fuzz_regress: fuzz/rf_fuzz.c fuzz/rf_fuzz.h
@@ -192,10 +203,11 @@ demo-moe: setup
 	@$(MAKE) --no-print-directory all
 	@DEMO_MODEL=configs/demo-moe.json DEMO_OUT=$${DEMO_OUT:-runs/demo-moe} scripts/demo $(BUILD)
 
-install: $(BUILD)/librfsdp.a $(BUILD)/rfsdp
+install: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/librfsdp.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/rfsdp/network
 	install -m 644 configs/network/*.json $(DESTDIR)$(PREFIX)/share/rfsdp/network/

@@ -171,6 +171,30 @@ void rf_run_catch_signals(void);
  * rank gets the same answer, so every rank stops after the same step. */
 int rf_run_stop_signal(const struct rf_fsdp *f);
 
+/* ---- TensorBoard scalars (local: one process writes them, e.g. rank 0) ---------
+ *
+ * DIR/events.out.tfevents.rfsdp in TensorBoard's event format (records with their
+ * masked CRC32C, Event protobufs: the file version, then one Event per step with its
+ * scalars as simple values, f32 as TensorBoard stores them). One file per folder, so a
+ * resumed run appends to it. rf_run_tensorboard_open makes the folder and checks the
+ * file without changing it; rf_run_tensorboard_begin with `resume_step` >= 0 keeps the records up to that
+ * step (those of the run that wrote the checkpoint resumed from) and cuts the later ones (written after it by
+ * a run that stopped), so every step is in the file once; a torn last record (a crash mid-write) is cut too.
+ * `resume_step` < 0: a new run, the file emptied. A file of that name that is not TensorBoard's is refused,
+ * unchanged. -1 with the message in rf_fsdp_error(). */
+#define RF_RUN_TENSORBOARD_FILE "events.out.tfevents.rfsdp"
+struct rf_run_tensorboard;
+int rf_run_tensorboard_open(struct rf_run_tensorboard **out, const char *dir);
+/* When training starts: the cut (resume_step) and, in an empty file, the file version. */
+int rf_run_tensorboard_begin(struct rf_run_tensorboard *tb, int64_t resume_step, double wall_time);
+/* One Event: step (>= 1), the wall time (seconds since the epoch), n scalars. Written
+ * at once (one write call), not buffered. */
+int rf_run_tensorboard_scalars(struct rf_run_tensorboard *tb, int64_t step, double wall_time, int n,
+                               const char *const *tags, const double *values);
+void rf_run_tensorboard_close(struct rf_run_tensorboard *tb); /* NULL allowed */
+/* CRC32C (Castagnoli) of n bytes: the checksum of TensorBoard's records. */
+uint32_t rf_run_tensorboard_crc32c(const void *data, size_t n);
+
 /* ---- testing hooks ---------------------------------------------------------- */
 
 /* From now on, the last rank of the shard group exits abruptly (status 137) inside

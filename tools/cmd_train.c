@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "comm/comm_mpi.h"
 #include "commands.h"
@@ -72,6 +73,13 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
   free(ids);
 }
 
+/* Seconds since the epoch: TensorBoard's wall time. */
+static double rf_train_wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* The progress line and the log record of a step (rank 0); fails when the log write does. */
 static int rf_train_report_step(struct rf_train_state *s, int64_t step, double loss, double norm, double lr,
                                 double ms, double cpu_ms, double val, const struct rf_counters *d,
@@ -103,6 +111,24 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .skipped = skipped,
   };
   if (s->rank != 0) return 0;
+  if (s->tb) {
+    /* the same fields as the log's record; val/loss only on the steps evaluated */
+    const char *tags[] = {"train/loss",       "train/grad_norm", "train/lr",          "perf/tokens_per_s",
+                          "perf/mfu",         "memory/rss_mib",  "comm/gather_bytes", "comm/reduce_bytes",
+                          "comm/inter_bytes", "val/loss"};
+    const double values[] = {loss,
+                             norm,
+                             lr,
+                             rec.tok_s,
+                             rec.mfu,
+                             rec.rss_mb,
+                             (double)d->bytes_gathered,
+                             (double)d->bytes_reduced,
+                             (double)d->bytes_inter,
+                             val};
+    int n = (int)(sizeof tags / sizeof tags[0]) - (isnan(val) ? 1 : 0);
+    RF_TRY(rf_run_tensorboard_scalars(s->tb, step + 1, rf_train_wall_s(), n, tags, values));
+  }
   if (a->print_every > 0 &&
       ((step + 1) % a->print_every == 0 || step == 0 || step + 1 == a->steps || !isnan(val)))
     rf_train_print(&rec, (int)a->steps);
@@ -256,6 +282,10 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
     RF_TRY(rf_option_make_dirs("log", a->log, 0));
     RF_TRY(rf_train_log_open(&s->log, a->log));
   }
+  if (a->tensorboard) {
+    RF_TRY(rf_option_make_dirs("tensorboard", a->tensorboard, 1));
+    RF_TRY(rf_run_tensorboard_open(&s->tb, a->tensorboard));
+  }
   return 0;
 }
 
@@ -337,6 +367,8 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
                                 (int64_t)s->model.ws.bytes};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
+  if (s->tb && logged == 0)
+    logged = rf_run_tensorboard_begin(s->tb, a->resume ? s->start_step : -1, rf_train_wall_s());
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before, after;
     rf_fsdp_get_counters(s->model.fsdp, &before, NULL);
@@ -387,6 +419,7 @@ static void rf_train_state_free(struct rf_train_state *s) {
   if (s->val_open) rf_token_file_close(&s->val_file);
   if (s->tok_loaded) rf_tokenizer_free(&s->tok);
   rf_train_log_close(&s->log);
+  rf_run_tensorboard_close(s->tb);
   free(s->tokens);
   free(s->targets);
 }
@@ -471,6 +504,11 @@ int rf_cmd_train(int argc, char **argv) {
        0},
       {"log", RF_OPTION_KIND_STRING, &a.log, "JSONL log, one object per step", NULL, 0},
       {"plot", RF_OPTION_KIND_STRING, &a.plot, "loss curve PNG at the end (needs --log)", NULL, 0},
+      {"tensorboard", RF_OPTION_KIND_STRING, &a.tensorboard,
+       "folder of TensorBoard scalars (loss, val loss, grad norm, lr, tokens/s, MFU, memory, bytes per "
+       "step); a "
+       "resumed run appends to it",
+       NULL, 0},
       {"sample", RF_OPTION_KIND_INT, &a.sample, "tokens of text to generate at the end", "[0, inf)", 0},
       {"temperature", RF_OPTION_KIND_DOUBLE, &a.temperature, "sampling temperature", "[0, inf)", 0},
       {"print-every", RF_OPTION_KIND_I64, &a.print_every, "progress line every N steps", "[0, inf)", 0},

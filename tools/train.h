@@ -20,9 +20,10 @@ struct rf_train_args {
   const char *device;       /* --device cpu | cuda (refused: rf_device_cuda_check) */
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
-  const char *replicate;  /* --replicate R | node | auto (tools/train_mesh.h) */
-  double max_padding;     /* --max-padding percent for --replicate auto; < 0: not given */
-  double memory_per_rank; /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
+  const char *tensorboard; /* --tensorboard DIR (rank 0 writes the event file) */
+  const char *replicate;   /* --replicate R | node | auto (tools/train_mesh.h) */
+  double max_padding;      /* --max-padding percent for --replicate auto; < 0: not given */
+  double memory_per_rank;  /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
@@ -48,6 +49,7 @@ struct rf_train_state {
   struct rf_data_loader train, val;
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
+  struct rf_run_tensorboard *tb; /* --tensorboard (rank 0; owned) */
   int64_t start_step;
   struct rf_run_series series; /* --ckpt-dir */
   struct rf_run_async *async;  /* --async-save: the staging and the writer (owned) */
