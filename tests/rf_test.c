@@ -1,6 +1,7 @@
 /* The test harness behind rf_test.h. */
 #include "rf_test.h"
 #include "core/core.h"
+#include "rfsdp.h"
 
 #include <mpi.h>
 #include <stdarg.h>
@@ -143,4 +144,17 @@ int rf_test_files_equal(const char *a, const char *b) {
   free(x);
   free(y);
   return eq;
+}
+
+int rf_test_replica_start_at(int n_units, int v) { return v + 2 <= n_units - 1 ? v + 2 : -1; }
+
+void rf_test_add_matrix_units(struct rf_fsdp *f, int n, const int64_t (*shapes)[2]) {
+  for (int u = 0; u < n; u++) {
+    char name[32];
+    snprintf(name, sizeof name, "unit%d", u);
+    RF_ASSERT(rf_fsdp_add_unit(f, name) == u);
+    if (rf_fsdp_add_tensor(f, u, name, 2, shapes[u], 0, (struct rf_init){RF_INIT_NORMAL, 0.02f}) != u)
+      RF_DIE("%s", rf_fsdp_error());
+  }
+  RF_ASSERT(rf_fsdp_finalize(f) == 0);
 }

@@ -68,6 +68,19 @@ float rf_test_rand_f32(uint64_t *state);
  * (identical on every rank given the same seed). */
 void rf_test_random_cuts(int64_t numel, int world, uint64_t seed, int64_t *cuts);
 
+/* HSDP's replica all-reduces as src/sim/simulate.c models the runtime's schedule
+ * (src/fsdp/schedule.c, two gradient slots): in the step's last micro-batch, the
+ * unit whose all-reduce starts as the backward of unit v begins (its last
+ * reduce-scatter finished then), or -1; the units left start in
+ * rf_fsdp_grads_finish, highest first. tests/test_sim_overlap.c replays the
+ * simulator against it, tests/test_fsdp_schedule.c the runtime. */
+int rf_test_replica_start_at(int n_units, int v);
+
+/* Declares n units "unit0".."unitN-1" of one matrix each (shapes[u], named as its
+ * unit, normal init) on an rf_fsdp context and finalizes it; stops the test on an error. */
+struct rf_fsdp;
+void rf_test_add_matrix_units(struct rf_fsdp *f, int n, const int64_t (*shapes)[2]);
+
 /* fopen or stop the test (abort: a broken test environment, not a failed check). */
 FILE *rf_test_fopen(const char *path, const char *mode);
 

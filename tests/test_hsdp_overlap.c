@@ -56,14 +56,7 @@ static struct rf_fsdp *build(const struct variant *v, MPI_Comm shard, MPI_Comm r
   opt.reduce_dtype = v->rdtype;
   struct rf_fsdp *f;
   RF_ASSERT(rf_fsdp_create_mesh(&f, shard, replicate, &opt) == 0);
-  for (int u = 0; u < N_UNITS; u++) {
-    char name[32];
-    snprintf(name, sizeof name, "unit%d", u);
-    RF_ASSERT(rf_fsdp_add_unit(f, name) == u);
-    if (rf_fsdp_add_tensor(f, u, name, 2, shapes[u], 0, (struct rf_init){RF_INIT_NORMAL, 0.02f}) != u)
-      RF_DIE("%s", rf_fsdp_error());
-  }
-  RF_ASSERT(rf_fsdp_finalize(f) == 0);
+  rf_test_add_matrix_units(f, N_UNITS, shapes);
   return f;
 }
 

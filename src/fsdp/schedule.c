@@ -149,10 +149,13 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
   rf_fsdp_gather_wait(f, unit);
   int s = rf_fsdp_free_slot(f->gslot_unit, f->n_gslots);
   if (s < 0) {
-    /* every grad slot is reducing: finish the one that started first (units
-     * reduce in backward order, so the highest unit index) */
+    /* every grad slot is reducing: finish the one that started first. Units
+     * reduce in backward order: those below `unit` still reduce from the previous
+     * micro-batch (the highest of them started first), else the highest above it */
     int oldest = -1;
-    for (int v = f->n_units - 1; v >= 0 && oldest < 0; v--)
+    for (int v = unit - 1; v >= 0 && oldest < 0; v--)
+      if (f->units[v].reducing) oldest = v;
+    for (int v = f->n_units - 1; v > unit && oldest < 0; v--)
       if (f->units[v].reducing) oldest = v;
     RF_ASSERT(oldest >= 0);
     rf_fsdp_reduce_finish(f, oldest);
