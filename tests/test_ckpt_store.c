@@ -446,8 +446,10 @@ static int rank_files_expected(const char *dir) {
 /* The rank files written with O_DIRECT through bounce buffers of 1 and 3 blocks
  * (full blocks flushed mid-piece, a tail under one block) and of the default size
  * (the whole file at commit), into a disk folder and into /dev/shm, and the
- * buffered fallback where the filesystem refuses O_DIRECT (simulated): every rank
- * file the format's bytes, and every checkpoint loads at W'=3. */
+ * buffered fallback where the filesystem refuses O_DIRECT (simulated), at open and
+ * at the first write (the open taken, the write EINVAL: a bounce of the default
+ * size and of one block): every rank file the format's bytes, none counted as
+ * direct, and every checkpoint loads at W'=3. */
 static void test_direct_writer(const char *good) {
   int direct_here = rf_file_direct_files() >= 4; /* `good`'s four rank files */
   if (!direct_here) rf_test_not_run("%s's filesystem refuses O_DIRECT: only the fallback ran there", root);
@@ -463,6 +465,8 @@ static void test_direct_writer(const char *good) {
   } cases[] = {{root, "direct-1", RF_FILE_DIRECT_ALIGN, 0},
                {root, "direct-3", 3 * RF_FILE_DIRECT_ALIGN, 0},
                {root, "refused", 0, 1},
+               {root, "refused-at-write", 0, 2},
+               {root, "refused-at-write-1", RF_FILE_DIRECT_ALIGN, 2},
                {shm, "shm", 0, 0},
                {shm, "shm-1", RF_FILE_DIRECT_ALIGN, 0},
                {shm, "shm-refused", 0, 1}};

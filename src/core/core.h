@@ -255,7 +255,8 @@ int rf_file_writer_open(struct rf_file_writer *w, const char *path);
 int rf_file_writer_open_direct(struct rf_file_writer *w, const char *path, void *bounce, size_t bounce_cap);
 /* Files committed with O_DIRECT so far, process-wide (the tests tell the paths apart). */
 uint64_t rf_file_direct_files(void);
-/* Testing hook: 1 makes every open_direct act as if the filesystem refused O_DIRECT. */
+/* Testing hook: 1 makes every open_direct act as if the filesystem refused O_DIRECT at
+ * open, 2 as if it took the open but refused the first direct write (EINVAL); 0: off. */
 void rf_file_test_refuse_direct(int refuse);
 /* Appends at `bytes`. */
 int rf_file_writer_write(struct rf_file_writer *w, const void *buf, size_t bytes);

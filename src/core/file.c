@@ -28,7 +28,7 @@ static void rf_file_dir_of(const char *path, char *out, size_t cap) {
 }
 
 static uint64_t rf_file_n_direct;      /* files committed with O_DIRECT (atomic) */
-static int rf_file_refuse_direct_hook; /* rf_file_test_refuse_direct */
+static int rf_file_refuse_direct_hook; /* rf_file_test_refuse_direct: 1 at open, 2 at the first write */
 
 uint64_t rf_file_direct_files(void) { return __atomic_load_n(&rf_file_n_direct, __ATOMIC_RELAXED); }
 
@@ -43,7 +43,7 @@ static int rf_file_writer_create(struct rf_file_writer *w, const char *path, int
   if (strlen(path) + 32 >= sizeof w->tmp) RF_FAIL("%s: path too long", path);
   snprintf(w->path, sizeof w->path, "%s", path);
   snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
-  if ((flags & O_DIRECT) && __atomic_load_n(&rf_file_refuse_direct_hook, __ATOMIC_RELAXED)) {
+  if ((flags & O_DIRECT) && __atomic_load_n(&rf_file_refuse_direct_hook, __ATOMIC_RELAXED) == 1) {
     errno = EINVAL; /* as a filesystem without O_DIRECT answers */
     return -1;
   }
@@ -97,7 +97,9 @@ static int rf_file_writer_end_direct(struct rf_file_writer *w) {
 
 /* Writes the bounce's first `len` bytes (whole blocks while direct) at `flushed`. */
 static int rf_file_writer_flush(struct rf_file_writer *w, size_t len) {
-  int err = rf_file_pwrite_fd(w->fd, w->bounce, len, w->flushed);
+  int refused = w->direct && __atomic_load_n(&rf_file_refuse_direct_hook, __ATOMIC_RELAXED) == 2; /* (hook) */
+  int err = refused ? EINVAL : rf_file_pwrite_fd(w->fd, w->bounce, len, w->flushed);
+
   if (err == EINVAL && w->direct) { /* opened, but the filesystem takes no direct writes */
     rf_log_debug("%s: the filesystem refuses O_DIRECT writes; writing it buffered", w->path);
     RF_TRY(rf_file_writer_end_direct(w));
