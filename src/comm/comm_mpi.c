@@ -161,6 +161,9 @@ static pthread_cond_t rf_comm_finalize_done = PTHREAD_COND_INITIALIZER;
 
 void rf_comm_mpi_exit_status(int status) { rf_comm_exit_status = status; }
 
+static int rf_comm_hang_finalize; /* rf_comm_mpi_test_hang_finalize */
+void rf_comm_mpi_test_hang_finalize(void) { rf_comm_hang_finalize = 1; }
+
 /* The system call the main thread is blocked in (SYS_read: MPICH's wait in the
  * launcher's barrier or finalize, a blocking read of the PMI socket), -1 when it
  * runs in user space (UCX's progress, MPICH's shared-memory spin) or this cannot
@@ -296,6 +299,7 @@ void rf_comm_mpi_finalize(void) {
   sigaction(SIGRTMIN + 2, &sa, NULL);
   pthread_t guard;
   int guarded = pthread_create(&guard, NULL, rf_comm_finalize_guard, NULL) == 0;
+  for (volatile uint64_t spin = 0; rf_comm_hang_finalize; spin++) continue; /* (the hook) */
   RF_MPI_CHECK(MPI_Finalize());
   if (guarded) {
     pthread_mutex_lock(&rf_comm_finalize_lock);

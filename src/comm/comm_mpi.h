@@ -15,6 +15,10 @@
 /* Testing hook: the largest count passed to MPI in one argument (default and
  * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
 void rf_comm_set_count_limit(int64_t limit);
+/* Testing hook: rf_comm_mpi_finalize then spins in user space before MPI_Finalize
+ * and never returns, as a rank stuck in UCX's endpoint close: the finalize guard
+ * must end the process, with the status given to rf_comm_mpi_exit_status. */
+void rf_comm_mpi_test_hang_finalize(void);
 
 /* An MPI communicator: duplicates `parent` (owned by the rf_comm, with
  * MPI_ERRORS_RETURN set), makes the bf16 datatype and ops, installs the abort
