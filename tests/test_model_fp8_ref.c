@@ -11,12 +11,13 @@
  * Weights, tokens and targets from rf_test_rand_f32 (not stored); the model quantizes each f32 weight (each
  * expert) with rf_fp8_quantize, as the gather does. The non-FP8 parts run in f32 here and in float64 there,
  * so an operand can round to the neighbouring e4m3 code on one side only: one flipped code of dY moves a
- * whole row of dW (measured: LLaMA's k_proj and v_proj 1.0e-3 and 4.2e-4 of max over 1.55% and 1.5% of their
- * elements, every other tensor within 5.1e-7; Mixtral: every tensor within 4.2e-6). So each of the loss
- * (relative), the logits and every gradient (the FP8 ones straight through the quantizer, as rfsdp): max|a -
- * b| / max|ref| <= MAX_TOL (5e-3; the loss 1e-5, measured 2.8e-8) and at most FRAC_TOL (3%) of the elements
- * beyond 1e-5 of max|ref|. Weight-gradient tiles that ran over both sequences are 2.7-4.9% of max off in all
- * seven of LLaMA's, 99.7% of the elements. */
+ * whole row of dW (measured: LLaMA's k_proj row 19 and v_proj row 8, 1.0e-3 and 4.2e-4 of max; every other
+ * row of every tensor within 5.1e-7 of max, Mixtral's v_proj 4.2e-6). The bounds fit what they measure, each
+ * 10x this machine's measurement (an AMD EPYC Zen 3, AVX2, one thread; the table below): the loss
+ * (relative), the logits and every gradient (the FP8 ones straight through the quantizer, as rfsdp) row by
+ * row of dW (of max|ref| of the tensor): at most the one named row off, within 10x its own error, every
+ * other row within 10x the largest error measured there. Weight-gradient tiles that ran over both sequences
+ * are 2.7-4.9% of max off in all seven of LLaMA's, 99.7% of the elements. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +26,55 @@
 #include "model/model.h"
 #include "rf_test.h"
 
-#define LOSS_TOL 1e-5
-#define MAX_TOL 5e-3
-#define FRAC_TOL 0.03
 enum { V = 40, B = 2, T = 64, N = B * T, MAXREC = 16 };
 
 enum { NT = 12 }; /* embedding, 9 layer tensors, final norm, head (both families) */
+
+/* What this machine measured, of max|ref| (the loss: relative). A gradient: the row (of dW's
+ * rows: the output features) one flipped code of dY moves, -1 when none, and its error; the
+ * largest error of every other row. Each is checked at 10x. */
+struct measured_grad {
+  const char *name;
+  int row;
+  double row_err, rest;
+};
+struct measured {
+  double loss, logits;
+  struct measured_grad grad[NT];
+};
+#define TOL_FACTOR 10.0
+
+static const struct measured llama_measured = {
+    2.8e-8,
+    4.4e-7,
+    {{"model.embed_tokens.weight", -1, 0, 2.0e-7},
+     {"model.layers.0.input_layernorm.weight", -1, 0, 3.2e-7},
+     {"model.layers.0.self_attn.q_proj.weight", -1, 0, 3.8e-7},
+     {"model.layers.0.self_attn.k_proj.weight", 19, 1.0e-3, 3.4e-7},
+     {"model.layers.0.self_attn.v_proj.weight", 8, 4.2e-4, 2.2e-7},
+     {"model.layers.0.self_attn.o_proj.weight", -1, 0, 1.8e-7},
+     {"model.layers.0.post_attention_layernorm.weight", -1, 0, 5.1e-7},
+     {"model.layers.0.mlp.gate_proj.weight", -1, 0, 2.4e-7},
+     {"model.layers.0.mlp.up_proj.weight", -1, 0, 3.5e-7},
+     {"model.layers.0.mlp.down_proj.weight", -1, 0, 4.9e-7},
+     {"model.norm.weight", -1, 0, 2.7e-7},
+     {"lm_head.weight", -1, 0, 3.1e-7}}};
+
+static const struct measured mixtral_measured = {
+    1.4e-8,
+    5.1e-7,
+    {{"model.embed_tokens.weight", -1, 0, 2.0e-7},
+     {"model.layers.0.input_layernorm.weight", -1, 0, 3.0e-7},
+     {"model.layers.0.self_attn.q_proj.weight", -1, 0, 3.6e-7},
+     {"model.layers.0.self_attn.k_proj.weight", -1, 0, 4.3e-7},
+     {"model.layers.0.self_attn.v_proj.weight", -1, 0, 4.2e-6},
+     {"model.layers.0.self_attn.o_proj.weight", -1, 0, 2.7e-7},
+     {"model.layers.0.post_attention_layernorm.weight", -1, 0, 3.9e-7},
+     {"model.layers.0.mlp.gate.weight", -1, 0, 4.6e-7},
+     {"model.layers.0.mlp.experts.gate_up_proj", -1, 0, 3.6e-7},
+     {"model.layers.0.mlp.experts.down_proj", -1, 0, 4.2e-7},
+     {"model.norm.weight", -1, 0, 1.9e-7},
+     {"lm_head.weight", -1, 0, 2.5e-7}}};
 
 /* ---- the record file (tests/ref_fp8.py's format) ---- */
 struct rec {
@@ -91,14 +135,6 @@ static const float *ref_get(const char *name, int64_t numel) {
   return NULL;
 }
 
-/* The fraction of the elements of a that are more than 1e-5 of max|b| from b. */
-static double frac_off(const float *a, const float *b, size_t n) {
-  double m = rf_test_max_abs(b, n);
-  size_t off = 0;
-  for (size_t i = 0; i < n; i++) off += !(fabs((double)a[i] - (double)b[i]) <= 1e-5 * m);
-  return (double)off / (double)n;
-}
-
 static double rel_err(const float *a, const float *b, size_t n) {
   double m = rf_test_max_abs(b, n), e = rf_test_max_abs_diff(a, b, n);
   if (!isfinite(e) || !isfinite(m)) return INFINITY;
@@ -123,8 +159,38 @@ static float *make_weight(const char *name, int i, int64_t n, int64_t cols) {
   return w;
 }
 
-/* One family's one-layer model (config JSON) against its record. */
-static void check_family(const char *label, const char *json, const char *path) {
+/* A gradient (rows x cols) against its reference, row by row, of max|ref|: the named row
+ * within 10x its measured error, every other within 10x the rest's. */
+static void check_grad(const char *label, const struct measured_grad *want, const char *name, int fp8,
+                       const float *g, const float *ref, int64_t rows, int64_t cols) {
+  RF_CHECK(strcmp(want->name, name) == 0, "%s: the table names %s where the model has %s", label, want->name,
+           name);
+  double m = rf_test_max_abs(ref, (size_t)(rows * cols)), rest = 0, at_row = 0;
+  int64_t worst = -1;
+  for (int64_t r = 0; r < rows; r++) {
+    double e = rf_test_max_abs_diff(g + r * cols, ref + r * cols, (size_t)cols) / m;
+    if (r == want->row) {
+      at_row = e;
+    } else if (!(e <= rest)) {
+      rest = e;
+      worst = r;
+    }
+  }
+  RF_CHECK(rest <= TOL_FACTOR * want->rest,
+           "%s: gradient of %s%s: row %lld is %.3g of max from the reference (measured at most %.2g on rows "
+           "other than %d)",
+           label, name, fp8 ? " (FP8)" : "", (long long)worst, rest, want->rest, want->row);
+  RF_CHECK(want->row < 0 || at_row <= TOL_FACTOR * want->row_err,
+           "%s: gradient of %s%s: row %d (one flipped code of dY) is %.3g of max from the reference "
+           "(measured %.2g)",
+           label, name, fp8 ? " (FP8)" : "", want->row, at_row, want->row_err);
+  printf("  d %-48s %s other rows %.2g of max", name, fp8 ? "FP8" : "   ", rest);
+  if (want->row >= 0) printf(", row %d %.2g", want->row, at_row);
+  printf("\n");
+}
+
+/* One family's one-layer model (config JSON) against its record and what was measured. */
+static void check_family(const char *label, const char *json, const char *path, const struct measured *want) {
   if (ref_load(path) != 0) {
     RF_CHECK(0, "%s", rf_error_msg());
     return;
@@ -137,7 +203,7 @@ static void check_family(const char *label, const char *json, const char *path) 
   uint8_t *codes[NT] = {0};
   float *scales[NT] = {0};
   const char *names[NT];
-  int64_t numel[NT];
+  int64_t numel[NT], rows_of[NT];
   struct rf_model_weight wt[NT];
   int k = 0;
   for (int u = 0; u < desc.n_units; u++)
@@ -149,6 +215,7 @@ static void check_family(const char *label, const char *json, const char *path) 
       int64_t cols = t->ndim == 1 ? 1 : t->shape[t->ndim - 1];
       names[k] = t->name;
       numel[k] = t->numel;
+      rows_of[k] = numel[k] / cols; /* dW's rows: the output features (each expert's in turn) */
       w[k] = make_weight(t->name, k, numel[k], cols);
       g[k] = rf_xcalloc((size_t)numel[k], sizeof(float));
       wt[k] = (struct rf_model_weight){.f32 = w[k]};
@@ -194,26 +261,22 @@ static void check_family(const char *label, const char *json, const char *path) 
   const float *ref_loss = ref_get("loss", 1), *ref_logits = ref_get("logits", (int64_t)N * V);
   if (ref_loss && ref_logits) {
     double el = fabs(loss - (double)ref_loss[0]) / fabs((double)ref_loss[0]);
-    double eg = rel_err(logits, ref_logits, (size_t)N * V), fg = frac_off(logits, ref_logits, (size_t)N * V);
-    RF_CHECK(el <= LOSS_TOL, "loss %.9g, the reference's %.9g: %.3g relative", loss, (double)ref_loss[0], el);
-    RF_CHECK(eg <= MAX_TOL && fg <= FRAC_TOL, "logits: %.3g of max from the reference, %.3g%% beyond 1e-5",
-             eg, 100 * fg);
-    printf("%s: loss %.9g (reference %.9g, %.2g relative), logits %.2g of max, %.3g%% beyond 1e-5 of max\n",
-           label, loss, (double)ref_loss[0], el, eg, 100 * fg);
+    double eg = rel_err(logits, ref_logits, (size_t)N * V);
+    RF_CHECK(el <= TOL_FACTOR * want->loss,
+             "%s: loss %.9g, the reference's %.9g: %.3g relative (measured %.2g)", label, loss,
+             (double)ref_loss[0], el, want->loss);
+    RF_CHECK(eg <= TOL_FACTOR * want->logits, "%s: logits: %.3g of max from the reference (measured %.2g)",
+             label, eg, want->logits);
+    printf("%s: loss %.9g (reference %.9g, %.2g relative), logits %.2g of max\n", label, loss,
+           (double)ref_loss[0], el, eg);
   }
   for (int i = 0; i < NT; i++) {
     char key[128];
     snprintf(key, sizeof key, "grad.%s", names[i]);
     const float *ref = ref_get(key, numel[i]);
-    if (!ref) continue;
-    double e = rel_err(g[i], ref, (size_t)numel[i]);
-    double f = frac_off(g[i], ref, (size_t)numel[i]);
-    RF_CHECK(e <= MAX_TOL, "gradient of %s%s: %.3g of max from the reference", names[i],
-             codes[i] ? " (FP8)" : "", e);
-    RF_CHECK(f <= FRAC_TOL, "gradient of %s%s: %.3g%% of the elements beyond 1e-5 of max from the reference",
-             names[i], codes[i] ? " (FP8)" : "", 100 * f);
-    printf("  d %-48s %s %.2g of max, %.3g%% of the elements beyond 1e-5 of max\n", names[i],
-           codes[i] ? "FP8" : "   ", e, 100 * f);
+    if (ref)
+      check_grad(label, &want->grad[i], names[i], codes[i] != NULL, g[i], ref, rows_of[i],
+                 numel[i] / rows_of[i]);
   }
 
   for (int i = 0; i < NT; i++) free(w[i]), free(g[i]), free(codes[i]), free(scales[i]);
@@ -229,13 +292,13 @@ int main(void) {
       "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0";
   char json[1024];
   snprintf(json, sizeof json, "{\"model_type\": \"llama\", \"intermediate_size\": 200, %s}", common);
-  check_family("llama", json, "tests/data/fp8_layer_ref.bin");
+  check_family("llama", json, "tests/data/fp8_layer_ref.bin", &llama_measured);
   snprintf(json, sizeof json,
            "{\"model_type\": \"mixtral\", \"intermediate_size\": 100, %s, \"num_local_experts\": 4, "
            "\"num_experts_per_tok\": 2, "
            "\"router_aux_loss_coef\": 0.0}",
            common);
-  check_family("mixtral", json, "tests/data/fp8_moe_ref.bin");
+  check_family("mixtral", json, "tests/data/fp8_moe_ref.bin", &mixtral_measured);
   free(blob);
   return rf_test_finish("test_model_fp8_ref");
 }
