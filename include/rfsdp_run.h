@@ -195,6 +195,36 @@ void rf_run_tensorboard_close(struct rf_run_tensorboard *tb); /* NULL allowed */
 /* CRC32C (Castagnoli) of n bytes: the checksum of TensorBoard's records. */
 uint32_t rf_run_tensorboard_crc32c(const void *data, size_t n);
 
+/* ---- the step's timeline (Chrome trace / Perfetto) --------------------------
+ *
+ * rf_run_trace_start (collective) reserves memory for the spans of steps A..B
+ * (1-based, inclusive); each step calls rf_run_trace_step(step) before its work;
+ * rf_run_trace_write (collective) merges every rank's spans into one JSON file of
+ * the Chrome trace event format (rank 0 writes it): a process per rank, a track per
+ * lane (compute, gather, reduce, replicate all-reduce, data, checkpoint, the
+ * async-save writer, the watchdog), each unit's forward and backward, each
+ * collective from issue to observed completion with its bytes and unit, the waits
+ * for collectives nested in the compute lane (the exposed communication), the
+ * optimizer step, the agreements, checkpoint writes and data loading. On MPI a
+ * collective's end is the poll that observed it. Off (never started), the hooks
+ * cost one branch each. */
+struct rf_run_trace_summary {
+  int64_t steps;              /* steps traced */
+  double exposed_ms_per_step; /* the compute lane waiting for a collective, per step (worst rank) */
+  double comm_ms_per_step;    /* the union of the collectives' spans, per step (worst rank) */
+  double overlap;             /* 1 - exposed / communication (the lowest rank's) */
+  uint64_t spans, dropped;    /* recorded on every rank; those that did not fit the reservation */
+};
+int rf_run_trace_start(const struct rf_fsdp *f, int64_t first_step, int64_t last_step);
+void rf_run_trace_step(int64_t step);
+/* A span of the caller's own on `lane` (name: static storage), from t0 = rf_run_trace_now() to now;
+ * nothing when the trace is off or t0 is 0. */
+uint64_t rf_run_trace_now(void);
+void rf_run_trace_span(enum rf_trace_lane lane, const char *name, uint64_t t0);
+int rf_run_trace_summary(const struct rf_fsdp *f, struct rf_run_trace_summary *out);
+int rf_run_trace_write(const struct rf_fsdp *f, const char *path);
+void rf_run_trace_stop(void); /* frees the spans; local */
+
 /* ---- testing hooks ---------------------------------------------------------- */
 
 /* From now on, the last rank of the shard group exits abruptly (status 137) inside

@@ -72,6 +72,19 @@ struct rf_comm;
 /* The most dimensions a tensor has (plans, checkpoints, safetensors files, views). */
 #define RF_MAX_DIMS 8
 
+/* The tracks of the step's timeline (rfsdp_run.h, rf_run_trace_*). */
+enum rf_trace_lane {
+  RF_TRACE_LANE_COMPUTE = 0, /* the training thread */
+  RF_TRACE_LANE_GATHER,      /* all-gathers of parameters, issue to completion */
+  RF_TRACE_LANE_REDUCE,      /* reduce-scatters of gradients */
+  RF_TRACE_LANE_REPLICATE,   /* HSDP's replica all-reduce */
+  RF_TRACE_LANE_DATA,        /* batches read */
+  RF_TRACE_LANE_CKPT,        /* checkpoint saves (the training thread's part) */
+  RF_TRACE_LANE_WRITER,      /* the async-save writer thread */
+  RF_TRACE_LANE_WATCHDOG,    /* the collective watchdog */
+  RF_TRACE_LANES
+};
+
 /* This rank's piece of one tensor: the element range [begin, end) of the
  * row-major tensor, and where it lives. `starts` (world + 1 entries) gives every
  * rank's range of the tensor: rank r holds [starts[r], starts[r+1]). */

@@ -73,6 +73,52 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
   free(ids);
 }
 
+/* --trace: the window of steps (--trace-steps A:B, default 1:20 within the run). */
+static int rf_train_trace_begin(struct rf_train_state *s) {
+  const struct rf_train_args *a = s->args;
+  long long first = s->start_step + 1, last = rf_min_i64(a->steps, s->start_step + 20);
+  if (a->trace_steps) {
+    char tail = 0;
+    if (sscanf(a->trace_steps, "%lld:%lld%c", &first, &last, &tail) != 2 || first < 1 || last < first)
+      RF_FAIL("--trace-steps %s: expected A:B with 1 <= A <= B (steps, counted from 1)", a->trace_steps);
+  }
+  s->trace_first = first;
+  s->trace_last = last;
+  return rf_run_trace_start(s->model.fsdp, first, last);
+}
+
+/* After the last step: the trace merged and written by rank 0, its summary printed, and with --plot the
+ * timeline drawn next to the loss curve. Collective. */
+static int rf_train_trace_end(struct rf_train_state *s) {
+  const struct rf_train_args *a = s->args;
+  if (!a->trace) return 0;
+  rf_run_trace_step(0); /* nothing more is recorded */
+  struct rf_run_trace_summary sum;
+  RF_TRY(rf_run_trace_summary(s->model.fsdp, &sum));
+  RF_TRY(rf_run_trace_write(s->model.fsdp, a->trace));
+  rf_run_trace_stop();
+  if (s->rank != 0) return 0;
+  printf(
+      "trace: %s (%lld steps, %llu spans%s); per step: communication %.2f ms, of which exposed (the compute "
+      "lane waiting) %.2f ms: overlap %.1f%%\n",
+      a->trace, (long long)sum.steps, (unsigned long long)sum.spans,
+      sum.dropped ? ", some dropped: the window is longer than the reservation" : "", sum.comm_ms_per_step,
+      sum.exposed_ms_per_step, 100.0 * sum.overlap);
+  if (a->plot) {
+    char png[RF_FILE_PATH_MAX];
+    const char *slash = strrchr(a->plot, '/');
+    snprintf(png, sizeof png, "%.*stimeline.png", slash ? (int)(slash - a->plot + 1) : 0, a->plot);
+    char title[1024];
+    snprintf(title, sizeof title,
+             "%s, W=%d (%d x %d), steps %lld..%lld: exposed %.1f ms of %.1f ms communication per step",
+             a->model, s->world, s->replicas, s->group, (long long)(s->trace_first),
+             (long long)(s->trace_last), sum.exposed_ms_per_step, sum.comm_ms_per_step);
+    RF_TRY(rf_train_plot_timeline(a->trace, png, title));
+    printf("timeline: %s\n", png);
+  }
+  return 0;
+}
+
 /* Seconds since the epoch: TensorBoard's wall time. */
 static double rf_train_wall_s(void) {
   struct timespec ts;
@@ -144,22 +190,31 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
   rf_comm_watchdog_note(step + 1, "forward and backward");
   rf_fsdp_zero_grad(f);
   for (int m = 0; m < a->accum; m++) {
+    uint64_t t_data = rf_run_trace_now();
     RF_TRY(rf_data_loader_batch(&s->train, a->seed, step, a->batch, a->seq, m * s->world + s->rank,
                                 s->world * a->accum, s->tokens, s->targets));
+    rf_run_trace_span(RF_TRACE_LANE_DATA, "batch", t_data);
     /* HSDP: the replica all-reduces start during the last micro-batch's backward */
     if (m == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
     loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
   }
   RF_TRY(rf_fsdp_status(f)); /* FP8: a weight's tile with NaN or Inf, the same on every rank */
+  uint64_t t = rf_run_trace_now();
   rf_fsdp_grads_finish(f);
+  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "gradients finished", t);
+  t = rf_run_trace_now();
   double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
   rf_comm_allreduce(&s->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "grad norm and loss all-reduce", t);
   *loss_out = loss * scale;
   *norm_out = norm;
   if (!isfinite(norm)) return 1;
   rf_fsdp_clip_grads(f, norm, a->clip);
   rf_comm_watchdog_note(step + 1, "optimizer");
-  return rf_optim_step(s->optim, (float)rf_train_lr(a, step));
+  t = rf_run_trace_now();
+  int rc = rf_optim_step(s->optim, (float)rf_train_lr(a, step));
+  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "optimizer step", t);
+  return rc;
 }
 
 /* The token files, then the tokenizer they were written with; the validation file
@@ -367,6 +422,7 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
                                 (int64_t)s->model.ws.bytes};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
+  if (a->trace) RF_TRY(rf_train_agree(&s->comm, rf_train_trace_begin(s)));
   if (s->tb && logged == 0)
     logged = rf_run_tensorboard_begin(s->tb, a->resume ? s->start_step : -1, rf_train_wall_s());
   for (int64_t step = s->start_step; step < a->steps; step++) {
@@ -375,9 +431,14 @@ static int rf_train_run(struct rf_train_state *s) {
     uint64_t t0 = rf_time_ns();
     double cpu0 = rf_train_cpu_ms();
     double loss = 0, norm = 0;
+    rf_run_trace_step(step + 1);
+    uint64_t t_step = rf_run_trace_now();
     int skipped = rf_train_step(s, step, &loss, &norm);
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
+    uint64_t t_agree = rf_run_trace_now();
     if (rf_train_agree(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
+    rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step agreement", t_agree);
+    rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step", t_step);
     double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
     rf_fsdp_get_counters(s->model.fsdp, &after, NULL);
     struct rf_counters d = rf_counters_diff(&after, &before);
@@ -396,6 +457,7 @@ static int rf_train_run(struct rf_train_state *s) {
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
   RF_TRY(rf_train_agree(&s->comm, logged));
+  RF_TRY(rf_train_trace_end(s));
   if (bad_in_a_row > 0 && s->rank == 0) /* fewer than the 5 that stop a run: said, not silent */
     printf(
         "warning: the run ended on %d skipped step%s (non-finite gradients): the weights are those of step "
@@ -504,6 +566,13 @@ int rf_cmd_train(int argc, char **argv) {
        0},
       {"log", RF_OPTION_KIND_STRING, &a.log, "JSONL log, one object per step", NULL, 0},
       {"plot", RF_OPTION_KIND_STRING, &a.plot, "loss curve PNG at the end (needs --log)", NULL, 0},
+      {"trace", RF_OPTION_KIND_STRING, &a.trace,
+       "Chrome trace (Perfetto, chrome://tracing) of every rank's step: units, collectives, waits, "
+       "optimizer, "
+       "checkpoints; with --plot also timeline.png beside the loss curve",
+       NULL, 0},
+      {"trace-steps", RF_OPTION_KIND_STRING, &a.trace_steps,
+       "the traced steps A:B (default: the run's first 20)", NULL, 0},
       {"tensorboard", RF_OPTION_KIND_STRING, &a.tensorboard,
        "folder of TensorBoard scalars (loss, val loss, grad norm, lr, tokens/s, MFU, memory, bytes per "
        "step); a "

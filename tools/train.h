@@ -21,6 +21,7 @@ struct rf_train_args {
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
   const char *tensorboard; /* --tensorboard DIR (rank 0 writes the event file) */
+  const char *trace, *trace_steps; /* --trace FILE, --trace-steps A:B */
   const char *replicate;   /* --replicate R | node | auto (tools/train_mesh.h) */
   double max_padding;      /* --max-padding percent for --replicate auto; < 0: not given */
   double memory_per_rank;  /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
@@ -50,6 +51,7 @@ struct rf_train_state {
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
   struct rf_run_tensorboard *tb; /* --tensorboard (rank 0; owned) */
+  int64_t trace_first, trace_last; /* --trace: the window */
   int64_t start_step;
   struct rf_run_series series; /* --ckpt-dir */
   struct rf_run_async *async;  /* --async-save: the staging and the writer (owned) */

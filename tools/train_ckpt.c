@@ -124,7 +124,11 @@ static int rf_train_ckpt_advance(struct rf_train_state *s, int block) {
 
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
   RF_TRY(rf_train_ckpt_advance(s, 0));
-  return rf_train_ckpt_due(s->args, done) ? rf_train_ckpt_save(s, done) : 0;
+  if (!rf_train_ckpt_due(s->args, done)) return 0;
+  uint64_t t0 = rf_run_trace_now();
+  int rc = rf_train_ckpt_save(s, done);
+  rf_run_trace_span(RF_TRACE_LANE_CKPT, s->async ? "checkpoint save (staged)" : "checkpoint save", t0);
+  return rc;
 }
 
 int rf_train_ckpt_end(struct rf_train_state *s) {

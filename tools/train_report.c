@@ -108,23 +108,14 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps) {
  * its standard input and the paths and the title reach it as arguments (ARG1..3,
  * string variables), so no character of theirs is ever parsed. Returns gnuplot's
  * exit status (127: it could not be started). */
-static int rf_train_gnuplot(const char *png_path, const char *title, const char *table) {
-  static const char script[] =
-      "set terminal png size 900,540\n"
-      "set output ARG1\n"
-      "set title ARG2 noenhanced\n"
-      "set xlabel 'step'\n"
-      "set ylabel 'loss (nats per token)'\n"
-      "set grid\n"
-      "set key top right\n"
-      "plot ARG3 using 1:2 with lines lw 2 title 'train', '' using 1:3 with linespoints pt 7 title "
-      "'validation'\n";
+static int rf_train_gnuplot(const char *script, size_t script_len, const char *png_path, const char *title,
+                            const char *table, const char *arg4) {
   int fds[2];
   RF_REQUIRE(pipe(fds) == 0, "%s: cannot make a pipe for gnuplot: %s", png_path, strerror(errno));
   /* the whole script is in the pipe before gnuplot starts: no SIGPIPE if it fails to */
-  ssize_t put = write(fds[1], script, sizeof script - 1);
+  ssize_t put = write(fds[1], script, script_len);
   close(fds[1]);
-  if (put != (ssize_t)(sizeof script - 1)) {
+  if (put != (ssize_t)script_len) {
     close(fds[0]);
     RF_FAIL("%s: cannot write gnuplot's script into its pipe", png_path);
   }
@@ -133,7 +124,7 @@ static int rf_train_gnuplot(const char *png_path, const char *title, const char 
   if (pid == 0) {
     int quiet = open("/dev/null", O_WRONLY);
     if (dup2(fds[0], STDIN_FILENO) < 0 || quiet < 0 || dup2(quiet, STDERR_FILENO) < 0) _exit(127);
-    execlp("gnuplot", "gnuplot", "-c", "/dev/stdin", png_path, title, table, (char *)NULL);
+    execlp("gnuplot", "gnuplot", "-c", "/dev/stdin", png_path, title, table, arg4, (char *)NULL);
     _exit(127);
   }
   close(fds[0]);
@@ -175,7 +166,106 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   fclose(in);
   fclose(out);
   RF_REQUIRE(rows > 0, "%s: no steps to plot", jsonl_path);
-  int rc = rf_train_gnuplot(png_path, title, table);
+  static const char script[] =
+      "set terminal png size 900,540\n"
+      "set output ARG1\n"
+      "set title ARG2 noenhanced\n"
+      "set xlabel 'step'\n"
+      "set ylabel 'loss (nats per token)'\n"
+      "set grid\n"
+      "set key top right\n"
+      "plot ARG3 using 1:2 with lines lw 2 title 'train', '' using 1:3 with linespoints pt 7 title "
+      "'validation'\n";
+  int rc = rf_train_gnuplot(script, sizeof script - 1, png_path, title, table, "");
+  unlink(table);
+  RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
+  return 0;
+}
+
+/* The colour of a span of the timeline (RGB). */
+static int rf_train_span_colour(int lane, const char *name) {
+  if (lane == RF_TRACE_LANE_GATHER) return 0xff7f0e;
+  if (lane == RF_TRACE_LANE_REDUCE) return 0x9467bd;
+  if (lane == RF_TRACE_LANE_REPLICATE) return 0x8c564b;
+  if (strncmp(name, "wait", 4) == 0) return 0xd62728;
+  if (strcmp(name, "forward") == 0) return 0x1f77b4;
+  if (strcmp(name, "backward") == 0) return 0x2ca02c;
+  return 0x999999;
+}
+
+int rf_train_plot_timeline(const char *trace_path, const char *png_path, const char *title) {
+  FILE *in = fopen(trace_path, "rb");
+  RF_REQUIRE(in, "%s: cannot read the trace: %s", trace_path, strerror(errno));
+  fseek(in, 0, SEEK_END);
+  long size = ftell(in);
+  fseek(in, 0, SEEK_SET);
+  char *text = rf_xmalloc((size_t)size + 1);
+  size_t got = fread(text, 1, (size_t)size, in);
+  fclose(in);
+  text[got] = 0;
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+  if (!cJSON_IsArray(events)) {
+    cJSON_Delete(root);
+    RF_FAIL("%s: not a trace (no traceEvents)", trace_path);
+  }
+  char table[4096];
+  snprintf(table, sizeof table, "%s.dat", png_path);
+  FILE *out = fopen(table, "w");
+  if (!out) {
+    cJSON_Delete(root);
+    RF_FAIL("%s: cannot write: %s", table, strerror(errno));
+  }
+  /* rows: per rank its compute, gather, reduce and replica lanes, rank 0 on top; the step spans (which hold
+   * the others) are left out; a wait is drawn over the compute it interrupts */
+  static const char *const lanes[] = {"compute", "gather", "reduce", "replicate"};
+  int ranks = 0, rows = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, events) {
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(e, "pid"),
+                *tid = cJSON_GetObjectItemCaseSensitive(e, "tid");
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts"),
+                *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+    if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(tid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur) ||
+        !name || tid->valueint < 0 || tid->valueint > 3 || strcmp(name, "step") == 0)
+      continue;
+    if (pid->valueint + 1 > ranks) ranks = pid->valueint + 1;
+    int row = pid->valueint * 4 + tid->valueint;
+    double half = dur->valuedouble / 2e3;
+    fprintf(out, "%.6f %d %.6f %.2f %d r%d-%s %d\n", ts->valuedouble / 1e3 + half, -row, half,
+            strncmp(name, "wait", 4) == 0 ? 0.28 : 0.4, rf_train_span_colour(tid->valueint, name),
+            pid->valueint, lanes[tid->valueint], strncmp(name, "wait", 4) == 0);
+    rows++;
+  }
+  cJSON_Delete(root);
+  fclose(out);
+  if (rows == 0) {
+    unlink(table);
+    RF_FAIL("%s: no spans to draw", trace_path);
+  }
+  static const char script[] =
+      "set terminal png size 1400,@ARG4\n"
+      "set output ARG1\n"
+      "set title ARG2 noenhanced\n"
+      "set xlabel 'time (ms)'\n"
+      "set grid xtics\n"
+      "set style fill solid 0.9 noborder\n"
+      "set key outside bottom horizontal\n"
+      "plot ARG3 using ($7 == 0 ? $1 : NaN):2:3:4:5:ytic(6) with boxxyerror lc rgb variable notitle, \\\n"
+      "  '' using ($7 == 1 ? $1 : NaN):2:3:4:5 with boxxyerror lc rgb variable notitle, \\\n"
+      "  NaN with boxes lc rgb '#1f77b4' title 'forward', NaN with boxes lc rgb '#2ca02c' title 'backward', "
+      "\\\n"
+      "  NaN with boxes lc rgb '#d62728' title 'waiting for a collective (exposed)', \\\n"
+      "  NaN with boxes lc rgb '#999999' title 'other compute', NaN with boxes lc rgb '#ff7f0e' title "
+      "'all-gather', \\\n"
+      "  NaN with boxes lc rgb '#9467bd' title 'reduce-scatter', NaN with boxes lc rgb '#8c564b' title "
+      "'replica "
+      "all-reduce'\n";
+  char height[32];
+  snprintf(height, sizeof height, "%d", 160 + ranks * 4 * 26);
+  int rc = rf_train_gnuplot(script, sizeof script - 1, png_path, title, table, height);
   unlink(table);
   RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
   return 0;

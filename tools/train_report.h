@@ -58,6 +58,9 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps);
 /* Draws loss (and val_loss) against step from a JSONL log into a PNG with
  * gnuplot. -1 with a message when gnuplot fails. */
 int rf_train_plot(const char *jsonl_path, const char *png_path, const char *title);
+/* Draws the timeline of a trace (rf_run_trace_write's file) into a PNG with gnuplot: per rank its compute,
+ * gather, reduce and replica all-reduce lanes, the waits for collectives in red. */
+int rf_train_plot_timeline(const char *trace_path, const char *png_path, const char *title);
 
 /* The oneDNN GEMM rate of this machine in `dtype` (f32 or bf16 operands, f32
  * accumulation) on `threads` threads (OpenMP's count, set before), in GFLOP/s: a

@@ -1,6 +1,7 @@
 /* The backend-independent half of the communicator: argument checks, byte and
  * time counting (one place for every backend), then the backend's table. */
 #include "comm/comm.h"
+#include "core/trace.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -168,6 +169,7 @@ static void rf_comm_req_start(const struct rf_comm *comm, struct rf_comm_req *re
   RF_ASSERT(req->capacity >= comm->world);
   req->ops = comm->ops;
   req->collective = collective;
+  req->trace_t0 = 0;
 }
 
 static void rf_comm_req_started(const struct rf_comm *comm, struct rf_comm_req *req, uint64_t bytes,
@@ -234,10 +236,25 @@ void rf_comm_ialltoallv(const struct rf_comm *comm, const void *send, const int6
   rf_comm_req_started(comm, req, sent * rf_dtype_size(dtype), RF_COMM_FIELD(bytes_alltoall));
 }
 
+void rf_comm_req_trace(struct rf_comm_req *req, int lane, int unit) {
+  req->trace_t0 = rf_trace_now();
+  req->trace_lane = lane;
+  req->trace_unit = unit;
+}
+
+/* The request's span, at its observed completion. */
+static void rf_comm_req_traced(struct rf_comm_req *req, uint64_t now) {
+  if (!req->trace_t0) return;
+  rf_trace_span((enum rf_trace_lane)req->trace_lane, req->collective, req->trace_t0, now, req->trace_unit,
+                (int64_t)req->bytes);
+  req->trace_t0 = 0;
+}
+
 int rf_comm_test(struct rf_comm_req *req) {
   if (!req->active) return 1;
   if (!req->ops->test(req)) return 0;
   req->active = 0;
+  if (req->trace_t0) rf_comm_req_traced(req, rf_time_ns());
   return 1;
 }
 
@@ -247,8 +264,19 @@ void rf_comm_wait(struct rf_comm_req *req) {
   rf_comm_watch_enter(req->collective, req->label, t0);
   req->ops->wait(req);
   rf_comm_watch_leave();
-  rf_comm_add(req->counters, RF_COMM_FIELD(comm_wait_ns), rf_time_ns() - t0);
+  uint64_t t1 = rf_time_ns();
+  rf_comm_add(req->counters, RF_COMM_FIELD(comm_wait_ns), t1 - t0);
   req->active = 0;
+  if (req->trace_t0) {
+    static const char *const waits[RF_TRACE_LANES] = {
+        [RF_TRACE_LANE_GATHER] = "wait for all-gather",
+        [RF_TRACE_LANE_REDUCE] = "wait for reduce-scatter",
+        [RF_TRACE_LANE_REPLICATE] = "wait for replica all-reduce"};
+    const char *name =
+        req->trace_lane >= 0 && req->trace_lane < RF_TRACE_LANES ? waits[req->trace_lane] : NULL;
+    rf_trace_span(RF_TRACE_LANE_COMPUTE, name ? name : "wait for a collective", t0, t1, req->trace_unit, -1);
+    rf_comm_req_traced(req, t1);
+  }
 }
 
 /* ---- ordering against compute ----------------------------------------------- */

@@ -5,8 +5,8 @@
  * Backends. struct rf_comm_ops is the table one backend fills: MPI today
  * (comm_mpi.c, constructed by rf_comm_init in comm/comm_mpi.h, the only header
  * that names MPI types); the NCCL backend (comm_nccl.c, comm_nccl.h; make
- * BACKEND=cuda only) fills the same table for device memory. Errors inside a backend stop every rank (rf_die) with the backend's
- * description, the file and the line.
+ * BACKEND=cuda only) fills the same table for device memory. Errors inside a backend stop every rank (rf_die)
+ * with the backend's description, the file and the line.
  *
  * This file's functions (comm.c) are the one place that counts: every collective
  * adds to the communicator's counters (rf_comm.counters: the runtime context's,
@@ -66,6 +66,10 @@ struct rf_comm_req {
   struct rf_counters *counters; /* borrowed: its communicator's, where the wait's time counts */
   const char *collective;       /* what was started (static), for the watchdog */
   const char *label;            /* borrowed, optional: whose request (the runtime: the unit's name) */
+  /* the timeline (src/core/trace.h), set by rf_comm_req_trace after the start: the lane, the unit and the
+   * issue time of the span its completion records; trace_t0 0: not traced */
+  int trace_lane, trace_unit;
+  uint64_t trace_t0;
 };
 
 /* What one backend does. `starts` arrays have world + 1 element offsets (rank r's
@@ -199,6 +203,10 @@ void rf_comm_event_record(const struct rf_comm *comm, struct rf_comm_req *req, s
                           struct rf_device_event *ev);
 /* 1 when finished (or never started); drives progress. */
 int rf_comm_test(struct rf_comm_req *req);
+/* A started request on the timeline: its span on `lane` (enum rf_trace_lane) from now to the completion
+ * that rf_comm_test or rf_comm_wait observes, and a blocking wait on it as a "wait" span on the compute
+ * lane (the exposed communication). Nothing when the trace is off. */
+void rf_comm_req_trace(struct rf_comm_req *req, int lane, int unit);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */
 void rf_comm_wait(struct rf_comm_req *req);
 

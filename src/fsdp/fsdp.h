@@ -53,6 +53,7 @@ struct rf_fsdp_unit {
   int reducing; /* a reduce-scatter is in flight from gslot */
   int reduce_accumulate;
   int has_grad;                    /* the shard holds gradients since zero_grad */
+  uint64_t trace_t0;               /* the timeline: when its forward or backward compute began (0: off) */
   struct rf_comm_req *gather_reqs; /* db.n_gather_reqs */
   struct rf_comm_req *reduce_reqs; /* db.n_buffers */
   /* One event per request, reached when it has finished (rf_comm_event_record): the

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/trace.h"
 #include "fsdp/fsdp.h"
 
 static void rf_fsdp_note_peak(struct rf_fsdp *f) {
@@ -35,8 +36,10 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
   rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
                           f->opt.fp8_pow2, x->gather_reqs);
-  for (int b = 0; b < x->db.n_gather_reqs; b++)
+  for (int b = 0; b < x->db.n_gather_reqs; b++) {
+    rf_comm_req_trace(&x->gather_reqs[b], RF_TRACE_LANE_GATHER, u);
     rf_comm_event_record(&f->mesh.shard, &x->gather_reqs[b], f->device, &x->gathered[b]);
+  }
   rf_fsdp_note_peak(f);
   return 1;
 }
@@ -99,6 +102,7 @@ static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
   rf_device_event_record(f->device, &x->across_written, NULL);
   rf_comm_stream_wait(&f->mesh.replicate, f->device, &x->across_written);
   rf_comm_iallreduce(&f->mesh.replicate, buf, x->db.shard_elems, dtype, RF_REDUCE_OP_SUM, x->across_req);
+  rf_comm_req_trace(x->across_req, RF_TRACE_LANE_REPLICATE, u);
   rf_comm_event_record(&f->mesh.replicate, x->across_req, f->device, x->across_done);
   x->across = 1;
 }
@@ -134,9 +138,11 @@ void rf_fsdp_forward_begin(struct rf_fsdp *f, int unit) {
   RF_ASSERT(f->finalized && unit >= 0 && unit < f->n_units);
   rf_fsdp_gather_wait(f, unit);
   rf_fsdp_prefetch(f, unit, +1);
+  f->units[unit].trace_t0 = rf_trace_now();
 }
 
 void rf_fsdp_forward_end(struct rf_fsdp *f, int unit) {
+  rf_trace_span(RF_TRACE_LANE_COMPUTE, "forward", f->units[unit].trace_t0, rf_trace_now(), unit, -1);
   /* the last unit is needed again at once by the backward: keep it */
   if (f->opt.reshard_after_forward && unit != f->n_units - 1) rf_fsdp_release(f, unit);
   rf_fsdp_poll(f);
@@ -166,10 +172,12 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
   rf_device_memset(f->device, f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float), NULL);
   rf_fsdp_note_peak(f);
   rf_fsdp_prefetch(f, unit, -1);
+  x->trace_t0 = rf_trace_now();
 }
 
 void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   struct rf_fsdp_unit *x = &f->units[unit];
+  rf_trace_span(RF_TRACE_LANE_COMPUTE, "backward", x->trace_t0, rf_trace_now(), unit, -1);
   RF_ASSERT(x->gslot >= 0 && !x->reducing);
   if (f->grads_across)
     RF_DIE(
@@ -180,8 +188,10 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   x->reduce_last = f->last_micro;
   rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
                           f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
-  for (int b = 0; b < x->db.n_buffers; b++)
+  for (int b = 0; b < x->db.n_buffers; b++) {
+    rf_comm_req_trace(&x->reduce_reqs[b], RF_TRACE_LANE_REDUCE, unit);
     rf_comm_event_record(&f->mesh.shard, &x->reduce_reqs[b], f->device, &x->reduced[b]);
+  }
   x->reducing = 1;
   x->has_grad = 1;
   rf_fsdp_release(f, unit);
