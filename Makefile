@@ -6,12 +6,16 @@ endif
 # The backend behind the device, gemm and comm tables: cpu (host memory, oneDNN, MPI), the
 # default; cuda (cudaMalloc'd memory and kernels, cuBLASLt, NCCL; MPI and the host backend stay
 # in it) builds into build-cuda/ with nvcc for src/*/*.cu and the C files that only it compiles
-# (src/*/*_cuda.c, src/*/*_nccl.c), plus the GPU test programs tests/gpu/*.c (docs/gpu.md).
+# (src/*/*_cuda.c, src/*/*_nccl.c), plus the GPU test programs tests/gpu/*.c (docs/gpu.md);
+# cuda-emu builds the same files into build-cuda-emu/ on the CPU: the .cu files as C++ over
+# tests/gpu/emu's headers, linked with its stand-in for the CUDA runtime, cuBLASLt and NCCL.
 BACKEND ?= cpu
 ifeq ($(BACKEND),cuda)
 BUILD ?= build-cuda
+else ifeq ($(BACKEND),cuda-emu)
+BUILD ?= build-cuda-emu
 else ifneq ($(BACKEND),cpu)
-$(error BACKEND=$(BACKEND): no such backend; BACKEND=cpu (the default) or cuda)
+$(error BACKEND=$(BACKEND): no such backend; BACKEND=cpu (the default), cuda or cuda-emu)
 endif
 PREFIX ?= /usr/local
 BUILD ?= build
@@ -52,6 +56,20 @@ CUDA_CFLAGS := -DRF_BACKEND_CUDA -isystem $(CUDA_HOME)/include
 BACKEND_LIBS := -Wl,--undefined=rf_device_cuda_init -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
   -lpthread -lstdc++
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+else ifeq ($(BACKEND),cuda-emu)
+# The CUDA build's own files on the CPU (tests/gpu/emu; docs/gpu.md): the CUDA-only C files
+# against the stand-in's headers, each .cu rewritten by cu2cpp and compiled as C++ without
+# FMA contraction (the kernels' _rn arithmetic), the stand-in's library (emu/*.cpp) linked in.
+CPU_BUILD ?= build
+OBJ_DIR := $(CPU_BUILD)/obj
+EMU := tests/gpu/emu
+CUDA_CFLAGS := -DRF_BACKEND_CUDA -DRF_CUDA_EMU -I$(EMU)/include
+EMU_CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -ffp-contract=off -fno-strict-aliasing -fno-math-errno -pthread \
+  -Wall -Wextra -Werror -Wno-unknown-pragmas -I$(EMU)/include -I$(EMU) -Iinclude -Isrc \
+  $(shell pkg-config --cflags mpi 2>/dev/null)
+EMU_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(sort $(wildcard $(EMU)/*.cpp)))
+BACKEND_LIBS := -Wl,--undefined=rf_device_cuda_init -lstdc++ -lpthread
+CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(EMU_OBJ)
 else
 OBJ_DIR := $(BUILD)/obj
 CUDA_OBJ :=
@@ -80,6 +98,9 @@ GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 ifeq ($(BACKEND),cuda)
 # the library, the command and the GPU programs: the CPU tests and benches are the CPU build's
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(GPU_TEST_BIN)
+else ifeq ($(BACKEND),cuda-emu)
+# the same, and the stand-in's own test (tests/gpu/emu/selftest.cu)
+all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(GPU_TEST_BIN) $(BUILD)/tests/gpu/emu_selftest
 else
 all: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
 endif
@@ -96,6 +117,7 @@ help:
 	@echo "make install PREFIX=/usr/local"
 	@echo "make BACKEND=cpu the host backend (the default)"
 	@echo "make BACKEND=cuda  the CUDA backend into build-cuda/ (nvcc, cuBLASLt, NCCL; docs/gpu.md)"
+	@echo "make BACKEND=cuda-emu  the CUDA backend's files on the CPU stand-in, into build-cuda-emu/"
 	@echo "make format | lint   (scripts/setup --dev installs clang, clang-format, clang-tidy, cppcheck)"
 
 setup:
@@ -122,6 +144,33 @@ $(BUILD)/obj/%.cu.o: %.cu Makefile
 	@$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 endif
 
+ifeq ($(BACKEND),cuda-emu)
+$(BUILD)/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS_ALL) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.cpp: %.cu $(EMU)/cu2cpp
+	@mkdir -p $(dir $@)
+	@$(EMU)/cu2cpp $< $@
+
+$(BUILD)/obj/%.cu.o: $(BUILD)/obj/%.cu.cpp Makefile
+	@echo "  CXX     $*.cu (cuda-emu)"
+	@$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/$(EMU)/%.o: $(EMU)/%.cpp Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $<"
+	@$(CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/gpu/emu_selftest: $(BUILD)/obj/$(EMU)/selftest.cu.o $(BUILD)/librfsdp.a
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CXX) $^ $(LDLIBS_ALL) -o $@
+
+.PRECIOUS: $(BUILD)/obj/%.cu.cpp
+endif
+
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
 
 $(BUILD)/librfsdp.a: $(LIB_OBJ)
@@ -143,7 +192,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_EXTRA) $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
-# programs run on a GPU by scripts/gpu-check (BACKEND=cuda only)
+# programs run on a GPU by scripts/gpu-check (BACKEND=cuda), on the CPU stand-in (BACKEND=cuda-emu)
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
@@ -226,4 +275,4 @@ lint:
 	  $(patsubst -I%,-isystem %,$(shell pkg-config --cflags $(PKGS)))
 
 clean:
-	rm -rf build build-asan build-clang build-fuzz build-cuda
+	rm -rf build build-asan build-clang build-fuzz build-cuda build-cuda-emu

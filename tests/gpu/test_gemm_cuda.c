@@ -7,8 +7,10 @@
  * both sides multiply the same bf16 values exactly and sum in f32, in different
  * orders, so an f32 output may differ by at most 2^-8 u = 2^-16 of S(i, j) = sum over k
  * of |alpha a(i,k) b(k,j)| + |beta c(i,j)| (k * 2^-24 S bounds it; k <= 1000 here); a
- * bf16 output adds the one rounding of C to bf16: half a bf16 unit of |C|, so within
- * 2^-16 S + 2^-9 |C| (RNE, relative 2^-9 = u/2). Also: a repeated call after warm-up
+ * bf16 output adds the one rounding of C to bf16: half a bf16 ulp, which is up to
+ * 2^-8 |C| (u: bf16 keeps 8 significant bits; 2^-9 was half of that and failed on the
+ * CPU stand-in by 1.9x, where rounding to nearest is exact), so within 2^-16 S + 2^-8
+ * |C|. Also: a repeated call after warm-up
  * plans nothing, allocates nothing on the device or the heap. */
 #include <math.h>
 #include <stdlib.h>
@@ -67,7 +69,7 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
     for (int j = 0; j < n; j++) {
       size_t at = (size_t)i * d.ldc + j;
       double tol =
-          ldexp(s[at], -16) + (c_dtype == RF_DTYPE_BF16 ? ldexp(fabs((double)ref[at]), -9) : 0.0) + 1e-30;
+          ldexp(s[at], -16) + (c_dtype == RF_DTYPE_BF16 ? ldexp(fabs((double)ref[at]), -8) : 0.0) + 1e-30;
       worst = rf_test_max(worst, fabs((double)got[at] - ref[at]) / tol);
     }
   int pad_same = 1; /* the padding columns of C untouched */

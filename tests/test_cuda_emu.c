@@ -1,0 +1,32 @@
+/* rf-test: timeout=900
+ * The CUDA build's runtime side on the CPU stand-in (make BACKEND=cuda-emu; tests/gpu/emu,
+ * docs/gpu.md): the stand-in's own test (each strict rule broken on purpose must be refused
+ * or stop the program: a host read of device memory, a copy against its direction, a kernel
+ * past its allocation or on a host pointer, a diverged barrier, misaligned cuBLASLt operands,
+ * NCCL's in-place rules; and the legacy stream's order, events and shuffles must hold), then
+ * the GPU test of the cuBLASLt GEMM. Each program's time is printed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "rf_cuda_emu.h"
+#include "rf_test.h"
+
+static char out[1 << 20];
+
+static void passes(const char *env, int world, const char *program, const char *name) {
+  int rc = rf_cuda_emu_run(out, sizeof out, env, world, 300, program);
+  char summary[128];
+  snprintf(summary, sizeof summary, "%s: ", name);
+  RF_CHECK(rc == 0 && strstr(out, summary) && strstr(out, " 0 failed"),
+           "%s %s (W=%d) on the stand-in: exit %d\n%s", env, program, world, rc, out);
+  if (rc != 0) printf("%s", out);
+}
+
+int main(void) {
+  int rc = rf_cuda_emu_build();
+  if (rc == 77) return rf_test_failures ? rf_test_finish("test_cuda_emu") : 77;
+  if (rc != 0) return rf_test_finish("test_cuda_emu");
+  passes("", 1, "emu_selftest", "emu_selftest");
+  passes("", 0, "test_gemm_cuda", "test_gemm_cuda");
+  return rf_test_finish("test_cuda_emu");
+}
