@@ -1,12 +1,14 @@
 /* The NCCL backend of src/comm (comm_nccl.h): device memory through NCCL on three
- * communicators and streams, host memory through an MPI communicator beside them.
- * Counting and argument checks happen in comm.c; this file moves the bytes. */
+ * lanes (a communicator and a stream each), host memory through an MPI communicator
+ * beside them. Counting and argument checks happen in comm.c; this file moves the
+ * bytes. */
 #include "comm/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "device/device_cuda.h"
@@ -25,10 +27,14 @@
   } while (0)
 
 enum { RF_NCCL_AG = 0, RF_NCCL_RS, RF_NCCL_AR, RF_NCCL_LANES };
-#define RF_NCCL_RING 64    /* events per lane */
-#define RF_NCCL_PENDING 64 /* requests started inside one group */
+static const char *const rf_nccl_lane_names[RF_NCCL_LANES] = {"all-gather", "reduce-scatter", "all-reduce"};
+#define RF_NCCL_RING 64       /* events per lane */
+#define RF_NCCL_PENDING 64    /* requests started inside one group */
+#define RF_NCCL_POLL_NS 20000 /* a host wait checks NCCL's asynchronous error this often */
 
-/* One communicator and stream, and the ring of events its requests complete on. */
+/* One lane: a stream, the ring of events its requests complete on, and its NCCL
+ * communicator, created when the lane is first used (NULL before; a communicator
+ * nobody gathers on, or one split only to count a node's ranks, costs MPI only). */
 struct rf_nccl_lane {
   ncclComm_t comm;
   cudaStream_t stream;
@@ -39,19 +45,22 @@ struct rf_nccl_lane {
 /* rf_comm.impl. Owns the lanes, the MPI duplicate; `dev` is borrowed. */
 struct rf_comm_nccl {
   struct rf_nccl_lane lane[RF_NCCL_LANES];
+  int lanes;          /* RF_NCCL_LANES, or 1 with RF_NCCL_ONE_LANE=1: every collective on lane 0 */
   struct rf_comm mpi; /* host memory, and the unique ids */
   struct rf_device *dev;
   int group_depth;
+  int group_open;                               /* ncclGroupStart called for the open group */
   struct rf_comm_req *pending[RF_NCCL_PENDING]; /* requests started in the open group */
   int lanes_of_pending[RF_NCCL_PENDING];
   int npending;
   struct rf_comm_nccl_stats stats;
 };
 
-/* What a request of this backend holds in rf_comm_req.handle. */
+/* What a request of this backend holds in rf_comm_req.handle: its event (of a lane's
+ * ring, which names the lane) and its communicator, whose NCCL errors a wait polls. */
 struct rf_nccl_req {
   cudaEvent_t event;
-  cudaStream_t stream;
+  struct rf_comm_nccl *n;
 };
 _Static_assert(sizeof(struct rf_nccl_req) <= sizeof(((struct rf_comm_req *)0)->handle),
                "the NCCL request must fit in rf_comm_req.handle");
@@ -62,6 +71,16 @@ static struct rf_nccl_req rf_nccl_req_load(const struct rf_comm_req *req) {
   struct rf_nccl_req r;
   memcpy(&r, req->handle, sizeof r);
   return r;
+}
+
+/* CUDA's current device is per thread: every entry point makes it this communicator's
+ * GPU on the calling thread first (a thread other than the one that made the device,
+ * e.g. a runtime's helper thread, would otherwise work on GPU 0). */
+static _Thread_local int rf_nccl_thread_device = -1;
+static void rf_nccl_bind_thread(const struct rf_comm_nccl *n) {
+  if (rf_nccl_thread_device == n->dev->ordinal) return;
+  RF_NCCL_CUDA_CHECK(cudaSetDevice(n->dev->ordinal));
+  rf_nccl_thread_device = n->dev->ordinal;
 }
 
 static ncclDataType_t rf_nccl_type(enum rf_dtype dtype) {
@@ -91,37 +110,116 @@ static ncclRedOp_t rf_nccl_op(enum rf_dtype dtype, enum rf_reduce_op op) {
   return ops[op];
 }
 
-/* 1 when p is device (or managed) memory: NCCL's; else MPI's. */
-static int rf_nccl_on_device(const void *p) {
+/* 1 when p is host memory (pageable or pinned): MPI's; device (or managed) memory and
+ * NULL (an empty part on this rank) are NCCL's, so that every rank takes one path. */
+static int rf_nccl_on_host(const void *p) {
   struct cudaPointerAttributes a;
-  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+  if (!p) return 0;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError(); /* clears the sticky-free error of an unknown pointer */
-    return 0;
+    return 1;
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
 }
 
-/* After a collective was queued on lane l: a blocking one waits for the lane's stream;
- * a request gets its event now, or at group_end inside a group. */
-static void rf_nccl_done(const struct rf_comm *comm, int l, struct rf_comm_req *req) {
-  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  struct rf_nccl_lane *lane = &n->lane[l];
+/* The side of a collective with two buffers: both host (MPI) or both device (NCCL). */
+static int rf_nccl_pair_on_host(const char *what, const void *send, const void *recv) {
+  int hs = rf_nccl_on_host(send), hr = rf_nccl_on_host(recv);
+  if (send && recv && hs != hr)
+    RF_DIE("comm (nccl): %s with its send buffer in %s memory and its receive buffer in %s memory", what,
+           hs ? "host" : "device", hr ? "host" : "device");
+  return hs || hr;
+}
+
+/* Every lane aborted and every rank stopped, naming NCCL's error: a lane's communicator
+ * reported `err` asynchronously (a broken link, a peer gone). */
+_Noreturn static void rf_nccl_fail(struct rf_comm_nccl *n, int l, ncclResult_t err) {
+  char last[512];
+  snprintf(last, sizeof last, "%s", ncclGetLastError(n->lane[l].comm));
+  for (int i = 0; i < n->lanes; i++)
+    if (n->lane[i].comm) {
+      (void)ncclCommAbort(n->lane[i].comm);
+      n->lane[i].comm = NULL;
+    }
+  RF_DIE("NCCL: the %s lane's communicator (rank %d of %d) failed: %s%s%s; every lane of it aborted",
+         rf_nccl_lane_names[l], n->mpi.rank, n->mpi.world, ncclGetErrorString(err), last[0] ? ": " : "",
+         last);
+}
+
+/* NCCL's asynchronous errors, polled on every lane (a host wait calls it). */
+static void rf_nccl_check_async(struct rf_comm_nccl *n) {
+  for (int l = 0; l < n->lanes; l++) {
+    ncclResult_t err = ncclSuccess;
+    if (!n->lane[l].comm) continue;
+    RF_NCCL_CHECK(ncclCommGetAsyncError(n->lane[l].comm, &err));
+    if (err != ncclSuccess && err != ncclInProgress) rf_nccl_fail(n, l, err);
+  }
+}
+
+/* The host waits for ev, polling NCCL's errors meanwhile: a failed collective never
+ * completes its event, and cudaEventSynchronize would wait for it until the watchdog. */
+static void rf_nccl_wait_event(struct rf_comm_nccl *n, cudaEvent_t ev) {
+  for (;;) {
+    cudaError_t rc = cudaEventQuery(ev);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) RF_NCCL_CUDA_CHECK(rc);
+    rf_nccl_check_async(n); /* a failed collective never reaches ev */
+    struct timespec pause = {0, RF_NCCL_POLL_NS};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* Lane l (lane 0 for every l in one-lane mode), its NCCL communicator created on first
+ * use: rank 0 makes the id, MPI carries it. Collective: every rank first uses a lane at
+ * the same call. An open NCCL group is closed around the creation (a communicator made
+ * inside a group exists only at its end) and opened again. */
+static struct rf_nccl_lane *rf_nccl_use(struct rf_comm_nccl *n, int l) {
+  rf_nccl_bind_thread(n);
+  struct rf_nccl_lane *lane = &n->lane[n->lanes == 1 ? 0 : l];
+  if (lane->comm) return lane;
+  if (n->group_open) RF_NCCL_CHECK(ncclGroupEnd());
+  ncclUniqueId id;
+  if (n->mpi.rank == 0) RF_NCCL_CHECK(ncclGetUniqueId(&id));
+  n->mpi.ops->bcast(&n->mpi, &id, (int64_t)sizeof id, RF_DTYPE_U8, 0);
+  RF_NCCL_CHECK(ncclCommInitRank(&lane->comm, n->mpi.world, id, n->mpi.rank));
+  n->stats.communicators++;
+  if (n->group_open) RF_NCCL_CHECK(ncclGroupStart());
+  return lane;
+}
+
+static int rf_nccl_lane_index(const struct rf_comm_nccl *n, const struct rf_nccl_lane *lane) {
+  return (int)(lane - n->lane);
+}
+
+/* After a collective was queued on `lane`: a blocking one waits for it (polling NCCL's
+ * errors); a request gets its event now, or at group_end inside a group. */
+static void rf_nccl_done(struct rf_comm_nccl *n, struct rf_nccl_lane *lane, struct rf_comm_req *req) {
+  cudaEvent_t ev = lane->ring[lane->next];
+  lane->next = (lane->next + 1) % RF_NCCL_RING;
   if (!req) {
     RF_ASSERT(n->group_depth == 0); /* a blocking collective inside a group would wait for nothing */
     n->stats.host_syncs++;
-    RF_NCCL_CUDA_CHECK(cudaStreamSynchronize(lane->stream));
+    RF_NCCL_CUDA_CHECK(cudaEventRecord(ev, lane->stream));
+    rf_nccl_wait_event(n, ev);
     return;
   }
-  struct rf_nccl_req r = {lane->ring[lane->next], lane->stream};
-  lane->next = (lane->next + 1) % RF_NCCL_RING;
+  struct rf_nccl_req r = {ev, n};
   memcpy(req->handle, &r, sizeof r);
   if (n->group_depth > 0) {
     if (n->npending == RF_NCCL_PENDING) RF_DIE("more than %d collectives in one NCCL group", RF_NCCL_PENDING);
-    n->lanes_of_pending[n->npending] = l;
+    n->lanes_of_pending[n->npending] = rf_nccl_lane_index(n, lane);
     n->pending[n->npending++] = req;
   } else {
-    RF_NCCL_CUDA_CHECK(cudaEventRecord(r.event, r.stream));
+    RF_NCCL_CUDA_CHECK(cudaEventRecord(ev, lane->stream));
   }
+}
+
+/* The lane whose ring holds ev. */
+static struct rf_nccl_lane *rf_nccl_lane_of_event(struct rf_comm_nccl *n, cudaEvent_t ev) {
+  for (int l = 0; l < n->lanes; l++)
+    for (int e = 0; e < RF_NCCL_RING; e++)
+      if (n->lane[l].ring[e] == ev) return &n->lane[l];
+  RF_DIE("comm (nccl): a request whose event is no lane's");
 }
 
 /* ---- set-up ------------------------------------------------------------------- */
@@ -151,16 +249,13 @@ void rf_comm_nccl_init(struct rf_comm *comm, const struct rf_comm *mpi, struct r
   struct rf_comm_nccl *n = rf_xcalloc(1, sizeof *n);
   rf_comm_split(mpi, 0, mpi->rank, &n->mpi);
   n->dev = dev;
-  RF_NCCL_CUDA_CHECK(cudaSetDevice(dev->ordinal));
-  ncclUniqueId ids[RF_NCCL_LANES];
-  if (n->mpi.rank == 0)
-    for (int l = 0; l < RF_NCCL_LANES; l++) RF_NCCL_CHECK(ncclGetUniqueId(&ids[l]));
-  rf_comm_bcast(&n->mpi, ids, (int64_t)sizeof ids, RF_DTYPE_U8, 0);
+  const char *one = getenv("RF_NCCL_ONE_LANE");
+  n->lanes = one && strcmp(one, "1") == 0 ? 1 : RF_NCCL_LANES;
+  rf_nccl_bind_thread(n);
   int least = 0, greatest = 0;
   RF_NCCL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  for (int l = 0; l < RF_NCCL_LANES; l++) {
+  for (int l = 0; l < n->lanes; l++) { /* streams now (a lane made later still follows stream_wait) */
     struct rf_nccl_lane *lane = &n->lane[l];
-    RF_NCCL_CHECK(ncclCommInitRank(&lane->comm, n->mpi.world, ids[l], n->mpi.rank));
     RF_NCCL_CUDA_CHECK(cudaStreamCreateWithPriority(&lane->stream, cudaStreamNonBlocking, greatest));
     for (int e = 0; e < RF_NCCL_RING; e++)
       RF_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&lane->ring[e], cudaEventDisableTiming));
@@ -172,12 +267,19 @@ void rf_comm_nccl_init(struct rf_comm *comm, const struct rf_comm *mpi, struct r
   comm->thread_multiple = 0; /* collectives are issued from one thread */
 }
 
+/* Each lane's communicator finalized (its queued collectives complete, their errors
+ * reported), then destroyed; then the streams. */
 static void rf_comm_nccl_free(struct rf_comm *comm) {
   struct rf_comm_nccl *n = comm->impl;
-  for (int l = 0; l < RF_NCCL_LANES; l++) {
+  rf_nccl_bind_thread(n);
+  rf_nccl_check_async(n);
+  for (int l = 0; l < n->lanes; l++) {
     struct rf_nccl_lane *lane = &n->lane[l];
+    if (lane->comm) {
+      RF_NCCL_CHECK(ncclCommFinalize(lane->comm));
+      RF_NCCL_CHECK(ncclCommDestroy(lane->comm));
+    }
     RF_NCCL_CUDA_CHECK(cudaStreamSynchronize(lane->stream));
-    RF_NCCL_CHECK(ncclCommDestroy(lane->comm));
     for (int e = 0; e < RF_NCCL_RING; e++) RF_NCCL_CUDA_CHECK(cudaEventDestroy(lane->ring[e]));
     RF_NCCL_CUDA_CHECK(cudaStreamDestroy(lane->stream));
   }
@@ -199,58 +301,70 @@ static void rf_comm_nccl_barrier(const struct rf_comm *comm) {
 
 static void rf_comm_nccl_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                                int root) {
-  const struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  if (!rf_nccl_on_device(buf)) {
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_on_host(buf)) {
     n->mpi.ops->bcast(&n->mpi, buf, count, dtype, root);
     return;
   }
-  const struct rf_nccl_lane *lane = &n->lane[RF_NCCL_AG];
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   RF_NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)count, rf_nccl_type(dtype), root, lane->comm, lane->stream));
-  rf_nccl_done(comm, RF_NCCL_AG, NULL);
+  rf_nccl_done(n, lane, NULL);
 }
 
 static void rf_comm_nccl_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                                    enum rf_reduce_op op) {
-  const struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  if (!rf_nccl_on_device(buf)) {
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_on_host(buf)) {
     n->mpi.ops->allreduce(&n->mpi, buf, count, dtype, op);
     return;
   }
-  const struct rf_nccl_lane *lane = &n->lane[RF_NCCL_AR];
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AR);
   RF_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, rf_nccl_type(dtype), rf_nccl_op(dtype, op), lane->comm,
                               lane->stream));
-  rf_nccl_done(comm, RF_NCCL_AR, NULL);
+  rf_nccl_done(n, lane, NULL);
 }
 
 /* Non-blocking, in place: device memory on the all-reduce lane (HSDP's replica all-reduce
  * per unit), host memory on MPI (its request then finished by MPI's table). */
 static void rf_comm_nccl_iallreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                                     enum rf_reduce_op op, struct rf_comm_req *req) {
-  const struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  if (!rf_nccl_on_device(buf)) {
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_on_host(buf)) {
     n->mpi.ops->iallreduce(&n->mpi, buf, count, dtype, op, req);
     req->ops = n->mpi.ops;
     return;
   }
-  const struct rf_nccl_lane *lane = &n->lane[RF_NCCL_AR];
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AR);
   RF_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, rf_nccl_type(dtype), rf_nccl_op(dtype, op), lane->comm,
                               lane->stream));
-  rf_nccl_done(comm, RF_NCCL_AR, req);
+  rf_nccl_done(n, lane, req);
 }
 
 /* In place: rank r's part at buf + r*count (NCCL's rule: sendbuff == recvbuff + rank*count). */
 static void rf_comm_nccl_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                                    struct rf_comm_req *req) {
-  const struct rf_nccl_lane *lane = &rf_comm_nccl_of(comm)->lane[RF_NCCL_AG];
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_on_host(buf)) {
+    n->mpi.ops->allgather(&n->mpi, buf, count, dtype, req);
+    if (req) req->ops = n->mpi.ops;
+    return;
+  }
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   const char *mine = (const char *)buf + (size_t)comm->rank * (size_t)count * rf_dtype_size(dtype);
   RF_NCCL_CHECK(ncclAllGather(mine, buf, (size_t)count, rf_nccl_type(dtype), lane->comm, lane->stream));
-  rf_nccl_done(comm, RF_NCCL_AG, req);
+  rf_nccl_done(n, lane, req);
 }
 
 /* Ragged: rank r broadcasts its range [starts[r], starts[r+1]) in place, all in one group. */
 static void rf_comm_nccl_allgatherv(const struct rf_comm *comm, void *buf, const int64_t *starts,
                                     enum rf_dtype dtype, struct rf_comm_req *req) {
-  const struct rf_nccl_lane *lane = &rf_comm_nccl_of(comm)->lane[RF_NCCL_AG];
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_on_host(buf)) {
+    n->mpi.ops->allgatherv(&n->mpi, buf, starts, dtype, req);
+    if (req) req->ops = n->mpi.ops;
+    return;
+  }
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   size_t size = rf_dtype_size(dtype);
   RF_NCCL_CHECK(ncclGroupStart());
   for (int r = 0; r < comm->world; r++) {
@@ -260,22 +374,34 @@ static void rf_comm_nccl_allgatherv(const struct rf_comm *comm, void *buf, const
                                   lane->comm, lane->stream));
   }
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(comm, RF_NCCL_AG, req);
+  rf_nccl_done(n, lane, req);
 }
 
 static void rf_comm_nccl_reduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv,
                                               int64_t count, enum rf_dtype dtype, struct rf_comm_req *req) {
-  const struct rf_nccl_lane *lane = &rf_comm_nccl_of(comm)->lane[RF_NCCL_RS];
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_pair_on_host("a reduce-scatter", send, recv)) {
+    n->mpi.ops->reduce_scatter_block(&n->mpi, send, recv, count, dtype, req);
+    if (req) req->ops = n->mpi.ops;
+    return;
+  }
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_RS);
   RF_NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, rf_nccl_type(dtype),
                                   rf_nccl_op(dtype, RF_REDUCE_OP_SUM), lane->comm, lane->stream));
-  rf_nccl_done(comm, RF_NCCL_RS, req);
+  rf_nccl_done(n, lane, req);
 }
 
 /* Ragged: one reduce per root r of its range [starts[r], starts[r+1]) into r's recv (NULL
  * elsewhere, as NCCL allows). */
 static void rf_comm_nccl_reduce_scatter(const struct rf_comm *comm, const void *send, void *recv,
                                         const int64_t *starts, enum rf_dtype dtype, struct rf_comm_req *req) {
-  const struct rf_nccl_lane *lane = &rf_comm_nccl_of(comm)->lane[RF_NCCL_RS];
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_pair_on_host("a reduce-scatter-v", send, recv)) {
+    n->mpi.ops->reduce_scatter(&n->mpi, send, recv, starts, dtype, req);
+    if (req) req->ops = n->mpi.ops;
+    return;
+  }
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_RS);
   size_t size = rf_dtype_size(dtype);
   RF_NCCL_CHECK(ncclGroupStart());
   for (int r = 0; r < comm->world; r++)
@@ -284,7 +410,7 @@ static void rf_comm_nccl_reduce_scatter(const struct rf_comm *comm, const void *
                                (size_t)(starts[r + 1] - starts[r]), rf_nccl_type(dtype),
                                rf_nccl_op(dtype, RF_REDUCE_OP_SUM), r, lane->comm, lane->stream));
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(comm, RF_NCCL_RS, req);
+  rf_nccl_done(n, lane, req);
 }
 
 /* Device memory: a group of send/receive pairs on the all-gather lane, this rank's own
@@ -292,14 +418,14 @@ static void rf_comm_nccl_reduce_scatter(const struct rf_comm *comm, const void *
 static void rf_comm_nccl_alltoallv(const struct rf_comm *comm, const void *send, const int64_t *send_counts,
                                    const int64_t *send_displs, void *recv, const int64_t *recv_counts,
                                    const int64_t *recv_displs, enum rf_dtype dtype, struct rf_comm_req *req) {
-  const struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  if (!rf_nccl_on_device(send) && !rf_nccl_on_device(recv)) {
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  if (rf_nccl_pair_on_host("an all-to-all-v", send, recv)) {
     n->mpi.ops->alltoallv(&n->mpi, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype,
                           req);
     if (req) req->ops = n->mpi.ops; /* an MPI request: MPI's test and wait finish it */
     return;
   }
-  const struct rf_nccl_lane *lane = &n->lane[RF_NCCL_AG];
+  struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   size_t size = rf_dtype_size(dtype);
   ncclDataType_t type = rf_nccl_type(dtype);
   int me = comm->rank;
@@ -318,48 +444,65 @@ static void rf_comm_nccl_alltoallv(const struct rf_comm *comm, const void *send,
                              lane->comm, lane->stream));
   }
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(comm, RF_NCCL_AG, req);
+  rf_nccl_done(n, lane, req);
 }
 
-/* Requests of device memory (a request of host memory has MPI's table in req->ops). */
+/* Requests of device memory (a request of host memory has MPI's table in req->ops):
+ * the event, and NCCL's asynchronous errors while it is not reached. */
 static int rf_comm_nccl_test(struct rf_comm_req *req) {
   struct rf_nccl_req r = rf_nccl_req_load(req);
+  rf_nccl_bind_thread(r.n);
   cudaError_t rc = cudaEventQuery(r.event);
-  if (rc == cudaErrorNotReady) return 0;
+  if (rc == cudaErrorNotReady) {
+    rf_nccl_check_async(r.n);
+    return 0;
+  }
   RF_NCCL_CUDA_CHECK(rc);
   return 1;
 }
 
 static void rf_comm_nccl_wait(struct rf_comm_req *req) {
   struct rf_nccl_req r = rf_nccl_req_load(req);
-  RF_NCCL_CUDA_CHECK(cudaEventSynchronize(r.event));
+  rf_nccl_bind_thread(r.n);
+  rf_nccl_wait_event(r.n, r.event);
 }
 
 static void rf_comm_nccl_group_begin(const struct rf_comm *comm) {
   struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  RF_NCCL_CHECK(ncclGroupStart());
-  n->group_depth++;
+  rf_nccl_bind_thread(n);
+  if (n->group_depth++ == 0) {
+    RF_NCCL_CHECK(ncclGroupStart());
+    n->group_open = 1;
+  }
 }
 
 /* NCCL launches the group here: only now can the requests' events follow it. */
 static void rf_comm_nccl_group_end(const struct rf_comm *comm) {
   struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
   RF_ASSERT(n->group_depth > 0);
-  RF_NCCL_CHECK(ncclGroupEnd());
   if (--n->group_depth > 0) return;
+  RF_NCCL_CHECK(ncclGroupEnd());
+  n->group_open = 0;
   for (int i = 0; i < n->npending; i++) {
     struct rf_nccl_req r = rf_nccl_req_load(n->pending[i]);
-    RF_NCCL_CUDA_CHECK(cudaEventRecord(r.event, r.stream));
+    RF_NCCL_CUDA_CHECK(cudaEventRecord(r.event, n->lane[n->lanes_of_pending[i]].stream));
   }
   n->npending = 0;
 }
 
-/* Every lane's next collective starts after ev (recorded on a stream of dev). */
+/* Every lane's next collective starts after ev: a CUDA event of dev (recorded on one of
+ * its streams), waited for by the lanes' streams without the host; or an event bound to
+ * an outside completion (rf_device_event_bind: an MPI request), which no stream can
+ * wait for: the host waits for it here, before anything later is queued. */
 static void rf_comm_nccl_stream_wait(const struct rf_comm *comm, struct rf_device *dev,
                                      struct rf_device_event *ev) {
-  (void)dev;
   const struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
-  for (int l = 0; l < RF_NCCL_LANES; l++)
+  rf_nccl_bind_thread(n);
+  if (ev->wait) {
+    rf_device_event_synchronize(dev, ev);
+    return;
+  }
+  for (int l = 0; l < n->lanes; l++)
     RF_NCCL_CUDA_CHECK(cudaStreamWaitEvent(n->lane[l].stream, (cudaEvent_t)ev->handle, 0));
 }
 
@@ -370,16 +513,19 @@ static void rf_comm_nccl_event_wait(void *req) { rf_comm_wait(req); }
 static void rf_comm_nccl_event_record(const struct rf_comm *comm, struct rf_comm_req *req,
                                       struct rf_device *dev, struct rf_device_event *ev) {
   (void)dev;
-  RF_ASSERT(rf_comm_nccl_of(comm)->group_depth == 0);
+  struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
+  RF_ASSERT(n->group_depth == 0);
   if (req->ops != &rf_comm_nccl_ops) { /* host memory, on MPI: as comm.c binds an MPI request */
     rf_device_event_bind(ev, rf_comm_nccl_event_test, rf_comm_nccl_event_wait, req);
     return;
   }
+  rf_nccl_bind_thread(n);
   struct rf_nccl_req r = rf_nccl_req_load(req);
-  RF_NCCL_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev->handle, r.stream));
+  RF_NCCL_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev->handle, rf_nccl_lane_of_event(n, r.event)->stream));
 }
 
-/* The MPI split, then NCCL communicators of its own on the same GPU. */
+/* The MPI split, then a communicator of this backend on it (its NCCL communicators made
+ * when first used: a split made to count a node's ranks makes none). */
 static void rf_comm_nccl_split(const struct rf_comm *comm, int color, int key, struct rf_comm *out) {
   struct rf_comm_nccl *n = rf_comm_nccl_of(comm);
   struct rf_comm part;

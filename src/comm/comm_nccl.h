@@ -1,24 +1,42 @@
 /* src/comm's NCCL backend (BACKEND=cuda only): the table of comm.h over NCCL for
  * device memory, with an MPI communicator beside it for host memory.
  *
- * One rf_comm of this backend holds three NCCL communicators over the same ranks,
- * each with its own stream (created at the highest priority, cudaStreamNonBlocking):
- * all-gathers (and broadcasts of device memory) on the first, reduce-scatters on
- * the second, all-reduces of device memory (HSDP's replica all-reduce) on the third,
- * so a reduce-scatter never queues behind the next all-gather. Which memory a buffer
- * is in decides the path: device memory goes to NCCL, host memory (rf_comm_agree's
- * status word, a norm's partial sums, the optimizers' host buffers) to the MPI
- * communicator (a duplicate of the one given, owned).
+ * Lanes. One rf_comm of this backend has three lanes over the same ranks, each an NCCL
+ * communicator with its own stream (created at the highest priority,
+ * cudaStreamNonBlocking): all-gathers (and broadcasts and all-to-alls of device
+ * memory) on the first, reduce-scatters on the second, all-reduces of device memory
+ * (HSDP's replica all-reduce) on the third, so a reduce-scatter never queues behind the
+ * next all-gather. A lane's NCCL communicator is created when the lane is first used
+ * (its stream at init): a communicator split only to count a node's ranks costs MPI
+ * only. RF_NCCL_ONE_LANE=1 in the environment puts every collective on one lane (one
+ * communicator, one stream): the switch for bisecting a hang.
+ *
+ * Memory. Where a buffer lives decides the path, for every collective: device memory
+ * (and NULL, an empty part) goes to NCCL, host memory (rf_comm_agree's status word, a
+ * norm's partial sums, the optimizers' host buffers) to the MPI communicator (a
+ * duplicate of the one given, owned); a send and a receive buffer on different sides
+ * stop the job naming the collective.
  *
  * Requests: a non-blocking collective's completion is a CUDA event recorded on its
- * stream after it (from a ring of events per stream: a ring slot reused while an old
- * request still refers to it marks a later point of the same stream, so waiting on it
- * waits at least as long). Inside group_begin/group_end the events are recorded at
+ * lane's stream after it (from a ring of events per lane: a ring slot reused while an
+ * old request still refers to it marks a later point of the same stream, so waiting on
+ * it waits at least as long). Inside group_begin/group_end the events are recorded at
  * group_end, after NCCL has launched the group. A blocking collective of device memory
- * waits for its stream (a host wait, counted: rf_comm_nccl_stats).
+ * waits for its lane (a host wait, counted: rf_comm_nccl_stats).
  *
- * Ordering: stream_wait makes all three streams wait for a compute event (no host
- * wait); event_record records the caller's event on the request's stream.
+ * Failures. Every host wait (test, wait, a blocking collective) polls
+ * ncclCommGetAsyncError on every lane instead of blocking in CUDA: a transport failure
+ * aborts every lane (ncclCommAbort) and stops every rank naming NCCL's error, instead of
+ * hanging until the watchdog. rf_comm_free finalizes each lane's communicator (its
+ * queued collectives complete and report) before destroying it.
+ *
+ * Threads. Each entry point makes the communicator's GPU current on the calling thread
+ * (cudaSetDevice, once per thread and GPU), so a thread other than the one that made
+ * the device works on the right GPU.
+ *
+ * Ordering: stream_wait makes the lanes' streams wait for a compute event (no host
+ * wait), or waits on the host for an event bound to an outside completion (an MPI
+ * request); event_record records the caller's event on the request's lane.
  *
  * Ragged shards (all-gather-v, reduce-scatter-v), NCCL needing equal counts: a group
  * of one broadcast (one reduce) per rank's range, in place. All-to-all-v of device
@@ -40,13 +58,16 @@
 int rf_comm_nccl_local_device(const struct rf_comm *mpi);
 
 /* A communicator of the ranks of `mpi` (an MPI one, duplicated) on the GPU of `dev`
- * (a CUDA device, borrowed: it must outlive the communicator): the ncclUniqueIds
- * made by rank 0 and broadcast over MPI. Collective. Released by rf_comm_free. */
+ * (a CUDA device, borrowed: it must outlive the communicator); each lane's ncclUniqueId
+ * is made by rank 0 and broadcast over MPI when the lane is first used. Collective.
+ * Released by rf_comm_free. */
 void rf_comm_nccl_init(struct rf_comm *comm, const struct rf_comm *mpi, struct rf_device *dev);
 
-/* Host waits made by blocking collectives of device memory since init. */
+/* Since init: host waits made by blocking collectives of device memory, and NCCL
+ * communicators created (lanes first used). */
 struct rf_comm_nccl_stats {
   uint64_t host_syncs;
+  uint64_t communicators;
 };
 struct rf_comm_nccl_stats rf_comm_nccl_stats(const struct rf_comm *comm);
 
