@@ -1,7 +1,11 @@
-/* rf-test: timeout=300
+/* rf-test: timeout=600
  * scripts/gpu-check and scripts/gpu-bundle on a machine without a GPU (docs/gpu.md):
  * gpu-check refuses with "no CUDA device" and exit 2, creating nothing (its output folder
- * stays absent); the bundle of build-cuda's programs is complete (every library any of its
+ * stays absent); its parts' limits add up to under 8 minutes; the script runs end to end on
+ * the CPU stand-in (gpu-check --dry over make BACKEND=cuda-emu: the GPU tests, the CPU
+ * reference, the training parts -- "not run" while --device cuda is refused -- and one
+ * summary, exit 0), and a part that hangs stops it there (exit 3, the later parts not run,
+ * the summary printed); the bundle of build-cuda's programs is complete (every library any of its
  * files needs is in it or is one the GPU machine provides: glibc, CUDA, NCCL), and the
  * check that says so fails, naming the library, when one is taken out. The bundle part
  * needs the CUDA build: without nvcc the test exits 77 (not run) after the refusal checks. */
@@ -10,6 +14,7 @@
 #include <unistd.h>
 
 #include "rf_cli.h"
+#include "rf_cuda_emu.h"
 #include "rf_test.h"
 
 static char out[1 << 16];
@@ -25,6 +30,32 @@ int main(void) {
     RF_CHECK(access(target, F_OK) != 0, "a refused gpu-check created %s", target);
     rmdir(dir);
   }
+  int rc = rf_cli_sh(out, sizeof out, "scripts/gpu-check --limits");
+  RF_CHECK(rc == 0 && atoi(out) > 0 && atoi(out) < 480, "gpu-check's limits add up to %s s (under 480)", out);
+  if (rf_cuda_emu_build() == 0) { /* the dry run, on the stand-in */
+    char dir[] = "/tmp/rf_gpu_dry_XXXXXX";
+    RF_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    rc = rf_cli_sh(out, sizeof out, "scripts/gpu-check --dry '%s/a'", dir);
+    printf("gpu-check --dry: exit %d in %.1f s\n%s", rc, rf_cli_last_seconds(), out);
+    const char *sum = strstr(out, "== gpu-check summary: cuda-emu");
+    RF_CHECK(rc == 0 && sum && strstr(sum, "ok    test_device_cuda") && strstr(sum, "ok    test_gemm_cuda") &&
+                 strstr(sum, "ok    test_comm_nccl np=2") && strstr(sum, "ok    train_cpu_3_steps"),
+             "gpu-check --dry: exit %d, the parts that run on the stand-in pass", rc);
+    const char *parts[] = {"train_gpu_w1", "train_gpu_w2_equal", "train_gpu_w2_ragged", "resume_gpu_ckpt_on_cpu_w2"};
+    for (int i = 0; sum && i < 4; i++) {
+      char ok[64], not_run[64];
+      snprintf(ok, sizeof ok, "ok    %s", parts[i]);
+      snprintf(not_run, sizeof not_run, "not run  %s", parts[i]);
+      RF_CHECK(strstr(sum, ok) || strstr(sum, not_run), "gpu-check --dry: %s passed or said why not", parts[i]);
+    }
+    rc = rf_cli_sh(out, sizeof out, "RF_GPU_CHECK_HANG=test_gemm_cuda RF_GPU_CHECK_HANG_S=2 scripts/gpu-check --dry '%s/b'",
+                   dir);
+    sum = strstr(out, "== gpu-check summary:");
+    RF_CHECK(rc == 3 && sum && strstr(sum, "HANG  test_gemm_cuda") && strstr(out, "stopped at the first hang") &&
+                 strstr(sum, "ok    test_device_cuda") && !strstr(out, "test_comm_nccl"),
+             "a hanging part stops gpu-check there, with the summary: exit %d\n%s", rc, out);
+    rf_cli_sh(out, sizeof out, "rm -rf '%s'", dir);
+  }
   const char *home = getenv("CUDA_HOME") ? getenv("CUDA_HOME") : "/usr/local/cuda";
   char nvcc[512];
   snprintf(nvcc, sizeof nvcc, "%s/bin/nvcc", home);
@@ -34,8 +65,7 @@ int main(void) {
     printf("skip: the GPU bundle not checked: no nvcc at %s to build build-cuda/\n", nvcc);
     return 77;
   }
-  int rc =
-      rf_cli_sh(out, sizeof out, "make --no-print-directory -j2 BACKEND=cuda CUDA_HOME=%s all 2>&1", home);
+  rc = rf_cli_sh(out, sizeof out, "make --no-print-directory -j2 BACKEND=cuda CUDA_HOME=%s all 2>&1", home);
   RF_CHECK(rc == 0, "make BACKEND=cuda: exit %d, %s", rc, out);
   rc = rf_cli_sh(out, sizeof out, "scripts/gpu-bundle --check");
   printf("%s", out);
