@@ -209,6 +209,7 @@ int main(void) {
   int simd = rf_fp8_simd_set(1);
   printf("test_fp8_simd: AVX-512 kernels %s\n",
          simd ? "built: compared with the portable ones" : "not built");
+  if (!simd) rf_test_not_run("no AVX-512 kernels in this build: the portable ones compared with themselves");
   test_encoder();
   test_widen();
   test_quantizer();
