@@ -7,8 +7,10 @@
  * test_kernels_cuda at every shape it has on a GPU (attention at T = 1000, the
  * cross-entropy at vocabularies 32000, 32001, 128256 and 151936, whose last 256-wide
  * chunk is partial) against the host ops, and test_device_cuda (casts, FP8 tiles, the
- * sum of squares) against the host device. Each program's time is printed (docs/gpu.md
- * states the measured cost). */
+ * sum of squares) against the host device, and test_attention_tc (the tensor-core attention
+ * of src/model/attention_tc.cu on the stand-in's wmma, tests/gpu/emu/include/mma.h) against
+ * an f64 attention within bf16 bounds. Each program's time is printed (docs/gpu.md states the
+ * measured cost). */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,5 +32,9 @@ int main(void) {
   rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "test_device_cuda");
   printf("%s", out);
   RF_CHECK(rc == 0 && strstr(out, " 0 failed"), "test_device_cuda on the stand-in: exit %d", rc);
+  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "test_attention_tc");
+  printf("%s", out);
+  RF_CHECK(rc == 0 && strstr(out, "test_attention_tc: ") && strstr(out, " 0 failed") && strstr(out, "T=200"),
+           "test_attention_tc on the stand-in: exit %d", rc);
   return rf_test_finish("test_cuda_emu_kernels");
 }

@@ -143,7 +143,8 @@ executor *this_executor() {
     if (p == MAP_FAILED) die("cannot reserve the fibers' stacks");
     ex->stacks = (char *)p;
     ex->smem_cap = 256u << 10;
-    ex->smem = (char *)malloc(ex->smem_cap);
+    /* 128-byte aligned, as the GPU's shared memory window: wmma needs 32 at a fragment's address */
+    ex->smem = (char *)aligned_alloc(128, ex->smem_cap);
     if (!ex->smem) die("out of memory for shared memory");
     ex->runq.reserve(RF_EMU_MAX_THREADS);
     tls_ex = ex;
