@@ -163,12 +163,30 @@ void rf_run_async_free(struct rf_run_async *a);
 
 /* ---- preemption ------------------------------------------------------------- */
 
-/* Installs handlers for SIGTERM and SIGINT that only record the signal (what a
- * scheduler sends before it preempts a job, and Ctrl-C). */
+/* Records SIGTERM and SIGINT (what a scheduler sends before it preempts a job, and
+ * Ctrl-C) on a thread of their own: call it first, before MPI_Init and any other
+ * thread starts. It blocks both signals in the calling thread, so every thread
+ * started after it (OpenMP's, MPI's) has them blocked: a signal handled on a
+ * thread inside a oneDNN GEMM would write its frame into the heap (src/run/signal.c).
+ * A child made by fork() starts with them unblocked. */
 void rf_run_catch_signals(void);
+/* While `on`, a SIGTERM or SIGINT ends the process at once (exit 128 + the signal,
+ * saying so on stderr) instead of being recorded: around MPI_Init, where MPICH's
+ * launcher, told to stop while it starts the job, waits for its processes to end
+ * (a rank that only recorded the signal would wait in MPI_Init for a launcher that
+ * no longer answers). */
+void rf_run_signals_exit_early(int on);
+/* The signal this process caught (SIGTERM when both came), or 0. Local. */
+int rf_run_signal_caught(void);
+/* 1 when this rank was started by mpirun (MPICH's or Open MPI's) and its launcher
+ * is gone since rf_run_catch_signals: its parent, or under MPICH the parent of
+ * its hydra_pmi_proxy, has changed (Linux: /proc). Local. */
+int rf_run_launcher_gone(void);
 /* At a step boundary (collective): the signal that any rank caught since
- * rf_run_catch_signals (SIGTERM when ranks caught different ones), or 0. Every
- * rank gets the same answer, so every rank stops after the same step. */
+ * rf_run_catch_signals (SIGTERM when ranks caught different ones), SIGHUP when a
+ * rank's launcher is gone (mpirun killed: the job would train on unsupervised,
+ * writing into the folder a relaunch resumes from), or 0. Every rank gets the
+ * same answer, so every rank stops after the same step. */
 int rf_run_stop_signal(const struct rf_fsdp *f);
 
 /* ---- TensorBoard scalars (local: one process writes them, e.g. rank 0) ---------

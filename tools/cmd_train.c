@@ -2,6 +2,7 @@
  * runtime, with an optimizer from src/optim; progress line, JSONL log,
  * evaluation, checkpoints, a text sample and the loss curve at the end. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,9 +345,45 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
   return 0;
 }
 
+/* Testing hook RF_TEST_START_PAUSE=FILE:MS (tests/test_train_stop.c): a start-up
+ * that takes MS milliseconds longer, FILE created by rank 0 when it begins, so a
+ * signal can be sent while the job is surely starting. */
+static void rf_train_test_start_pause(const struct rf_comm *comm, const char *hook) {
+  const char *colon = hook ? strrchr(hook, ':') : NULL;
+  if (!colon) return;
+  char path[RF_FILE_PATH_MAX];
+  snprintf(path, sizeof path, "%.*s", (int)(colon - hook), hook);
+  rf_comm_barrier(comm);
+  if (comm->rank == 0) {
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+  }
+  uint64_t ms = (uint64_t)atoll(colon + 1);
+  struct timespec pause = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&pause, &pause) != 0) continue;
+}
+
+/* A SIGTERM or SIGINT that came during start-up, on any rank (agreed): the run
+ * stops before step `next` (0: before it knows where it resumes), having trained
+ * and saved nothing; the exit status is 128 + the signal. 1 when it stops. */
+static int rf_train_stopped_early(struct rf_train_state *s, int64_t next) {
+  int sig = -rf_comm_agree(&s->comm, -rf_run_signal_caught());
+  if (sig == 0) return 0;
+  s->stop_signal = sig;
+  if (s->rank == 0) {
+    char before[48] = "its first step";
+    if (next > 0) snprintf(before, sizeof before, "step %lld", (long long)next);
+    printf("stopped by %s before %s, during start-up: nothing trained, nothing saved\n",
+           sig == SIGINT ? "SIGINT" : "SIGTERM", before);
+    fflush(stdout);
+  }
+  return 1;
+}
+
 /* Everything from the options to the last step. */
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
+  if (rf_train_stopped_early(s, 0)) return 0;
   RF_TRY(rf_train_agree(&s->comm, rf_train_open_outputs(s)));
   int threads = rf_train_set_threads(&s->comm);
   enum rf_dtype compute = RF_DTYPE_F32;
@@ -389,7 +426,6 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_ckpt_start(s));
   struct rf_fsdp_stats st;
   rf_fsdp_get_stats(s->model.fsdp, &st);
-  rf_run_catch_signals();
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
@@ -413,6 +449,7 @@ static int rf_train_run(struct rf_train_state *s) {
     fflush(stdout);
   }
 
+  if (rf_train_stopped_early(s, s->start_step + 1)) return 0; /* the log and the folder as they were */
   /* logged: rank 0's log write of a step, agreed at the next; the log starts with the run's plan */
   int bad_in_a_row = 0, logged = s->log.file && !a->resume ? rf_train_log_truncate(&s->log) : 0;
   struct rf_plan_summary plan = {st.param_elems,  st.padded_elems,        st.max_shard_elems,
@@ -453,7 +490,8 @@ static int rf_train_run(struct rf_train_state *s) {
                "training diverged: non-finite gradients 5 steps in a row (last at step %lld)",
                (long long)step + 1);
     RF_TRY(rf_train_ckpt_step(s, step + 1));
-    int sig = rf_run_stop_signal(s->model.fsdp); /* SIGTERM / SIGINT on any rank: everyone stops here */
+    /* SIGTERM / SIGINT on any rank, or a launcher gone (SIGHUP): everyone stops here */
+    int sig = rf_run_stop_signal(s->model.fsdp);
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
   RF_TRY(rf_train_agree(&s->comm, logged));
@@ -599,7 +637,12 @@ int rf_cmd_train(int argc, char **argv) {
        "seconds a rank may wait in one collective before it ends the job with a message (0: off)", "[0, inf)",
        0},
   };
+  /* first: before MPI and OpenMP start threads, which then inherit the signals blocked;
+   * a signal while MPI starts ends the rank at once (what MPICH's launcher waits for) */
+  rf_run_catch_signals();
+  rf_run_signals_exit_early(1);
   rf_comm_mpi_init(&argc, &argv);
+  rf_run_signals_exit_early(0);
   struct rf_train_state s;
   memset(&s, 0, sizeof s);
   s.args = &a;
@@ -623,6 +666,7 @@ int rf_cmd_train(int argc, char **argv) {
   if (die && *die) rf_run_test_die_in_save(atoll(die));
   const char *late = getenv("RF_TEST_ASYNC_COPY_LATE"); /* a late snapshot (tests/test_train_async.c) */
   if (late && *late) rf_run_test_late_async_copy(atoi(late));
+  rf_train_test_start_pause(&s.comm, getenv("RF_TEST_START_PAUSE")); /* tests/test_train_stop.c */
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);
@@ -634,7 +678,7 @@ int rf_cmd_train(int argc, char **argv) {
     status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
-    if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT */
+    if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT, 129 SIGHUP */
     rf_train_state_free(&s);
   }
   rf_comm_free(&s.comm);

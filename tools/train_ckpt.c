@@ -156,12 +156,13 @@ int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig) {
   if (a->ckpt_dir && !rf_train_ckpt_due(a, done)) RF_TRY(rf_train_ckpt_save(s, done));
   RF_TRY(rf_train_ckpt_advance(s, 1)); /* the save in flight completes before the exit */
   if (s->rank == 0) {
+    const char *by = sig == SIGINT   ? "SIGINT"
+                     : sig == SIGHUP ? "SIGHUP (the launcher, mpirun, is gone)"
+                                     : "SIGTERM";
     if (a->ckpt_dir)
-      printf("stopped by %s after step %lld: continue with --resume %s\n",
-             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)done, a->ckpt_dir);
+      printf("stopped by %s after step %lld: continue with --resume %s\n", by, (long long)done, a->ckpt_dir);
     else
-      printf("stopped by %s after step %lld (no --ckpt-dir: nothing saved)\n",
-             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)done);
+      printf("stopped by %s after step %lld (no --ckpt-dir: nothing saved)\n", by, (long long)done);
     fflush(stdout);
   }
   return 0;

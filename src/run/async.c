@@ -392,7 +392,7 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
   a->pending = 1;
   a->ended_rc = 0;
   a->in_flight = a->writer; /* the ranks that write nothing only agree at the next wait */
-  if (a->writer) {          /* SIGTERM and SIGINT stay with the training thread (rf_run_catch_signals) */
+  if (a->writer) {          /* SIGTERM and SIGINT stay blocked: rf_run_catch_signals' thread takes them */
     sigset_t stop, old;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);

@@ -37,5 +37,8 @@ void rf_run_die_check(const struct rf_fsdp *f, int64_t step);
 /* Removes this run's checkpoints of s beyond its last s->keep, up to `step`, on
  * the mesh's first rank (series.c). Local: no barrier. */
 void rf_run_series_rotate(const struct rf_run_series *s, const struct rf_fsdp *f, int64_t step);
+/* The signals taken so far by the signal thread and by the fallback handler (on a
+ * thread started before rf_run_catch_signals): tests/test_signal_gemm.c (signal.c). */
+void rf_run_signal_stats(int *waited, int *handled);
 
 #endif
