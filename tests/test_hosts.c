@@ -16,10 +16,15 @@
  *  - scripts/hosts cleans up: a bad --rate is refused (exit 2, naming it) before
  *    anything is made; SIGTERM to it mid-job leaves no namespace and no process;
  *    after a SIGKILL, `scripts/hosts --cleanup` removes what was left and kills
- *    what ran in it.
+ *    what ran in it (every process of the namespaces gone when it returns);
+ *  - its other argument checks (--rate 0, a --stats folder missing, an option
+ *    twice, a bad --grace: exit 2) and a --fault that never came (exit 3);
+ *  - SIGTERM to it mid-training (2 x 2) reaches the ranks, which stop after the
+ *    same step and save it (exit 143); then the namespaces are removed.
  * Where namespaces cannot be made (not root), the test says why and exits 77:
  * scripts/run-tests reports it as not run. */
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +130,13 @@ static void check_mesh(const char *model, const char *data, const double *ref, i
 }
 
 /* Runs a shell script; its output into out; returns its exit code. */
-static int shell(char *out, int size, const char *script) {
+static int shell(char *out, int size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int shell(char *out, int size, const char *fmt, ...) {
+  char script[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(script, sizeof script, fmt, ap);
+  va_end(ap);
   FILE *p = popen(script, "r");
   RF_ASSERT(p);
   size_t got = fread(out, 1, (size_t)size - 1, p);
@@ -149,22 +160,81 @@ static void check_cleanup(void) {
       "n=$(ip netns list | grep -c \"^rfh${p}\")\n"
       "kill -TERM $p; wait $p; echo \"rc=$? made=$n left=$(ip netns list | grep -c \"^rfh${p}\")\"\n");
   RF_CHECK(strstr(out, "rc=143 made=3 left=0"), "SIGTERM: %s", out);
-  /* SIGKILL: left behind, then removed by --cleanup (the sleeps in it killed) */
+  /* SIGKILL: left behind, then removed by --cleanup (the sleeps in it killed). --cleanup
+   * returns when no process is left in the namespaces (SIGKILL again until `ip netns
+   * pids` is empty), so every victim has left its namespace; one that has left it may
+   * still be finishing its exit in the kernel, so each is waited for (at most 10 s)
+   * to be gone or a zombie: "alive" is a process that outlived that. */
   shell(
       out, sizeof out,
       "scripts/hosts --hosts 2 -- sleep 40 & p=$!\n"
       "for i in $(seq 100); do [ -n \"$(ip netns pids rfh${p}h1 2>/dev/null)\" ] && break; sleep 0.1; done\n"
       "victims=$(ip netns pids rfh${p}h1)\n"
       "kill -KILL $p; wait $p 2>/dev/null; n=$(ip netns list | grep -c \"^rfh${p}\")\n"
-      "scripts/hosts --cleanup 2>&1; sleep 1; alive=0\n"
+      "scripts/hosts --cleanup 2>&1; inside=$(ip netns pids rfh${p}h1 2>/dev/null | wc -l); alive=0\n"
       "for v in $victims; do\n"
-      "  if kill -0 $v 2>/dev/null && ! grep -qs '^State:.*Z' /proc/$v/status; then alive=1; fi\n"
+      "  for i in $(seq 100); do\n"
+      "    { kill -0 $v 2>/dev/null && ! grep -qs '^State:.*Z' /proc/$v/status; } || break; sleep 0.1\n"
+      "  done\n"
+      "  if kill -0 $v 2>/dev/null && ! grep -qs '^State:.*Z' /proc/$v/status; then alive=$((alive + 1)); "
+      "fi\n"
       "done\n"
-      "echo \"left=$n after=$(ip netns list | grep -c \"^rfh${p}\") alive=$alive\"\n");
-  RF_CHECK(strstr(out, "left=3 after=0 alive=0") && strstr(out, "left by a killed run"), "SIGKILL: %s", out);
+      "echo \"left=$n after=$(ip netns list | grep -c \"^rfh${p}\") inside=$inside alive=$alive\"\n");
+  RF_CHECK(strstr(out, "left=3 after=0 inside=0 alive=0") && strstr(out, "left by a killed run"),
+           "SIGKILL: %s", out);
   printf(
       "scripts/hosts: bad --rate refused; SIGTERM leaves nothing; a SIGKILLed run's namespaces removed by "
-      "--cleanup\n");
+      "--cleanup, every process of them gone\n");
+}
+
+/* scripts/hosts' argument checks (exit 2 before anything is made, naming the
+ * option) and a --fault that never comes (said; exit 3 where the job ended 0). */
+static void check_args(void) {
+  char out[8192];
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"--hosts 2 --rate 0gbit -- true", "--rate '0gbit': a number above 0"},
+      {"--hosts 2 --stats /nonexistent/dir/links.txt -- true", "folder '/nonexistent/dir' does not exist"},
+      {"--hosts 2 --hosts 3 -- true", "--hosts given twice"},
+      {"--hosts 2 --grace -1 -- true", "--grace '-1'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    shell(out, sizeof out, "scripts/hosts %s 2>&1; echo rc=$?; ip netns list | grep -c '^rfh' || true",
+          bad[i].args);
+    RF_CHECK(strstr(out, bad[i].says) && strstr(out, "rc=2"), "scripts/hosts %s: %s", bad[i].args, out);
+  }
+  shell(out, sizeof out, "scripts/hosts --hosts 1 --fault kill:0:%s/never-made -- true 2>&1; echo rc=$?",
+        dir);
+  RF_CHECK(strstr(out, "never came") && strstr(out, "rc=3"), "a --fault that never came: %s", out);
+  printf(
+      "scripts/hosts: --rate 0, a --stats folder that is missing, an option twice, a bad --grace refused "
+      "(exit 2); a --fault that never came said (exit 3)\n");
+}
+
+/* SIGTERM to scripts/hosts mid-training (2 hosts x 2 ranks): the signal goes on to the
+ * ranks, which stop after the same step and save it; then the namespaces go. */
+static void check_preempt(const char *model, const char *data) {
+  char out[16384], ck[256], log[256];
+  snprintf(ck, sizeof ck, "%s/preempt-ck", dir);
+  snprintf(log, sizeof log, "%s/preempt.jsonl", dir);
+  shell(
+      out, sizeof out,
+      "scripts/hosts --hosts 2 --ranks-per-host 2 -- env OMP_NUM_THREADS=1 %s train --model %s --data %s %s "
+      "--steps 100000 --save-every 50 --replicate node --ckpt-dir %s --log %s >%s/preempt.out 2>&1 & p=$!\n"
+      "for i in $(seq 600); do c=$(grep -c '\"loss\"' %s 2>/dev/null); [ \"${c:-0}\" -ge 3 ] && break; sleep "
+      "0.1; done\n"
+      "kill -TERM $p; wait $p; echo \"rc=$? left=$(ip netns list | grep -c \"^rfh${p}\")\"; cat "
+      "%s/preempt.out",
+      rf_cli_binary(), model, data, common, ck, log, dir, log, dir);
+  const char *stop = strstr(out, "stopped by SIGTERM after step ");
+  int step = stop ? atoi(stop + strlen("stopped by SIGTERM after step ")) : -1;
+  char marker[512];
+  snprintf(marker, sizeof marker, "%s/step-%08d/COMPLETE", ck, step);
+  RF_CHECK(strstr(out, "rc=143 left=0") && step >= 3 && access(marker, F_OK) == 0,
+           "SIGTERM across hosts: no stop checkpoint (step %d)\n%s", step, out);
+  printf("SIGTERM across hosts (2 x 2): stopped after step %d, its checkpoint complete, namespaces removed\n",
+         step);
 }
 
 int main(void) {
@@ -186,6 +256,8 @@ int main(void) {
     check_mesh(model, data, ref, 3, 1, "1");
   }
   check_cleanup();
+  check_args();
+  check_preempt(model, data);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
