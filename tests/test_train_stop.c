@@ -8,7 +8,8 @@
  *    kept; SIGTERMs 0.1 .. 0.9 s after the launch (the issue's sweep) each end the
  *    job with exit 143 and rank 0's "stopped by SIGTERM" (or, when the signal
  *    reached a rank in its first milliseconds, before any code of ours ran, or
- *    came before mpirun started, scripts/rfmpirun's note saying so; while MPI_Init
+ *    came before mpirun started, scripts/rfmpirun's note saying so, or, before the
+ *    script's first line, no output and no process of the job; while MPI_Init
  *    runs, the rank's own "stopped by a signal while MPI was starting": MPICH's
  *    launcher, stopped while it starts the job, waits for the ranks to end), never
  *    a "BAD TERMINATION" unexplained; every checkpoint left is complete;
@@ -179,7 +180,10 @@ static void check_startup(const char *model, const char *data) {
     int noted = strstr(t, "reached a rank while it was starting") != NULL ||
                 strstr(t, "before the job started: nothing ran") != NULL ||
                 strstr(t, "stopped by a signal while MPI was starting") != NULL;
-    RF_CHECK(rc == 143 && (stopped || noted), "SIGTERM %.1f s after the launch: rc %d\n%s", k * 0.1, rc, t);
+    /* killed before the launcher script's first line (its trap): nothing started, nothing runs */
+    int unstarted = t[0] == '\0' && processes_with(ck) == 0;
+    RF_CHECK(rc == 143 && (stopped || noted || unstarted), "SIGTERM %.1f s after the launch: rc %d\n%s",
+             k * 0.1, rc, t);
     RF_CHECK(!strstr(t, "BAD TERMINATION") || noted, "SIGTERM %.1f s: a bad termination, unexplained\n%s",
              k * 0.1, t);
     all_complete(ck, "sweep");
