@@ -33,12 +33,12 @@ int rf_cuda_emu_build(void) {
   return rc == 0 ? 0 : 1;
 }
 
-int rf_cuda_emu_run(char *out, int out_size, const char *env, int world, int limit_s, const char *program) {
+int rf_cuda_emu_run(char *out, int out_size, const char *env, int world, int limit_s, const char *command) {
   char mpi[64] = "";
   if (world > 0) snprintf(mpi, sizeof mpi, "scripts/rfmpirun -np %d", world);
-  int rc = rf_cli_sh(out, out_size, "env %s timeout -k 5 %d %s build-cuda-emu/tests/gpu/%s", env, limit_s,
-                     mpi, program);
-  printf("%s%s%s (W=%d): exit %d in %.1f s wall\n", env, env[0] ? " " : "", program, world, rc,
+  int rc = rf_cli_sh(out, out_size, "env OMP_NUM_THREADS=1 %s timeout -k 5 %d %s build-cuda-emu/%s", env,
+                     limit_s, mpi, command);
+  printf("%s%s%s (W=%d): exit %d in %.1f s wall\n", env, env[0] ? " " : "", command, world, rc,
          rf_cli_last_seconds());
   return rc;
 }

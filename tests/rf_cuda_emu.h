@@ -9,10 +9,11 @@
  * printing why. */
 int rf_cuda_emu_build(void);
 
-/* Runs build-cuda-emu/tests/gpu/PROGRAM (under scripts/rfmpirun -np WORLD when WORLD >
- * 0) with the environment assignments ENV (may be ""), killed after limit_s seconds
- * (then 124); its output into out, its wall time printed with its name and exit code.
- * Returns the exit code. */
-int rf_cuda_emu_run(char *out, int out_size, const char *env, int world, int limit_s, const char *program);
+/* Runs build-cuda-emu/COMMAND (a program there and its arguments, e.g.
+ * "tests/gpu/test_gemm_cuda" or "rfsdp train ..."; under scripts/rfmpirun -np WORLD when
+ * WORLD > 0) with the environment assignments ENV (may be "") and one OpenMP thread, killed
+ * after limit_s seconds (then 124); its output into out, its wall time printed with the
+ * command and exit code. Returns the exit code. */
+int rf_cuda_emu_run(char *out, int out_size, const char *env, int world, int limit_s, const char *command);
 
 #endif

@@ -17,7 +17,9 @@
 static char out[1 << 20];
 
 static void passes(const char *env, int world, const char *program, const char *name) {
-  int rc = rf_cuda_emu_run(out, sizeof out, env, world, 300, program);
+  char command[128];
+  snprintf(command, sizeof command, "tests/gpu/%s", program);
+  int rc = rf_cuda_emu_run(out, sizeof out, env, world, 300, command);
   char summary[128];
   snprintf(summary, sizeof summary, "%s: ", name);
   RF_CHECK(rc == 0 && strstr(out, summary) && strstr(out, " 0 failed"),
@@ -36,7 +38,7 @@ int main(void) {
   passes("", 3, "test_comm_nccl", "test_comm_nccl");
   passes("RF_NCCL_ONE_LANE=1", 2, "test_comm_nccl", "test_comm_nccl");
   /* a broken link: stops every rank naming NCCL's error (124 would be the hang) */
-  rc = rf_cuda_emu_run(out, sizeof out, "RF_EMU_NCCL_FAIL=7", 2, 120, "test_comm_nccl");
+  rc = rf_cuda_emu_run(out, sizeof out, "RF_EMU_NCCL_FAIL=7", 2, 120, "tests/gpu/test_comm_nccl");
   RF_CHECK(rc != 0 && rc != 124 && strstr(out, "lane's communicator (rank") &&
                strstr(out, "failed: unhandled system error") && strstr(out, "every lane of it aborted"),
            "a failed NCCL operation stops the job naming it: exit %d\n%s", rc, out);

@@ -23,16 +23,16 @@ int main(void) {
   int rc = rf_cuda_emu_build();
   if (rc == 77) return rf_test_failures ? rf_test_finish("test_cuda_emu_kernels") : 77;
   if (rc != 0) return rf_test_finish("test_cuda_emu_kernels");
-  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 600, "test_kernels_cuda");
+  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 600, "tests/gpu/test_kernels_cuda");
   printf("%s", out);
   RF_CHECK(rc == 0 && strstr(out, "test_kernels_cuda: ") && strstr(out, " 0 failed"),
            "test_kernels_cuda on the stand-in: exit %d", rc);
   RF_CHECK(strstr(out, "cross-entropy lse 4 x 151936") && strstr(out, "T=1000"),
            "test_kernels_cuda ran the 151936 vocabulary and T = 1000");
-  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "test_device_cuda");
+  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "tests/gpu/test_device_cuda");
   printf("%s", out);
   RF_CHECK(rc == 0 && strstr(out, " 0 failed"), "test_device_cuda on the stand-in: exit %d", rc);
-  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "test_attention_tc");
+  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 300, "tests/gpu/test_attention_tc");
   printf("%s", out);
   RF_CHECK(rc == 0 && strstr(out, "test_attention_tc: ") && strstr(out, " 0 failed") && strstr(out, "T=200"),
            "test_attention_tc on the stand-in: exit %d", rc);

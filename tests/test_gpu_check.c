@@ -41,18 +41,22 @@ int main(void) {
     RF_CHECK(rc == 0 && sum && strstr(sum, "ok    test_device_cuda") && strstr(sum, "ok    test_gemm_cuda") &&
                  strstr(sum, "ok    test_comm_nccl np=2") && strstr(sum, "ok    train_cpu_3_steps"),
              "gpu-check --dry: exit %d, the parts that run on the stand-in pass", rc);
-    const char *parts[] = {"train_gpu_w1", "train_gpu_w2_equal", "train_gpu_w2_ragged", "resume_gpu_ckpt_on_cpu_w2"};
+    const char *parts[] = {"train_gpu_w1", "train_gpu_w2_equal", "train_gpu_w2_ragged",
+                           "resume_gpu_ckpt_on_cpu_w2"};
     for (int i = 0; sum && i < 4; i++) {
       char ok[64], not_run[64];
       snprintf(ok, sizeof ok, "ok    %s", parts[i]);
       snprintf(not_run, sizeof not_run, "not run  %s", parts[i]);
-      RF_CHECK(strstr(sum, ok) || strstr(sum, not_run), "gpu-check --dry: %s passed or said why not", parts[i]);
+      RF_CHECK(strstr(sum, ok) || strstr(sum, not_run), "gpu-check --dry: %s passed or said why not",
+               parts[i]);
     }
-    rc = rf_cli_sh(out, sizeof out, "RF_GPU_CHECK_HANG=test_gemm_cuda RF_GPU_CHECK_HANG_S=2 scripts/gpu-check --dry '%s/b'",
+    rc = rf_cli_sh(out, sizeof out,
+                   "RF_GPU_CHECK_HANG=test_gemm_cuda RF_GPU_CHECK_HANG_S=2 scripts/gpu-check --dry '%s/b'",
                    dir);
     sum = strstr(out, "== gpu-check summary:");
-    RF_CHECK(rc == 3 && sum && strstr(sum, "HANG  test_gemm_cuda") && strstr(out, "stopped at the first hang") &&
-                 strstr(sum, "ok    test_device_cuda") && !strstr(out, "test_comm_nccl"),
+    RF_CHECK(rc == 3 && sum && strstr(sum, "HANG  test_gemm_cuda") &&
+                 strstr(out, "stopped at the first hang") && strstr(sum, "ok    test_device_cuda") &&
+                 !strstr(out, "test_comm_nccl"),
              "a hanging part stops gpu-check there, with the summary: exit %d\n%s", rc, out);
     rf_cli_sh(out, sizeof out, "rm -rf '%s'", dir);
   }

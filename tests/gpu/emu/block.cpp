@@ -394,9 +394,7 @@ void syncwarp_resolve(void *const *lanes, unsigned mask) {
   (void)mask;
 }
 
-void *dynamic_smem(void) {
-  return running("extern __shared__")->smem;
-}
+void *dynamic_smem(void) { return running("extern __shared__")->smem; }
 
 void *static_smem(const void *key, size_t size, size_t align) {
   executor *ex = running("__shared__");
