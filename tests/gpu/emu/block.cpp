@@ -225,6 +225,10 @@ void warp_arrive(executor *ex, fiber *f) {
     if (base + top >= ex->nthreads)
       kernel_fail("%s with mask %08x names lane %u, which this block of %u threads does not have", f->what,
                   f->mask, top, ex->nthreads);
+    for (unsigned l = 0; l < 32; l++)
+      if ((f->mask >> l & 1u) && ex->fibers[base + l].state == FIBER_DONE)
+        kernel_fail("lane %u exited while its warp waits for it in %s (mask %08x; it exited first)", l,
+                    f->what, f->mask);
     w->mask = f->mask;
     w->resolve = f->resolve;
     w->what = f->what;
@@ -265,8 +269,8 @@ void stopped(executor *ex, fiber *f) {
       ex->live--;
       const warp *w = &ex->warps[f->tid / 32];
       if (w->arrived && (w->mask >> (f->tid % 32) & 1u))
-        kernel_fail("lane %u exited while lanes of its warp wait for it in %s (mask %08x)", f->tid % 32,
-                    w->what, w->mask);
+        kernel_fail("lane %u exited while its warp waits for it in %s (mask %08x)", f->tid % 32, w->what,
+                    w->mask);
       break;
     }
     case FIBER_BARRIER:

@@ -128,7 +128,7 @@ static const struct {
     {"kernel-after-free", die_kernel_after_free, "an access outside device memory"},
     {"diverged-barrier", die_diverged_barrier, "two different __syncthreads"},
     {"exit-then-barrier", die_exit_then_barrier, "after some of the block's threads exited"},
-    {"shuffle-exited-lane", die_shuffle_exited_lane, "exited while lanes of its warp wait"},
+    {"shuffle-exited-lane", die_shuffle_exited_lane, "exited while its warp waits for it"},
 };
 
 static void check_deaths(const char *self) {
