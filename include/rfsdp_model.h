@@ -12,11 +12,19 @@
 #ifndef RFSDP_MODEL_H
 #define RFSDP_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rfsdp.h"
 
 struct rf_train_model;
+
+/* The model_type names the config reader knows, in its table's order, joined by
+ * `sep` into out (size bytes): every family (trainable 0: llama, qwen2, gpt_oss,
+ * deepseek_v3, mixtral, qwen3_moe; the others are planned only) or the trainable
+ * ones (1). For messages and --help, never written by hand. Returns 0, or -1
+ * with rf_fsdp_error() when out is NULL or too small. */
+int rf_train_model_families(char *out, size_t size, int trainable, const char *sep);
 
 /* Reads the config at `config_path` and declares the model on a new runtime
  * context over the ranks of `comm` (borrowed): `replicas` groups of consecutive

@@ -43,6 +43,7 @@
 #ifndef RFSDP_OPTIM_H
 #define RFSDP_OPTIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rfsdp_types.h"
@@ -93,6 +94,10 @@ void rf_optim_options_default(struct rf_optim_options *opt);
 /* "adamw", "adamw8bit", "muon", "shampoo". Returns -1 on an unknown name. */
 int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out);
 const char *rf_optim_kind_name(enum rf_optim_kind kind);
+/* Every optimizer's name in the kinds' table order joined by `sep` into out
+ * (size bytes): "adamw|adamw8bit|muon|shampoo" for sep "|". For messages and
+ * --help, never written by hand. Returns 0, or -1 when out is NULL or too small. */
+int rf_optim_kind_list(char *out, size_t size, const char *sep);
 
 /* What an optimizer needs the layout to keep whole on one rank: `block_rows` rows
  * of every matrix (ndim >= 2) and runs of `vector_block` elements of vectors

@@ -16,6 +16,7 @@
 #include "plan_args.h"
 #include "plan_check.h"
 #include "plan_sim.h"
+#include "rfsdp_model.h"
 
 #define RF_PLAN_CMD_MAX_WORLDS 64
 #define RF_PLAN_CMD_MAX_WORLD (1 << 24)
@@ -397,11 +398,20 @@ int rf_cmd_plan(int argc, char **argv) {
   c.align_bytes = 64;
   c.max_buffers = 4;
   c.max_padding = -1;
+  char families[256], model_help[400], usage[1024];
+  if (rf_train_model_families(families, sizeof families, 0, ", ") != 0) RF_DIE("%s", rf_error_msg());
+  snprintf(model_help, sizeof model_help, "a Hugging Face config.json (%s) or a generic units file",
+           families);
+  snprintf(
+      usage, sizeof usage,
+      "usage: rfsdp plan --model FILE --world W[,W...] [--optim %s] [--layout planned|fsdp2|flat] [--shard "
+      "equal|ragged] [--block-rows R] [--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes "
+      "64] [--max-buffers 4] [--max-padding P] [--replicate R|node|auto [--memory-per-rank GB]] [--batch B "
+      "--seq T [--accum A] [--rank I] [--compute-dtype f32|bf16] [--network NAME|FILE.json] [--peak-gflops "
+      "G] [--efficiency E]] [--fp8 off|block [--fp8-pow2-scales]] [--json] [--buffers]",
+      rf_plan_args_optim_choices());
   const struct rf_option options[] = {
-      {"model", RF_OPTION_KIND_STRING, &c.model_path,
-       "a Hugging Face config.json (llama, qwen2, gpt_oss, deepseek_v3, mixtral, qwen3_moe) or a generic "
-       "units file",
-       NULL, 1},
+      {"model", RF_OPTION_KIND_STRING, &c.model_path, model_help, NULL, 1},
       {"world", RF_OPTION_KIND_STRING, &worlds_text, "world size(s), comma-separated: W[,W...]", NULL, 1},
       RF_PLAN_ARGS_OPTIONS(c.args),
       RF_PLAN_SIM_OPTIONS(c.sim),
@@ -417,14 +427,7 @@ int rf_cmd_plan(int argc, char **argv) {
       {"buffers", RF_OPTION_KIND_FLAG, &c.buffers,
        "also print every buffer's tensors and offsets (planned and flat layouts)", NULL, 0},
   };
-  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
-                            "usage: rfsdp plan --model FILE --world W[,W...] [--optim adamw|adamw8bit|muon] "
-                            "[--layout planned|fsdp2|flat] [--shard equal|ragged] [--block-rows R] "
-                            "[--param-dtype f32|bf16] [--reduce-dtype f32|bf16] [--align-bytes 64] "
-                            "[--max-buffers 4] [--max-padding P] [--replicate R|node|auto [--memory-per-rank "
-                            "GB]] [--batch B --seq T [--accum A] "
-                            "[--compute-dtype f32|bf16] [--network here|h100-ib|a100-ib] [--peak-gflops G] "
-                            "[--efficiency E]] [--fp8 off|block [--fp8-pow2-scales]] [--json] [--buffers]");
+  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]), usage);
   if (rc == 1) return 0;
   int worlds[RF_PLAN_CMD_MAX_WORLDS], n_worlds = 0;
   if (rc == 0) rc = rf_plan_cmd_worlds(worlds_text, worlds, &n_worlds);

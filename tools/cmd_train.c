@@ -552,9 +552,16 @@ int rf_cmd_train(int argc, char **argv) {
       .replicate = "1",
       .max_padding = -1,
   };
+  char families[256], model_help[320], usage[512];
+  if (rf_train_model_families(families, sizeof families, 1, ", ") != 0) RF_DIE("%s", rf_error_msg());
+  snprintf(model_help, sizeof model_help, "model config (Hugging Face config.json, model_type %s)", families);
+  snprintf(
+      usage, sizeof usage,
+      "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] [--batch B] [--seq T] "
+      "[--lr LR] [--optim %s] ...",
+      rf_plan_args_optim_choices());
   const struct rf_option options[] = {
-      {"model", RF_OPTION_KIND_STRING, &a.model,
-       "model config (Hugging Face config.json, model_type llama, qwen2 or mixtral)", NULL, 1},
+      {"model", RF_OPTION_KIND_STRING, &a.model, model_help, NULL, 1},
       {"data", RF_OPTION_KIND_STRING, &a.data, "token files prefix (from rfsdp prepare)", NULL, 1},
       {"steps", RF_OPTION_KIND_I64, &a.steps, "optimizer steps", "[1, inf)", 0},
       {"batch", RF_OPTION_KIND_I64, &a.batch, "global batch in sequences (split across ranks)", "[1, inf)",
@@ -654,9 +661,7 @@ int rf_cmd_train(int argc, char **argv) {
     rf_comm_mpi_finalize();
     return 2;
   }
-  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]),
-                            "usage: mpirun -np W rfsdp train --model CONFIG.json --data PREFIX [--steps N] "
-                            "[--batch B] [--seq T] [--lr LR] [--optim adamw|adamw8bit|muon|shampoo] ...");
+  int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]), usage);
   if (rc == 1) {
     rf_comm_free(&s.comm);
     rf_comm_mpi_finalize();

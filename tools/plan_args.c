@@ -6,6 +6,12 @@
 #include "core/core.h"
 #include "optim/optim.h"
 
+const char *rf_plan_args_optim_choices(void) {
+  static _Thread_local char names[128];
+  if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_DIE("%s", rf_error_msg());
+  return names;
+}
+
 int rf_plan_args_fsdp_options(const struct rf_plan_args *a, struct rf_fsdp_options *o) {
   o->layout = strcmp(a->layout, "fsdp2") == 0  ? RF_LAYOUT_FSDP2
               : strcmp(a->layout, "flat") == 0 ? RF_LAYOUT_FLAT

@@ -27,7 +27,7 @@ struct rf_plan_args {
 
 /* The option table rows of struct rf_plan_args `a`. */
 #define RF_PLAN_ARGS_OPTIONS(a)                                                                                \
-  {"optim", RF_OPTION_KIND_CHOICE, &(a).optim, "optimizer", "adamw|adamw8bit|muon|shampoo", 0},                \
+  {"optim", RF_OPTION_KIND_CHOICE, &(a).optim, "optimizer", rf_plan_args_optim_choices(), 0},                  \
       {"layout", RF_OPTION_KIND_CHOICE, &(a).layout, "parameter layout", "planned|fsdp2|flat", 0},             \
       {"shard", RF_OPTION_KIND_CHOICE, &(a).shard, "shard mode of the planned layout", "equal|ragged", 0},     \
       {"block-rows",                                                                                           \
@@ -50,6 +50,10 @@ struct rf_plan_args {
   {                                                                                                            \
     "fp8-pow2-scales", RF_OPTION_KIND_FLAG, &(a).fp8_pow2, "--fp8 block: power-of-two tile scales", NULL, 0    \
   }
+
+/* The optimizers' names, "adamw|adamw8bit|...", from the library's table
+ * (rf_optim_kind_list; static storage): --optim's choices and usage. */
+const char *rf_plan_args_optim_choices(void);
 
 /* Sets o's layout, shard mode, blocks (the optimizer's needs unless --block-rows)
  * and dtypes from `a`; the rest of o is left alone. Returns 0, or -1 with

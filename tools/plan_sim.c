@@ -12,6 +12,12 @@
 #include "plan_check.h"
 #include "rfsdp_optim.h"
 
+const char *rf_plan_sim_network_help(void) {
+  static _Thread_local char help[1200];
+  snprintf(help, sizeof help, "machine profile: %s, or FILE.json", rf_sim_network_names());
+  return help;
+}
+
 /* Routed experts per token from the config's num_experts_per_tok (0 when absent). */
 static int rf_plan_sim_experts_per_token(const char *path) {
   char *text = NULL;

@@ -30,6 +30,10 @@ struct rf_plan_sim_args {
     .compute_dtype = "f32", .network = "here"                                                   \
   }
 
+/* --network's help: "machine profile: NAME, NAME, ... (the profiles' folder,
+ * rf_sim_network_names), or FILE.json" (static storage). */
+const char *rf_plan_sim_network_help(void);
+
 /* The option table rows of struct rf_plan_sim_args `a`. */
 #define RF_PLAN_SIM_OPTIONS(a)                                                                               \
   {"replicate",                                                                                              \
@@ -63,9 +67,7 @@ struct rf_plan_sim_args {
       {"compute-dtype",    RF_OPTION_KIND_CHOICE,                                                            \
        &(a).compute_dtype, "operands of the matmuls (the network's peak in that dtype)",                     \
        "f32|bf16",         0},                                                                               \
-      {"network",    RF_OPTION_KIND_STRING,                                                                  \
-       &(a).network, "machine profile: here, h100-ib, a100-ib, or FILE.json",                                \
-       NULL,         0},                                                                                     \
+      {"network", RF_OPTION_KIND_STRING, &(a).network, rf_plan_sim_network_help(), NULL, 0},                 \
       {"peak-gflops",    RF_OPTION_KIND_DOUBLE,                                                              \
        &(a).peak_gflops, "matmul peak per rank in the compute dtype (0: the network's)",                     \
        "[0, inf)",       0},                                                                                 \

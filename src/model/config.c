@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "model/model.h"
+#include "rfsdp_model.h"
 
 static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {
     "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe"};
@@ -15,6 +16,25 @@ static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {
 const char *rf_model_family_name(enum rf_model_family family) {
   RF_ASSERT(family >= 0 && family < RF_MODEL_FAMILY_COUNT);
   return rf_model_family_names[family];
+}
+
+int rf_model_family_trainable(enum rf_model_family family) {
+  return family == RF_MODEL_FAMILY_LLAMA || family == RF_MODEL_FAMILY_QWEN2 ||
+         family == RF_MODEL_FAMILY_MIXTRAL || family == RF_MODEL_FAMILY_QWEN3_MOE;
+}
+
+int rf_train_model_families(char *out, size_t size, int trainable, const char *sep) {
+  RF_REQUIRE(out && size > 0 && sep, "rf_train_model_families: no buffer or separator");
+  size_t at = 0;
+  out[0] = 0;
+  for (int f = 0; f < RF_MODEL_FAMILY_COUNT; f++) {
+    if (trainable && !rf_model_family_trainable((enum rf_model_family)f)) continue;
+    int n = snprintf(out + at, size - at, "%s%s", at ? sep : "", rf_model_family_names[f]);
+    RF_REQUIRE(n >= 0 && (size_t)n < size - at, "rf_train_model_families: a buffer of %zu bytes is too small",
+               size);
+    at += (size_t)n;
+  }
+  return 0;
 }
 
 int rf_model_config_is_moe(const struct rf_model_config *cfg) {
@@ -41,11 +61,12 @@ static int rf_model_config_check_moe(const struct rf_model_config *cfg, const ch
 }
 
 int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
-  RF_REQUIRE(cfg->family == RF_MODEL_FAMILY_LLAMA || cfg->family == RF_MODEL_FAMILY_QWEN2 ||
-                 rf_model_config_is_moe(cfg),
-             "%s: field 'model_type': only llama, qwen2, mixtral and qwen3_moe models can be trained (%s can "
-             "be planned)",
-             what, rf_model_family_name(cfg->family));
+  if (!rf_model_family_trainable(cfg->family)) {
+    char names[256];
+    RF_TRY(rf_train_model_families(names, sizeof names, 1, ", "));
+    RF_FAIL("%s: field 'model_type': only %s models can be trained (%s can be planned)", what, names,
+            rf_model_family_name(cfg->family));
+  }
   if (rf_model_config_is_moe(cfg)) RF_TRY(rf_model_config_check_moe(cfg, what));
   const struct {
     const char *name;
@@ -334,10 +355,11 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
     RF_REQUIRE(cJSON_IsString(mt), "%s: field 'model_type' must be a string", path);
     int f = 0;
     while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, rf_model_family_names[f]) != 0) f++;
-    RF_REQUIRE(f < RF_MODEL_FAMILY_COUNT,
-               "%s: field 'model_type': unknown model type '%s' (known: llama, qwen2, gpt_oss, deepseek_v3, "
-               "mixtral, qwen3_moe)",
-               path, mt->valuestring);
+    if (f == RF_MODEL_FAMILY_COUNT) {
+      char names[256];
+      RF_TRY(rf_train_model_families(names, sizeof names, 0, ", "));
+      RF_FAIL("%s: field 'model_type': unknown model type '%s' (known: %s)", path, mt->valuestring, names);
+    }
     cfg->family = (enum rf_model_family)f;
   }
   RF_TRY(rf_model_json_int(&j, "hidden_size", -1, 0, &cfg->hidden_size));

@@ -69,6 +69,9 @@ enum rf_model_family {
 
 /* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
 const char *rf_model_family_name(enum rf_model_family family);
+/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe); the others are planned only.
+ * The name lists of messages and --help come from these (rf_train_model_families). */
+int rf_model_family_trainable(enum rf_model_family family);
 
 #define RF_MODEL_CONFIG_WORD 32
 

@@ -36,7 +36,22 @@ int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out) {
       *out = (enum rf_optim_kind)i;
       return 0;
     }
-  RF_FAIL("unknown optimizer '%s' (adamw, adamw8bit, muon, shampoo)", name);
+  char names[128];
+  RF_TRY(rf_optim_kind_list(names, sizeof names, ", "));
+  RF_FAIL("unknown optimizer '%s' (%s)", name, names);
+}
+
+int rf_optim_kind_list(char *out, size_t size, const char *sep) {
+  RF_REQUIRE(out && size > 0 && sep, "rf_optim_kind_list: no buffer or separator");
+  size_t at = 0;
+  out[0] = 0;
+  for (int i = 0; i < RF_OPTIM_N_KINDS; i++) {
+    int n = snprintf(out + at, size - at, "%s%s", i ? sep : "", rf_optim_kinds[i]->name);
+    RF_REQUIRE(n >= 0 && (size_t)n < size - at, "rf_optim_kind_list: a buffer of %zu bytes is too small",
+               size);
+    at += (size_t)n;
+  }
+  return 0;
 }
 
 const char *rf_optim_kind_name(enum rf_optim_kind kind) {
