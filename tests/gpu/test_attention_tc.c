@@ -114,7 +114,7 @@ static void reference(struct ref *o, const float *q, const float *k, const float
           mx = p[j] > mx ? p[j] : mx;
         }
         for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
-        o->lse[((size_t)b * nh + h) * T + i] = mx + log(sum);
+        o->lse[((size_t)b * nh + h) * T + i] = mx + log(fmax(sum, 1.0)); /* sum >= 1: exp(0) */
         double drow = 0, dmag = 0;
         for (int j = 0; j <= i; j++) p[j] /= sum;
         for (int d = 0; d < hd; d++) {
@@ -314,7 +314,7 @@ static void timing(void) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  float fwd[20], bwd[20];
+  float fwd[20] = {0}, bwd[20] = {0};
   for (int r = 0; r < runs + 1; r++) {
     CK(cudaEventRecord(e0, 0));
     rf_attention_tc_forward(y, lse, q, k, v, B, T, nh, nkv, hd, 0);
