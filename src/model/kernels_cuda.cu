@@ -42,6 +42,7 @@ extern "C" {
 #include "model/kernels.h"
 #include "model/model.h"
 }
+#include "model/cuda_common.cuh"
 
 #define RF_CUDA_CHECK(call)                                                       \
   do {                                                                            \
@@ -56,7 +57,6 @@ extern "C" {
     if (rf_e_ != cudaSuccess) RF_DIE("CUDA kernel of %s: %s", (what), cudaGetErrorString(rf_e_)); \
   } while (0)
 
-#define RF_FULL_MASK 0xffffffffu
 #define RF_KC_THREADS 256
 #define RF_KC_ROWS 256 /* rows per chunk of a column sum */
 #define RF_KC_MAX_BLOCKS 4096
@@ -74,83 +74,6 @@ static unsigned kc_blocks(size_t n) {
 static void kc_need(size_t need, size_t have, const char *what) {
   if (need > have)
     RF_DIE("%s on CUDA needs %zu bytes of scratch, given %zu (size it with scratch_bytes)", what, need, have);
-}
-
-/* ---- the host's arithmetic ---- */
-
-/* ops.c's fast_expf, operation for operation (relative error < 2e-7; NaN stays
- * NaN). */
-__device__ __forceinline__ float rf_expf_dev(float x) {
-  float in = x;
-  x = x == x ? x : 0.0f;
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
-  float k = __fsub_rn(t, 12582912.0f);
-  float r = __fsub_rn(x, __fmul_rn(k, 0.693359375f));
-  r = __fsub_rn(r, __fmul_rn(k, -2.12194440e-4f));
-  float p = 1.9875691500e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
-  float s = __int_as_float(((int32_t)k + 127) << 23);
-  return in == in ? __fmul_rn(p, s) : in;
-}
-
-__device__ __forceinline__ float rf_sigmoid_dev(float x) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, rf_expf_dev(-x)));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(RF_FULL_MASK, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(RF_FULL_MASK, v, o));
-  return v;
-}
-__device__ __forceinline__ double warp_sum_d(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(RF_FULL_MASK, v, o);
-  return v;
-}
-
-/* The block's sum of v (blockDim.x a multiple of 32, at most 1024), the same on
- * every thread, in a fixed order; `sh` holds 32 values. Ends with a barrier. */
-__device__ float block_sum(float v, float *sh) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : 0.0f;
-  v = warp_sum(v);
-  __syncthreads();
-  return v;
-}
-__device__ float block_max(float v, float *sh) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : -INFINITY;
-  v = warp_max(v);
-  __syncthreads();
-  return v;
-}
-__device__ double block_sum_d(double v, double *sh) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum_d(v);
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : 0.0;
-  v = warp_sum_d(v);
-  __syncthreads();
-  return v;
 }
 
 /* ---- column sums: out[j] += sum over rows of a[r, j] (* b[r, j] * c[r]) ---- */
@@ -173,14 +96,6 @@ __global__ void colsum_chunks_kernel(float *partial, const float *a, const float
   partial[(size_t)chunk * cols + j] = acc;
 }
 
-__global__ void colsum_finish_kernel(float *out, const float *partial, int chunks, int cols) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  float acc = 0.0f;
-  for (int k = 0; k < chunks; k++) acc = __fadd_rn(acc, partial[(size_t)k * cols + j]);
-  out[j] = __fadd_rn(out[j], acc);
-}
-
 static size_t colsum_bytes(int rows, int cols) {
   size_t chunks = ((size_t)rows + RF_KC_ROWS - 1) / RF_KC_ROWS;
   return chunks * (size_t)cols * sizeof(float);
@@ -194,7 +109,7 @@ static void colsum(float *out, const float *a, const float *b, const float *c, i
   dim3 grid((unsigned)((cols + RF_KC_THREADS - 1) / RF_KC_THREADS), (unsigned)chunks);
   colsum_chunks_kernel<<<grid, RF_KC_THREADS, 0, st>>>((float *)scratch, a, b, c, rows, cols);
   RF_CUDA_LAUNCHED(what);
-  colsum_finish_kernel<<<(unsigned)((cols + RF_KC_THREADS - 1) / RF_KC_THREADS), RF_KC_THREADS, 0, st>>>(
+  rf_colsum_finish_kernel<><<<(unsigned)((cols + RF_KC_THREADS - 1) / RF_KC_THREADS), RF_KC_THREADS, 0, st>>>(
       out, (const float *)scratch, chunks, cols);
   RF_CUDA_LAUNCHED(what);
 }

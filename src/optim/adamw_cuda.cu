@@ -16,21 +16,13 @@
 extern "C" {
 #include "optim/optim.h"
 }
+#include "optim/adamw_cuda.cuh"
 
 __global__ void adamw_piece_kernel(struct rf_optim_hyper h, float dec, float *p, const float *g, float *m,
                                    float *v, int64_t len) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float gi = g[i], mi = m[i], vi = v[i];
-    /* m + (1 - b1) (g - m) */
-    mi = __fadd_rn(mi, __fmul_rn(h.one_m_b1, __fsub_rn(gi, mi)));
-    /* b2 v + (1 - b2) g^2 */
-    vi = __fadd_rn(__fmul_rn(h.b2, vi), __fmul_rn(h.one_m_b2, __fmul_rn(gi, gi)));
-    m[i] = mi;
-    v[i] = vi;
-    /* p dec - step_size (m / (sqrt(v) / sqrt(1 - b2^t) + eps)) */
-    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), h.bc2_sqrt), h.eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], dec), __fmul_rn(h.step_size, __fdiv_rn(mi, den)));
+    rf_adamw_element(h, dec, g[i], p + i, m + i, v + i);
   }
 }
 

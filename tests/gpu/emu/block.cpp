@@ -76,10 +76,10 @@ rf_emu_fiber_start:
 
 namespace rf_emu {
 
-__thread uint3 tls_block_idx, tls_block_dim, tls_grid_dim;
+RF_EMU_TLS uint3 tls_block_idx, tls_block_dim, tls_grid_dim;
 static const uint3 g_no_thread = {~0u, ~0u, ~0u};
-__thread const uint3 *tls_thread_idx = &g_no_thread;
-__thread unsigned tls_lane;
+RF_EMU_TLS const uint3 *tls_thread_idx = &g_no_thread;
+RF_EMU_TLS unsigned tls_lane;
 
 namespace {
 

@@ -60,10 +60,13 @@ struct float4 {
 };
 
 namespace rf_emu {
-/* the block being run on this thread (block.cpp) */
-extern __thread uint3 tls_block_idx, tls_block_dim, tls_grid_dim;
-extern __thread const uint3 *tls_thread_idx; /* the fiber running now (~0u outside a kernel) */
-extern __thread unsigned tls_lane;
+/* the block being run on this thread (block.cpp). Local-exec: the stand-in is linked into
+ * executables only, and GCC 12's initial-exec code for these in some kernels (a `lea` of the
+ * GOT slot) is one that ld cannot relax ("TLS transition ... failed"). */
+#define RF_EMU_TLS __thread __attribute__((tls_model("local-exec")))
+extern RF_EMU_TLS uint3 tls_block_idx, tls_block_dim, tls_grid_dim;
+extern RF_EMU_TLS const uint3 *tls_thread_idx; /* the fiber running now (~0u outside a kernel) */
+extern RF_EMU_TLS unsigned tls_lane;
 void syncthreads(const char *file, int line);
 void *dynamic_smem(void);
 void *static_smem(const void *key, size_t size, size_t align);
