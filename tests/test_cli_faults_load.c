@@ -7,6 +7,8 @@
  *  - weights with a NaN or an infinity (--init, logits): refused at load naming the
  *    tensor, the element and the value, also when the element is on the last rank;
  *    an inf in a Mixtral router under --fp8 block;
+ *  - a NaN or inf in a checkpoint with right checksums (a weight, an Adam v, an unused
+ *    embedding row) refused at --resume by the rank that reads it and by ckpt export;
  *  - a diverging run (--lr 1e36): NaN activations are no undefined behaviour (this
  *    test runs under make test-asan), the run ends with "training diverged";
  *  - a damaged checkpoint range read by a rank >= 1 (W = 2, 3 with Shampoo, 2x2): that
@@ -18,14 +20,19 @@
  *    refused naming the option or tensor; a resume with nothing to train says so;
  *  - a Mixtral file in the hub's per-expert layout (block_sparse_moe.experts.N.w1/w2/w3)
  *    loads: the same logits, bit for bit, as the fused file it was split from. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
 #include "core/core.h"
 #include "rf_cli.h"
 #include "rf_test.h"
@@ -116,6 +123,59 @@ static void make_export(const char *cfg, const char *tag, const char *extra, cha
   rf_cli_works(0, out, sizeof out, "ckpt export %s/ck-%s/step-00000002 --out %s", dir, tag, path);
 }
 
+/* ---- checkpoints damaged as a diverging run writes them (checksums right) ---- */
+
+/* Replaces the first `old` in file `path` by `new` (same length). */
+static void file_replace(const char *path, const char *old, const char *new) {
+  char *text;
+  size_t n;
+  RF_ASSERT(rf_file_read_all(path, &text, &n) == 0 && strlen(old) == strlen(new));
+  char *at = strstr(text, old);
+  RF_ASSERT(at);
+  memcpy(at, new, strlen(new));
+  RF_ASSERT(rf_file_write_all(path, text, n) == 0);
+  free(text);
+}
+
+/* Sets f32 element `at` of tensor `name` of checkpoint `ck` to `value`, rewriting the
+ * chunk's checksum in meta.json and meta.json's in COMPLETE, as a job that saved the
+ * value would have written them. */
+static void ck_poison(const char *ckdir, const char *name, int64_t at, float value) {
+  struct rf_ckpt ck;
+  RF_ASSERT(rf_ckpt_open(&ck, ckdir) == 0);
+  const struct rf_ckpt_tensor *t = rf_ckpt_find(&ck, name);
+  RF_ASSERT(t && t->dtype == RF_DTYPE_F32);
+  const struct rf_ckpt_range *r = NULL;
+  for (int k = 0; k < t->n_ranges; k++)
+    if (at >= t->ranges[k].begin && at < t->ranges[k].end) r = &t->ranges[k];
+  RF_ASSERT(r);
+  char bin[300], meta[300], marker[300], old_hex[17], new_hex[17];
+  rf_ckpt_rank_path(bin, sizeof bin, ckdir, r->rank, "bin");
+  char *bytes;
+  size_t n;
+  RF_ASSERT(rf_file_read_all(bin, &bytes, &n) == 0);
+  int64_t rel = (at - r->begin) * 4, c = rel / ck.chunk_bytes;
+  memcpy(bytes + r->offset + rel, &value, 4);
+  int64_t len = rf_min_i64(ck.chunk_bytes, (r->end - r->begin) * 4 - c * ck.chunk_bytes);
+  snprintf(old_hex, sizeof old_hex, "%016" PRIx64, r->xxh3[c]);
+  snprintf(new_hex, sizeof new_hex, "%016" PRIx64,
+           (uint64_t)XXH3_64bits(bytes + r->offset + c * ck.chunk_bytes, (size_t)len));
+  RF_ASSERT(rf_file_write_all(bin, bytes, n) == 0);
+  free(bytes);
+  rf_ckpt_close(&ck);
+  snprintf(meta, sizeof meta, "%s/%s", ckdir, RF_CKPT_META);
+  snprintf(marker, sizeof marker, "%s/%s", ckdir, RF_CKPT_MARKER);
+  RF_ASSERT(rf_file_read_all(meta, &bytes, &n) == 0);
+  char meta_old[17], meta_new[17];
+  snprintf(meta_old, sizeof meta_old, "%016" PRIx64, (uint64_t)XXH3_64bits(bytes, n));
+  free(bytes);
+  file_replace(meta, old_hex, new_hex);
+  RF_ASSERT(rf_file_read_all(meta, &bytes, &n) == 0);
+  snprintf(meta_new, sizeof meta_new, "%016" PRIx64, (uint64_t)XXH3_64bits(bytes, n));
+  free(bytes);
+  file_replace(marker, meta_old, meta_new);
+}
+
 /* ---- the cases ---- */
 
 /* NaN and inf weights: refused where they are read, the tensor and element named. */
@@ -147,6 +207,46 @@ static void check_nonfinite_init(void) {
   st_poison(moe_clean, inf_router, "model.layers.1.mlp.gate.weight", 4 * 32 + 7, INFINITY);
   refused(2, 1, t, "inf_router.safetensors|'model.layers.1.mlp.gate.weight' element 135 [4, 7] is inf",
           "train --model %s --data %s %s --fp8 block --init %s", moe, data, common, inf_router);
+}
+
+/* NaN and inf in a checkpoint (issue 37 item 4), checksums right: refused at --resume
+ * by the rank whose range holds it (the last rank's range, W = 2 and 3), an Adam
+ * second moment, an embedding row the data never reaches; `ckpt export` refuses
+ * it and leaves no output (rfsdp's own --init refused the file it wrote). */
+static void check_nonfinite_resume(void) {
+  char out[16384];
+  const char *t = "rfsdp train:";
+  for (int w = 2; w <= 3; w++) {
+    char ck[200], step[220], want[300];
+    snprintf(ck, sizeof ck, "%s/ck-nan%d", dir, w);
+    rf_cli_works(w, out, sizeof out, "train --model %s --data %s %s --ckpt-dir %s --save-every 2", model,
+                 data, common, ck);
+    snprintf(step, sizeof step, "%s/step-00000002", ck);
+    ck_poison(step, "lm_head.weight", 256 * 32 - 1, NAN);
+    snprintf(want, sizeof want, "rank-%05d.bin|tensor 'lm_head.weight' element 8191 [255, 31] is nan", w - 1);
+    refused(w, 1, t, want, "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
+    refused(0, 1, "rfsdp ckpt export:", want, "ckpt export %s --out %s/nan%d.safetensors", step, dir, w);
+    struct stat st;
+    snprintf(want, sizeof want, "%s/nan%d.safetensors", dir, w);
+    RF_CHECK(stat(want, &st) != 0, "ckpt export of a NaN checkpoint left %s", want);
+  }
+  /* an Adam second moment; an inf in an embedding row no token of the data reaches (byte 255) */
+  char ck[200], step[220];
+  snprintf(ck, sizeof ck, "%s/ck-nanv", dir);
+  rf_cli_works(3, out, sizeof out, "train --model %s --data %s %s --ckpt-dir %s --save-every 2", model, data,
+               common, ck);
+  snprintf(step, sizeof step, "%s/step-00000002", ck);
+  ck_poison(step, "model.layers.0.mlp.gate_proj.weight.adamw.v", 45, NAN); /* rank 1's range */
+  refused(3, 1, t,
+          "rank-00001.bin|tensor 'model.layers.0.mlp.gate_proj.weight.adamw.v' element 45 [1, 13] is nan",
+          "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
+  snprintf(ck, sizeof ck, "%s/ck-infe", dir);
+  rf_cli_works(2, out, sizeof out, "train --model %s --data %s %s --ckpt-dir %s --save-every 2", model, data,
+               common, ck);
+  snprintf(step, sizeof step, "%s/step-00000002", ck);
+  ck_poison(step, "model.embed_tokens.weight", 255 * 32 + 3, INFINITY);
+  refused(2, 1, t, "tensor 'model.embed_tokens.weight' element 8163 [255, 3] is inf",
+          "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
 }
 
 /* A run that diverges: NaN through every op (no undefined behaviour under make
@@ -337,6 +437,7 @@ int main(void) {
   rf_cli_works(0, out, sizeof out, "prepare --input %s --out %s --val-fraction 0.1", text, data);
 
   check_nonfinite_init();
+  check_nonfinite_resume();
   check_diverging();
   check_damaged_range(2, "", "d2");
   check_damaged_range(3, "--optim shampoo", "d3");

@@ -120,6 +120,7 @@ struct rf_ckpt {
   int *fds;            /* world descriptors */
   uint8_t *chunk_buf;  /* chunk_bytes of scratch for verified reads */
   uint64_t bytes_read; /* data bytes read by rf_ckpt_read/verify since open */
+  int finite_only;     /* 1: rf_ckpt_read refuses NaN and inf (set by resume and export) */
 };
 
 /* Opens a complete checkpoint: the marker, the metadata (its version and checksum),
@@ -131,7 +132,8 @@ void rf_ckpt_close(struct rf_ckpt *ck);
 const struct rf_ckpt_tensor *rf_ckpt_find(const struct rf_ckpt *ck, const char *name);
 /* Reads elements [begin, end) of tensor `name` into `out`, checking that the
  * checkpoint's tensor has this dtype and shape (else: another model). Reads only
- * the checksum chunks that overlap the range, and verifies each. */
+ * the checksum chunks that overlap the range, and verifies each; with ck->finite_only,
+ * refuses a NaN or infinity in a float tensor, naming the rank file and the element. */
 int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int ndim, const int64_t *shape,
                  int64_t begin, int64_t end, void *out);
 /* Verifies every checksum of every range (reads all data once). */

@@ -155,6 +155,7 @@ static int rf_ckpt_export(const char *ckpt_dir, const char *out_path, enum rf_dt
     RF_FAIL("%s: export dtype must be f32 or bf16, not %s", out_path, rf_dtype_name(dtype));
   struct rf_ckpt ck;
   RF_TRY(rf_ckpt_open(&ck, ckpt_dir));
+  ck.finite_only = 1;
   size_t cap = (size_t)ck.n_tensors + 1;
   int *params = rf_xcalloc(cap, sizeof *params), *quant = rf_xcalloc(cap, sizeof *quant);
   char **scale_names = rf_xcalloc(cap, sizeof *scale_names);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -234,6 +235,56 @@ static void rf_ckpt_format_shape(char *out, size_t cap, int ndim, const int64_t 
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
+/* Element i of a float tensor's data as a double (0 for the other dtypes). */
+static double rf_ckpt_value(enum rf_dtype dtype, const uint8_t *data, int64_t i) {
+  if (dtype == RF_DTYPE_F32) {
+    float x;
+    memcpy(&x, data + i * 4, 4);
+    return x;
+  }
+  if (dtype == RF_DTYPE_F64) {
+    double x;
+    memcpy(&x, data + i * 8, 8);
+    return x;
+  }
+  if (dtype == RF_DTYPE_BF16) {
+    uint16_t b;
+    memcpy(&b, data + i * 2, 2);
+    return rf_f32_from_bf16(b);
+  }
+  return 0;
+}
+
+/* Refuses a NaN or infinity among elements [ob, oe) of tensor t, held by rank file
+ * r->rank and read to `data`, naming the file, the tensor, the element (index and
+ * coordinates) and the value: a diverging run's checkpoint (its checksums right)
+ * would resume into skipped steps, or train on and be saved again where the data
+ * never reaches the value. */
+static int rf_ckpt_check_finite(const struct rf_ckpt *ck, const struct rf_ckpt_tensor *t,
+                                const struct rf_ckpt_range *r, int64_t ob, int64_t oe, const uint8_t *data) {
+  if (t->dtype != RF_DTYPE_F32 && t->dtype != RF_DTYPE_F64 && t->dtype != RF_DTYPE_BF16) return 0;
+  for (int64_t i = 0; i < oe - ob; i++) {
+    double x = rf_ckpt_value(t->dtype, data, i);
+    if (isfinite(x)) continue;
+    int64_t at = ob + i, rest = at, idx[RF_MAX_DIMS];
+    for (int d = t->ndim - 1; d >= 0; d--) {
+      idx[d] = t->shape[d] > 0 ? rest % t->shape[d] : 0;
+      rest = t->shape[d] > 0 ? rest / t->shape[d] : 0;
+    }
+    char path[RF_FILE_PATH_MAX], where[160];
+    rf_ckpt_rank_path(path, sizeof path, ck->dir, r->rank, "bin");
+    rf_ckpt_format_shape(where, sizeof where, t->ndim, idx);
+    RF_FAIL("%s: tensor '%s' element %" PRId64
+            " %s is %s; a checkpoint's values must be finite (saved by a "
+            "diverging run?)",
+            path, t->name, at, where,
+            isnan(x) ? "nan"
+            : x > 0  ? "inf"
+                     : "-inf");
+  }
+  return 0;
+}
+
 int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int ndim, const int64_t *shape,
                  int64_t begin, int64_t end, void *out) {
   const struct rf_ckpt_tensor *t = rf_ckpt_find(ck, name);
@@ -270,6 +321,7 @@ int rf_ckpt_read(struct rf_ckpt *ck, const char *name, enum rf_dtype dtype, int 
         memcpy(at, ck->chunk_buf + (from - c0), (size_t)(to - from));
       }
     }
+    if (ck->finite_only) RF_TRY(rf_ckpt_check_finite(ck, t, r, ob, oe, dst + (ob - begin) * es));
   }
   return 0;
 }

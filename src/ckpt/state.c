@@ -266,6 +266,7 @@ int rf_ckpt_load_views(const struct rf_ckpt_views_args *a, int64_t *step, char *
   if (extra_json) *extra_json = NULL;
   struct rf_ckpt ck;
   int status = rf_ckpt_open(&ck, a->dir);
+  ck.finite_only = 1;
   int opened = status == 0;
   if (status == 0) status = rf_ckpt_load_check(&ck, a);
   if (rf_ckpt_load_agree(a, status, "to open or check the checkpoint") != 0) {
