@@ -52,8 +52,9 @@ NVCC_FLAGS = -std=c++17 $(OPT) $(CUDA_ARCH) --Werror all-warnings \
   -Xcompiler -Wall,-Wextra,-Werror,-fno-strict-aliasing -Iinclude -Isrc $(NVCCFLAGS)
 CUDA_CFLAGS := -DRF_BACKEND_CUDA -isystem $(CUDA_HOME)/include
 # cudart static (as nvcc links it); cuBLASLt and NCCL from the machine (the GPU machine has its own)
-# -u: every program gets device_cuda.o, whose rf_device_cuda_check replaces the CPU build's
-BACKEND_LIBS := -Wl,--undefined=rf_device_cuda_init -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
+# -u: every program gets backend_cuda.o (and through it the CUDA device, kernels, AdamW), whose
+# rf_backend_cuda replaces the CPU build's "built without CUDA" entry of src/backend/backend.c
+BACKEND_LIBS := -Wl,--undefined=rf_backend_cuda -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt \
   -lpthread -lstdc++
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 else ifeq ($(BACKEND),cuda-emu)
@@ -64,11 +65,14 @@ CPU_BUILD ?= build
 OBJ_DIR := $(CPU_BUILD)/obj
 EMU := tests/gpu/emu
 CUDA_CFLAGS := -DRF_BACKEND_CUDA -DRF_CUDA_EMU -I$(EMU)/include
-EMU_CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -ffp-contract=off -fno-strict-aliasing -fno-math-errno -pthread \
+# -fPIC: the stand-in's thread-locals (blockIdx, threadIdx) through the general TLS model, which ld
+# relaxes in a program: g++ 12 at -O2 -march=znver4 emits an initial-exec access as a `lea` of the GOT
+# slot that ld cannot relax ("TLS transition from R_X86_64_GOTTPOFF ... failed", kernels_cuda.cu.o)
+EMU_CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -fPIC -ffp-contract=off -fno-strict-aliasing -fno-math-errno -pthread \
   -Wall -Wextra -Werror -Wno-unknown-pragmas -I$(EMU)/include -I$(EMU) -Iinclude -Isrc \
   $(shell pkg-config --cflags mpi 2>/dev/null)
 EMU_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(sort $(wildcard $(EMU)/*.cpp)))
-BACKEND_LIBS := -Wl,--undefined=rf_device_cuda_init -lstdc++ -lpthread
+BACKEND_LIBS := -Wl,--undefined=rf_backend_cuda -lstdc++ -lpthread
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(EMU_OBJ)
 else
 OBJ_DIR := $(BUILD)/obj

@@ -11,7 +11,6 @@
 
 #include "comm/comm_mpi.h"
 #include "commands.h"
-#include "device/device.h"
 #include "options.h"
 #include "plan_check.h"
 #include "train.h"
@@ -35,6 +34,7 @@ static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_opt
   o->prefetch = a->prefetch;
   o->reshard_after_forward = !a->no_reshard;
   o->seed = a->seed;
+  o->device = a->device;
   return 0;
 }
 
@@ -249,8 +249,8 @@ static int rf_train_open_data(struct rf_train_state *s) {
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
-  const char *no_cuda = strcmp(a->device, "cuda") == 0 ? rf_device_cuda_unavailable() : NULL;
-  RF_REQUIRE(!no_cuda, "--device cuda: %s", no_cuda);
+  const char *why = rf_device_unavailable(a->device);
+  RF_REQUIRE(!why, "--device %s: %s", a->device, why);
   RF_TRY(rf_train_mesh_parse(a, world, replicate));
   RF_TRY(rf_plan_check_batch(world, a->batch, a->accum)); /* as rfsdp plan --batch checks it */
   RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,

@@ -2,12 +2,6 @@
  * counting and outside-bound events, then the backend's table. */
 #include "device/device.h"
 
-/* The CPU build's answer; device_cuda.c's strong definition replaces it in a CUDA build
- * (make BACKEND=cuda links device_cuda.o into every program). */
-__attribute__((weak)) const char *rf_device_cuda_unavailable(void) {
-  return "this rfsdp is built without CUDA (make BACKEND=cuda builds build-cuda/rfsdp; docs/gpu.md)";
-}
-
 void rf_device_free(struct rf_device *dev) {
   if (dev->ops && dev->ops->free) dev->ops->free(dev);
   memset(dev, 0, sizeof *dev);

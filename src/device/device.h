@@ -93,23 +93,21 @@ struct rf_device_ops {
   void (*event_synchronize)(struct rf_device *dev, struct rf_device_event *ev);
 };
 
+struct rf_backend; /* backend/backend.h */
+
 /* A device. Owns `impl` (released by rf_device_free); `counters` is borrowed. */
 struct rf_device {
-  const struct rf_device_ops *ops; /* static table of the backend */
-  void *impl;                      /* owned: the backend's state (host: none) */
-  int ordinal;                     /* which device of its kind (host: 0) */
-  struct rf_counters *counters;    /* borrowed: where moves and allocations count; NULL: nowhere */
+  const struct rf_device_ops *ops;  /* static table of the backend */
+  void *impl;                       /* owned: the backend's state (host: none) */
+  int ordinal;                      /* which device of its kind (host: 0) */
+  struct rf_counters *counters;     /* borrowed: where moves and allocations count; NULL: nowhere */
+  const struct rf_backend *backend; /* static: what opened it (rf_backend_open); NULL: a bare table */
 };
 
 /* The host device, counting into `counters` (may be NULL). Nothing to free, but
  * rf_device_free is harmless. */
 void rf_device_host_init(struct rf_device *dev, struct rf_counters *counters);
 void rf_device_free(struct rf_device *dev);
-/* Why this program cannot train on a CUDA device ("built without CUDA" in a CPU build;
- * in a CUDA build "no CUDA device", or that training on the GPU is not wired yet: the
- * device, comm and GEMM tables are, the runtime and the model are not); NULL when it can
- * (never yet). Static storage. The same on every rank of a job built one way. */
-const char *rf_device_cuda_unavailable(void);
 
 /* The table's operations, with argument checks (the table does none). */
 void *rf_device_alloc(struct rf_device *dev, size_t bytes, size_t align); /* counted as an allocation */

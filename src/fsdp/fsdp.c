@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "fsdp/fsdp.h"
 
 void rf_fsdp_options_default(struct rf_fsdp_options *opt) {
@@ -59,7 +60,7 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
     rf_comm_mesh_free(mesh);
     return -1;
   }
-  if (rf_comm_mesh_check(mesh) != 0) {
+  if (rf_backend_check(opt->device ? opt->device : "cpu") != 0 || rf_comm_mesh_check(mesh) != 0) {
     rf_comm_mesh_free(mesh);
     return -1;
   }
@@ -69,7 +70,8 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   memset(mesh, 0, sizeof *mesh);
   rf_fsdp_plan_policy(opt, &f->policy);
   f->device = rf_xcalloc(1, sizeof *f->device);
-  rf_device_host_init(f->device, &f->counters);
+  rf_backend_open(rf_backend_find(opt->device ? opt->device : "cpu"), f->device, 0, &f->counters);
+  f->opt.device = f->device->backend->name; /* static: the caller's string is borrowed */
   f->mesh.shard.counters = &f->counters;
   f->mesh.replicate.counters = &f->counters;
   f->at_create = rf_fsdp_counters_now(f);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/core.h"
 #include "model/model.h"
 
@@ -134,17 +135,22 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
   ws->moe_psum = ws_alloc(ws, e * sizeof(double));
 }
 
+/* On the host, as the name says: the workspace opens the cpu backend's device itself. */
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq) {
-  return rf_model_ws_init_on(ws, NULL, cfg, batch, seq);
+  struct rf_device host;
+  rf_backend_open(&rf_backend_cpu, &host, 0, NULL);
+  int rc = rf_model_ws_init_on(ws, &host, cfg, batch, seq);
+  ws->host_dev = host; /* after the memset of init: ws->dev points at the copy */
+  ws->dev = &ws->host_dev;
+  return rc;
 }
 
 int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const struct rf_model_config *cfg,
                         int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
-  rf_device_host_init(&ws->host_dev, NULL);
-  ws->dev = dev ? dev : &ws->host_dev;
-  ws->kern =
-      &rf_model_kernels_host; /* the compute on host memory; a device's own table comes with its backend */
+  RF_ASSERT(dev && dev->backend); /* a device opened by rf_backend_open */
+  ws->dev = dev;
+  ws->kern = dev->backend->model; /* the compute on activations comes with the device's backend */
   RF_REQUIRE(ws->dev->ops->host_memory,
              "model workspace: device %s: the model's operations run on the host today (host memory only)",
              ws->dev->ops->name);

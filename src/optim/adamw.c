@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/backend.h"
 #include "optim/optim.h"
 
 void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyper *h) {
@@ -35,8 +36,9 @@ static void rf_optim_adamw_chunk(const struct rf_optim_hyper *h, float dec, floa
 /* Element-wise, so the same bits with any number of threads: chunks on the
  * threads, each a simd loop (a combined "parallel for simd" over captured
  * pointers does not vectorize under clang with -fno-strict-aliasing). */
-static void rf_optim_adamw_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g,
-                                 float *m, float *v, int64_t len) {
+void rf_optim_adamw_host_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
+                               float *v, int64_t len, struct rf_device_stream *stream) {
+  (void)stream; /* the host runs it now */
   const float dec = decay ? h->decay : 1.0f;
   const int64_t chunk = 65536, chunks = rf_ceil_div(len, chunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
@@ -67,8 +69,8 @@ void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *
     const struct rf_optim_view *w = &o->views[i];
     int64_t len = w->v.end - w->v.begin;
     if ((w->flags & RF_OPTIM_FLAG_MATRIX) || len == 0) continue;
-    rf_optim_adamw_piece(&h, w->flags & RF_OPTIM_FLAG_DECAY, w->v.master, w->v.grad, a->m + w->v.shard_offset,
-                         a->v + w->v.shard_offset, len);
+    o->dev->backend->adamw_piece(&h, w->flags & RF_OPTIM_FLAG_DECAY, w->v.master, w->v.grad,
+                                 a->m + w->v.shard_offset, a->v + w->v.shard_offset, len, NULL);
   }
 }
 

@@ -2,6 +2,7 @@
  * views' checks, the step counter, state and stats); each optimizer is its own
  * file behind struct rf_optim_ops. See rfsdp_optim.h and docs/optim.md. */
 #include "optim/optim.h"
+#include "backend/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +102,12 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
   o->opt = *opt;
   o->ops = rf_optim_kinds[opt->kind];
   o->comm = comm;
-  rf_device_host_init(&o->own_device, comm ? comm->counters : NULL); /* with its collectives */
-  o->dev = dev ? dev : &o->own_device;
+  if (!dev) { /* rf_optim_create: on the host, as its documentation says; counted with its collectives */
+    rf_backend_open(&rf_backend_cpu, &o->own_device, 0, comm ? comm->counters : NULL);
+    dev = &o->own_device;
+  }
+  RF_ASSERT(dev->backend); /* opened by rf_backend_open: its kernels come with it */
+  o->dev = dev;
   o->rank = comm ? comm->rank : 0;
   o->world = comm ? comm->world : 1;
   o->n = n;

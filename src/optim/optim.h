@@ -112,6 +112,10 @@ void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyp
 int rf_optim_simd_set(int on);
 int rf_optim_simd_get(void);
 
+/* The update over one piece on host memory (adamw.c; the cpu backend's adamw_piece): chunks on the
+ * threads, simd loops; `stream` unused (the host runs it at once). */
+void rf_optim_adamw_host_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
+                               float *v, int64_t len, struct rf_device_stream *stream);
 /* The same update as one fused CUDA kernel over a piece in device memory (adamw_cuda.cu,
  * BACKEND=cuda builds only), queued on stream (NULL: the default stream): the macros'
  * operations in their order without FMA contraction, so the host's bits. */

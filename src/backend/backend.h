@@ -1,0 +1,56 @@
+/* src/backend: the one choice of where a run computes (ggml's backend, STYLE.md 16).
+ *
+ * A backend is a static const table that carries everything device-specific: how its
+ * device is opened (the src/device table, struct rf_device_ops), the model's kernel
+ * table (src/model/kernels.h) and the optimizer's fused kernels. It is chosen once,
+ * by name, from a fixed list (rf_backend_find: "cpu", "cuda"); the device it opens
+ * points back at it (rf_device.backend), so whoever holds the device (the runtime
+ * context, the optimizer made over it, the model's workspace) reaches the rest
+ * without being told again, and no caller tests which backend it has.
+ *
+ * "cpu" is in every build. "cuda" is listed in every build; a CPU build, or a CUDA
+ * build on a machine without a GPU, says why it cannot be used (unavailable).
+ *
+ * This header names the tables' types only (forward declarations): src/device,
+ * src/model and src/optim include it without including each other. */
+#ifndef RF_BACKEND_H
+#define RF_BACKEND_H
+
+#include <stdint.h>
+
+#include "device/device.h"
+
+struct rf_model_kernels; /* model/kernels.h */
+struct rf_optim_hyper;   /* optim/optim.h */
+
+struct rf_backend {
+  const char *name; /* as --device spells it */
+  /* Why this program cannot use the backend (static storage; the same on every rank of a
+   * job built one way), NULL when it can. */
+  const char *(*unavailable)(void);
+  /* Opens the backend's device `ordinal` (GPU: the local rank's), counting into `counters`
+   * (may be NULL); released by rf_device_free. */
+  void (*open)(struct rf_device *dev, int ordinal, struct rf_counters *counters);
+  const struct rf_model_kernels *model; /* the model's compute on activations */
+  /* AdamW over one piece in device memory on `stream`, bit for bit the host loop (src/optim/adamw.c,
+   * the cpu backend's). */
+  void (*adamw_piece)(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m, float *v,
+                      int64_t len, struct rf_device_stream *stream);
+};
+
+/* The host: every build, memory from the heap. */
+extern const struct rf_backend rf_backend_cpu;
+
+/* The backend called `name` ("cpu", "cuda"), or NULL (no such name). */
+const struct rf_backend *rf_backend_find(const char *name);
+/* The names of the list, "cpu|cuda" (static storage). */
+const char *rf_backend_names(void);
+/* Opens b's device (rf_device.backend = b). Dies when b is unavailable: check with
+ * rf_backend_check first. */
+void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordinal,
+                     struct rf_counters *counters);
+/* 0 when `name` names a backend this program can use; else -1 with a message naming it and
+ * why (rf_error_msg). */
+int rf_backend_check(const char *name);
+
+#endif
