@@ -323,6 +323,40 @@ static void check_mesh(const char *model) {
   }
 }
 
+/* plan's mistakes (issue 37): exit 2 with one message naming the option, before
+ * the banner or any table is printed. */
+static void check_usage_errors(const char *model) {
+  static const struct {
+    const char *opts, *names;
+  } bad[] = {
+      {"--world 4 --replicate 3", "--replicate 3 does not divide"},
+      {"--world 4 --replicate 0", "--replicate 0"},
+      {"--world 4 --replicate -2", "--replicate -2"},
+      {"--world 4 --replicate 8", "--replicate 8 does not divide"},
+      {"--world 4 --replicate two", "--replicate 'two'"},
+      {"--world 4,8 --replicate 8", "--replicate 8 does not divide the 4"}, /* any world of the list */
+      {"--world 4 --batch 8 --rank 7", "--rank 7"},
+      {"--world 4 --batch 8 --replicate 2 --rank 2", "--rank 2"}, /* inside the shard group of 2 */
+      {"--world 4 --rank 1", "give --batch"},                     /* not silently ignored */
+      {"--world 4 --batch 8 --memory-per-rank 1", "--memory-per-rank"},
+      {"--world 4 --replicate auto --memory-per-rank 1", "give --batch"},
+      {"--world 4 --replicate auto", "--max-padding"},
+      {"--world 4 --batch 4 --seq 1000000000000", "--seq"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    int rc = rf_cli_run(out, sizeof out, "plan --model %s %s", model, bad[k].opts);
+    RF_CHECK(rc == 2 && strstr(out, bad[k].names) && rf_cli_count_lines(out, "rfsdp plan:") == 1 &&
+                 !strstr(out, "parameters,") && !strstr(out, "world 4,"),
+             "%s: rc %d, one message with '%s' and no banner: '%.400s'", bad[k].opts, rc, bad[k].names, out);
+  }
+  /* the limits themselves: the last rank of the group is simulated */
+  int rc = rf_cli_run(out, sizeof out,
+                      "plan --model %s --world 4 --batch 8 --seq 8 --replicate 2 --rank 1 --json", model);
+  cJSON *p = rc == 0 ? cJSON_Parse(out) : NULL;
+  RF_CHECK(p && rf_cli_json_num(p, "memory_rank") == 1, "--rank 1 of a group of 2: rc %d '%.300s'", rc, out);
+  cJSON_Delete(p);
+}
+
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
   char text[256], data[200], model[256], moe[256], qwen[256];
@@ -356,6 +390,7 @@ int main(void) {
       "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6, \"norm_topk_prob\": true}";
   RF_ASSERT(rf_file_write_all(qwen, qwen_text, strlen(qwen_text)) == 0);
 
+  check_usage_errors(model);
   static const int worlds[] = {1, 2, 4};
   for (int i = 0; i < 3; i++) {
     check_one(model, data, worlds[i], "--optim adamw");

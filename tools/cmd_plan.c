@@ -440,10 +440,14 @@ int rf_cmd_plan(int argc, char **argv) {
     rc = rf_plan_check_batch(worlds[i], c.sim.batch, c.sim.accum);
   /* the profile, read before the model: a bad file is an option's mistake */
   int setup = c.sim.batch > 0 || strcmp(c.sim.mesh, "node") == 0;
+  struct rf_sim_network net;
+  int have_net = 0;
   if (rc == 0 && (setup || strcmp(c.sim.network, "here") != 0)) {
-    struct rf_sim_network net;
     rc = rf_sim_network_load(c.sim.network, &net);
+    have_net = rc == 0;
   }
+  /* --replicate at every W, its limits, --rank, --seq: before the model is read */
+  if (rc == 0) rc = rf_plan_sim_check(&c.sim, have_net ? &net : NULL, c.max_padding, worlds, n_worlds);
   if (rc == 0 &&
       (c.align_bytes < 4 || (c.align_bytes & (c.align_bytes - 1)) != 0 || c.align_bytes > (1 << 20)))
     rc = rf_error_set(__FILE__, __LINE__, "--align-bytes must be a power of two from 4 to 1 MiB (got %lld)",
@@ -471,6 +475,7 @@ int rf_cmd_plan(int argc, char **argv) {
   /* the step's numbers, and the network's nodes for --replicate node */
   if (setup && rf_plan_sim_setup(&c.sim, c.model_path, &c.model, &c.sim_model) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    rf_plan_sim_model_free(&c.sim_model);
     free(c.units);
     rf_model_desc_free(&c.model);
     return 1;
@@ -478,6 +483,7 @@ int rf_cmd_plan(int argc, char **argv) {
   if (c.sim.batch > 0 && c.sim_model.have_config &&
       rf_plan_check_seq(c.sim.seq, &c.sim_model.cfg, c.model_path) != 0) {
     fprintf(stderr, "rfsdp plan: %s\n", rf_error_msg());
+    rf_plan_sim_model_free(&c.sim_model);
     free(c.units);
     rf_model_desc_free(&c.model);
     return 2;
@@ -496,6 +502,7 @@ int rf_cmd_plan(int argc, char **argv) {
       status = 1;
     }
   }
+  rf_plan_sim_model_free(&c.sim_model);
   free(c.units);
   rf_model_desc_free(&c.model);
   return status;

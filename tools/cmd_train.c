@@ -399,7 +399,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &cfg, &fo, &s->group)));
   s->replicas = s->world / s->group;
   struct rf_comm_mesh mesh; /* also marks s->comm as crossing the shard groups when replicas > 1 */
-  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_COMM_MESH_NODE);
+  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_PLAN_ARGS_MESH_NODE);
   RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, &s->comm, &mesh, local, (int)a->seq));
   s->comm.counters = rf_fsdp_counters(s->model.fsdp); /* its loss all-reduce and agreements: part of a step */
   RF_TRY(rf_train_model_set_compute(&s->model, compute));

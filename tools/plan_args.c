@@ -1,6 +1,8 @@
 /* The run options that change the plan, and the plan's summary in JSON. */
 #include "plan_args.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -10,6 +12,29 @@ const char *rf_plan_args_optim_choices(void) {
   static _Thread_local char names[128];
   if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_DIE("%s", rf_error_msg());
   return names;
+}
+
+int rf_plan_args_replicate(const char *text, int world, int *replicate) {
+  if (strcmp(text, "node") == 0) {
+    *replicate = RF_PLAN_ARGS_MESH_NODE;
+    return 0;
+  }
+  if (strcmp(text, "auto") == 0) {
+    *replicate = RF_PLAN_ARGS_MESH_AUTO;
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  long r = strtol(text, &end, 10);
+  RF_REQUIRE(end != text && *end == 0 && errno == 0,
+             "--replicate '%s': expected a replica count R >= 1, node or auto", text);
+  RF_REQUIRE(r >= 1, "--replicate %ld: the replica count must be at least 1", r);
+  RF_REQUIRE(
+      world % r == 0,
+      "--replicate %ld does not divide the %d ranks (W = R x S): use a divisor of %d, or run %ld x S ranks",
+      r, world, world, r);
+  *replicate = (int)r;
+  return 0;
 }
 
 int rf_plan_args_fsdp_options(const struct rf_plan_args *a, struct rf_fsdp_options *o) {

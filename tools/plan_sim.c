@@ -1,14 +1,11 @@
 /* `rfsdp plan --batch`: the model's side of a simulated step and its output. */
 #include "plan_sim.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
 #include "core/core.h"
-#include "model/train.h"
 #include "plan_check.h"
 #include "rfsdp_optim.h"
 
@@ -18,39 +15,6 @@ const char *rf_plan_sim_network_help(void) {
   return help;
 }
 
-/* Routed experts per token from the config's num_experts_per_tok (0 when absent). */
-static int rf_plan_sim_experts_per_token(const char *path) {
-  char *text = NULL;
-  size_t n = 0;
-  if (rf_file_read_all(path, &text, &n) != 0) return 0;
-  cJSON *root = rf_model_json_parse(text, n, path);
-  const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "num_experts_per_tok");
-  int out = cJSON_IsNumber(k) && k->valuedouble >= 1 ? (int)k->valuedouble : 0;
-  cJSON_Delete(root);
-  free(text);
-  return out;
-}
-
-/* Matmul weights of experts a token does not meet: a fused tensor of E experts
- * (sub_count) or DeepSeek's routed experts (one tensor per expert), k of E
- * active. A trainable MoE family's own count (rf_model_n_matmul_params) already
- * holds only the active experts: nothing to take off there. */
-static double rf_plan_sim_inactive_elems(const struct rf_model_desc *d, const struct rf_model_config *cfg,
-                                         int k) {
-  double inactive = 0;
-  if (rf_model_config_is_moe(cfg)) return 0;
-  int routed = cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3 ? cfg->deepseek_v3.n_routed_experts : 0;
-  for (int u = 0; u < d->n_units; u++)
-    for (int i = 0; i < d->units[u].n_tensors; i++) {
-      const struct rf_model_tensor *t = &d->units[u].tensors[i];
-      if (!t->decay) continue;
-      int64_t experts =
-          t->sub_count > 1 ? t->sub_count : (routed && strstr(t->name, ".mlp.experts.") ? routed : 1);
-      if (experts > 1 && k < experts) inactive += (double)t->numel * (1.0 - (double)k / (double)experts);
-    }
-  return inactive;
-}
-
 int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
                       const struct rf_model_desc *desc, struct rf_plan_sim_model *out) {
   memset(out, 0, sizeof *out);
@@ -58,155 +22,145 @@ int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
   if (a->peak_gflops > 0) out->net.peak_gflops = out->net.peak_gflops_f32 = a->peak_gflops;
   if (a->efficiency > 0) out->net.efficiency = a->efficiency;
   out->desc = desc;
+  out->flags = rf_xcalloc((size_t)rf_max_i64(desc->n_tensors, 1), sizeof *out->flags);
+  rf_model_desc_optim_flags(desc, out->flags); /* the optimizer's groups */
   if (strcmp(desc->model_type, "generic") == 0) {
     out->flops_per_token = 6.0 * (double)desc->numel;
     return 0;
   }
   RF_TRY(rf_model_config_read(&out->cfg, model_path));
   if (out->cfg.head_dim == 0) out->cfg.head_dim = out->cfg.hidden_size / out->cfg.num_attention_heads;
-  RF_REQUIRE(a->seq <= (1 << 24), "--seq %lld is too long", (long long)a->seq);
   out->have_config = 1;
-  out->experts_per_token = rf_plan_sim_experts_per_token(model_path);
-  out->flops_per_token = rf_model_flops_per_token(&out->cfg, (int)a->seq) -
-                         6.0 * rf_plan_sim_inactive_elems(desc, &out->cfg, out->experts_per_token);
+  out->flops_per_token = rf_model_step_flops_per_token(desc, &out->cfg, (int)a->seq);
   return 0;
 }
 
-/* The trainer's workspace of one micro-batch of `micro` sequences: every layer's
- * activations kept (f32), the bf16 compute staging and FP8 block's staging
- * (rf_model_ws_bytes, rf_model_ws_compute_bytes, rf_model_ws_fp8_bytes), its
- * per-thread scratch for the threads a rank of `world` runs (rf_train_threads:
- * the ranks on one node of the profile share this machine's cores, as train sets them). */
-static int64_t rf_plan_sim_activations(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
-                                       const struct rf_plan_policy *p, int micro, int world) {
-  enum rf_dtype compute = strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
-  int per_node =
-      sm->net.ranks_per_node > 0 && sm->net.ranks_per_node < world ? sm->net.ranks_per_node : world;
-  int threads = omp_get_max_threads();
-  omp_set_num_threads(rf_train_threads(per_node));
-  size_t bytes = rf_model_ws_bytes(&sm->cfg, micro, (int)a->seq) +
-                 rf_model_ws_compute_bytes(&sm->cfg, micro, (int)a->seq, compute) +
-                 (p->fp8 ? rf_model_ws_fp8_bytes(&sm->cfg, micro, (int)a->seq) : 0);
-  omp_set_num_threads(threads);
-  return (int64_t)bytes;
+void rf_plan_sim_model_free(struct rf_plan_sim_model *sm) {
+  free(sm->flags);
+  sm->flags = NULL;
+}
+
+/* The activation estimate's context: the model and the run's options. */
+struct rf_plan_sim_act {
+  const struct rf_model_config *cfg;
+  int seq, fp8;
+  enum rf_dtype compute;
+};
+
+static int64_t rf_plan_sim_activations(const void *ctx, int micro, int ranks_on_node) {
+  const struct rf_plan_sim_act *x = ctx;
+  return rf_model_activation_bytes(x->cfg, micro, x->seq, x->compute, x->fp8, ranks_on_node);
+}
+
+/* The simulator's workload of the run of a and sm (act: its activation context, filled here). */
+static void rf_plan_sim_workload(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
+                                 const struct rf_plan_policy *p, enum rf_optim_kind optim,
+                                 struct rf_plan_sim_act *act, struct rf_sim_workload *w) {
+  *act = (struct rf_plan_sim_act){&sm->cfg, (int)a->seq, p->fp8,
+                                  strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32};
+  *w = (struct rf_sim_workload){
+      .batch = a->batch,
+      .seq = a->seq,
+      .accum = a->accum,
+      .prefetch = a->prefetch,
+      .reshard_after_forward = !a->no_reshard,
+      .rank = a->rank,
+      .f32_compute = strcmp(a->compute_dtype, "f32") == 0,
+      .flops_per_token = sm->flops_per_token,
+      .flags = sm->flags,
+      /* the trainer's loss, agreement and MoE statistics on the world */
+      .scalar_reduce_bytes = sm->have_config ? rf_model_scalar_reduce_bytes(&sm->cfg, a->accum) : 8 + 4,
+      .optim = optim,
+      /* the trainer's workspace of one micro-batch */
+      .activation_bytes = sm->have_config ? rf_plan_sim_activations : NULL,
+      .ctx = act,
+      .net = sm->net,
+  };
+}
+
+int rf_plan_sim_check(const struct rf_plan_sim_args *a, const struct rf_sim_network *net, double max_padding,
+                      const int *worlds, int n) {
+  int auto_mesh = strcmp(a->mesh, "auto") == 0;
+  RF_REQUIRE(a->memory_per_rank <= 0 || auto_mesh,
+             "--memory-per-rank chooses the shard group of --replicate auto (got --replicate %s)", a->mesh);
+  RF_REQUIRE(!auto_mesh || max_padding >= 0 || a->memory_per_rank > 0,
+             "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
+             "give --max-padding PERCENT, --memory-per-rank GB, or both");
+  RF_REQUIRE(a->memory_per_rank <= 0 || a->batch > 0,
+             "--memory-per-rank compares the simulated memory of a step: give --batch");
+  RF_REQUIRE(a->rank < 0 || a->batch > 0, "--rank %d chooses the rank a step simulation shows: give --batch",
+             a->rank);
+  RF_REQUIRE(a->batch <= 0 || a->seq <= (1 << 24), "--seq %lld is too long (at most %d)", (long long)a->seq,
+             1 << 24);
+  for (int i = 0; i < n; i++) {
+    int replicate = 0, world = worlds[i];
+    RF_TRY(rf_plan_args_replicate(a->mesh, world, &replicate));
+    int group = replicate >= 1 ? world / replicate : world; /* auto: at most W */
+    if (replicate == RF_PLAN_ARGS_MESH_NODE) {
+      RF_ASSERT(net);
+      group = rf_sim_node_group(net, world);
+      RF_REQUIRE(
+          world % group == 0,
+          "--replicate node: the %d ranks do not fill nodes of %d ranks (network %s): give --replicate R",
+          world, group, net->name);
+    }
+    RF_REQUIRE(a->rank < group, "--rank %d: the shard group at world %d has %d rank(s) (0..%d)", a->rank,
+               world, group, group - 1);
+  }
+  return 0;
 }
 
 int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                       const struct rf_plan_unit_in *units, const struct rf_plan_model_result *m,
                       const struct rf_plan_policy *p, int world, enum rf_optim_kind optim,
                       struct rf_sim_result *out) {
-  int64_t micro = rf_max_i64(rf_ceil_div(a->batch, (int64_t)world * a->accum), 1); /* sequences per rank */
-  /* the optimizer's groups: the description's flags, when it describes these units */
-  int n_tensors = 0, described = sm->desc && sm->desc->n_units == m->n_units;
-  for (int u = 0; u < m->n_units; u++) {
-    n_tensors += units[u].n_tensors;
-    described = described && sm->desc->units[u].n_tensors == units[u].n_tensors;
-  }
-  int *flags = rf_xcalloc((size_t)rf_max_i64(n_tensors, 1), sizeof *flags);
-  for (int u = 0, k = 0; described && u < m->n_units; u++)
-    for (int i = 0; i < units[u].n_tensors; i++, k++) {
-      const struct rf_model_tensor *mt = &sm->desc->units[u].tensors[i];
-      flags[k] = (mt->decay ? RF_OPTIM_FLAG_DECAY : 0) | (mt->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
-    }
-  struct rf_sim_options o = {
-      .replicate = a->replicate,
-      .rank = a->rank,
-      .flags = flags,
-      .prefetch = a->prefetch,
-      .reshard_after_forward = !a->no_reshard,
-      .accum = a->accum,
-      .tokens_per_rank = (double)a->batch * (double)a->seq / world,
-      .flops_per_token = sm->flops_per_token,
-      .f32_compute = strcmp(a->compute_dtype, "f32") == 0,
-      /* the trainer's workspace of one micro-batch */
-      .activation_bytes =
-          sm->have_config ? rf_plan_sim_activations(a, sm, p, (int)rf_min_i64(micro, 1 << 20), world) : 0,
-      /* the trainer's loss (f64) and its end-of-step agreement (i32) on the world; a
-       * trainable MoE with its load-balancing loss sums 2E + 1 router statistics (f64)
-       * over the world per micro-batch (tools/train_model.c) */
-      .scalar_reduce_bytes =
-          8 + 4 +
-          (sm->have_config && rf_model_config_is_moe(&sm->cfg) && sm->cfg.moe.output_router_logits
-               ? (int64_t)a->accum * (2 * sm->cfg.moe.num_local_experts + 1) * 8
-               : 0),
-      .net = sm->net,
-  };
-  rf_optim_options_default(&o.optim);
-  o.optim.kind = optim;
-  int rc = rf_sim_step(units, m, p, &o, out);
-  free(flags);
-  return rc;
+  struct rf_plan_sim_act act;
+  struct rf_sim_workload w;
+  rf_plan_sim_workload(a, sm, p, optim, &act, &w);
+  return rf_sim_run_world(&w, units, m, p, world, a->replicate, out);
 }
 
 int rf_plan_sim_auto_group(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                            const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
                            int world, enum rf_optim_kind optim, double max_padding, double memory_gb,
                            int *group) {
-  if (memory_gb <= 0) {
-    int g = rf_plan_advise_group(units, n_units, p, world, 0, max_padding / 100.0);
-    if (g < 0) return -1;
-    RF_REQUIRE(g > 0, "--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world,
-               max_padding);
-    *group = g;
+  struct rf_plan_sim_act act;
+  struct rf_sim_workload w;
+  if (memory_gb > 0) rf_plan_sim_workload(a, sm, p, optim, &act, &w);
+  struct rf_sim_auto r;
+  RF_TRY(rf_sim_auto_group(memory_gb > 0 ? &w : NULL, units, n_units, p, world, max_padding / 100.0,
+                           memory_gb > 0 ? memory_gb * 1e9 : 0, &r));
+  if (r.group > 0) {
+    *group = r.group;
     return 0;
   }
-  struct rf_plan_sim_args sa = *a;
-  int64_t least = -1;
-  int least_group = 0;
-  for (int s = 1; s <= world; s++) {
-    if (world % s) continue;
-    struct rf_plan_model_result m;
-    struct rf_sim_result r;
-    RF_TRY(rf_plan_model_make(units, n_units, p, s, 0, &m));
-    int padding_ok = max_padding < 0 || rf_plan_model_meets(&m, max_padding / 100.0);
-    sa.replicate = world / s;
-    int rc = rf_plan_sim_world(&sa, sm, units, &m, p, world, optim, &r);
-    rf_plan_model_result_free(&m);
-    RF_TRY(rc);
-    if (!padding_ok) continue;
-    if ((double)r.mem.total <= memory_gb * 1e9) {
-      *group = s;
-      return 0;
-    }
-    if (least < 0 || r.mem.total < least) least = r.mem.total, least_group = s;
-  }
-  if (least < 0)
+  if (memory_gb <= 0 || r.least_bytes < 0)
     RF_FAIL("--replicate auto: no shard group size dividing %d meets --max-padding %g%%", world, max_padding);
   RF_FAIL(
       "--replicate auto: no shard group size dividing %d fits --memory-per-rank %g GB%s: the least is %.4g "
-      "GB "
-      "per rank, in groups of %d",
-      world, memory_gb, max_padding >= 0 ? " under --max-padding" : "", (double)least / 1e9, least_group);
+      "GB per rank, in groups of %d",
+      world, memory_gb, max_padding >= 0 ? " under --max-padding" : "", (double)r.least_bytes / 1e9,
+      r.least_group);
 }
 
 int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,
                      const struct rf_plan_unit_in *units, int n_units, const struct rf_plan_policy *p,
                      int world, enum rf_optim_kind optim, double max_padding) {
   int group = 0;
-  RF_REQUIRE(a->memory_per_rank <= 0 || strcmp(a->mesh, "auto") == 0,
-             "--memory-per-rank chooses the shard group of --replicate auto (got --replicate %s)", a->mesh);
   int replicate = 0;
-  RF_TRY(rf_comm_mesh_parse(a->mesh, world, &replicate)); /* the parser rfsdp train uses */
-  if (replicate == RF_COMM_MESH_NODE) {
-    int per_node = sm->net.ranks_per_node;
-    group = per_node > 0 && per_node < world ? per_node : world;
-    RF_REQUIRE(
-        world % group == 0,
-        "--replicate node: the %d ranks do not fill nodes of %d ranks (network %s): give --replicate R",
-        world, group, sm->net.name);
-  } else if (replicate == RF_COMM_MESH_AUTO) {
-    RF_REQUIRE(
-        max_padding >= 0 || a->memory_per_rank > 0,
-        "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
-        "give --max-padding PERCENT, --memory-per-rank GB, or both");
-    RF_REQUIRE(a->memory_per_rank <= 0 || a->batch > 0,
-               "--memory-per-rank compares the simulated memory of a step: give --batch");
+  RF_TRY(rf_plan_args_replicate(a->mesh, world, &replicate)); /* the parser rfsdp train uses */
+  if (replicate == RF_PLAN_ARGS_MESH_NODE) {
+    group = rf_sim_node_group(&sm->net, world); /* that it divides W: rf_plan_sim_check */
+  } else if (replicate == RF_PLAN_ARGS_MESH_AUTO) {
     RF_TRY(rf_plan_sim_auto_group(a, sm, units, n_units, p, world, optim, max_padding, a->memory_per_rank,
                                   &group));
   } else {
     group = world / replicate;
   }
   RF_ASSERT(group >= 1 && world % group == 0);
+  RF_REQUIRE(a->rank < group,
+             "--rank %d: --replicate auto chose shard groups of %d rank(s) at world %d (0..%d)", a->rank,
+             group, world, group - 1);
   a->replicate = world / group;
   return 0;
 }

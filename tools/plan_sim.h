@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+#include "model/cost.h"
 #include "model/model.h"
 #include "options.h"
 #include "plan/plan.h"
@@ -80,8 +81,8 @@ const char *rf_plan_sim_network_help(void);
 struct rf_plan_sim_model {
   int have_config;
   struct rf_model_config cfg;
-  int experts_per_token;            /* MoE: routed experts a token meets (num_experts_per_tok) */
-  double flops_per_token;           /* 6 x active matmul parameters + attention (rf_model_flops_per_token) */
+  double flops_per_token; /* 6 x active matmul parameters + attention (rf_model_step_flops_per_token) */
+  int *flags;             /* the description's optimizer groups, one per tensor (owned) */
   const struct rf_model_desc *desc; /* borrowed: the tensors' optimizer groups (decay, matrix) */
   struct rf_sim_network net;        /* --network's profile (rf_sim_network_load) */
 };
@@ -91,6 +92,17 @@ struct rf_plan_sim_model {
  * Returns 0, or -1 with rf_error_msg() naming the option or the file. */
 int rf_plan_sim_setup(const struct rf_plan_sim_args *a, const char *model_path,
                       const struct rf_model_desc *desc, struct rf_plan_sim_model *out);
+
+void rf_plan_sim_model_free(struct rf_plan_sim_model *sm);
+
+/* The simulation's options at every world of worlds[n] before anything is read
+ * or printed: --memory-per-rank only with --replicate auto and --batch, auto with
+ * a limit (max_padding percent, < 0: none, or --memory-per-rank), --replicate at
+ * each world, --rank only with --batch and inside the shard group (net: the
+ * profile, for --replicate node), --seq. 0, or -1 with a message naming the
+ * option: a usage error. */
+int rf_plan_sim_check(const struct rf_plan_sim_args *a, const struct rf_sim_network *net, double max_padding,
+                      const int *worlds, int n);
 
 /* Simulates `world` ranks (the model laid out at world / R in m). */
 int rf_plan_sim_world(const struct rf_plan_sim_args *a, const struct rf_plan_sim_model *sm,

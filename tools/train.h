@@ -20,11 +20,11 @@ struct rf_train_args {
   const char *device;       /* --device cpu | cuda (refused: rf_device_cuda_check) */
   struct rf_plan_args plan; /* --optim, --layout, --shard, --block-rows, --param-dtype, --reduce-dtype */
   const char *log, *plot, *ckpt_dir, *resume, *init;
-  const char *tensorboard; /* --tensorboard DIR (rank 0 writes the event file) */
+  const char *tensorboard;         /* --tensorboard DIR (rank 0 writes the event file) */
   const char *trace, *trace_steps; /* --trace FILE, --trace-steps A:B */
-  const char *replicate;   /* --replicate R | node | auto (tools/train_mesh.h) */
-  double max_padding;      /* --max-padding percent for --replicate auto; < 0: not given */
-  double memory_per_rank;  /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
+  const char *replicate;           /* --replicate R | node | auto (tools/train_mesh.h) */
+  double max_padding;              /* --max-padding percent for --replicate auto; < 0: not given */
+  double memory_per_rank;          /* --memory-per-rank GB (1e9 bytes) for --replicate auto; 0: not given */
   int64_t steps, batch, seq, warmup, seed, eval_every, print_every, save_every;
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
@@ -38,7 +38,7 @@ struct rf_train_args {
 struct rf_train_state {
   const struct rf_train_args *args;
   int rank, world;     /* in comm: the data's ranks */
-  int replicate;       /* parsed --replicate: R, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO */
+  int replicate;       /* parsed --replicate: R, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO */
   int replicas, group; /* the mesh: R replica groups of S ranks (W = R x S) */
   struct rf_comm comm; /* every rank of the job: the loss, evaluation and the tool's agreements */
   struct rf_train_model model;
@@ -50,7 +50,7 @@ struct rf_train_state {
   struct rf_data_loader train, val;
   int32_t *tokens, *targets; /* one micro-batch of this rank */
   struct rf_train_log log;
-  struct rf_run_tensorboard *tb; /* --tensorboard (rank 0; owned) */
+  struct rf_run_tensorboard *tb;   /* --tensorboard (rank 0; owned) */
   int64_t trace_first, trace_last; /* --trace: the window */
   int64_t start_step;
   struct rf_run_series series; /* --ckpt-dir */

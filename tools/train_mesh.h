@@ -18,8 +18,8 @@
 
 struct rf_train_args;
 
-/* --replicate's text into a count R >= 1, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO
- * (src/comm's rf_comm_mesh_parse, which rfsdp plan uses too); refuses what is
+/* --replicate's text into a count R >= 1, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO
+ * (rf_plan_args_replicate, which rfsdp plan uses too); refuses what is
  * none of them, an R that does not divide `world`, auto without --max-padding or
  * --memory-per-rank, and those two without auto. The same on every rank: no
  * agreement needed. */

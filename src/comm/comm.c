@@ -340,35 +340,13 @@ void rf_comm_destroy(struct rf_comm *comm) {
 
 /* ---- meshes ------------------------------------------------------------------ */
 
-int rf_comm_mesh_parse(const char *text, int world, int *replicate) {
-  if (strcmp(text, "node") == 0) {
-    *replicate = RF_COMM_MESH_NODE;
-    return 0;
-  }
-  if (strcmp(text, "auto") == 0) {
-    *replicate = RF_COMM_MESH_AUTO;
-    return 0;
-  }
-  char *end = NULL;
-  long r = strtol(text, &end, 10);
-  RF_REQUIRE(end != text && *end == 0, "--replicate '%s': expected a replica count R >= 1, node or auto",
-             text);
-  RF_REQUIRE(r >= 1, "--replicate %ld: the replica count must be at least 1", r);
-  RF_REQUIRE(
-      world % r == 0,
-      "--replicate %ld does not divide the %d ranks (W = R x S): use a divisor of %d, or run %ld x S ranks",
-      r, world, world, r);
-  *replicate = (int)r;
-  return 0;
-}
-
 int rf_comm_mesh_node_group(const struct rf_comm *comm, int *group) {
   int local = rf_comm_node_ranks(comm);
   int32_t sizes[2] = {local, -local};
   rf_comm_allreduce(comm, sizes, 2, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
   RF_REQUIRE(sizes[0] == -sizes[1],
-             "--replicate node: the nodes run different numbers of ranks (%d to %d): give --replicate R",
-             -sizes[1], sizes[0]);
+             "a shard group per node: the nodes run different numbers of ranks (%d to %d)", -sizes[1],
+             sizes[0]);
   *group = local;
   return 0;
 }

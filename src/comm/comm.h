@@ -246,14 +246,7 @@ struct rf_comm_mesh {
 };
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh);
 
-/* A mesh's shape as a program names it (rfsdp's --replicate): */
-#define RF_COMM_MESH_NODE 0    /* "node": the ranks of one node form a shard group */
-#define RF_COMM_MESH_AUTO (-1) /* "auto": the program chooses the shard group size */
-/* "R" (a replica count that divides `world`), "node" or "auto" into *replicate
- * (R >= 1, RF_COMM_MESH_NODE or RF_COMM_MESH_AUTO); 0, or -1 with a message that
- * names --replicate. The same on every rank: no agreement needed. */
-int rf_comm_mesh_parse(const char *text, int world, int *replicate);
-/* The shard group size of RF_COMM_MESH_NODE: the ranks of this rank's node, the
+/* The shard group size of a mesh of one group per node: the ranks of this rank's node, the
  * same on every node. Collective over comm: 0 on every rank, or -1 on every rank
  * with a message when the nodes run different numbers of ranks. */
 int rf_comm_mesh_node_group(const struct rf_comm *comm, int *group);

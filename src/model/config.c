@@ -220,6 +220,7 @@ static int rf_model_config_rope(const struct rf_model_config_json *j, struct rf_
 static int rf_model_config_gpt_oss(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
   RF_TRY(rf_model_json_int(j, "head_dim", -1, 0, &cfg->head_dim));
   RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->gpt_oss.num_local_experts));
+  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 0, 1, &cfg->gpt_oss.num_experts_per_tok));
   return rf_model_json_bool(j, "attention_bias", 1, &cfg->attention_bias);
 }
 
@@ -235,6 +236,7 @@ static int rf_model_config_deepseek_v3(const struct rf_model_config_json *j, str
   RF_TRY(rf_model_json_int(j, "qk_nope_head_dim", -1, 0, &d->qk_nope_head_dim));
   RF_TRY(rf_model_json_int(j, "qk_rope_head_dim", -1, 0, &d->qk_rope_head_dim));
   RF_TRY(rf_model_json_int(j, "v_head_dim", -1, 0, &d->v_head_dim));
+  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 0, 1, &d->num_experts_per_tok));
   cfg->head_dim = d->qk_nope_head_dim + d->qk_rope_head_dim;
   return 0;
 }

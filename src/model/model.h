@@ -79,6 +79,7 @@ struct rf_model_config_deepseek_v3 {
   int moe_intermediate_size, n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq;
   int q_lora_rank; /* 0: no low-rank query projection */
   int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+  int num_experts_per_tok; /* routed experts per token; 0 when the config leaves it out */
 };
 
 /* Hugging Face config.json fields. */
@@ -103,6 +104,7 @@ struct rf_model_config {
   double partial_rotary_factor;          /* 1 unless given (0: unset, as 1) */
   struct {
     int num_local_experts;
+    int num_experts_per_tok; /* 0 when the config leaves it out */
   } gpt_oss;
   struct rf_model_config_deepseek_v3 deepseek_v3;
   /* mixtral: num_local_experts experts of intermediate_size, num_experts_per_tok of

@@ -149,4 +149,52 @@ struct rf_sim_result {
 int rf_sim_step(const struct rf_plan_unit_in *units, const struct rf_plan_model_result *model,
                 const struct rf_plan_policy *p, const struct rf_sim_options *o, struct rf_sim_result *out);
 
+/* ---- a run's step at any world, and the automatic mesh (src/sim/mesh.c) ---- */
+
+/* What a run does besides its layout, at any world size: the options of
+ * rf_sim_options that do not depend on W, and the model's activation estimate as
+ * a function of the sequences one rank runs per micro-batch. */
+struct rf_sim_workload {
+  int64_t batch, seq; /* global batch in sequences, tokens per sequence */
+  int accum, prefetch, reshard_after_forward, rank;
+  int f32_compute;             /* 1: the matmuls' operands are f32 */
+  double flops_per_token;      /* training FLOPs per token */
+  const int *flags;            /* RF_OPTIM_FLAG_* per tensor (borrowed); NULL: none */
+  int64_t scalar_reduce_bytes; /* as rf_sim_options */
+  enum rf_optim_kind optim;    /* the optimizer, with its default options */
+  /* bytes of one rank's workspace for `micro` sequences with `ranks_on_node` ranks on
+   * its node; NULL: none estimated */
+  int64_t (*activation_bytes)(const void *ctx, int micro, int ranks_on_node);
+  const void *ctx; /* activation_bytes's (borrowed) */
+  struct rf_sim_network net;
+};
+
+/* rf_sim_step of the workload at `world` ranks in `replicate` replica groups
+ * (the model laid out at world / replicate in m): the batch split into world x
+ * accum micro-batches, the node of the profile holding min(ranks_per_node, W) ranks. */
+int rf_sim_run_world(const struct rf_sim_workload *w, const struct rf_plan_unit_in *units,
+                     const struct rf_plan_model_result *m, const struct rf_plan_policy *p, int world,
+                     int replicate, struct rf_sim_result *out);
+
+/* The automatic mesh's choice at `world`. */
+struct rf_sim_auto {
+  int group;           /* the shard group size S; 0: none meets the limits */
+  int64_t least_bytes; /* memory limit given and none fits: the least memory per rank (-1: none laid out) */
+  int least_group;     /* ... and its group size */
+};
+
+/* The shard group of an automatic mesh at `world`: with memory_bytes > 0 the
+ * smallest S dividing world whose layout meets max_padding (a fraction; < 0: no
+ * limit) and whose simulated memory per rank (w) is at most memory_bytes;
+ * otherwise the planner's largest S meeting max_padding (rf_plan_advise_group).
+ * Returns 0 with out->group 0 when no size meets the limits (out->least_*:
+ * the closest), or -1 with rf_error_msg() when a layout or a simulation fails. */
+int rf_sim_auto_group(const struct rf_sim_workload *w, const struct rf_plan_unit_in *units, int n_units,
+                      const struct rf_plan_policy *p, int world, double max_padding, double memory_bytes,
+                      struct rf_sim_auto *out);
+
+/* The shard group of a mesh of one group per node of the profile at `world`:
+ * ranks_per_node, or world when the profile puts every rank on one node. */
+int rf_sim_node_group(const struct rf_sim_network *net, int world);
+
 #endif

@@ -1,0 +1,70 @@
+/* What a model costs a step, for the simulator (cost.h). */
+#include "model/cost.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/train.h"
+#include "rfsdp_optim.h"
+
+int rf_model_experts_per_token(const struct rf_model_config *cfg) {
+  switch (cfg->family) {
+    case RF_MODEL_FAMILY_MIXTRAL:
+    case RF_MODEL_FAMILY_QWEN3_MOE:
+      return cfg->moe.num_experts_per_tok;
+    case RF_MODEL_FAMILY_GPT_OSS:
+      return cfg->gpt_oss.num_experts_per_tok;
+    case RF_MODEL_FAMILY_DEEPSEEK_V3:
+      return cfg->deepseek_v3.num_experts_per_tok;
+    default:
+      return 0;
+  }
+}
+
+/* Matmul weights of experts a token does not meet (planned-only families). */
+static double rf_model_inactive_elems(const struct rf_model_desc *d, const struct rf_model_config *cfg) {
+  double inactive = 0;
+  if (rf_model_config_is_moe(cfg)) return 0;
+  int k = rf_model_experts_per_token(cfg);
+  int routed = cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3 ? cfg->deepseek_v3.n_routed_experts : 0;
+  for (int u = 0; u < d->n_units; u++)
+    for (int i = 0; i < d->units[u].n_tensors; i++) {
+      const struct rf_model_tensor *t = &d->units[u].tensors[i];
+      if (!t->decay) continue;
+      int64_t experts =
+          t->sub_count > 1 ? t->sub_count : (routed && strstr(t->name, ".mlp.experts.") ? routed : 1);
+      if (experts > 1 && k < experts) inactive += (double)t->numel * (1.0 - (double)k / (double)experts);
+    }
+  return inactive;
+}
+
+double rf_model_step_flops_per_token(const struct rf_model_desc *d, const struct rf_model_config *cfg,
+                                     int seq) {
+  return rf_model_flops_per_token(cfg, seq) - 6.0 * rf_model_inactive_elems(d, cfg);
+}
+
+int64_t rf_model_activation_bytes(const struct rf_model_config *cfg, int micro, int seq,
+                                  enum rf_dtype compute, int fp8, int ranks_on_node) {
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(rf_train_threads(ranks_on_node));
+  size_t bytes = rf_model_ws_bytes(cfg, micro, seq) + rf_model_ws_compute_bytes(cfg, micro, seq, compute) +
+                 (fp8 ? rf_model_ws_fp8_bytes(cfg, micro, seq) : 0);
+  omp_set_num_threads(threads);
+  return (int64_t)bytes;
+}
+
+int64_t rf_model_scalar_reduce_bytes(const struct rf_model_config *cfg, int accum) {
+  return 8 + 4 +
+         (rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits
+              ? (int64_t)accum * (2 * cfg->moe.num_local_experts + 1) * 8
+              : 0);
+}
+
+void rf_model_desc_optim_flags(const struct rf_model_desc *d, int *flags) {
+  for (int u = 0, k = 0; u < d->n_units; u++)
+    for (int i = 0; i < d->units[u].n_tensors; i++, k++) {
+      const struct rf_model_tensor *t = &d->units[u].tensors[i];
+      flags[k] = (t->decay ? RF_OPTIM_FLAG_DECAY : 0) | (t->matrix ? RF_OPTIM_FLAG_MATRIX : 0);
+    }
+}
