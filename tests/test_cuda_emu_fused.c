@@ -3,8 +3,9 @@
  * src/model/moe_cuda.cu on the CPU stand-in (make BACKEND=cuda-emu,
  * tests/gpu/emu): tests/gpu/test_fused_cuda against the host ops (RMSNorm with the
  * residual add, RoPE of q and k, SwiGLU, the chunked bf16 cross-entropy at vocabularies
- * 151936, 1001, 4096 and 4097, the gradient norm and clip factor, AdamW over a shard with
- * zero-length pieces and padding), tolerances in units of bf16's roundoff stated there; then
+ * 151936, 1001, 4096 and 4097, FP8 of bf16 activations bit for bit, the gradient norm
+ * and clip factor, AdamW over a shard with zero-length pieces and padding), tolerances
+ * in units of bf16's roundoff stated there; then
  * tests/gpu/test_moe_cuda against a brute-force reference of moe.c's grouping, gather,
  * combine and backward (idle experts, a cap too small). */
 #include <stdio.h>

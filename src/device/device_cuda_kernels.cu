@@ -5,6 +5,7 @@
  * is an explicit __f*_rn intrinsic (no contraction into an FMA, no fast math). */
 #include <stdint.h>
 
+#include "core/fp8_cuda.cuh"
 #include "device/device_cuda.h"
 
 namespace {
@@ -24,36 +25,6 @@ __device__ uint16_t rf_cuda_bf16(float x) {
 }
 
 __device__ float rf_cuda_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
-/* rf_fp8e4m3_from_f32: nearest even, saturating at 448, NaN 0x7f. */
-__device__ uint8_t rf_cuda_e4m3(float x) {
-  uint32_t u = __float_as_uint(x);
-  uint32_t sign = (u >> 24) & 0x80u, mag = u & 0x7fffffffu;
-  uint32_t mant = mag & 0x7fffffu, rem = mant & 0xfffffu;
-  uint32_t v = (((mag >> 23) - 120u) << 3) | (mant >> 20);
-  v += (uint32_t)(rem > 0x80000u) | ((uint32_t)(rem == 0x80000u) & v);
-  v = v > 0x7eu ? 0x7eu : v;
-  float small = mag < 0x3c800000u ? fabsf(x) : 0.0f;
-  uint32_t sub = (uint32_t)__fsub_rn(__fadd_rn(__fmul_rn(small, 0x1p9f), 0x1p23f), 0x1p23f);
-  uint32_t r = mag < 0x3c800000u ? sub : v;
-  r = mag >= 0x7f800000u ? 0x7eu : r;
-  r = mag > 0x7f800000u ? 0x7fu : r;
-  return (uint8_t)(sign | r);
-}
-
-/* rf_fp8_scale from the amax's bits (finite). */
-__device__ float rf_cuda_fp8_scale(uint32_t amax_bits, int pow2) {
-  float amax = __uint_as_float(amax_bits);
-  if (amax == 0.0f) return 1.0f;
-  float s = __fdiv_rn(amax, 448.0f);
-  if (s == 0.0f) s = __uint_as_float(1u); /* FLT_TRUE_MIN */
-  if (!pow2) return s;
-  int e;
-  float f = frexpf(s, &e);
-  float p = f == 0.5f ? s : ldexpf(1.0f, e);
-  while (__fmul_rn(p, 448.0f) < amax) p = __fmul_rn(p, 2.0f);
-  return p;
-}
 
 __global__ void rf_cuda_f32_to_bf16_kernel(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

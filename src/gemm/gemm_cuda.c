@@ -17,10 +17,12 @@
 #define RF_GEMM_CUDA_ALIGN 16 /* bytes: the operands' alignment the algorithms are chosen for */
 #define RF_GEMM_CUDA_SHAPES 256
 
-/* What a cached plan is keyed by: the description less alpha and beta, and C's dtype. */
+/* What a cached plan is keyed by: the description less alpha and beta, C's dtype, and
+ * whether a bias epilogue runs. */
 struct rf_gemm_cuda_key {
   int m, n, k, trans_a, trans_b, lda, ldb, ldc;
   enum rf_dtype dtype, c_dtype;
+  int bias;
 };
 
 /* One shape: its descriptors (owned) and the heuristic's algorithm. */
@@ -92,9 +94,9 @@ static cudaDataType_t rf_gemm_cuda_type(enum rf_dtype dtype) {
  * is our B as stored (column-major [n, k], or [k, n] transposed when trans_b), its B is
  * our A (column-major [k, m], or [m, k] transposed when trans_a). */
 static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
-                                                   enum rf_dtype c_dtype) {
-  struct rf_gemm_cuda_key key = {d->m,   d->n,   d->k,   d->trans_a, d->trans_b,
-                                 d->lda, d->ldb, d->ldc, d->dtype,   c_dtype};
+                                                   enum rf_dtype c_dtype, int bias) {
+  struct rf_gemm_cuda_key key = {d->m,   d->n,   d->k,     d->trans_a, d->trans_b, d->lda,
+                                 d->ldb, d->ldc, d->dtype, c_dtype,    bias};
   for (int i = 0; i < g->nplans; i++)
     if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
   rf_gemm_cuda_check(d, c_dtype);
@@ -108,6 +110,10 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const
   cublasOperation_t ta = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (bias) { /* the bias vector runs along cuBLASLt's rows of D: our columns n */
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  }
   RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, ab, d->trans_b ? (uint64_t)d->k : (uint64_t)d->n,
                                              d->trans_b ? (uint64_t)d->n : (uint64_t)d->k, d->ldb));
   RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, ab, d->trans_a ? (uint64_t)d->m : (uint64_t)d->k,
@@ -138,20 +144,35 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const
   return p;
 }
 
-void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
-                      void *c, enum rf_dtype c_dtype, cudaStream_t stream) {
+static void rf_gemm_cuda_product(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a,
+                                 const void *b, const void *bias, void *c, enum rf_dtype c_dtype,
+                                 cudaStream_t stream) {
   if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % RF_GEMM_CUDA_ALIGN != 0)
     RF_DIE("gemm (cuda): operands must be %d-byte aligned (a %p, b %p, c %p)", RF_GEMM_CUDA_ALIGN, a, b, c);
-  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype, bias != NULL);
+  if (bias) /* read by cublasLtMatmul when it is called: the pointer of this product */
+    RF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   RF_CUBLAS_CHECK(cublasLtMatmul(g->handle, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, c,
                                  p->lc, &p->algo, g->workspace, g->workspace_bytes, stream));
   g->stats.products++;
 }
 
+void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
+                      void *c, enum rf_dtype c_dtype, cudaStream_t stream) {
+  rf_gemm_cuda_product(g, d, a, b, NULL, c, c_dtype, stream);
+}
+
+void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
+                           const void *bias, void *c, enum rf_dtype c_dtype, cudaStream_t stream) {
+  if (!bias) RF_DIE("gemm (cuda): a bias product without a bias");
+  rf_gemm_cuda_product(g, d, a, b, bias, c, c_dtype, stream);
+}
+
 const char *rf_gemm_cuda_algo_name(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
                                    enum rf_dtype c_dtype) {
   static char name[64];
-  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype, 0);
   int id = 0, tile = 0;
   size_t written = 0;
   RF_CUBLAS_CHECK(

@@ -35,6 +35,14 @@ void rf_gemm_cuda_free(struct rf_gemm_cuda *g);
 void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
                       void *c, enum rf_dtype c_dtype, cudaStream_t stream);
 
+/* rf_gemm_cuda_run with the linear layer's bias added in cuBLASLt's epilogue
+ * (CUBLASLT_EPILOGUE_BIAS): C [m, n] = alpha op(A) op(B) + beta C + bias, bias[j] added to
+ * column j of every row, in f32 before C's one rounding. bias: n values of c_dtype in device
+ * memory (cuBLASLt's default bias type is D's). A shape with a bias is planned apart from
+ * the same shape without. */
+void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
+                           const void *bias, void *c, enum rf_dtype c_dtype, cudaStream_t stream);
+
 struct rf_gemm_cuda_stats {
   int64_t plans;    /* shapes planned (descriptors + heuristic) */
   int64_t products; /* rf_gemm_cuda_run calls */

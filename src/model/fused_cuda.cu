@@ -32,6 +32,7 @@ extern "C" {
 #include "model/fused_cuda.h"
 #include "optim/optim.h"
 }
+#include "core/fp8_cuda.cuh"
 #include "model/cuda_common.cuh"
 #include "optim/adamw_cuda.cuh"
 
@@ -324,6 +325,52 @@ extern "C" void rf_fused_cross_entropy_backward(uint16_t *logits, const float *l
   ce_backward_kernel<<<(unsigned)((size_t)n * chunks), RF_FZ_THREADS, 0, stream>>>(logits, lse, targets,
                                                                                    vocab, chunks, scale);
   RF_FZ_LAUNCHED("cross-entropy backward");
+}
+
+/* ---- FP8 of bf16 activations ---- */
+
+__global__ void fp8_set_bad_kernel(long long *bad) { *bad = INT64_MAX; }
+
+/* A warp per 1 x 128 tile (grid-stride over the tiles, warp-uniform): the amax on the
+ * magnitudes' bits (a NaN or an infinity above 0x7f7fffff, its index into *bad), the scale
+ * (fp8_cuda.cuh: rf_fp8_scale's arithmetic), the codes of x / scale. */
+__global__ void fp8_rows_bf16_kernel(uint8_t *codes, float *scales, long long *bad, const uint16_t *x,
+                                     int64_t rows, int64_t cols, int64_t tc, int pow2) {
+  int lane = threadIdx.x & 31;
+  int64_t wpb = blockDim.x >> 5, tiles = rows * tc, step = (int64_t)gridDim.x * wpb;
+  for (int64_t t = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); t < tiles; t += step) {
+    int64_t r = t / tc, c0 = (t - r * tc) * RF_FP8_TILE;
+    int w = cols - c0 < RF_FP8_TILE ? (int)(cols - c0) : RF_FP8_TILE;
+    const uint16_t *xr = x + r * cols + c0;
+    uint32_t m = 0;
+    for (int i = lane; i < w; i += 32) {
+      uint32_t b = ((uint32_t)xr[i] << 16) & 0x7fffffffu;
+      if (b > 0x7f7fffffu) atomicMin(bad, (long long)(r * cols + c0 + i));
+      m = b > m ? b : m;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      uint32_t y = __shfl_xor_sync(RF_FULL_MASK, m, o);
+      m = y > m ? y : m;
+    }
+    float s = m > 0x7f7fffffu ? __uint_as_float(0x7fc00000u) : rf_cuda_fp8_scale(m, pow2);
+    if (lane == 0) scales[t] = s;
+    uint8_t *cr = codes + r * cols + c0;
+    for (int i = lane; i < w; i += 32) cr[i] = rf_cuda_e4m3(__fdiv_rn(rf_f32_dev(xr[i]), s));
+  }
+}
+
+extern "C" void rf_fused_fp8_quantize_rows_bf16(uint8_t *codes, float *scales, long long *bad,
+                                                const uint16_t *x, int64_t rows, int64_t cols, int pow2,
+                                                cudaStream_t stream) {
+  fp8_set_bad_kernel<<<1, 1, 0, stream>>>(bad);
+  RF_FZ_LAUNCHED("fp8 quantize");
+  if (rows <= 0 || cols <= 0) return;
+  int64_t tc = (cols + RF_FP8_TILE - 1) / RF_FP8_TILE, tiles = rows * tc;
+  int64_t blocks = (tiles + RF_FZ_THREADS / 32 - 1) / (RF_FZ_THREADS / 32);
+  if (blocks > RF_FZ_MAX_BLOCKS) blocks = RF_FZ_MAX_BLOCKS;
+  fp8_rows_bf16_kernel<<<(unsigned)blocks, RF_FZ_THREADS, 0, stream>>>(codes, scales, bad, x, rows, cols, tc,
+                                                                       pow2);
+  RF_FZ_LAUNCHED("fp8 quantize");
 }
 
 /* ---- a unit's shard ---- */

@@ -73,6 +73,17 @@ size_t rf_fused_ce_scratch_bytes(int n, int vocab);
 void rf_fused_cross_entropy_backward(uint16_t *logits, const float *lse, const int32_t *targets, int n,
                                      int vocab, float scale, cudaStream_t stream);
 
+/* ---- FP8 of bf16 activations ---- */
+
+/* rf_fp8_quantize (src/core/fp8.c) of the bf16 [rows, cols] x widened to f32, in 1 x 128
+ * tiles (DeepSeek-V3's tiles of activations and output gradients): codes [rows, cols] and
+ * scales [rows, ceil(cols / 128)] (fp8.c's layout), bit for bit the host's, pow2 as there.
+ * *bad (device) = the row-major index of the first NaN or infinity, INT64_MAX when none:
+ * the host refuses such a tensor naming that element, so the caller reads *bad with the
+ * step's other results and discards the codes then (a NaN tile's scale is NaN). */
+void rf_fused_fp8_quantize_rows_bf16(uint8_t *codes, float *scales, long long *bad, const uint16_t *x,
+                                     int64_t rows, int64_t cols, int pow2, cudaStream_t stream);
+
 /* ---- a unit's shard: gradient norm, clipping, AdamW, one launch each ---- */
 
 /* Elements per block of the shard kernels. */

@@ -9,7 +9,10 @@
  *   - the same bits: RoPE, SwiGLU forward and backward, the cross-entropy backward (given
  *     the host's lse), the residual add, AdamW over the shard (with and without clipping),
  *     the clip factor: the kernels do the host's f32 operations in its order (no FMA
- *     contraction) and round once as the host's rf_bf16_from_f32 does;
+ *     contraction) and round once as the host's rf_bf16_from_f32 does; FP8 codes and
+ *     scales of bf16 activations in 1 x 128 tiles against rf_fp8_quantize (zero,
+ *     subnormal, largest-bf16 and 448-boundary tiles, pow2 on and off, partial tiles), and
+ *     a NaN and a -inf: the host refuses, the device flags the first one's index;
  *   - reductions in another order (RMSNorm's sum of squares and its backward's dot, the
  *     column sums of dw): f32 results within 8 n u of the largest |reference| (n the terms;
  *     Higham ch. 4), and a bf16 output computed from them within one bf16 ulp (2 ub of the
@@ -25,7 +28,9 @@
  * one), zero-length pieces before, between and after others (offsets into their
  * neighbours' ranges, as a rank owning nothing of a tensor has), padding between pieces
  * full of sentinels that must stay untouched. Outputs prefilled with NaN (an element not
- * written fails). */
+ * written fails). On a GPU it then times each kernel at the 1.1B LLaMA's shape (8 x 2048
+ * tokens, hidden 2048, ff 8192, vocab 32000, one layer's unit for the shard kernels): the
+ * median of 20 runs in microseconds and the bandwidth it reaches. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -260,6 +265,66 @@ static void test_cross_entropy(int n, int vocab) {
   CK(cudaFree(dz)), CK(cudaFree(dt)), CK(cudaFree(dlse)), CK(cudaFree(dloss)), CK(cudaFree(scratch));
 }
 
+static void check_same_bytes(const char *what, const void *dgot, const void *ref, size_t bytes) {
+  void *got = dget(dgot, bytes);
+  int same = memcmp(got, ref, bytes) == 0;
+  printf("  %-46s %zu bytes %s\n", what, bytes, same ? "same" : "DIFFERENT");
+  RF_CHECK(same, "%s differs from the host", what);
+  free(got);
+}
+
+/* ---- FP8 of bf16 activations ---- */
+
+/* rows x cols bf16 values, tile by tile of 128 columns: random magnitudes per tile, a zero
+ * tile, a tile of subnormals, the largest bf16, e4m3's boundaries (448, its halfway points). */
+static void test_fp8_rows(int rows, int cols, int pow2, int nonfinite) {
+  size_t n = (size_t)rows * cols;
+  uint16_t *x = rf_xmalloc(n * 2 + 4);
+  float *w = rf_xmalloc(n * 4 + 4);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      int tile = r * 7 + c / 128;
+      float v = rf_test_rand_f32(&g_rng) * ldexpf(1.0f, (tile % 29) - 14);
+      if (tile % 11 == 3) v = 0.0f;
+      if (tile % 11 == 5) v = rf_test_rand_f32(&g_rng) * 1e-39f;                     /* subnormal */
+      if (tile % 11 == 7 && c % 5 == 0) v = (c % 10 ? -1.0f : 1.0f) * 3.3895314e38f; /* the largest bf16 */
+      if (tile % 11 == 9) v = (c % 3 == 0 ? 448.0f : c % 3 == 1 ? 464.0f : 13.0f) * (c % 2 ? -1.0f : 1.0f);
+      x[(size_t)r * cols + c] = rf_bf16_from_f32(v);
+    }
+  long long want_bad = INT64_MAX;
+  if (nonfinite) {
+    x[(size_t)(rows / 2) * cols + cols - 1] = 0x7fc0; /* NaN in the last, partial tile */
+    x[(size_t)(rows - 1) * cols + 3] = 0xff80;        /* -inf, later */
+    want_bad = (long long)(rows / 2) * cols + cols - 1;
+  }
+  for (size_t i = 0; i < n; i++) w[i] = rf_f32_from_bf16(x[i]);
+  struct rf_fp8_grid grid = {rows, cols, 1, RF_FP8_TILE};
+  size_t tiles = (size_t)rf_fp8_grid_tiles(&grid);
+  uint8_t *codes = rf_xmalloc(n + 4);
+  float *scales = rf_xmalloc(tiles * 4 + 4);
+  int rc = rf_fp8_quantize(&grid, w, pow2, "x", codes, scales);
+  uint16_t *dx = dput(x, n * 2);
+  uint8_t *dcodes = dnan(n);
+  float *dscales = dnan(tiles * 4);
+  long long *dbad = dnan(sizeof(long long));
+  rf_fused_fp8_quantize_rows_bf16(dcodes, dscales, dbad, dx, rows, cols, pow2, g_st);
+  long long *bad = dget(dbad, sizeof(long long));
+  char what[96];
+  snprintf(what, sizeof what, "fp8 1x128 of bf16 %dx%d pow2 %d%s", rows, cols, pow2,
+           nonfinite ? " NaN, -inf" : "");
+  if (nonfinite) {
+    printf("  %-46s host refuses: %s; first bad element %lld (want %lld)\n", what, rc ? "yes" : "NO", *bad,
+           want_bad);
+    RF_CHECK(rc != 0 && *bad == want_bad, "%s: bad %lld, want %lld (host rc %d)", what, *bad, want_bad, rc);
+  } else {
+    RF_CHECK(rc == 0 && *bad == INT64_MAX, "%s: host rc %d, device bad %lld", what, rc, *bad);
+    check_same_bytes(what, dcodes, codes, n);
+    check_same_bytes("  scales", dscales, scales, tiles * 4);
+  }
+  free(x), free(w), free(codes), free(scales), free(bad);
+  CK(cudaFree(dx)), CK(cudaFree(dcodes)), CK(cudaFree(dscales)), CK(cudaFree(dbad));
+}
+
 /* ---- a unit's shard ---- */
 
 #define PAD 3
@@ -359,6 +424,160 @@ static void test_shard(double max_norm) {
   CK(cudaFree(scratch)), CK(cudaFree(dsq)), CK(cudaFree(dnorm)), CK(cudaFree(dfac));
 }
 
+#ifndef RF_CUDA_EMU /* the stand-in skips the timing table: it would time the CPU */
+/* ---- timing (on a GPU only) ---- */
+
+#define REPS 20
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of REPS runs of fn(ctx) on the test's stream, in microseconds, with the
+ * bandwidth of `bytes` moved. */
+static void timed(const char *what, void (*fn)(void *), void *ctx, double bytes) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0)), CK(cudaEventCreate(&e1));
+  float ms[REPS];
+  fn(ctx); /* warm-up */
+  for (int r = 0; r < REPS; r++) {
+    CK(cudaEventRecord(e0, g_st));
+    fn(ctx);
+    CK(cudaEventRecord(e1, g_st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms[r], e0, e1));
+  }
+  qsort(ms, REPS, sizeof ms[0], cmp_f);
+  double us = 0.5 * (ms[REPS / 2 - 1] + ms[REPS / 2]) * 1e3;
+  printf("  %-34s %10.1f us   %7.0f GB/s\n", what, us, bytes / (us * 1e-6) / 1e9);
+  CK(cudaEventDestroy(e0)), CK(cudaEventDestroy(e1));
+}
+
+/* The 1.1B LLaMA's shape (configs/llama-1b.json at 8 x 2048 tokens). */
+struct tctx {
+  int n, b, t, hidden, nh, nkv, hd, inter, vocab;
+  uint16_t *out, *br, *q, *k, *gate, *up, *h, *logits;
+  float *resid, *w, *rstd, *dw, *cs, *sn, *lse, *p, *g, *m, *v, *fac;
+  int32_t *tgt;
+  double *loss, *sq;
+  struct rf_fused_piece *pieces;
+  int npieces;
+  int64_t chunks;
+  void *scratch;
+  size_t scratch_bytes;
+  struct rf_optim_hyper hyper;
+};
+
+static void t_norm_f(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_add_rmsnorm_forward(c->out, c->rstd, c->resid, c->br, c->w, c->n, c->hidden, 1e-5f, g_st);
+}
+static void t_norm_b(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_add_rmsnorm_backward(c->resid, c->br, c->dw, c->out, c->resid, c->rstd, c->w, c->n, c->hidden,
+                                c->scratch, c->scratch_bytes, g_st);
+}
+static void t_rope(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_rope_qk(c->q, c->k, c->b, c->t, c->nh, c->nkv, c->hd, c->cs, c->sn, 0, g_st);
+}
+static void t_swiglu_f(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_swiglu_forward(c->h, c->gate, c->up, (size_t)c->n * c->inter, g_st);
+}
+static void t_swiglu_b(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_swiglu_backward(c->gate, c->up, c->h, c->gate, c->up, (size_t)c->n * c->inter, g_st);
+}
+static void t_ce_f(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_cross_entropy_forward(c->loss, c->lse, c->logits, c->tgt, c->n, c->vocab, c->scratch,
+                                 c->scratch_bytes, g_st);
+}
+static void t_ce_b(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_cross_entropy_backward(c->logits, c->lse, c->tgt, c->n, c->vocab, 1.0f / (float)c->n, g_st);
+}
+static void t_norm_clip(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_sum_squares(c->sq, 0, c->g, c->pieces, c->npieces, c->chunks, c->scratch, c->scratch_bytes, g_st);
+  rf_fused_clip_factor(c->fac, NULL, c->sq, 1.0, g_st);
+}
+static void t_adamw(void *c_) {
+  struct tctx *c = c_;
+  rf_fused_adamw(&c->hyper, c->p, c->g, c->m, c->v, c->fac, c->pieces, c->npieces, c->chunks, g_st);
+}
+
+static void *dzero(size_t bytes) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, bytes ? bytes : 4));
+  CK(cudaMemsetAsync(p, 0, bytes, g_st));
+  return p;
+}
+
+static void timing_table(const char *gpu) {
+  struct tctx c = {
+      .b = 8, .t = 2048, .hidden = 2048, .nh = 32, .nkv = 8, .hd = 64, .inter = 8192, .vocab = 32000};
+  c.n = c.b * c.t;
+  size_t nh = (size_t)c.n * c.hidden, ni = (size_t)c.n * c.inter, nv = (size_t)c.n * c.vocab;
+  c.out = dzero(nh * 2), c.br = dzero(nh * 2), c.resid = dzero(nh * 4), c.w = dzero((size_t)c.hidden * 4);
+  c.rstd = dzero((size_t)c.n * 4), c.dw = dzero((size_t)c.hidden * 4);
+  c.q = dzero((size_t)c.n * c.nh * c.hd * 2), c.k = dzero((size_t)c.n * c.nkv * c.hd * 2);
+  c.cs = dzero((size_t)c.t * c.hd / 2 * 4), c.sn = dzero((size_t)c.t * c.hd / 2 * 4);
+  c.gate = dzero(ni * 2), c.up = dzero(ni * 2), c.h = dzero(ni * 2), c.logits = dzero(nv * 2);
+  c.lse = dzero((size_t)c.n * 4), c.tgt = dzero((size_t)c.n * 4), c.loss = dzero(8), c.sq = dzero(8);
+  c.fac = dzero(4);
+  /* one layer's unit of the 1.1B model (wq, wk, wv, wo, gate, up, down, two norms): 61M elements */
+  const int64_t lens[] = {(int64_t)c.hidden * c.hidden,
+                          (int64_t)c.hidden * 512,
+                          (int64_t)c.hidden * 512,
+                          (int64_t)c.hidden * c.hidden,
+                          (int64_t)c.hidden * c.inter,
+                          (int64_t)c.hidden * c.inter,
+                          (int64_t)c.hidden * c.inter,
+                          c.hidden,
+                          c.hidden};
+  struct rf_fused_piece pc[9];
+  int64_t at = 0;
+  for (int i = 0; i < 9; i++) {
+    pc[i] = (struct rf_fused_piece){.offset = at, .len = lens[i], .decay = i < 7};
+    at += lens[i];
+  }
+  c.npieces = 9;
+  c.chunks = rf_fused_pieces_plan(pc, 9);
+  c.pieces = dput(pc, sizeof pc);
+  c.p = dzero((size_t)at * 4), c.g = dzero((size_t)at * 4), c.m = dzero((size_t)at * 4),
+  c.v = dzero((size_t)at * 4);
+  c.hyper = (struct rf_optim_hyper){.lr = 1e-4f,
+                                    .b1 = 0.9f,
+                                    .b2 = 0.95f,
+                                    .eps = 1e-8f,
+                                    .step_size = 1e-3f,
+                                    .bc2_sqrt = 0.3f,
+                                    .decay = 0.99f,
+                                    .one_m_b1 = 0.1f,
+                                    .one_m_b2 = 0.05f};
+  c.scratch_bytes = rf_fused_ce_scratch_bytes(c.n, c.vocab);
+  if (rf_fused_rmsnorm_scratch_bytes(c.n, c.hidden) > c.scratch_bytes)
+    c.scratch_bytes = rf_fused_rmsnorm_scratch_bytes(c.n, c.hidden);
+  if ((size_t)c.chunks * 8 > c.scratch_bytes) c.scratch_bytes = (size_t)c.chunks * 8;
+  c.scratch = dzero(c.scratch_bytes);
+  CK(cudaStreamSynchronize(g_st));
+  printf("timing on %s: the 1.1B LLaMA's shape, %d x %d tokens, median of %d (fused kernels)\n", gpu, c.b,
+         c.t, REPS);
+  timed("fused add + rmsnorm forward", t_norm_f, &c, (double)nh * (2 + 4 + 4 + 2));
+  timed("fused add + rmsnorm backward", t_norm_b, &c, (double)nh * (2 + 4 + 4 + 4 + 2 + 2));
+  timed("fused rope q, k", t_rope, &c, (double)c.n * (c.nh + c.nkv) * c.hd * 4);
+  timed("fused swiglu forward", t_swiglu_f, &c, (double)ni * 6);
+  timed("fused swiglu backward", t_swiglu_b, &c, (double)ni * 10);
+  timed("fused cross-entropy forward", t_ce_f, &c, (double)nv * 2);
+  timed("fused cross-entropy backward", t_ce_b, &c, (double)nv * 4);
+  timed("fused grad norm + clip (1 unit)", t_norm_clip, &c, (double)at * 4);
+  timed("fused adamw (1 unit, 61M)", t_adamw, &c, (double)at * 28);
+}
+#endif
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -375,8 +594,19 @@ int main(void) {
   test_cross_entropy(5, 1001);
   test_cross_entropy(3, 4096);
   test_cross_entropy(3, 4097);
-  test_shard(1e9); /* no clipping */
-  test_shard(0.5); /* clipping */
+  test_fp8_rows(37, 300, 0, 0); /* a partial last tile */
+  test_fp8_rows(37, 300, 1, 0);
+  test_fp8_rows(5, 1024, 0, 0);
+  test_fp8_rows(9, 260, 0, 1); /* NaN and -inf: the host refuses, the device names the first */
+  test_shard(1e9);             /* no clipping */
+  test_shard(0.5);             /* clipping */
+#ifndef RF_CUDA_EMU
+  if (rf_test_failures == 0) {
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    timing_table(prop.name);
+  }
+#endif
   CK(cudaStreamDestroy(g_st));
   return rf_test_finish("test_fused_cuda");
 }

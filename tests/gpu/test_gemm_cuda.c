@@ -1,7 +1,9 @@
 /* GPU test (run by scripts/gpu-check): the cuBLASLt product (src/gemm/gemm_cuda.c)
  * against the host's (rf_gemm_run, oneDNN) on the same bf16 operands, for every
  * combination of transposes, leading dimensions wider than the rows, odd sizes, beta 0
- * and 1, alpha != 1, and an f32 and a bf16 output.
+ * and 1, alpha != 1, and an f32 and a bf16 output; with cuBLASLt's bias epilogue
+ * (rf_gemm_cuda_run_bias) against the host product plus the bias per column (the bias's
+ * magnitude counted in S below).
  *
  * Tolerances, in units of bf16's roundoff u = 2^-8 (the relative spacing of bf16):
  * both sides multiply the same bf16 values exactly and sum in f32, in different
@@ -30,7 +32,7 @@ static void *to_gpu(const void *src, size_t bytes) {
 }
 
 static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int tb, int pad, float alpha,
-                        float beta, enum rf_dtype c_dtype) {
+                        float beta, enum rf_dtype c_dtype, int with_bias) {
   struct rf_gemm_desc d = {
       m, n, k, ta, tb, (ta ? m : k) + pad, (tb ? k : n) + pad, n + pad, RF_DTYPE_BF16, alpha, beta};
   size_t arows = (size_t)(ta ? k : m), brows = (size_t)(tb ? n : k);
@@ -45,9 +47,18 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
   for (size_t i = 0; i < nc; i++) c16[i] = rf_bf16_from_f32(c[i]);
   memcpy(ref, c, nc * 4);
   rf_gemm_run(&d, a, b, ref);
+  /* the bias (C's dtype: cuBLASLt's default bias type), added to every row of the reference */
+  float *bias = malloc((size_t)n * 4 + 4);
+  uint16_t *bias16 = malloc((size_t)n * 2 + 4);
+  for (int j = 0; j < n; j++) {
+    bias16[j] = rf_bf16_from_f32(rf_test_rand_f32(&st) * 8.0f);
+    bias[j] = with_bias ? rf_f32_from_bf16(bias16[j]) : 0.0f;
+  }
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) ref[(size_t)i * d.ldc + j] += bias[j];
   for (int i = 0; i < m; i++) /* S(i, j) */
     for (int j = 0; j < n; j++) {
-      double sum = fabs((double)beta * c[(size_t)i * d.ldc + j]);
+      double sum = fabs((double)beta * c[(size_t)i * d.ldc + j]) + fabs((double)bias[j]);
       for (int p = 0; p < k; p++) {
         float av = rf_f32_from_bf16(ta ? a[(size_t)p * d.lda + i] : a[(size_t)i * d.lda + p]);
         float bv = rf_f32_from_bf16(tb ? b[(size_t)j * d.ldb + p] : b[(size_t)p * d.ldb + j]);
@@ -57,7 +68,11 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
     }
   void *da = to_gpu(a, na * 2), *db = to_gpu(b, nb * 2);
   void *dc = c_dtype == RF_DTYPE_F32 ? to_gpu(c, nc * 4) : to_gpu(c16, nc * 2);
-  rf_gemm_cuda_run(g, &d, da, db, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
+  void *dbias = c_dtype == RF_DTYPE_F32 ? to_gpu(bias, (size_t)n * 4) : to_gpu(bias16, (size_t)n * 2);
+  if (with_bias)
+    rf_gemm_cuda_run_bias(g, &d, da, db, dbias, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
+  else
+    rf_gemm_cuda_run(g, &d, da, db, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
   if (c_dtype == RF_DTYPE_F32) {
     rf_device_copy(&gpu, got, dc, nc * 4, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
   } else {
@@ -75,12 +90,14 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
   int pad_same = 1; /* the padding columns of C untouched */
   for (int i = 0; i < m && pad; i++)
     for (int j = n; j < d.ldc; j++) pad_same &= got[(size_t)i * d.ldc + j] == c[(size_t)i * d.ldc + j];
-  RF_CHECK(
-      worst <= 1.0 && pad_same,
-      "gemm %dx%dx%d trans %d%d pad %d alpha %g beta %g -> %s: worst error %.3g tolerances, padding kept %d",
-      m, n, k, ta, tb, pad, alpha, beta, rf_dtype_name(c_dtype), worst, pad_same);
+  RF_CHECK(worst <= 1.0 && pad_same,
+           "gemm %dx%dx%d trans %d%d pad %d alpha %g beta %g -> %s%s: worst error %.3g tolerances, padding "
+           "kept %d",
+           m, n, k, ta, tb, pad, alpha, beta, rf_dtype_name(c_dtype), with_bias ? " + bias" : "", worst,
+           pad_same);
   rf_device_release(&gpu, da), rf_device_release(&gpu, db), rf_device_release(&gpu, dc);
-  free(a), free(b), free(c16), free(c), free(ref), free(got), free(s);
+  rf_device_release(&gpu, dbias);
+  free(a), free(b), free(c16), free(c), free(ref), free(got), free(s), free(bias), free(bias16);
 }
 
 /* The same product ten times after one: no plan, no cudaMalloc, no heap allocation. */
@@ -113,10 +130,13 @@ int main(void) {
   struct rf_gemm_cuda *g = rf_gemm_cuda_create(0);
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
-      check_shape(g, 128, 96, 64, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_F32);
-      check_shape(g, 72, 40, 1000, ta, tb, 8, 0.5f, 1.0f, RF_DTYPE_F32);
-      check_shape(g, 64, 256, 136, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_BF16);
-      check_shape(g, 8, 24, 200, ta, tb, 8, 1.0f, 1.0f, RF_DTYPE_BF16);
+      check_shape(g, 128, 96, 64, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_F32, 0);
+      check_shape(g, 72, 40, 1000, ta, tb, 8, 0.5f, 1.0f, RF_DTYPE_F32, 0);
+      check_shape(g, 64, 256, 136, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_BF16, 0);
+      check_shape(g, 8, 24, 200, ta, tb, 8, 1.0f, 1.0f, RF_DTYPE_BF16, 0);
+      /* the bias epilogue: a linear layer's bias, f32 and bf16, with and without beta */
+      check_shape(g, 40, 72, 96, ta, tb, 0, 1.0f, 0.0f, RF_DTYPE_F32, 1);
+      check_shape(g, 24, 64, 200, ta, tb, 8, 0.5f, 1.0f, RF_DTYPE_BF16, 1);
     }
   check_quiet(g);
   printf(

@@ -4,7 +4,10 @@
  * once); with beta 0, C is not read (as cuBLAS). The rules cuBLASLt's documentation
  * sets, checked where the library itself would misbehave quietly or fail late:
  *   - descriptors: compute CUBLAS_COMPUTE_32F and scale CUDA_R_32F; the default
- *     epilogue only (others: CUBLAS_STATUS_NOT_SUPPORTED); column-major layouts of one
+ *     epilogue or CUBLASLT_EPILOGUE_BIAS (others: CUBLAS_STATUS_NOT_SUPPORTED): the bias
+ *     vector (CUBLASLT_MATMUL_DESC_BIAS_POINTER, required) has D's type (cuBLASLt's
+ *     default bias type), one value per row of D, packed, in one live device allocation,
+ *     added in f32 to alpha op(A) op(B) + beta C before D's rounding; column-major layouts of one
  *     matrix; ld >= rows; op(A) m x k, op(B) k x n, C and D m x n (each named when not);
  *   - the algorithm: cublasLtMatmul takes only one that cublasLtMatmulAlgoGetHeuristic
  *     returned for the same descriptors (remembered in the algorithm's words), and
@@ -37,6 +40,7 @@ struct rf_emu_matmul_desc {
   cudaDataType_t scale;
   int32_t transa, transb;
   uint32_t epilogue;
+  const void *bias; /* CUBLASLT_MATMUL_DESC_BIAS_POINTER */
 };
 struct rf_emu_matrix_layout {
   cudaDataType type;
@@ -109,8 +113,9 @@ cublasStatus_t check_problem(const rf_emu_matmul_desc *op, const rf_emu_matrix_l
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                   "%s: compute type %d, scale type %d (emulated: CUBLAS_COMPUTE_32F, CUDA_R_32F)", api,
                   (int)op->compute, (int)op->scale);
-  if (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: epilogue %u (emulated: CUBLASLT_EPILOGUE_DEFAULT)", api,
+  if (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT && op->epilogue != CUBLASLT_EPILOGUE_BIAS)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "%s: epilogue %u (emulated: CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS)", api,
                   op->epilogue);
   if ((op->transa != CUBLAS_OP_N && op->transa != CUBLAS_OP_T) ||
       (op->transb != CUBLAS_OP_N && op->transb != CUBLAS_OP_T))
@@ -266,6 +271,15 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     memcpy(&desc->epilogue, buf, 4);
     return CUBLAS_STATUS_SUCCESS;
   }
+  if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) {
+    if (size != sizeof(void *))
+      return refuse(
+          CUBLAS_STATUS_INVALID_VALUE,
+          "cublasLtMatmulDescSetAttribute: %zu bytes for the bias pointer (%zu: the pointer's value)", size,
+          sizeof(void *));
+    memcpy(&desc->bias, buf, sizeof(void *));
+    return CUBLAS_STATUS_SUCCESS;
+  }
   return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescSetAttribute: attribute %d not emulated",
                 (int)attr);
 }
@@ -411,6 +425,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (rf_emu::check_device_range(ptr[i], extent(l[i]), what) != cudaSuccess)
       return CUBLAS_STATUS_INVALID_VALUE;
   }
+  const int bias = op->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if (bias) {
+    if (!op->bias)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                    "%s: CUBLASLT_EPILOGUE_BIAS without CUBLASLT_MATMUL_DESC_BIAS_POINTER", api);
+    if ((uintptr_t)op->bias % type_size(ld->type) != 0)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: the bias %p is not aligned to its %s elements", api,
+                    op->bias, type_name(ld->type));
+    if (rf_emu::check_device_range(op->bias, (size_t)ld->rows * type_size(ld->type),
+                                   "cublasLtMatmul, bias") != cudaSuccess)
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
   const char *c0 = (const char *)C, *d0 = (const char *)D;
   if (C != D && c0 < d0 + extent(ld) && d0 < c0 + extent(lc))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: C and D overlap without being the same matrix", api);
@@ -444,6 +470,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   int ta = op->transa == CUBLAS_OP_T, tb = op->transb == CUBLAS_OP_T;
   const void *va = rf_emu::view(A), *vb = rf_emu::view(B), *vc = rf_emu::view(C);
   void *vd = rf_emu::view(D);
+  const void *vbias =
+      bias ? rf_emu::view(op->bias) : NULL; /* the pointer of this call, as cuBLASLt reads it */
   rf_emu::enqueue(s_, "cublasLtMatmul", [=] {
     size_t m = s.m, n = s.n, k = s.k;
     std::vector<float> pa(m * k), pb(n * k); /* op(A) by rows, op(B) by columns: k contiguous */
@@ -460,6 +488,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         for (size_t p = 0; p < k; p++) acc += x[p] * y[p];
         float v = al * acc;
         if (be != 0.0f) v += be * load(vc, c.type, j * (size_t)c.ld + i);
+        if (vbias) v += load(vbias, d.type, i);
         store(vd, d.type, j * (size_t)d.ld + i, v);
       }
   });

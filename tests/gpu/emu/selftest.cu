@@ -328,7 +328,33 @@ static void check_cublaslt(void) {
   CHECK(cublasLtMatmul(lt, op, &one, ha, l8, a, l8, &zero, c, l8, c, l8, &r.algo, NULL, 0, 0) ==
             CUBLAS_STATUS_INVALID_VALUE,
         "host memory as A is refused");
+  /* the bias epilogue: its pointer required, inside an allocation, added to each row of D */
+  cublasLtMatmulDesc_t opb;
+  cublasLtMatmulDescCreate(&opb, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulDescSetAttribute(opb, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  cublasLtMatmulHeuristicResult_t rb;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, opb, l8, l8, l8, l8, pref, 1, &rb, &found) ==
+                CUBLAS_STATUS_SUCCESS &&
+            found == 1,
+        "a heuristic for 8x8x8 with a bias");
+  CHECK(cublasLtMatmul(lt, opb, &one, a, l8, a, l8, &zero, c, l8, c, l8, &rb.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "the bias epilogue without a bias pointer is refused");
+  const float *bias = a + 76; /* 8 floats from a + 76: past the allocation (80 floats) */
+  cublasLtMatmulDescSetAttribute(opb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  CHECK(cublasLtMatmul(lt, opb, &one, a, l8, a, l8, &zero, c, l8, c, l8, &rb.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "a bias running past its allocation is refused");
+  bias = a + 8;
+  cublasLtMatmulDescSetAttribute(opb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  CHECK(cublasLtMatmul(lt, opb, &one, a, l8, a, l8, &zero, c, l8, c, l8, &rb.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_SUCCESS,
+        "cublasLtMatmul with a bias");
+  cudaMemcpy(hc, c, sizeof hc, cudaMemcpyDeviceToHost);
+  CHECK(hc[2 * 8 + 1] == want + ha[8 + 1], "C(1,2) + bias(1) = %g, want %g", hc[2 * 8 + 1], want + ha[8 + 1]);
   cudaDeviceSynchronize();
+  cublasLtMatmulDescDestroy(opb);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(l8), cublasLtMatrixLayoutDestroy(l4);
   cublasLtMatmulDescDestroy(op);
