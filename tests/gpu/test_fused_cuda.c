@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "gpu/gpu_timing.h"
 #include "model/fused_cuda.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -427,31 +428,10 @@ static void test_shard(double max_norm) {
 #ifndef RF_CUDA_EMU /* the stand-in skips the timing table: it would time the CPU */
 /* ---- timing (on a GPU only) ---- */
 
-#define REPS 20
+#define REPS RF_GPU_TIMING_REPS
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of REPS runs of fn(ctx) on the test's stream, in microseconds, with the
- * bandwidth of `bytes` moved. */
 static void timed(const char *what, void (*fn)(void *), void *ctx, double bytes) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0)), CK(cudaEventCreate(&e1));
-  float ms[REPS];
-  fn(ctx); /* warm-up */
-  for (int r = 0; r < REPS; r++) {
-    CK(cudaEventRecord(e0, g_st));
-    fn(ctx);
-    CK(cudaEventRecord(e1, g_st));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&ms[r], e0, e1));
-  }
-  qsort(ms, REPS, sizeof ms[0], cmp_f);
-  double us = 0.5 * (ms[REPS / 2 - 1] + ms[REPS / 2]) * 1e3;
-  printf("  %-34s %10.1f us   %7.0f GB/s\n", what, us, bytes / (us * 1e-6) / 1e9);
-  CK(cudaEventDestroy(e0)), CK(cudaEventDestroy(e1));
+  rf_gpu_timed(what, fn, ctx, bytes, g_st);
 }
 
 /* The 1.1B LLaMA's shape (configs/llama-1b.json at 8 x 2048 tokens). */
@@ -590,6 +570,7 @@ int main(void) {
   test_rope(2, 50, 4, 2, 64, 0);
   test_rope(1, 33, 2, 1, 128, 1);
   test_swiglu(100003);
+  test_swiglu(2200001); /* past 8192 blocks of 256: the grid-stride loops go round */
   test_cross_entropy(4, 151936);
   test_cross_entropy(5, 1001);
   test_cross_entropy(3, 4096);
@@ -597,9 +578,10 @@ int main(void) {
   test_fp8_rows(37, 300, 0, 0); /* a partial last tile */
   test_fp8_rows(37, 300, 1, 0);
   test_fp8_rows(5, 1024, 0, 0);
-  test_fp8_rows(9, 260, 0, 1); /* NaN and -inf: the host refuses, the device names the first */
-  test_shard(1e9);             /* no clipping */
-  test_shard(0.5);             /* clipping */
+  test_fp8_rows(9, 260, 0, 1);     /* NaN and -inf: the host refuses, the device names the first */
+  test_fp8_rows(520, 16384, 1, 0); /* 66560 tiles: past the 65536 warps of 8192 blocks */
+  test_shard(1e9);                 /* no clipping */
+  test_shard(0.5);                 /* clipping */
 #ifndef RF_CUDA_EMU
   if (rf_test_failures == 0) {
     struct cudaDeviceProp prop;

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "gpu/gpu_timing.h"
 #include "model/kernels.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -419,32 +420,11 @@ static void test_adamw(void) {
 
 /* ---- timing ---- */
 
-#define REPS 20
+#define REPS RF_GPU_TIMING_REPS
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of REPS runs of what (one call of fn(ctx)), in microseconds. */
+/* The median of REPS runs of what (one call of fn(ctx)), in microseconds (gpu_timing.h). */
 static void timed(const char *what, void (*fn)(void *), void *ctx, double bytes) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0)), CK(cudaEventCreate(&e1));
-  float ms[REPS];
-  fn(ctx); /* warm-up */
-  for (int r = 0; r < REPS; r++) {
-    CK(cudaEventRecord(e0, 0));
-    fn(ctx);
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&ms[r], e0, e1));
-  }
-  qsort(ms, REPS, sizeof ms[0], cmp_f);
-  double us = 0.5 * (ms[REPS / 2 - 1] + ms[REPS / 2]) * 1e3;
-  printf("  %-34s %10.1f us", what, us);
-  if (bytes > 0) printf("   %7.0f GB/s", bytes / (us * 1e-6) / 1e9);
-  printf("\n");
-  CK(cudaEventDestroy(e0)), CK(cudaEventDestroy(e1));
+  rf_gpu_timed(what, fn, ctx, bytes, 0);
 }
 
 struct tctx {
