@@ -16,7 +16,14 @@
  *
  * Ownership: struct rf_fsdp is opaque and owns everything it allocates; every
  * pointer it returns is borrowed and valid until rf_fsdp_free (views into the
- * unsharded buffers: until the unit is resharded). Strings passed in are copied. */
+ * unsharded buffers: until the unit is resharded). Strings passed in are copied.
+ *
+ * Bad calls: every function of rfsdp.h, rfsdp_optim.h and rfsdp_run.h that
+ * returns int returns -1 on a NULL pointer argument (rf_fsdp_error() then names
+ * the function and the argument) or a call in the wrong state (declarations after
+ * rf_fsdp_finalize, an optimizer on an unfinalized context, rf_optim_step before
+ * rf_fsdp_grads_finish, a learning rate that is NaN or negative); nothing is
+ * changed then (tests/test_api_checks.c). */
 #ifndef RFSDP_H
 #define RFSDP_H
 

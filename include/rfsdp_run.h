@@ -111,12 +111,15 @@ int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, 
  * once the checkpoint is complete, so it counts complete checkpoints only; a
  * process killed while its thread writes leaves the directory without COMPLETE:
  * the previous checkpoint stays the latest complete one. At most one save is in
- * flight: the next save, rf_run_async_wait and rf_run_async_free wait for it.
+ * flight: the next save and rf_run_async_wait wait for it; rf_run_async_free
+ * abandons it (below).
  *
  * Every function but create, free and staging_bytes is collective over the
  * context's mesh, called by every rank at the same points. Ownership: the async
  * saver owns its staging and thread and borrows the context, the optimizer and
- * the series (which must outlive it). */
+ * the series; it holds the context and the optimizer: rf_fsdp_free and
+ * rf_optim_free before rf_run_async_free only mark them, and rf_run_async_free
+ * frees them (the series must outlive it). */
 struct rf_run_async;
 
 /* Staging for `run`'s state: run->fsdp's shard and run->optim's state slabs (their

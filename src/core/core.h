@@ -39,6 +39,8 @@ int rf_error_is_elsewhere(void);
   do {                          \
     if ((expr) != 0) return -1; \
   } while (0)
+/* Fails naming argument `arg` of public function `fn` when it is NULL. */
+#define RF_REQUIRE_ARG(fn, arg) RF_REQUIRE((arg) != NULL, "%s: argument '%s' is NULL", fn, #arg)
 /* Fails with the message when cond is false. */
 #define RF_REQUIRE(cond, ...)          \
   do {                                 \

@@ -79,8 +79,24 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   return 0;
 }
 
+void rf_fsdp_hold(struct rf_fsdp *f) { f->holders++; }
+
+void rf_fsdp_unhold(struct rf_fsdp *f) {
+  if (--f->holders == 0 && f->free_pending) rf_fsdp_free(f);
+}
+
+const char *rf_fsdp_grads_unfinished(const struct rf_fsdp *f) {
+  for (int u = 0; u < f->n_units; u++)
+    if (f->units[u].gslot >= 0 || f->units[u].reducing) return f->units[u].name;
+  return NULL;
+}
+
 void rf_fsdp_free(struct rf_fsdp *f) {
   if (!f) return;
+  if (f->holders > 0) {
+    f->free_pending = 1;
+    return;
+  }
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
     if (x->gather_reqs) {
@@ -125,6 +141,8 @@ void rf_fsdp_free(struct rf_fsdp *f) {
 }
 
 int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name) {
+  RF_REQUIRE_ARG("rf_fsdp_add_unit", f);
+  RF_REQUIRE_ARG("rf_fsdp_add_unit", name);
   RF_REQUIRE(!f->finalized, "unit %s declared after rf_fsdp_finalize", name);
   RF_REQUIRE(name && strlen(name) < RF_FSDP_NAME_MAX, "unit name missing or longer than %d bytes",
              RF_FSDP_NAME_MAX - 1);
@@ -143,6 +161,9 @@ int rf_fsdp_add_unit(struct rf_fsdp *f, const char *name) {
 
 int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, const int64_t *shape,
                        int64_t block_rows, struct rf_init init) {
+  RF_REQUIRE_ARG("rf_fsdp_add_tensor", f);
+  RF_REQUIRE_ARG("rf_fsdp_add_tensor", name);
+  RF_REQUIRE_ARG("rf_fsdp_add_tensor", shape);
   RF_REQUIRE(!f->finalized, "tensor %s declared after rf_fsdp_finalize", name);
   RF_REQUIRE(name && strlen(name) < RF_FSDP_NAME_MAX, "tensor name missing or longer than %d bytes",
              RF_FSDP_NAME_MAX - 1);
@@ -177,6 +198,7 @@ int rf_fsdp_add_tensor(struct rf_fsdp *f, int unit, const char *name, int ndim, 
 }
 
 int rf_fsdp_set_fp8(struct rf_fsdp *f, int tensor) {
+  RF_REQUIRE_ARG("rf_fsdp_set_fp8", f);
   RF_REQUIRE(tensor >= 0 && tensor < f->n_tensors, "rf_fsdp_set_fp8: no tensor %d", tensor);
   struct rf_fsdp_tensor *t = &f->tensors[tensor];
   RF_REQUIRE(!f->finalized, "tensor %s marked FP8 after rf_fsdp_finalize", t->name);
@@ -242,6 +264,7 @@ static void rf_fsdp_make_slots(struct rf_fsdp *f) {
 }
 
 int rf_fsdp_finalize(struct rf_fsdp *f) {
+  RF_REQUIRE_ARG("rf_fsdp_finalize", f);
   RF_REQUIRE(!f->finalized, "rf_fsdp_finalize called twice");
   RF_REQUIRE(f->n_units >= 1, "no units declared");
   int w = f->mesh.shard.world, r = f->mesh.shard.rank;
@@ -296,6 +319,8 @@ int rf_fsdp_n_units(const struct rf_fsdp *f) { return f->n_units; }
 int rf_fsdp_n_tensors(const struct rf_fsdp *f) { return f->n_tensors; }
 
 int rf_fsdp_find_tensor(const struct rf_fsdp *f, const char *name) {
+  RF_REQUIRE_ARG("rf_fsdp_find_tensor", f);
+  RF_REQUIRE_ARG("rf_fsdp_find_tensor", name);
   for (int t = 0; t < f->n_tensors; t++)
     if (strcmp(f->tensors[t].name, name) == 0) return t;
   return -1;

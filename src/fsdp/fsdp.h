@@ -103,6 +103,8 @@ struct rf_fsdp {
   int last_micro;   /* rf_fsdp_set_last_micro_batch since rf_fsdp_zero_grad */
   int failed;       /* a gather failed (rf_fsdp_status): fail_msg says why */
   char fail_msg[512];
+  int holders;      /* async savers that borrow the context (rf_fsdp_hold) */
+  int free_pending; /* rf_fsdp_free came while held: the last rf_fsdp_unhold frees */
 };
 
 /* A context on `mesh`, whatever its backend: the entry points of one backend
@@ -112,6 +114,14 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
 
 /* The planning policy of these options (rfsdp plan lays units out with it too). */
 void rf_fsdp_plan_policy(const struct rf_fsdp_options *o, struct rf_plan_policy *out);
+
+/* An async saver holds the context it borrows: rf_fsdp_free while it is held only
+ * marks it, and the last rf_fsdp_unhold frees it (its writer thread reads the shard). */
+void rf_fsdp_hold(struct rf_fsdp *f);
+void rf_fsdp_unhold(struct rf_fsdp *f);
+/* The name of a unit whose gradients are not finished (a backward begun and not
+ * ended, or a reduce-scatter not waited for by rf_fsdp_grads_finish), or NULL. */
+const char *rf_fsdp_grads_unfinished(const struct rf_fsdp *f);
 
 /* Within the module. */
 /* The context's counters now, with the process's heap allocations added to its

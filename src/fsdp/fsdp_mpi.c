@@ -6,6 +6,9 @@
 
 int rf_fsdp_create_mesh(struct rf_fsdp **out, MPI_Comm shard, MPI_Comm replicate,
                         const struct rf_fsdp_options *opt) {
+  RF_REQUIRE_ARG("rf_fsdp_create", out);
+  *out = NULL;
+  RF_REQUIRE_ARG("rf_fsdp_create", opt);
   struct rf_comm_mesh mesh;
   rf_comm_mesh_init(&mesh, shard, replicate);
   return rf_fsdp_create_on(out, &mesh, opt);

@@ -4,6 +4,7 @@
 #include "optim/optim.h"
 #include "backend/backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,8 @@ void rf_optim_options_default(struct rf_optim_options *opt) {
 }
 
 int rf_optim_kind_parse(const char *name, enum rf_optim_kind *out) {
+  RF_REQUIRE_ARG("rf_optim_kind_parse", name);
+  RF_REQUIRE_ARG("rf_optim_kind_parse", out);
   for (int i = 0; i < RF_OPTIM_N_KINDS; i++)
     if (strcmp(name, rf_optim_kinds[i]->name) == 0) {
       *out = (enum rf_optim_kind)i;
@@ -93,7 +96,10 @@ static int rf_optim_check_view(const struct rf_optim *o, const struct rf_tensor_
 static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *opt,
                          const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                          const struct rf_comm *comm, struct rf_device *dev, int measure) {
+  RF_REQUIRE_ARG("rf_optim_create", out);
   *out = NULL;
+  RF_REQUIRE_ARG("rf_optim_create", opt);
+  RF_REQUIRE(views || n == 0, "rf_optim_create: argument 'views' is NULL");
   RF_REQUIRE(n >= 0 && shard_elems >= 0, "optim: %d views, shard of %lld elements", n,
              (long long)shard_elems);
   RF_REQUIRE((unsigned)opt->kind < (unsigned)RF_OPTIM_N_KINDS, "optim: unknown kind %d", (int)opt->kind);
@@ -156,8 +162,18 @@ int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_
   return 0;
 }
 
+void rf_optim_hold(struct rf_optim *o) { o->holders++; }
+
+void rf_optim_unhold(struct rf_optim *o) {
+  if (--o->holders == 0 && o->free_pending) rf_optim_free(o);
+}
+
 void rf_optim_free(struct rf_optim *o) {
   if (!o) return;
+  if (o->holders > 0) {
+    o->free_pending = 1;
+    return;
+  }
   o->ops->free(o);
   free(o->views);
   free(o);
@@ -166,6 +182,13 @@ void rf_optim_free(struct rf_optim *o) {
 /* ---- step, state, stats ------------------------------------------------------ */
 
 int rf_optim_step(struct rf_optim *o, float lr) {
+  RF_REQUIRE_ARG("rf_optim_step", o);
+  RF_REQUIRE(isfinite(lr) && lr >= 0, "rf_optim_step: the learning rate %g is not a finite number >= 0", lr);
+  const char *unit = o->fsdp ? o->grads_unfinished(o->fsdp) : NULL;
+  RF_REQUIRE(!unit,
+             "rf_optim_step: unit %s's gradients are not finished (rf_fsdp_backward_end, then "
+             "rf_fsdp_grads_finish, before the step)",
+             unit);
   if (o->before_step) o->before_step(o->before_step_ctx);
   o->step++;
   o->stats.steps++;

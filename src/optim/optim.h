@@ -74,7 +74,17 @@ struct rf_optim {
   void (*before_step)(void *ctx); /* rf_optim_set_before_step; NULL: none */
   void *before_step_ctx;
   void *impl;
+  /* rf_optim_create_fsdp's context (borrowed) and its rf_fsdp_grads_unfinished (a
+   * pointer: programs of views alone do not link the runtime); NULL without one */
+  const struct rf_fsdp *fsdp;
+  const char *(*grads_unfinished)(const struct rf_fsdp *f);
+  int holders;      /* async savers that borrow the optimizer (rf_optim_hold) */
+  int free_pending; /* rf_optim_free came while held: the last rf_optim_unhold frees */
 };
+
+/* An async saver holds the optimizer it borrows, as rf_fsdp_hold the context. */
+void rf_optim_hold(struct rf_optim *o);
+void rf_optim_unhold(struct rf_optim *o);
 
 /* rf_optim_create on a device (the runtime context's: rf_optim_create_fsdp); NULL: a
  * host device of its own. */

@@ -152,10 +152,16 @@ static void rf_run_async_fence(void *ctx) {
 }
 
 int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
+  RF_REQUIRE_ARG("rf_run_async_create", out);
+  *out = NULL;
+  RF_REQUIRE_ARG("rf_run_async_create", run);
+  RF_REQUIRE_ARG("rf_run_async_create", run->fsdp);
   struct rf_run_async *a = rf_xcalloc(1, sizeof *a);
   struct rf_fsdp *f = run->fsdp;
   a->fsdp = f;
   a->optim = run->optim;
+  rf_fsdp_hold(f); /* held until rf_run_async_free: its writer thread reads them */
+  if (a->optim) rf_optim_hold(a->optim);
   a->writer = rf_fsdp_replicate_rank(f) == 0;
   a->n_views = rf_fsdp_n_tensors(f);
   a->shard_elems = rf_fsdp_shard_elems(f);
@@ -318,6 +324,7 @@ static int rf_run_async_settle(struct rf_run_async *a) {
 }
 
 int rf_run_async_poll(struct rf_run_async *a, int64_t *step) {
+  RF_REQUIRE_ARG("rf_run_async_poll", a);
   if (!a->in_flight) return 0; /* also on the ranks that do not write */
   uint64_t t0 = rf_time_ns();
   int ended = a->posted ? rf_run_async_settle(a) : 0;
@@ -328,6 +335,7 @@ int rf_run_async_poll(struct rf_run_async *a, int64_t *step) {
 }
 
 int rf_run_async_wait(struct rf_run_async *a, int64_t *step) {
+  RF_REQUIRE_ARG("rf_run_async_wait", a);
   if (!a->pending) return 0;
   const struct rf_fsdp *f = a->fsdp;
   if (!a->in_flight && f->mesh.replicate.world == 1 && a->ended_rc == 0) {
@@ -362,6 +370,9 @@ int rf_run_async_wait(struct rf_run_async *a, int64_t *step) {
 
 int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series *s, const struct rf_run *run,
                              const char *program_json) {
+  RF_REQUIRE_ARG("rf_run_series_save_async", a);
+  RF_REQUIRE_ARG("rf_run_series_save_async", s);
+  RF_REQUIRE_ARG("rf_run_series_save_async", run);
   RF_REQUIRE(run->fsdp == a->fsdp && run->optim == a->optim,
              "an asynchronous save of another context or optimizer than its staging was made for");
   if (rf_run_async_wait(a, NULL) < 0) return -1; /* at most one in flight */
@@ -426,5 +437,7 @@ void rf_run_async_free(struct rf_run_async *a) {
   free(a->views);
   free(a->master);
   free(a->bounce);
+  if (a->optim) rf_optim_unhold(a->optim);
+  rf_fsdp_unhold(a->fsdp);
   free(a);
 }

@@ -90,6 +90,9 @@ char *rf_run_extra(const struct rf_run *run, const char *program_json) {
 }
 
 int rf_run_save(const struct rf_run *run, const char *dir, const char *program_json) {
+  RF_REQUIRE_ARG("rf_run_save", run);
+  RF_REQUIRE_ARG("rf_run_save", run->fsdp);
+  RF_REQUIRE_ARG("rf_run_save", dir);
   char *extra = rf_run_extra(run, program_json);
   int ok = rf_run_agree(run->fsdp, extra ? 0 : -1) == 0;
   if (!ok) {
@@ -197,6 +200,9 @@ static int rf_run_resolve(const struct rf_fsdp *f, const char *where, char *dir)
 }
 
 int rf_run_resume(struct rf_run *run, const char *where, char *resumed, size_t cap, char **program_json) {
+  RF_REQUIRE_ARG("rf_run_resume", run);
+  RF_REQUIRE_ARG("rf_run_resume", run->fsdp);
+  RF_REQUIRE_ARG("rf_run_resume", where);
   const struct rf_fsdp *f = run->fsdp;
   if (program_json) *program_json = NULL;
   char dir[RF_FILE_PATH_MAX];

@@ -70,6 +70,9 @@ static void rf_run_remove(const char *dir) {
 
 int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const char *dir, int keep,
                         int resumed, int64_t start_step) {
+  RF_REQUIRE_ARG("rf_run_series_begin", s);
+  RF_REQUIRE_ARG("rf_run_series_begin", f);
+  RF_REQUIRE_ARG("rf_run_series_begin", dir);
   memset(s, 0, sizeof *s);
   s->dir = dir;
   s->keep = keep;
@@ -102,6 +105,9 @@ int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const 
 }
 
 int rf_run_series_save(const struct rf_run_series *s, const struct rf_run *run, const char *program_json) {
+  RF_REQUIRE_ARG("rf_run_series_save", s);
+  RF_REQUIRE_ARG("rf_run_series_save", run);
+  RF_REQUIRE_ARG("rf_run_series_save", run->fsdp);
   char dir[RF_FILE_PATH_MAX];
   rf_run_series_path(dir, sizeof dir, s->dir, run->step);
   RF_TRY(rf_run_save(run, dir, program_json));
