@@ -45,7 +45,7 @@ static void exhaust_arena(void) {
   struct rf_device dev;
   rf_device_host_init(&dev, NULL);
   struct rf_arena a;
-  rf_arena_init(&a, &dev, 1024);
+  rf_arena_init(&a, &dev, 1024, NULL);
   rf_arena_alloc(&a, 1000, 8);
   rf_arena_alloc(&a, 100, 8); /* dies */
 }

@@ -196,7 +196,7 @@ static void check_events(struct rf_device *dev) {
 static void check_arena(struct rf_device *dev) {
   struct rf_arena a;
   uint64_t allocs0 = dev->counters->allocations;
-  rf_arena_init(&a, dev, 4096);
+  rf_arena_init(&a, dev, 4096, NULL);
   RF_CHECK(((uintptr_t)a.base & 63) == 0, "slab is 64-byte aligned");
   size_t aligns[] = {1, 2, 8, 16, 64, 256};
   for (int i = 0; i < 6; i++) {
@@ -233,17 +233,17 @@ static void check_moves(struct rf_device *dev, const struct rf_counters *other) 
   uint8_t z[5] = {1, 2, 3, 4, 5};
   struct rf_counters other0 = *other;
   struct rf_counters before = *dev->counters;
-  rf_move_copy(dev, f, src, sizeof f);
-  rf_move_zero(dev, z, sizeof z);
+  rf_move_copy(dev, f, src, sizeof f, NULL);
+  rf_move_zero(dev, z, sizeof z, NULL);
   struct rf_counters d = rf_counters_diff(dev->counters, &before);
   RF_CHECK(
       memcmp(f, src, sizeof f) == 0 && z[0] == 0 && z[4] == 0 && d.bytes_copied == 17 && d.bytes_cast == 0,
       "copy and zero: %llu copied bytes", (unsigned long long)d.bytes_copied);
   before = *dev->counters;
-  rf_move_convert(dev, f, RF_DTYPE_F32, src, 3);
-  rf_move_convert(dev, b, RF_DTYPE_BF16, src, 3);
-  rf_move_convert_back(dev, acc, b, RF_DTYPE_BF16, 3, 1);
-  rf_move_own_shard(dev, own, RF_DTYPE_BF16, src, 2);
+  rf_move_convert(dev, f, RF_DTYPE_F32, src, 3, NULL);
+  rf_move_convert(dev, b, RF_DTYPE_BF16, src, 3, NULL);
+  rf_move_convert_back(dev, acc, b, RF_DTYPE_BF16, 3, 1, NULL);
+  rf_move_own_shard(dev, own, RF_DTYPE_BF16, src, 2, NULL);
   d = rf_counters_diff(dev->counters, &before);
   RF_CHECK(b[0] == 0x3f80 && b[1] == 0xc020 && b[2] == 0x3f80 && acc[0] == 11 && acc[1] == 17.5f &&
                acc[2] == 31 && own[0] == 0x3f80 && own[1] == 0xc020 && own[2] == 0,
@@ -273,7 +273,7 @@ int main(void) {
   struct rf_device quiet;
   rf_device_host_init(&quiet, NULL);
   float a = 1.5f, c = 0;
-  rf_move_copy(&quiet, &c, &a, sizeof a);
+  rf_move_copy(&quiet, &c, &a, sizeof a, NULL);
   RF_CHECK(c == 1.5f, "a device without counters moves");
   rf_device_free(&quiet);
   rf_device_free(&other);

@@ -46,7 +46,7 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
  * what is left of an expert's matrix); a band holding NaN or an infinity gets NaN
  * scales, which the gather takes to every rank. */
 static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const float *shard, void *slot,
-                                    int pow2) {
+                                    int pow2, struct rf_device_stream *stream) {
   int r = db->rank;
   for (int t = 0; t < db->n_tensors; t++) {
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
@@ -58,7 +58,7 @@ static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const fl
       rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols);
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
       if (rf_device_fp8_quantize(db->dev, &g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
-                                 rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k, NULL) != 0)
+                                 rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k, stream) != 0)
         for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
     }
     int64_t own = x->starts[r + 1] - x->starts[r], tiles = x->scale_starts[r + 1] - x->scale_starts[r];
@@ -67,7 +67,8 @@ static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const fl
 }
 
 void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
-                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs) {
+                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs,
+                             struct rf_device_stream *stream) {
   int r = db->rank;
   for (int b = 0; b < db->n_buffers; b++) {
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
@@ -76,14 +77,14 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
     int64_t own = buf->starts[r + 1] - buf->starts[r];
     void *base = rf_dbuffer_at(slot, buf->slot_byte, 1);
     if (buf->fp8)
-      rf_dbuffer_quantize_own(db, b, shard, slot, pow2);
+      rf_dbuffer_quantize_own(db, b, shard, slot, pow2, stream);
     else
       rf_move_own_shard(db->dev, rf_dbuffer_at(base, buf->starts[r], ps), dt, shard + buf->shard_off,
-                        (size_t)own);
+                        (size_t)own, stream);
     RF_DEVICE_COUNT(db->dev, bytes_padding, (uint64_t)buf->pad_other * ps);
   }
   /* the collectives start after the own-shard writes, as one launch */
-  rf_device_event_record(db->dev, db->written, NULL);
+  rf_device_event_record(db->dev, db->written, stream);
   rf_comm_stream_wait(comm, db->dev, db->written);
   rf_comm_group_begin(comm);
   for (int b = 0; b < db->n_buffers; b++) {
@@ -131,7 +132,7 @@ static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
  * is widened band by band into the slot's f32 scratch. A band holding NaN or an
  * infinity gets NaN scales, as on the planned layout. */
 static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype,
-                                         int pow2) {
+                                         int pow2, struct rf_device_stream *stream) {
   size_t ps = rf_dtype_size(param_dtype);
   float *scratch =
       param_dtype == RF_DTYPE_F32 ? NULL : (float *)(void *)rf_dbuffer_at(slot, db->band_byte, 1);
@@ -143,11 +144,12 @@ static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot
     for (int64_t e = 0, k = 0, rows; e < x->numel; e += rows * x->cols, k += tc) {
       rows = rf_min_i64(RF_FP8_TILE, x->rows - e % per / x->cols); /* 128, or what is left of the expert */
       const void *view = rf_dbuffer_at(slot, x->view_byte + e * (int64_t)ps, 1);
-      if (scratch) rf_move_convert_back(db->dev, scratch, view, param_dtype, (size_t)(rows * x->cols), 0);
+      if (scratch)
+        rf_move_convert_back(db->dev, scratch, view, param_dtype, (size_t)(rows * x->cols), 0, stream);
       const float *src = scratch ? scratch : view;
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
       if (rf_device_fp8_quantize(db->dev, &g, src, pow2, x->name, rf_dbuffer_at(slot, x->code_byte + e, 1),
-                                 scales + k, NULL) != 0)
+                                 scales + k, stream) != 0)
         for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
     }
     RF_DEVICE_COUNT(db->dev, bytes_cast, (uint64_t)(x->numel + x->tiles * (int64_t)sizeof(float)));
@@ -155,7 +157,7 @@ static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot
 }
 
 int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype, int pow2,
-                             struct rf_comm_req *reqs) {
+                             struct rf_comm_req *reqs, struct rf_device_stream *stream) {
   for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_wait(&reqs[b]);
   if (db->layout == RF_LAYOUT_FSDP2) {
     /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
@@ -166,18 +168,18 @@ int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dt
       for (int q = 0; q < db->world; q++) {
         int64_t n = x->starts[q + 1] - x->starts[q];
         rf_move_copy(db->dev, rf_dbuffer_at(slot, x->view_off + x->starts[q], ps),
-                     rf_dbuffer_at(slot, x->piece[q], ps), (size_t)n * ps);
+                     rf_dbuffer_at(slot, x->piece[q], ps), (size_t)n * ps, stream);
       }
     }
   }
-  if (db->fp8_after) rf_dbuffer_quantize_gathered(db, slot, param_dtype, pow2);
+  if (db->fp8_after) rf_dbuffer_quantize_gathered(db, slot, param_dtype, pow2, stream);
   return rf_dbuffer_check_scales(db, slot);
 }
 
 /* FSDP2's copy-in: every tensor's gradient into the rank-major staging buffer,
  * its padding rows zeroed. */
 static void rf_dbuffer_copy_in(const struct rf_dbuffer *db, void *gslot, void *staging,
-                               enum rf_dtype reduce_dtype) {
+                               enum rf_dtype reduce_dtype, struct rf_device_stream *stream) {
   size_t rs = rf_dtype_size(reduce_dtype);
   int64_t shard = db->bufs[0].equal;
   for (int t = 0; t < db->n_tensors; t++) {
@@ -187,31 +189,31 @@ static void rf_dbuffer_copy_in(const struct rf_dbuffer *db, void *gslot, void *s
     for (int q = 0; q < db->world; q++) {
       int64_t n = x->starts[q + 1] - x->starts[q];
       uint8_t *dst = rf_dbuffer_at(staging, x->piece[q], rs);
-      rf_move_convert(db->dev, dst, reduce_dtype, g + x->starts[q], (size_t)n);
-      rf_move_zero(db->dev, dst + (size_t)n * rs, (size_t)(padded - n) * rs);
+      rf_move_convert(db->dev, dst, reduce_dtype, g + x->starts[q], (size_t)n, stream);
+      rf_move_zero(db->dev, dst + (size_t)n * rs, (size_t)(padded - n) * rs, stream);
     }
   }
 }
 
 void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *comm, void *gslot,
                              float *grad_shard, enum rf_dtype reduce_dtype, int accumulate,
-                             struct rf_comm_req *reqs) {
+                             struct rf_comm_req *reqs, struct rf_device_stream *stream) {
   size_t rs = rf_dtype_size(reduce_dtype);
   int direct = reduce_dtype == RF_DTYPE_F32 && !accumulate;
   uint8_t *staging = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_staging_offset(db);
   uint8_t *scratch = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_scratch_offset(db, reduce_dtype);
   if (db->layout == RF_LAYOUT_FSDP2) {
-    rf_dbuffer_copy_in(db, gslot, staging, reduce_dtype);
+    rf_dbuffer_copy_in(db, gslot, staging, reduce_dtype, stream);
   } else if (reduce_dtype != RF_DTYPE_F32) { /* each buffer (not the alignment gaps between them) */
     for (int b = 0; b < db->n_buffers; b++) {
       const struct rf_dbuffer_buf *buf = &db->bufs[b];
       rf_move_convert(db->dev, rf_dbuffer_at(staging, buf->slot_off, rs), reduce_dtype,
-                      (const float *)gslot + buf->slot_off, (size_t)buf->total);
+                      (const float *)gslot + buf->slot_off, (size_t)buf->total, stream);
     }
   }
   const void *send_base = rf_dbuffer_needs_staging(db, reduce_dtype) ? (const void *)staging : gslot;
   /* the collectives start after the backward's writes and the staging, as one launch */
-  rf_device_event_record(db->dev, db->written, NULL);
+  rf_device_event_record(db->dev, db->written, stream);
   rf_comm_stream_wait(comm, db->dev, db->written);
   rf_comm_group_begin(comm);
   for (int b = 0; b < db->n_buffers; b++) {
@@ -228,7 +230,8 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
 }
 
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
-                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs) {
+                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs,
+                              struct rf_device_stream *stream) {
   for (int b = 0; b < db->n_buffers; b++) rf_comm_wait(&reqs[b]);
   if (reduce_dtype == RF_DTYPE_F32 && !accumulate) return;
   size_t rs = rf_dtype_size(reduce_dtype);
@@ -237,6 +240,6 @@ void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *g
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
     int64_t own = buf->starts[db->rank + 1] - buf->starts[db->rank];
     rf_move_convert_back(db->dev, grad_shard + buf->shard_off, rf_dbuffer_at(scratch, buf->shard_off, rs),
-                         reduce_dtype, (size_t)own, accumulate);
+                         reduce_dtype, (size_t)own, accumulate, stream);
   }
 }

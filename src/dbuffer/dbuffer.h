@@ -129,18 +129,24 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
  * returns -1 with a message naming the tensor and its rows when a scale is NaN
  * (the same on every rank: the scales are the same everywhere), else 0. */
 void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *comm, const float *shard,
-                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs);
+                             void *slot, enum rf_dtype param_dtype, int pow2, struct rf_comm_req *reqs,
+                             struct rf_device_stream *stream);
 int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype, int pow2,
-                             struct rf_comm_req *reqs);
+                             struct rf_comm_req *reqs, struct rf_device_stream *stream);
 
-/* Reduce: starts one reduce-scatter per buffer from the grad slot (the backward
+/* `stream`: where each function queues its device work (the runtime's: start on the gather or the
+ * reduce stream, which waited for the compute stream's writes; finish on the compute stream, which
+ * waited for the collectives' events).
+ *
+ * Reduce: starts one reduce-scatter per buffer from the grad slot (the backward
  * wrote f32 gradients into its views; padding is zero). With f32 and no
  * accumulation the result lands straight in `grad_shard`; otherwise in the slot's
  * receive scratch, and finish converts and adds (accumulate) or stores it. */
 void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *comm, void *gslot,
                              float *grad_shard, enum rf_dtype reduce_dtype, int accumulate,
-                             struct rf_comm_req *reqs);
+                             struct rf_comm_req *reqs, struct rf_device_stream *stream);
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
-                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs);
+                              enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs,
+                              struct rf_device_stream *stream);
 
 #endif

@@ -1,9 +1,11 @@
 /* A bump allocator over one slab of device memory: sized once, never grows. */
 #include "device/device.h"
 
-void rf_arena_init(struct rf_arena *arena, struct rf_device *dev, size_t capacity) {
+void rf_arena_init(struct rf_arena *arena, struct rf_device *dev, size_t capacity,
+                   struct rf_device_stream *stream) {
   memset(arena, 0, sizeof *arena);
   arena->dev = dev;
+  arena->stream = stream;
   arena->capacity = capacity;
   arena->base = capacity ? rf_device_alloc(dev, capacity, 64) : NULL;
 }
@@ -24,7 +26,7 @@ void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align) {
   if (arena->used > arena->peak) arena->peak = arena->used;
   arena->allocs++;
   RF_DEVICE_COUNT(arena->dev, allocations, 1);
-  rf_device_memset(arena->dev, arena->base + start, 0, bytes, NULL);
+  rf_device_memset(arena->dev, arena->base + start, 0, bytes, arena->stream);
   return arena->base + start;
 }
 

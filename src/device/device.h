@@ -55,7 +55,10 @@ struct rf_device_event {
   void *arg;               /* borrowed: what test and wait take (a comm request) */
 };
 
-/* What one backend does. `stream` NULL: the device's default stream. Failures
+/* What one backend does. `stream`: where the work is queued, named by the caller (the runtime's
+ * streams: compute, gather, reduce, replicate); the host runs it at once whatever the stream (NULL
+ * allowed: the host's unit tests); a device whose work is asynchronous (cuda, checked) refuses NULL
+ * (dies naming the operation): there is no default stream to mean. Failures
  * (out of memory, a driver error) stop every rank (rf_die) naming the file and line. */
 struct rf_device_ops {
   const char *name;
@@ -146,15 +149,17 @@ void rf_device_event_synchronize(struct rf_device *dev, struct rf_device_event *
  * rf_arena_reset/rf_arena_free. Allocation beyond the capacity is a programming
  * error (dies). Each rf_arena_alloc counts one allocation on the device. */
 struct rf_arena {
-  struct rf_device *dev; /* borrowed */
-  uint8_t *base;         /* owned, 64-byte aligned, device memory */
-  size_t capacity;       /* bytes */
-  size_t used;           /* bytes */
-  size_t peak;           /* largest `used` seen */
-  size_t allocs;         /* rf_arena_alloc calls since init */
+  struct rf_device *dev;           /* borrowed */
+  struct rf_device_stream *stream; /* borrowed: where an allocation's zero-fill is queued */
+  uint8_t *base;                   /* owned, 64-byte aligned, device memory */
+  size_t capacity;                 /* bytes */
+  size_t used;                     /* bytes */
+  size_t peak;                     /* largest `used` seen */
+  size_t allocs;                   /* rf_arena_alloc calls since init */
 };
 
-void rf_arena_init(struct rf_arena *arena, struct rf_device *dev, size_t capacity);
+void rf_arena_init(struct rf_arena *arena, struct rf_device *dev, size_t capacity,
+                   struct rf_device_stream *stream);
 void rf_arena_free(struct rf_arena *arena);
 /* Returns `bytes` bytes aligned to `align` (a power of two), zero-filled. */
 void *rf_arena_alloc(struct rf_arena *arena, size_t bytes, size_t align);
@@ -165,7 +170,7 @@ void rf_arena_reset(struct rf_arena *arena);
 
 /* ---- counted data movement (move.c) ---------------------------------------
  * Every local copy, conversion and own-shard write of the library goes through
- * these functions, which run on the device (its default stream) and count each
+ * these functions, which run on the device (on the stream the caller names) and count each
  * kind of byte into its counters in one place (the collectives' payloads are
  * counted in src/comm/comm.c):
  *   bytes_copied     rf_move_copy; rf_move_zero (zeroes written into a buffer a
@@ -176,15 +181,18 @@ void rf_arena_reset(struct rf_arena *arena);
  *   bytes_own_shard  rf_move_own_shard: this rank's master shard written into its
  *                    range of the buffer an in-place all-gather fills; every layout
  *                    does it once per gather (a copy in f32, a cast in bf16) */
-void rf_move_copy(struct rf_device *dev, void *dst, const void *src, size_t bytes);
-void rf_move_zero(struct rf_device *dev, void *dst, size_t bytes);
+void rf_move_copy(struct rf_device *dev, void *dst, const void *src, size_t bytes,
+                  struct rf_device_stream *stream);
+void rf_move_zero(struct rf_device *dev, void *dst, size_t bytes, struct rf_device_stream *stream);
 /* dst (dtype: f32 or bf16) = src (f32), n elements. */
-void rf_move_convert(struct rf_device *dev, void *dst, enum rf_dtype dtype, const float *src, size_t n);
+void rf_move_convert(struct rf_device *dev, void *dst, enum rf_dtype dtype, const float *src, size_t n,
+                     struct rf_device_stream *stream);
 /* dst (f32) = src (dtype: f32 or bf16), or += with accumulate; counts the f32 bytes written. */
 void rf_move_convert_back(struct rf_device *dev, float *dst, const void *src, enum rf_dtype dtype, size_t n,
-                          int accumulate);
+                          int accumulate, struct rf_device_stream *stream);
 /* As rf_move_convert, counted as bytes_own_shard. */
-void rf_move_own_shard(struct rf_device *dev, void *dst, enum rf_dtype dtype, const float *src, size_t n);
+void rf_move_own_shard(struct rf_device *dev, void *dst, enum rf_dtype dtype, const float *src, size_t n,
+                       struct rf_device_stream *stream);
 /* Adds to one of the device's counters (NULL counters: nothing). */
 #define RF_DEVICE_COUNT(dev, field, n)                            \
   do {                                                            \

@@ -41,8 +41,12 @@ struct rf_device_cuda {
 
 static struct rf_device_cuda *rf_device_cuda_of(const struct rf_device *dev) { return dev->impl; }
 
+/* Every operation names one of its caller's streams: NULL is refused, not read as a default (the model's
+ * kernels and AdamW read NULL as CUDA's legacy stream, the table as its own: two meanings, so none). */
 cudaStream_t rf_device_cuda_stream(const struct rf_device *dev, const struct rf_device_stream *stream) {
-  return stream ? (cudaStream_t)stream->handle : rf_device_cuda_of(dev)->stream;
+  if (!stream)
+    RF_DIE("cuda device %d: an operation without a stream (NULL): name the runtime's", dev->ordinal);
+  return (cudaStream_t)stream->handle;
 }
 
 struct rf_device_cuda_stats rf_device_cuda_stats(const struct rf_device *dev) {

@@ -72,7 +72,7 @@ struct rf_device_cuda_stats {
   uint64_t host_syncs;
 };
 struct rf_device_cuda_stats rf_device_cuda_stats(const struct rf_device *dev);
-/* The stream behind a stream of a CUDA device (NULL: the device's default stream). */
+/* The stream behind a stream of a CUDA device (NULL: refused, dies). */
 cudaStream_t rf_device_cuda_stream(const struct rf_device *dev, const struct rf_device_stream *stream);
 #endif
 

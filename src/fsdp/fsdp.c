@@ -72,6 +72,8 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   f->device = rf_xcalloc(1, sizeof *f->device);
   rf_backend_open(rf_backend_find(opt->device ? opt->device : "cpu"), f->device, 0, &f->counters);
   f->opt.device = f->device->backend->name; /* static: the caller's string is borrowed */
+  for (int s = 0; s < RF_FSDP_STREAM_COUNT; s++) f->stream[s] = rf_device_stream_create(f->device);
+  rf_device_event_create(f->device, &f->mark);
   f->mesh.shard.counters = &f->counters;
   f->mesh.replicate.counters = &f->counters;
   f->at_create = rf_fsdp_counters_now(f);
@@ -97,6 +99,8 @@ void rf_fsdp_free(struct rf_fsdp *f) {
     f->free_pending = 1;
     return;
   }
+  for (int s = 0; s < RF_FSDP_STREAM_COUNT; s++) /* their work done before its memory goes */
+    rf_device_stream_synchronize(f->device, f->stream[s]);
   for (int u = 0; u < f->n_units; u++) {
     struct rf_fsdp_unit *x = &f->units[u];
     if (x->gather_reqs) {
@@ -134,6 +138,8 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->pslot_unit);
   free(f->gslot_unit);
   rf_arena_free(&f->arena);
+  rf_device_event_free(f->device, &f->mark);
+  for (int s = 0; s < RF_FSDP_STREAM_COUNT; s++) rf_device_stream_free(f->device, f->stream[s]);
   rf_device_free(f->device);
   free(f->device);
   rf_comm_mesh_free(&f->mesh);
@@ -248,7 +254,8 @@ static void rf_fsdp_make_slots(struct rf_fsdp *f) {
   f->n_pslots = f->opt.reshard_after_forward ? (int)rf_min_i64(f->opt.prefetch + 1, f->n_units) : f->n_units;
   f->n_gslots = (int)rf_min_i64(2, f->n_units);
   rf_arena_init(&f->arena, f->device,
-                (size_t)f->n_pslots * f->pslot_bytes + (size_t)f->n_gslots * f->gslot_bytes);
+                (size_t)f->n_pslots * f->pslot_bytes + (size_t)f->n_gslots * f->gslot_bytes,
+                f->stream[RF_FSDP_STREAM_COMPUTE]);
   f->pslots = rf_xcalloc((size_t)f->n_pslots, sizeof *f->pslots);
   f->gslots = rf_xcalloc((size_t)f->n_gslots, sizeof *f->gslots);
   f->pslot_unit = rf_xmalloc((size_t)f->n_pslots * sizeof(int));

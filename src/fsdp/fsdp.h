@@ -69,6 +69,14 @@ struct rf_fsdp_unit {
 
 /* The context. Owns everything: the mesh, the declarations, the slabs, the arena
  * and its slots. */
+enum rf_fsdp_stream {
+  RF_FSDP_STREAM_COMPUTE = 0,
+  RF_FSDP_STREAM_GATHER,
+  RF_FSDP_STREAM_REDUCE,
+  RF_FSDP_STREAM_REPLICATE,
+  RF_FSDP_STREAM_COUNT,
+};
+
 struct rf_fsdp {
   struct rf_fsdp_options opt;
   struct rf_comm_mesh mesh;     /* gathers, reduce-scatters and the norm run on mesh.shard; the
@@ -86,6 +94,14 @@ struct rf_fsdp {
   void
       *grad_across; /* owned, shard_elems bf16: HSDP's replica all-reduce with reduce_dtype bf16, else NULL */
   struct rf_device *device; /* owned: where the slabs and slots live; moves, quantizes, norms (host today) */
+  /* owned: the runtime's streams, named (FSDP2's comm context): compute (the model, the optimizer,
+   * the gradients' scaling and norm, every gather's and reduce's finish), gather (the own-shard
+   * writes before an all-gather), reduce (the staging before a reduce-scatter), replicate (HSDP's
+   * rounding before the all-reduce across replicas). `mark` is recorded on compute before gather,
+   * reduce or replicate work starts, and they wait on it: what they read or overwrite the compute
+   * stream wrote or still reads. */
+  struct rf_device_stream *stream[RF_FSDP_STREAM_COUNT];
+  struct rf_device_event mark;
   struct rf_arena arena;
   int n_pslots, n_gslots;
   void **pslots; /* borrowed views into the arena */

@@ -16,27 +16,29 @@ static void rf_fsdp_for_pieces(struct rf_fsdp *f, void (*fn)(float *g, int64_t n
  * chunked, threaded scaling and the f64 simd sum of squares). */
 struct rf_fsdp_piece_ctx {
   struct rf_device *dev;
+  struct rf_device_stream *stream; /* compute */
   float scale;
   double sq;
 };
 
 static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
   struct rf_fsdp_piece_ctx *c = ctx;
-  rf_device_scale(c->dev, g, n, c->scale, NULL);
+  rf_device_scale(c->dev, g, n, c->scale, c->stream);
 }
 
 static void rf_fsdp_square_piece(float *g, int64_t n, void *ctx) {
   struct rf_fsdp_piece_ctx *c = ctx;
-  c->sq += rf_device_sum_squares(c->dev, g, n, NULL);
+  c->sq += rf_device_sum_squares(c->dev, g, n, c->stream);
 }
 
 void rf_fsdp_scale_grads(struct rf_fsdp *f, float scale) {
-  struct rf_fsdp_piece_ctx c = {.dev = f->device, .scale = scale};
+  struct rf_fsdp_piece_ctx c = {
+      .dev = f->device, .stream = f->stream[RF_FSDP_STREAM_COMPUTE], .scale = scale};
   rf_fsdp_for_pieces(f, rf_fsdp_scale_piece, &c);
 }
 
 double rf_fsdp_grad_norm(struct rf_fsdp *f) {
-  struct rf_fsdp_piece_ctx c = {.dev = f->device};
+  struct rf_fsdp_piece_ctx c = {.dev = f->device, .stream = f->stream[RF_FSDP_STREAM_COMPUTE]};
   rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
   double sq = c.sq;
   /* a NaN or Inf on any rank makes the sum non-finite on every rank */

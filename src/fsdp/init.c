@@ -56,7 +56,7 @@ void rf_fsdp_init_params(struct rf_fsdp *f) {
 #pragma omp parallel for schedule(static) if (c1 - c0 > 65536)
       for (int64_t i = c0; i < c1; i++) host[i - c0] = rf_init_value(init, key, i);
       rf_device_copy(f->device, v.master + (c0 - v.begin), host, (size_t)(c1 - c0) * sizeof(float),
-                     RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+                     RF_DEVICE_COPY_HOST_TO_DEVICE, f->stream[RF_FSDP_STREAM_COMPUTE]);
     }
   }
   free(host);

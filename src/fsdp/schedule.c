@@ -3,7 +3,7 @@
  * order everywhere, and the schedule depends only on the unit sequence).
  *
  * Events. Each started collective gets an event (rf_comm_event_record) and the
- * schedule waits on those: the compute stream (the device's default) waits on a
+ * schedule waits on those: the compute stream (f->stream[RF_FSDP_STREAM_COMPUTE]) waits on a
  * unit's gather events before the unit is READY, and on its reduce events before the
  * gradient slot is reused; polling queries them. On MPI an event is its request, so
  * waiting is rf_comm_wait and a query is rf_comm_test (what drives MPI's progress);
@@ -17,6 +17,14 @@
 static void rf_fsdp_note_peak(struct rf_fsdp *f) {
   int64_t bytes = rf_fsdp_slots_in_use_bytes(f);
   if (bytes > f->slots_in_use_peak_bytes) f->slots_in_use_peak_bytes = bytes;
+}
+
+/* Work about to be queued on stream s runs after everything queued on compute so far (what it
+ * reads, the compute stream wrote; what it overwrites, the compute stream may still read). */
+static struct rf_device_stream *rf_fsdp_after_compute(struct rf_fsdp *f, enum rf_fsdp_stream s) {
+  rf_device_event_record(f->device, &f->mark, f->stream[RF_FSDP_STREAM_COMPUTE]);
+  rf_device_stream_wait(f->device, f->stream[s], &f->mark);
+  return f->stream[s];
 }
 
 static int rf_fsdp_free_slot(const int *owners, int n) {
@@ -34,8 +42,9 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   f->pslot_unit[s] = u;
   x->pslot = s;
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
+  struct rf_device_stream *gather = rf_fsdp_after_compute(f, RF_FSDP_STREAM_GATHER);
   rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
-                          f->opt.fp8_pow2, x->gather_reqs);
+                          f->opt.fp8_pow2, x->gather_reqs, gather);
   for (int b = 0; b < x->db.n_gather_reqs; b++) {
     rf_comm_req_trace(&x->gather_reqs[b], RF_TRACE_LANE_GATHER, u);
     rf_comm_event_record(&f->mesh.shard, &x->gather_reqs[b], f->device, &x->gathered[b]);
@@ -50,9 +59,10 @@ static void rf_fsdp_gather_wait(struct rf_fsdp *f, int u) {
     RF_DIE("no free parameter slot for unit %s (%d slots): units must be handed back in order", x->name,
            f->n_pslots);
   if (x->state == RF_FSDP_UNIT_STATE_GATHERING) {
-    for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_stream_wait(f->device, NULL, &x->gathered[b]);
+    struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
+    for (int b = 0; b < x->db.n_gather_reqs; b++) rf_device_stream_wait(f->device, compute, &x->gathered[b]);
     if (rf_dbuffer_gather_finish(&x->db, f->pslots[x->pslot], f->opt.param_dtype, f->opt.fp8_pow2,
-                                 x->gather_reqs) != 0 &&
+                                 x->gather_reqs, compute) != 0 &&
         !f->failed) {
       f->failed = 1;
       snprintf(f->fail_msg, sizeof f->fail_msg, "%s", rf_error_msg());
@@ -93,13 +103,14 @@ static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
   RF_ASSERT(!x->across);
   void *buf = f->grad + x->shard_base;
   enum rf_dtype dtype = RF_DTYPE_F32;
+  struct rf_device_stream *replicate = rf_fsdp_after_compute(f, RF_FSDP_STREAM_REPLICATE);
   if (f->grad_across) {
     dtype = RF_DTYPE_BF16;
     buf = (uint8_t *)f->grad_across + (size_t)x->shard_base * rf_dtype_size(dtype);
-    rf_move_convert(f->device, buf, dtype, f->grad + x->shard_base, (size_t)x->db.shard_elems);
+    rf_move_convert(f->device, buf, dtype, f->grad + x->shard_base, (size_t)x->db.shard_elems, replicate);
   }
   /* the all-reduce starts after the writes to what it sends (the reduce-scatter's finish, the rounding) */
-  rf_device_event_record(f->device, &x->across_written, NULL);
+  rf_device_event_record(f->device, &x->across_written, replicate);
   rf_comm_stream_wait(&f->mesh.replicate, f->device, &x->across_written);
   rf_comm_iallreduce(&f->mesh.replicate, buf, x->db.shard_elems, dtype, RF_REDUCE_OP_SUM, x->across_req);
   rf_comm_req_trace(x->across_req, RF_TRACE_LANE_REPLICATE, u);
@@ -110,9 +121,10 @@ static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
 static void rf_fsdp_reduce_finish(struct rf_fsdp *f, int u) {
   struct rf_fsdp_unit *x = &f->units[u];
   RF_ASSERT(x->reducing);
-  for (int b = 0; b < x->db.n_buffers; b++) rf_device_stream_wait(f->device, NULL, &x->reduced[b]);
+  struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
+  for (int b = 0; b < x->db.n_buffers; b++) rf_device_stream_wait(f->device, compute, &x->reduced[b]);
   rf_dbuffer_reduce_finish(&x->db, f->gslots[x->gslot], f->grad + x->shard_base, f->opt.reduce_dtype,
-                           x->reduce_accumulate, x->reduce_reqs);
+                           x->reduce_accumulate, x->reduce_reqs, compute);
   f->gslot_unit[x->gslot] = -1;
   x->gslot = -1;
   x->reducing = 0;
@@ -126,7 +138,8 @@ void rf_fsdp_zero_grad(struct rf_fsdp *f) {
     RF_ASSERT(!f->units[u].reducing && !f->units[u].across);
     f->units[u].has_grad = 0;
   }
-  rf_device_memset(f->device, f->grad, 0, (size_t)f->shard_elems * sizeof(float), NULL);
+  rf_device_memset(f->device, f->grad, 0, (size_t)f->shard_elems * sizeof(float),
+                   f->stream[RF_FSDP_STREAM_COMPUTE]);
   f->grads_across = 0;
   f->last_micro = 0;
   struct rf_counters now = rf_fsdp_counters_now(f);
@@ -169,7 +182,8 @@ void rf_fsdp_backward_begin(struct rf_fsdp *f, int unit) {
   }
   f->gslot_unit[s] = unit;
   x->gslot = s;
-  rf_device_memset(f->device, f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float), NULL);
+  rf_device_memset(f->device, f->gslots[s], 0, (size_t)x->db.gview_elems * sizeof(float),
+                   f->stream[RF_FSDP_STREAM_COMPUTE]);
   rf_fsdp_note_peak(f);
   rf_fsdp_prefetch(f, unit, -1);
   x->trace_t0 = rf_trace_now();
@@ -186,8 +200,9 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
         x->name);
   x->reduce_accumulate = x->has_grad;
   x->reduce_last = f->last_micro;
+  struct rf_device_stream *reduce = rf_fsdp_after_compute(f, RF_FSDP_STREAM_REDUCE);
   rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
-                          f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs);
+                          f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs, reduce);
   for (int b = 0; b < x->db.n_buffers; b++) {
     rf_comm_req_trace(&x->reduce_reqs[b], RF_TRACE_LANE_REDUCE, unit);
     rf_comm_event_record(&f->mesh.shard, &x->reduce_reqs[b], f->device, &x->reduced[b]);
@@ -212,11 +227,12 @@ void rf_fsdp_grads_finish(struct rf_fsdp *f) {
       if (!f->units[u].across) rf_fsdp_across_start(f, u);
     for (int u = f->n_units - 1; u >= 0; u--) {
       struct rf_fsdp_unit *x = &f->units[u];
-      rf_device_stream_wait(f->device, NULL, x->across_done);
+      struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
+      rf_device_stream_wait(f->device, compute, x->across_done);
       if (f->grad_across) /* the bf16 sum widened back into the f32 shard */
         rf_move_convert_back(f->device, f->grad + x->shard_base,
                              (uint8_t *)f->grad_across + (size_t)x->shard_base * rf_dtype_size(RF_DTYPE_BF16),
-                             RF_DTYPE_BF16, (size_t)x->db.shard_elems, 0);
+                             RF_DTYPE_BF16, (size_t)x->db.shard_elems, 0, compute);
       x->across = 0;
     }
     f->grads_across = 1;

@@ -26,7 +26,7 @@
  *   - the MoE router: a thread per row, moe.c's loops in f64 in its order (the
  *     GPU's f64 exp against glibc's: within an ulp of f64 before the rounding to f32).
  * The table's stream is the device's struct rf_device_stream, whose handle is a
- * cudaStream_t (NULL: CUDA's default stream). A failed launch stops every rank
+ * cudaStream_t (NULL: refused, an error, not CUDA's legacy stream). A failed launch stops every rank
  * (rf_die) naming the kernel. scripts/cuda-emu runs these kernels on the CPU
  * (tests/gpu/emu), as far as an emulation can check them. */
 #include <cuda_runtime.h>
@@ -62,7 +62,8 @@ extern "C" {
 #define RF_KC_MAX_BLOCKS 4096
 
 static cudaStream_t kc_stream(struct rf_device_stream *s) {
-  return s ? (cudaStream_t)s->handle : (cudaStream_t)0;
+  if (!s) RF_DIE("CUDA model kernels: a launch without a stream (NULL): name the runtime's");
+  return (cudaStream_t)s->handle;
 }
 
 static unsigned kc_blocks(size_t n) {

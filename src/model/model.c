@@ -139,17 +139,20 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq) {
   struct rf_device host;
   rf_backend_open(&rf_backend_cpu, &host, 0, NULL);
-  int rc = rf_model_ws_init_on(ws, &host, cfg, batch, seq);
+  struct rf_device_stream *stream = rf_device_stream_create(&host);
+  int rc = rf_model_ws_init_on(ws, &host, stream, cfg, batch, seq);
   ws->host_dev = host; /* after the memset of init: ws->dev points at the copy */
   ws->dev = &ws->host_dev;
+  ws->own_stream = stream;
   return rc;
 }
 
-int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const struct rf_model_config *cfg,
-                        int batch, int seq) {
+int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf_device_stream *stream,
+                        const struct rf_model_config *cfg, int batch, int seq) {
   memset(ws, 0, sizeof(*ws));
-  RF_ASSERT(dev && dev->backend); /* a device opened by rf_backend_open */
+  RF_ASSERT(dev && dev->backend && stream); /* a device opened by rf_backend_open */
   ws->dev = dev;
+  ws->stream = stream;
   ws->kern = dev->backend->model; /* the compute on activations comes with the device's backend */
   RF_REQUIRE(ws->dev->ops->host_memory,
              "model workspace: device %s: the model's operations run on the host today (host memory only)",
@@ -300,9 +303,11 @@ void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
 
 void rf_model_ws_free(struct rf_model_ws *ws) {
   if (!ws->layers) return;
+  rf_device_stream_synchronize(ws->dev, ws->stream); /* its work done before its memory goes */
   for (int i = 0; i < ws->n_bufs; i++) rf_device_release(ws->dev, ws->bufs[i]);
   free(ws->bufs);
   free(ws->layers);
+  rf_device_stream_free(ws->dev, ws->own_stream);
   memset(ws, 0, sizeof(*ws));
 }
 
@@ -377,12 +382,12 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
     RF_REQUIRE(tokens[i] >= 0 && tokens[i] < ws->cfg.vocab_size,
                "model: token %d at position %d is not in [0, %d)", tokens[i], i, ws->cfg.vocab_size);
   rf_device_copy(ws->dev, ws->tokens, tokens, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
-                 NULL);
+                 ws->stream);
   if (ws->moe_count) { /* a new forward: new router statistics, no balance gradient yet */
     size_t e = (size_t)ws->cfg.moe.num_local_experts;
-    rf_device_memset(ws->dev, ws->moe_count, 0, e * sizeof(double), NULL);
-    rf_device_memset(ws->dev, ws->moe_psum, 0, e * sizeof(double), NULL);
-    rf_device_memset(ws->dev, ws->moe_balance, 0, e * sizeof(float), NULL);
+    rf_device_memset(ws->dev, ws->moe_count, 0, e * sizeof(double), ws->stream);
+    rf_device_memset(ws->dev, ws->moe_psum, 0, e * sizeof(double), ws->stream);
+    rf_device_memset(ws->dev, ws->moe_balance, 0, e * sizeof(float), ws->stream);
   }
   float *out = ws->cfg.num_hidden_layers > 0 ? ws->layers[0].x : ws->xf;
   ws->kern->embedding_forward(out, w, ws->tokens, n, ws->cfg.hidden_size, ws->stream);
@@ -423,7 +428,8 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   ws->kern->rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
   ws->kern->attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
                               ws->scratch_bytes, ws->stream);
-  rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+  rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
+                 ws->stream);
   rf_model_linear_forward(a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
 
@@ -433,7 +439,8 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                             ws->stream);
   if (rf_model_config_layer_is_moe(c, layer)) {
     float *out = layer_output(ws, layer);
-    rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+    rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
+                   ws->stream);
     rf_model_moe_forward(ws, layer, w, ws->s_norm, out);
     return;
   }
@@ -443,7 +450,8 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
   ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter, ws->stream);
   float *out = layer_output(ws, layer);
-  rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+  rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
+                 ws->stream);
   rf_model_linear_forward(out, ws->s_inner, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 1.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
 }
@@ -457,7 +465,7 @@ double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weigh
   rf_model_linear_forward(ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   if (targets)
     rf_device_copy(ws->dev, ws->targets, targets, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
-                   NULL);
+                   ws->stream);
   ws->has_targets = targets != NULL;
   ws->kern->cross_entropy_forward(ws->loss, ws->lse, ws->logits, targets ? ws->targets : NULL, n, v,
                                   ws->scratch, ws->scratch_bytes, ws->stream);
@@ -478,7 +486,7 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
   ws->kern->cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale, ws->stream);
   rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
                            &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
-  rf_device_memset(ws->dev, ws->dx, 0, sizeof(float) * (size_t)n * h, NULL);
+  rf_device_memset(ws->dev, ws->dx, 0, sizeof(float) * (size_t)n * h, ws->stream);
   ws->kern->rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
                              norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h, ws->scratch,
                              ws->scratch_bytes, ws->stream);
@@ -556,7 +564,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   ws->kern->rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */
     float *dqp = ws->s_qkn, *dkp = dqp + (size_t)n * qd;
-    rf_device_memset(ws->dev, dqp, 0, sizeof(float) * (size_t)n * (qd + kd), NULL);
+    rf_device_memset(ws->dev, dqp, 0, sizeof(float) * (size_t)n * (qd + kd), ws->stream);
     ws->kern->rmsnorm_backward(dqp, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_NORM), dq, a->q_pre, a->rstdq,
                                norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
                                ws->scratch, ws->scratch_bytes, ws->stream);

@@ -433,7 +433,8 @@ struct rf_model_ws {
    * device's default), its scratch (kern->scratch_bytes for the capacity; the host's: attention's
    * blocks, one [2, RF_MODEL_ATT_BLOCK, T] slice per thread) and the loss sum it writes (one double) */
   const struct rf_model_kernels *kern;
-  struct rf_device_stream *stream;
+  struct rf_device_stream *stream;     /* borrowed (the runtime's compute stream) or own_stream */
+  struct rf_device_stream *own_stream; /* owned by rf_model_ws_init's workspace (its host device's) */
   void *scratch;
   size_t scratch_bytes;
   double *loss;
@@ -454,8 +455,8 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
  * the allocations. The ops of this file read the buffers in place: dev must be one
  * whose memory the host reads (ops->host_memory) until the model's compute has a
  * device table of its own. */
-int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, const struct rf_model_config *cfg,
-                        int batch, int seq);
+int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf_device_stream *stream,
+                        const struct rf_model_config *cfg, int batch, int seq);
 void rf_model_ws_free(struct rf_model_ws *ws);
 /* The bytes rf_model_ws_init would allocate (ws->bytes after it), for memory
  * predictions; depends on omp_get_max_threads() (attention scratch per thread). */

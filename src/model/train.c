@@ -55,8 +55,10 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
       rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
   /* the workspaces on the context's device, their allocations counted in its counters */
-  RF_TRY(rf_model_ws_init_on(&m->ws, m->fsdp->device, cfg, batch, seq));
-  RF_TRY(rf_model_ws_init_on(&m->gen_ws, m->fsdp->device, cfg, 1, seq));
+  RF_TRY(
+      rf_model_ws_init_on(&m->ws, m->fsdp->device, m->fsdp->stream[RF_FSDP_STREAM_COMPUTE], cfg, batch, seq));
+  RF_TRY(
+      rf_model_ws_init_on(&m->gen_ws, m->fsdp->device, m->fsdp->stream[RF_FSDP_STREAM_COMPUTE], cfg, 1, seq));
   if (opt->fp8) {
     rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2);
     rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2);

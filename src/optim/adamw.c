@@ -70,7 +70,7 @@ void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *
     int64_t len = w->v.end - w->v.begin;
     if ((w->flags & RF_OPTIM_FLAG_MATRIX) || len == 0) continue;
     o->dev->backend->adamw_piece(&h, w->flags & RF_OPTIM_FLAG_DECAY, w->v.master, w->v.grad,
-                                 a->m + w->v.shard_offset, a->v + w->v.shard_offset, len, NULL);
+                                 a->m + w->v.shard_offset, a->v + w->v.shard_offset, len, o->stream);
   }
 }
 

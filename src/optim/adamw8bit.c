@@ -132,7 +132,7 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   if (!o->measure) {
     q->mq = rf_device_alloc(o->dev, slab, 64);
     q->vq = rf_device_alloc(o->dev, slab, 64); /* zero-filled: code 0 is 0 */
-    rf_device_memset(o->dev, q->mq, q->zero_code_m, slab, NULL);
+    rf_device_memset(o->dev, q->mq, q->zero_code_m, slab, o->stream);
   }
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];

@@ -32,7 +32,8 @@ extern "C" void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int de
   const int threads = 256;
   int64_t blocks = (len + threads - 1) / threads;
   if (blocks > 8192) blocks = 8192; /* grid-stride beyond: a few waves of every SM */
-  cudaStream_t st = stream ? (cudaStream_t)stream->handle : (cudaStream_t)0;
+  if (!stream) RF_DIE("CUDA AdamW: a launch without a stream (NULL): name the runtime's");
+  cudaStream_t st = (cudaStream_t)stream->handle;
   adamw_piece_kernel<<<(unsigned)blocks, threads, 0, st>>>(*h, decay ? h->decay : 1.0f, p, g, m, v, len);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) RF_DIE("CUDA kernel of AdamW: %s", cudaGetErrorString(e));

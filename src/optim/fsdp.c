@@ -13,7 +13,7 @@ int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *o
   int n = rf_fsdp_n_tensors(f);
   RF_REQUIRE(n >= 0, "optim: the runtime context has %d tensors", n);
   RF_TRY(rf_optim_create_on(out, opt, rf_fsdp_views(f), flags, n, rf_fsdp_shard_elems(f),
-                            comm ? comm : &f->mesh.shard, f->device));
+                            comm ? comm : &f->mesh.shard, f->device, f->stream[RF_FSDP_STREAM_COMPUTE]));
   (*out)->fsdp = f;
   (*out)->grads_unfinished = rf_fsdp_grads_unfinished;
   return 0;

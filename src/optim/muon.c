@@ -106,7 +106,8 @@ static int rf_optim_muon_create(struct rf_optim *o) {
       mu->n_mats++;
     }
   }
-  rf_optim_owners_create(&mu->owners, o->comm, o->dev, desc, mu->n_mats, o->opt.muon_overlap, o->measure);
+  rf_optim_owners_create(&mu->owners, o->comm, o->dev, o->stream, desc, mu->n_mats, o->opt.muon_overlap,
+                         o->measure);
   free(desc);
   struct rf_optim_owners_stats ts;
   rf_optim_owners_get_stats(mu->owners, &ts);

@@ -95,7 +95,8 @@ static int rf_optim_check_view(const struct rf_optim *o, const struct rf_tensor_
 
 static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *opt,
                          const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
-                         const struct rf_comm *comm, struct rf_device *dev, int measure) {
+                         const struct rf_comm *comm, struct rf_device *dev, struct rf_device_stream *stream,
+                         int measure) {
   RF_REQUIRE_ARG("rf_optim_create", out);
   *out = NULL;
   RF_REQUIRE_ARG("rf_optim_create", opt);
@@ -111,7 +112,9 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
   if (!dev) { /* rf_optim_create: on the host, as its documentation says; counted with its collectives */
     rf_backend_open(&rf_backend_cpu, &o->own_device, 0, comm ? comm->counters : NULL);
     dev = &o->own_device;
+    stream = o->own_stream = rf_device_stream_create(dev);
   }
+  o->stream = stream;
   RF_ASSERT(dev->backend); /* opened by rf_backend_open: its kernels come with it */
   o->dev = dev;
   o->rank = comm ? comm->rank : 0;
@@ -141,13 +144,14 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
 int rf_optim_create(struct rf_optim **out, const struct rf_optim_options *opt,
                     const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
                     const struct rf_comm *comm) {
-  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, NULL, 0);
+  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, NULL, NULL, 0);
 }
 
 int rf_optim_create_on(struct rf_optim **out, const struct rf_optim_options *opt,
                        const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
-                       const struct rf_comm *comm, struct rf_device *dev) {
-  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, dev, 0);
+                       const struct rf_comm *comm, struct rf_device *dev, struct rf_device_stream *stream) {
+  RF_ASSERT(dev && stream);
+  return rf_optim_make(out, opt, views, flags, n, shard_elems, comm, dev, stream, 0);
 }
 
 int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_view *views, const int *flags,
@@ -155,7 +159,7 @@ int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_
   RF_REQUIRE(world >= 1 && rank >= 0 && rank < world, "optim: rank %d of %d", rank, world);
   struct rf_comm comm = {.rank = rank, .world = world}; /* read for its rank and size only */
   struct rf_optim *o = NULL;
-  RF_TRY(rf_optim_make(&o, opt, views, flags, n, shard_elems, &comm, NULL, 1));
+  RF_TRY(rf_optim_make(&o, opt, views, flags, n, shard_elems, &comm, NULL, NULL, 1));
   RF_ASSERT(o);
   rf_optim_get_stats(o, out);
   rf_optim_free(o);
@@ -174,7 +178,9 @@ void rf_optim_free(struct rf_optim *o) {
     o->free_pending = 1;
     return;
   }
+  rf_device_stream_synchronize(o->dev, o->stream); /* its step's work done before its state goes */
   o->ops->free(o);
+  rf_device_stream_free(o->dev, o->own_stream);
   free(o->views);
   free(o);
 }

@@ -64,6 +64,9 @@ struct rf_optim {
   const struct rf_comm *comm;  /* borrowed; NULL allowed for the element-wise kinds */
   struct rf_device *dev;       /* borrowed: the runtime context's device, or own_device; state lives there */
   struct rf_device own_device; /* the host device when created without a runtime context */
+  struct rf_device_stream
+      *stream; /* borrowed (the runtime's compute stream) or own_stream: the step's work */
+  struct rf_device_stream *own_stream; /* owned: own_device's stream, NULL with a runtime context */
   int rank, world;
   int n;
   struct rf_optim_view *views; /* owned */
@@ -86,11 +89,11 @@ struct rf_optim {
 void rf_optim_hold(struct rf_optim *o);
 void rf_optim_unhold(struct rf_optim *o);
 
-/* rf_optim_create on a device (the runtime context's: rf_optim_create_fsdp); NULL: a
- * host device of its own. */
+/* rf_optim_create on a device (opened by rf_backend_open: the runtime context's, rf_optim_create_fsdp),
+ * its step queued on `stream` (the context's compute stream). */
 int rf_optim_create_on(struct rf_optim **out, const struct rf_optim_options *opt,
                        const struct rf_tensor_view *views, const int *flags, int n, int64_t shard_elems,
-                       const struct rf_comm *comm, struct rf_device *dev);
+                       const struct rf_comm *comm, struct rf_device *dev, struct rf_device_stream *stream);
 
 /* ---- AdamW's arithmetic, shared by adamw, adamw8bit and muon's other views ------------ */
 
@@ -190,7 +193,8 @@ struct rf_optim_owners_stats {
  * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one.
  * `measure` 1: the stats only (rf_optim_measure), no staging allocated (not runnable). */
 void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm, struct rf_device *dev,
-                            const struct rf_optim_owners_matrix *mats, int n, int overlap, int measure);
+                            struct rf_device_stream *stream, const struct rf_optim_owners_matrix *mats, int n,
+                            int overlap, int measure);
 void rf_optim_owners_free(struct rf_optim_owners *t);
 /* The owner rank of matrix k. */
 int rf_optim_owners_owner(const struct rf_optim_owners *t, int k);

@@ -242,7 +242,8 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
     desc[k] = (struct rf_optim_owners_matrix){
         .rows = x->rows, .cols = x->cols, .starts = w->v.starts, .group = w->v.unit, .cost = x->cost};
   }
-  rf_optim_owners_create(&sh->owners, o->comm, o->dev, desc, sh->n_mats, o->opt.muon_overlap, o->measure);
+  rf_optim_owners_create(&sh->owners, o->comm, o->dev, o->stream, desc, sh->n_mats, o->opt.muon_overlap,
+                         o->measure);
   free(desc);
   for (int k = 0; k < sh->n_mats; k++) {
     struct rf_optim_shampoo_matrix *x = &sh->mats[k];

@@ -27,10 +27,12 @@
 #include "rf_test.h"
 
 static struct rf_device gpu;
+static struct rf_device_stream *gs; /* the uploads' stream: the CUDA table refuses NULL */
+#define GS gs
 
 static void *to_gpu(const void *src, size_t bytes) {
   void *d = rf_device_alloc(&gpu, bytes ? bytes : 1, 256);
-  rf_device_copy(&gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   return d;
 }
 
@@ -40,12 +42,12 @@ static void *to_gpu(const void *src, size_t bytes) {
  * CPU stand-in's delayed streams showed on the all-gather). */
 static struct rf_device_event uploaded;
 static void after_uploads(const struct rf_comm *nccl) {
-  rf_device_event_record(&gpu, &uploaded, NULL);
+  rf_device_event_record(&gpu, &uploaded, GS);
   rf_comm_stream_wait(nccl, &gpu, &uploaded);
 }
 
 static void from_gpu(void *dst, const void *src, size_t bytes) {
-  rf_device_copy(&gpu, dst, src, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+  rf_device_copy(&gpu, dst, src, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
 }
 
 static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
@@ -110,7 +112,7 @@ static void check_equal(struct rf_comm *mpi, struct rf_comm *nccl, enum rf_dtype
            rf_dtype_name(dtype));
   /* reduce-scatter (sum) */
   fill(h, all, dtype, 200 + (uint64_t)r);
-  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   void *drecv = to_gpu(h, (size_t)count * size);
   if (mag) magnitudes(mpi, h, all, mag);
   rf_comm_reduce_scatter_block(mpi, h, recv, count, dtype);
@@ -121,7 +123,7 @@ static void check_equal(struct rf_comm *mpi, struct rf_comm *nccl, enum rf_dtype
            "rank %d: reduce-scatter (%s) differs from MPI's", r, rf_dtype_name(dtype));
   /* all-reduce on device memory (the replica lane) */
   fill(h, all, dtype, 300 + (uint64_t)r);
-  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   if (mag) magnitudes(mpi, h, all, mag);
   rf_comm_allreduce(mpi, h, (int64_t)all, dtype, RF_REDUCE_OP_SUM);
   after_uploads(nccl);
@@ -131,7 +133,7 @@ static void check_equal(struct rf_comm *mpi, struct rf_comm *nccl, enum rf_dtype
            rf_dtype_name(dtype));
   /* and non-blocking, on device memory and (through the NCCL communicator) on host memory */
   fill(h, all, dtype, 350 + (uint64_t)r);
-  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, h, all * size, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   void *hn = malloc(all * size), *hm = malloc(all * size);
   memcpy(hn, h, all * size);
   memcpy(hm, h, all * size);
@@ -170,7 +172,7 @@ static void check_ragged(struct rf_comm *mpi, struct rf_comm *nccl, uint64_t see
   RF_CHECK(same_bits(got, h, all * sizeof(float)), "rank %d: all-gather-v differs from MPI's (seed %llu)", r,
            (unsigned long long)seed);
   fill(h, all, RF_DTYPE_F32, seed + 50 + (uint64_t)r);
-  rf_device_copy(&gpu, d, h, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, h, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   float *drecv = rf_device_alloc(&gpu, (mine + 1) * sizeof(float), 256);
   rf_comm_reduce_scatter(mpi, h, recv, starts, RF_DTYPE_F32);
   after_uploads(nccl);
@@ -199,7 +201,7 @@ static void check_alltoallv_bcast(struct rf_comm *mpi, struct rf_comm *nccl) {
   int64_t *h = malloc(cap), *want = malloc(cap), *got = malloc(cap);
   fill(h, (size_t)stotal, RF_DTYPE_I64, 400 + (uint64_t)r);
   int64_t *ds = rf_device_alloc(&gpu, cap, 256);
-  rf_device_copy(&gpu, ds, h, (size_t)stotal * 8, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, ds, h, (size_t)stotal * 8, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   int64_t *dr = rf_device_alloc(&gpu, (size_t)(rtotal + 1) * 8, 256);
   rf_comm_alltoallv(mpi, h, sc, sd, want, rc, rd, RF_DTYPE_I64);
   after_uploads(nccl);
@@ -207,7 +209,7 @@ static void check_alltoallv_bcast(struct rf_comm *mpi, struct rf_comm *nccl) {
   from_gpu(got, dr, (size_t)rtotal * 8);
   RF_CHECK(same_bits(got, want, (size_t)rtotal * 8), "rank %d: all-to-all-v differs from MPI's", r);
   fill(h, 777, RF_DTYPE_I64, 500 + (uint64_t)r);
-  rf_device_copy(&gpu, ds, h, 777 * 8, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, ds, h, 777 * 8, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   rf_comm_bcast(mpi, h, 777, RF_DTYPE_I64, w - 1);
   after_uploads(nccl);
   rf_comm_bcast(nccl, ds, 777, RF_DTYPE_I64, w - 1);
@@ -243,10 +245,10 @@ static void check_nonblocking(struct rf_comm *mpi, struct rf_comm *nccl) {
     struct rf_comm_nccl_stats c0 = rf_comm_nccl_stats(nccl);
     uint64_t heap = rf_heap_allocations();
     /* "compute": the inputs written on the device's stream, then the event */
-    rf_device_copy(&gpu, da, h, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-    rf_device_copy(&gpu, db, h2, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-    rf_device_copy(&gpu, dg, h2, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-    rf_device_event_record(&gpu, &compute, NULL);
+    rf_device_copy(&gpu, da, h, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+    rf_device_copy(&gpu, db, h2, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+    rf_device_copy(&gpu, dg, h2, all * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+    rf_device_event_record(&gpu, &compute, GS);
     rf_comm_stream_wait(nccl, &gpu, &compute);
     rf_comm_group_begin(nccl);
     rf_comm_iallgather(nccl, da, count, RF_DTYPE_F32, &ra);
@@ -355,6 +357,7 @@ int main(int argc, char **argv) {
   int rank = mpi.rank;
   int ordinal = rf_comm_nccl_local_device(&mpi);
   rf_device_cuda_init(&gpu, ordinal, NULL);
+  gs = rf_device_stream_create(&gpu);
   rf_device_event_create(&gpu, &uploaded);
   rf_comm_nccl_init(&nccl, &mpi, &gpu);
   /* lanes are made when first used: none yet, none for a split that only counts a node's

@@ -16,6 +16,9 @@
 #include "device/device_cuda.h"
 #include "rf_test.h"
 
+static struct rf_device_stream *gs; /* every call names a stream: the CUDA table refuses NULL */
+#define GS gs
+
 #define N 40961 /* odd: no block size divides it */
 
 /* Values over many binades, bf16 ties, NaN, infinities, signed zero, subnormals. */
@@ -36,12 +39,12 @@ static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp
 
 static void *to_gpu(struct rf_device *gpu, const void *src, size_t bytes) {
   void *d = rf_device_alloc(gpu, bytes, 256);
-  rf_device_copy(gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   return d;
 }
 
 static void from_gpu(struct rf_device *gpu, void *dst, const void *src, size_t bytes) {
-  rf_device_copy(gpu, dst, src, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+  rf_device_copy(gpu, dst, src, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
 }
 
 static void check_casts(struct rf_device *host, struct rf_device *gpu) {
@@ -52,28 +55,28 @@ static void check_casts(struct rf_device *host, struct rf_device *gpu) {
   fill_values(acc, N, 8);
   float *dx = to_gpu(gpu, x, N * sizeof(float));
   uint16_t *db = rf_device_alloc(gpu, N * sizeof(uint16_t), 256);
-  rf_device_cast(host, b, RF_DTYPE_BF16, x, RF_DTYPE_F32, N, 0, NULL);
-  rf_device_cast(gpu, db, RF_DTYPE_BF16, dx, RF_DTYPE_F32, N, 0, NULL);
+  rf_device_cast(host, b, RF_DTYPE_BF16, x, RF_DTYPE_F32, N, 0, GS);
+  rf_device_cast(gpu, db, RF_DTYPE_BF16, dx, RF_DTYPE_F32, N, 0, GS);
   from_gpu(gpu, bgot, db, N * sizeof(uint16_t));
   RF_CHECK(memcmp(b, bgot, N * sizeof(uint16_t)) == 0, "f32 -> bf16: the GPU's bits differ from the host's");
   for (int accumulate = 0; accumulate < 2; accumulate++) {
     memcpy(ref, acc, N * sizeof(float));
     float *dacc = to_gpu(gpu, acc, N * sizeof(float));
-    rf_device_cast(host, ref, RF_DTYPE_F32, b, RF_DTYPE_BF16, N, accumulate, NULL);
-    rf_device_cast(gpu, dacc, RF_DTYPE_F32, db, RF_DTYPE_BF16, N, accumulate, NULL);
+    rf_device_cast(host, ref, RF_DTYPE_F32, b, RF_DTYPE_BF16, N, accumulate, GS);
+    rf_device_cast(gpu, dacc, RF_DTYPE_F32, db, RF_DTYPE_BF16, N, accumulate, GS);
     from_gpu(gpu, got, dacc, N * sizeof(float));
     RF_CHECK(same_bits(ref, got, N * sizeof(float)), "bf16 -> f32 (accumulate %d): bits differ", accumulate);
     memcpy(ref, acc, N * sizeof(float));
-    rf_device_copy(gpu, dacc, acc, N * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-    rf_device_cast(host, ref, RF_DTYPE_F32, x, RF_DTYPE_F32, N, accumulate, NULL);
-    rf_device_cast(gpu, dacc, RF_DTYPE_F32, dx, RF_DTYPE_F32, N, accumulate, NULL);
+    rf_device_copy(gpu, dacc, acc, N * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+    rf_device_cast(host, ref, RF_DTYPE_F32, x, RF_DTYPE_F32, N, accumulate, GS);
+    rf_device_cast(gpu, dacc, RF_DTYPE_F32, dx, RF_DTYPE_F32, N, accumulate, GS);
     from_gpu(gpu, got, dacc, N * sizeof(float));
     RF_CHECK(same_bits(ref, got, N * sizeof(float)), "f32 -> f32 (accumulate %d): bits differ", accumulate);
     rf_device_release(gpu, dacc);
   }
   memcpy(ref, x, N * sizeof(float));
-  rf_device_scale(host, ref, N, 0.37f, NULL);
-  rf_device_scale(gpu, dx, N, 0.37f, NULL);
+  rf_device_scale(host, ref, N, 0.37f, GS);
+  rf_device_scale(gpu, dx, N, 0.37f, GS);
   from_gpu(gpu, got, dx, N * sizeof(float));
   RF_CHECK(same_bits(ref, got, N * sizeof(float)), "scale: bits differ");
   rf_device_release(gpu, dx);
@@ -88,15 +91,14 @@ static void check_sum_squares(struct rf_device *host, struct rf_device *gpu) {
   float *dx = to_gpu(gpu, x, N * sizeof(float));
   const int64_t sizes[] = {1, 255, 256, 257, 65537 < N ? 65537 : N - 3, N};
   for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
-    double want = rf_device_sum_squares(host, x, sizes[t], NULL);
-    double a = rf_device_sum_squares(gpu, dx, sizes[t], NULL),
-           b = rf_device_sum_squares(gpu, dx, sizes[t], NULL);
+    double want = rf_device_sum_squares(host, x, sizes[t], GS);
+    double a = rf_device_sum_squares(gpu, dx, sizes[t], GS), b = rf_device_sum_squares(gpu, dx, sizes[t], GS);
     RF_CHECK(rf_test_close(a, want, 1e-12, 0), "sum of squares of %lld elements: %.17g, host %.17g",
              (long long)sizes[t], a, want);
     RF_CHECK(same_bits(&a, &b, sizeof a), "sum of squares: two calls differ (%.17g, %.17g)", a, b);
   }
   float nan = NAN;
-  rf_device_copy(gpu, dx + 1000, &nan, sizeof nan, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(gpu, dx + 1000, &nan, sizeof nan, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   RF_CHECK(!isfinite(rf_device_sum_squares(gpu, dx, N, NULL)), "a NaN makes the sum of squares non-finite");
   rf_device_release(gpu, dx);
   free(x);
@@ -115,8 +117,8 @@ static void check_fp8_grid(struct rf_device *host, struct rf_device *gpu, struct
   if (n > 10) x[n - 1] = 1e-44f, x[n - 2] = -3e-42f;   /* tiny values: subnormal codes, tiny scales */
   float *dx = to_gpu(gpu, x, n * sizeof(float)), *ds = rf_device_alloc(gpu, tiles * sizeof(float), 256);
   uint8_t *dc = rf_device_alloc(gpu, n, 256);
-  int rh = rf_device_fp8_quantize(host, &g, x, pow2, "w", c, s, NULL);
-  int rg = rf_device_fp8_quantize(gpu, &g, dx, pow2, "w", dc, ds, NULL);
+  int rh = rf_device_fp8_quantize(host, &g, x, pow2, "w", c, s, GS);
+  int rg = rf_device_fp8_quantize(gpu, &g, dx, pow2, "w", dc, ds, GS);
   from_gpu(gpu, cg, dc, n);
   from_gpu(gpu, sg, ds, tiles * sizeof(float));
   RF_CHECK(rh == 0 && rg == 0, "fp8 %lldx%lld tiles %dx%d: host %d, gpu %d", (long long)g.rows,
@@ -131,12 +133,12 @@ static void check_fp8_grid(struct rf_device *host, struct rf_device *gpu, struct
     x[n - 5] = INFINITY, x[n / 2] = NAN;
   else
     x[0] = NAN;
-  rf_device_copy(gpu, dx, x, n * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-  rh = rf_device_fp8_quantize(host, &g, x, pow2, "layers.3.w", c, s, NULL);
+  rf_device_copy(gpu, dx, x, n * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+  rh = rf_device_fp8_quantize(host, &g, x, pow2, "layers.3.w", c, s, GS);
   char want[512];
   snprintf(want, sizeof want, "%s", rf_error_msg());
   rf_error_clear();
-  rg = rf_device_fp8_quantize(gpu, &g, dx, pow2, "layers.3.w", dc, ds, NULL);
+  rg = rf_device_fp8_quantize(gpu, &g, dx, pow2, "layers.3.w", dc, ds, GS);
   RF_CHECK(rh == -1 && rg == -1 && strstr(rf_error_msg(), "layers.3.w") &&
                strcmp(strstr(rf_error_msg(), "fp8:"), strstr(want, "fp8:")) == 0,
            "refusal: host '%s', gpu '%s'", want, rf_error_msg());
@@ -165,8 +167,8 @@ static void check_memory_and_order(struct rf_device *gpu) {
   int zero = 1;
   for (size_t i = 0; i < M; i++) zero &= back[i] == 0;
   RF_CHECK(zero, "alloc: device memory zero-filled");
-  rf_device_copy(gpu, d1, h, M, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
-  rf_device_copy(gpu, d2, d1, M, RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+  rf_device_copy(gpu, d1, h, M, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+  rf_device_copy(gpu, d2, d1, M, RF_DEVICE_COPY_DEVICE_TO_DEVICE, GS);
   from_gpu(gpu, back, d2, M);
   RF_CHECK(memcmp(h, back, M) == 0, "host -> device -> device -> host copies the bytes");
   struct rf_device_stream *a = rf_device_stream_create(gpu), *b = rf_device_stream_create(gpu);
@@ -183,7 +185,7 @@ static void check_memory_and_order(struct rf_device *gpu) {
   for (size_t i = 0; i < M; i++) all &= back[i] == 0x5a;
   RF_CHECK(all, "stream b's copy ran after stream a's memsets (the event ordered them)");
   struct rf_arena arena;
-  rf_arena_init(&arena, gpu, 3 * 4096);
+  rf_arena_init(&arena, gpu, 3 * 4096, GS);
   void *p = rf_arena_alloc(&arena, 1000, 64), *q = rf_arena_alloc(&arena, 1000, 256);
   RF_CHECK((uintptr_t)p % 64 == 0 && (uintptr_t)q % 256 == 0 && q > p, "arena views aligned and in order");
   rf_arena_free(&arena);
@@ -206,15 +208,15 @@ static void check_step_quiet(struct rf_device *gpu) {
     struct rf_device_cuda_stats before = rf_device_cuda_stats(gpu);
     uint64_t heap = rf_heap_allocations();
     for (int k = 0; k < 10; k++) {
-      rf_device_cast(gpu, h, RF_DTYPE_BF16, f, RF_DTYPE_F32, M, 0, NULL);
-      rf_device_event_record(gpu, &ev, NULL);
+      rf_device_cast(gpu, h, RF_DTYPE_BF16, f, RF_DTYPE_F32, M, 0, GS);
+      rf_device_event_record(gpu, &ev, GS);
       rf_device_stream_wait(gpu, comm, &ev);
       rf_device_memset(gpu, g, 0, M * sizeof(float), comm);
       rf_device_event_record(gpu, &ev, comm);
       rf_device_stream_wait(gpu, NULL, &ev);
-      rf_device_cast(gpu, g, RF_DTYPE_F32, h, RF_DTYPE_BF16, M, 1, NULL);
-      rf_device_scale(gpu, g, M, 0.5f, NULL);
-      rf_device_copy(gpu, f, g, M * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_DEVICE, NULL);
+      rf_device_cast(gpu, g, RF_DTYPE_F32, h, RF_DTYPE_BF16, M, 1, GS);
+      rf_device_scale(gpu, g, M, 0.5f, GS);
+      rf_device_copy(gpu, f, g, M * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_DEVICE, GS);
     }
     struct rf_device_cuda_stats after = rf_device_cuda_stats(gpu);
     if (rep == 1)
@@ -225,7 +227,7 @@ static void check_step_quiet(struct rf_device *gpu) {
                (unsigned long long)(after.host_syncs - before.host_syncs),
                (unsigned long long)(rf_heap_allocations() - heap));
   }
-  rf_device_stream_synchronize(gpu, NULL);
+  rf_device_stream_synchronize(gpu, GS);
   rf_device_event_free(gpu, &ev);
   rf_device_stream_free(gpu, comm);
   rf_device_release(gpu, f), rf_device_release(gpu, g), rf_device_release(gpu, h);
@@ -235,6 +237,7 @@ int main(void) {
   struct rf_device host, gpu;
   rf_device_host_init(&host, NULL);
   rf_device_cuda_init(&gpu, 0, NULL);
+  gs = rf_device_stream_create(&gpu);
   check_casts(&host, &gpu);
   check_sum_squares(&host, &gpu);
   check_fp8(&host, &gpu);

@@ -40,6 +40,11 @@
 #include "optim/optim.h"
 #include "rf_test.h"
 
+/* Every launch names a stream (the CUDA tables refuse NULL): one blocking stream, so that
+ * the cudaMemcpy reads on the legacy stream wait for its kernels. */
+static struct rf_device_stream ks_stream;
+#define KS (&ks_stream)
+
 #define U (1.0 / 16777216.0) /* 2^-24 */
 
 /* A CUDA call that must succeed (an expression: stops the test with the call
@@ -165,18 +170,18 @@ static void test_embedding(void) {
   float *dtable = dput(table, sizeof(float) * vocab * dim), *dout = dnan((size_t)n * dim);
   uint16_t *dtb = dput(tb, sizeof(uint16_t) * vocab * dim);
   struct rf_model_weight hw = {.f32 = table}, dw = {.f32 = dtable}, hwb = {.bf16 = tb}, dwb = {.bf16 = dtb};
-  H->embedding_forward(out, &hw, tok, n, dim, NULL);
-  D->embedding_forward(dout, &dw, dtok, n, dim, NULL);
+  H->embedding_forward(out, &hw, tok, n, dim, KS);
+  D->embedding_forward(dout, &dw, dtok, n, dim, KS);
   check_bits("embedding forward f32", dout, out, (size_t)n * dim);
-  H->embedding_forward(out, &hwb, tok, n, dim, NULL);
-  D->embedding_forward(dout, &dwb, dtok, n, dim, NULL);
+  H->embedding_forward(out, &hwb, tok, n, dim, KS);
+  D->embedding_forward(dout, &dwb, dtok, n, dim, KS);
   check_bits("embedding forward bf16", dout, out, (size_t)n * dim);
   struct rf_model_config c = config(dim, 2 * dim, 4, 4, dim / 4, vocab, n);
   struct scratch s = scratch_make(&c, 1, n);
   float *g = rand_buf((size_t)n * dim, 1.0f);
   float *dg = dput(g, sizeof(float) * n * dim);
-  H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, NULL); /* adds into the table's values */
-  D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, NULL);
+  H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, KS); /* adds into the table's values */
+  D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, KS);
   check_bits("embedding backward (adds, repeated tokens)", dtable, table, (size_t)vocab * dim);
   scratch_free(&s);
   free(tok), free(table), free(out), free(tb), free(g);
@@ -188,8 +193,8 @@ static void test_rmsnorm(int rows, int dim) {
   float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *out = rf_xmalloc(n * sizeof(float));
   float *rstd = rf_xmalloc(sizeof(float) * rows);
   float *dx_ = dput(x, n * 4), *dw_ = dput(w, (size_t)dim * 4), *dout = dnan(n), *drstd = dnan((size_t)rows);
-  H->rmsnorm_forward(out, rstd, x, w, rows, dim, 1e-5f, NULL);
-  D->rmsnorm_forward(dout, drstd, dx_, dw_, rows, dim, 1e-5f, NULL);
+  H->rmsnorm_forward(out, rstd, x, w, rows, dim, 1e-5f, KS);
+  D->rmsnorm_forward(dout, drstd, dx_, dw_, rows, dim, 1e-5f, KS);
   char what[96];
   snprintf(what, sizeof what, "rmsnorm forward %dx%d", rows, dim);
   check_rel(what, dout, out, n, 8.0 * dim);
@@ -201,8 +206,8 @@ static void test_rmsnorm(int rows, int dim) {
   /* the device's rstd is the host's (copied) so that the backward is compared
    * alone */
   CK(cudaMemcpy(drstd, rstd, sizeof(float) * rows, cudaMemcpyHostToDevice));
-  H->rmsnorm_backward(gx, gw, g, x, rstd, w, rows, dim, s.h, s.hb, NULL);
-  D->rmsnorm_backward(dgx, dgw, dg, dx_, drstd, dw_, rows, dim, s.d, s.db, NULL);
+  H->rmsnorm_backward(gx, gw, g, x, rstd, w, rows, dim, s.h, s.hb, KS);
+  D->rmsnorm_backward(dgx, dgw, dg, dx_, drstd, dw_, rows, dim, s.d, s.db, KS);
   check_rel("rmsnorm backward dx (adds)", dgx, gx, n, 8.0 * dim);
   check_rel("rmsnorm backward dw (adds, column sums)", dgw, gw, (size_t)dim, 8.0 * rows);
   scratch_free(&s);
@@ -220,8 +225,8 @@ static void test_rope(void) {
   for (int inverse = 0; inverse < 2; inverse++) {
     float *x = rand_buf(n, 1.0f);
     float *dx = dput(x, n * 4);
-    H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, NULL);
-    D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, NULL);
+    H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, KS);
+    D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, KS);
     check_bits(inverse ? "rope inverse" : "rope", dx, x, n);
     free(x);
     CK(cudaFree(dx));
@@ -236,24 +241,24 @@ static void test_swiglu_bias(void) {
   float *g = rand_buf(n, 6.0f), *u = rand_buf(n, 1.0f), *dh = rand_buf(n, 1.0f), *h = rf_xmalloc(n * 4);
   g[0] = 100.0f, g[1] = -100.0f; /* exp's clamps */
   float *dgp = dput(g, n * 4), *dup_ = dput(u, n * 4), *ddh = dput(dh, n * 4), *dh_out = dnan(n);
-  H->swiglu_forward(h, g, u, n, NULL);
-  D->swiglu_forward(dh_out, dgp, dup_, n, NULL);
+  H->swiglu_forward(h, g, u, n, KS);
+  D->swiglu_forward(dh_out, dgp, dup_, n, KS);
   check_bits("swiglu forward", dh_out, h, n);
   float *dgate = rf_xmalloc(n * 4), *dupo = rf_xmalloc(n * 4);
   float *d_dgate = dnan(n), *d_dup = dnan(n);
-  H->swiglu_backward(dgate, dupo, dh, g, u, n, NULL);
-  D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, NULL);
+  H->swiglu_backward(dgate, dupo, dh, g, u, n, KS);
+  D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, KS);
   check_bits("swiglu backward dgate", d_dgate, dgate, n);
   check_bits("swiglu backward dup", d_dup, dupo, n);
   float *bias = rand_buf(cols, 1.0f);
   float *dbias = dput(bias, (size_t)cols * 4), *dy = dput(h, n * 4);
-  H->bias_forward(h, bias, rows, cols, NULL);
-  D->bias_forward(dy, dbias, rows, cols, NULL);
+  H->bias_forward(h, bias, rows, cols, KS);
+  D->bias_forward(dy, dbias, rows, cols, KS);
   check_bits("bias forward (adds)", dy, h, n);
   struct rf_model_config c = config(cols, cols, 1, 1, cols, 8, rows);
   struct scratch s = scratch_make(&c, 1, rows);
-  H->bias_backward(bias, dh, rows, cols, s.h, s.hb, NULL);
-  D->bias_backward(dbias, ddh, rows, cols, s.d, s.db, NULL);
+  H->bias_backward(bias, dh, rows, cols, s.h, s.hb, KS);
+  D->bias_backward(dbias, ddh, rows, cols, s.d, s.db, KS);
   check_rel("bias backward (adds, column sums)", dbias, bias, (size_t)cols, 8.0 * rows);
   scratch_free(&s);
   free(g), free(u), free(dh), free(h), free(dgate), free(dupo), free(bias);
@@ -272,8 +277,8 @@ static void test_cross_entropy(int rows, int vocab) {
   struct rf_model_config c = config(64, 64, 1, 1, 64, vocab, rows);
   struct scratch s = scratch_make(&c, 1, rows);
   double loss = 0.0, dev_loss = 0.0;
-  H->cross_entropy_forward(&loss, lse, z, t, rows, vocab, s.h, s.hb, NULL);
-  D->cross_entropy_forward(dloss, dlse, dz, dt, rows, vocab, s.d, s.db, NULL);
+  H->cross_entropy_forward(&loss, lse, z, t, rows, vocab, s.h, s.hb, KS);
+  D->cross_entropy_forward(dloss, dlse, dz, dt, rows, vocab, s.d, s.db, KS);
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(&dev_loss, dloss, sizeof(double), cudaMemcpyDeviceToHost));
   char what[96];
@@ -284,8 +289,8 @@ static void test_cross_entropy(int rows, int vocab) {
            dev_loss, loss);
   /* the backward on the host's lse, so that it is compared alone */
   CK(cudaMemcpy(dlse, lse, sizeof(float) * rows, cudaMemcpyHostToDevice));
-  H->cross_entropy_backward(z, lse, t, rows, vocab, 1.0f / 3.0f, NULL);
-  D->cross_entropy_backward(dz, dlse, dt, rows, vocab, 1.0f / 3.0f, NULL);
+  H->cross_entropy_backward(z, lse, t, rows, vocab, 1.0f / 3.0f, KS);
+  D->cross_entropy_backward(dz, dlse, dt, rows, vocab, 1.0f / 3.0f, KS);
   check_bits("cross-entropy backward", dz, z, n);
   scratch_free(&s);
   free(z), free(lse), free(t);
@@ -299,8 +304,8 @@ static void test_router(int n, int ne, int topk, int renorm) {
   float *dz = dput(z, sizeof(float) * n * ne), *dextra = dput(extra, sizeof(float) * ne);
   float *dp = dnan((size_t)n * ne), *dw = dnan((size_t)n * topk);
   int32_t *dt = dalloc(sizeof(int32_t) * n * topk);
-  H->router_forward(p, t, w, z, n, ne, topk, renorm, NULL);
-  D->router_forward(dp, dt, dw, dz, n, ne, topk, renorm, NULL);
+  H->router_forward(p, t, w, z, n, ne, topk, renorm, KS);
+  D->router_forward(dp, dt, dw, dz, n, ne, topk, renorm, KS);
   char what[96];
   /* f64 on both sides, rounded once; the GPU's exp within an ulp of f64 of glibc's */
   snprintf(what, sizeof what, "router probs %d x %d top %d%s", n, ne, topk, renorm ? " renorm" : "");
@@ -316,8 +321,8 @@ static void test_router(int n, int ne, int topk, int renorm) {
   CK(cudaMemcpy(dp, p, sizeof(float) * n * ne, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, w, sizeof(float) * n * topk, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dt, t, sizeof(int32_t) * n * topk, cudaMemcpyHostToDevice));
-  H->router_backward(d, g, p, t, w, extra, n, ne, topk, renorm, NULL);
-  D->router_backward(dd, dg, dp, dt, dw, dextra, n, ne, topk, renorm, NULL);
+  H->router_backward(d, g, p, t, w, extra, n, ne, topk, renorm, KS);
+  D->router_backward(dd, dg, dp, dt, dw, dextra, n, ne, topk, renorm, KS);
   check_rel("router backward", dd, d, (size_t)n * ne, 4.0);
   free(z), free(extra), free(p), free(w), free(t), free(dt_h), free(g), free(d);
   CK(cudaFree(dz)), CK(cudaFree(dextra)), CK(cudaFree(dp)), CK(cudaFree(dw)), CK(cudaFree(dt)),
@@ -335,8 +340,8 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   float *d_y = dnan(nq), *d_lse = dnan(nl), *d_dq = dnan(nq), *d_dk = dnan(nk), *d_dv = dnan(nk);
   struct rf_model_config c = config(nh * hd, nh * hd, nh, nkv, hd, 8, t);
   struct scratch s = scratch_make(&c, b, t);
-  H->attention_forward(y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, NULL);
-  D->attention_forward(d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db, NULL);
+  H->attention_forward(y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, KS);
+  D->attention_forward(d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db, KS);
   char what[96];
   double tol = 8.0 * (t + hd) + 32.0;
   snprintf(what, sizeof what, "attention y B=%d T=%d h=%d/%d hd=%d", b, t, nh, nkv, hd);
@@ -345,9 +350,8 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   /* the backward from the host's forward (y, lse), compared alone */
   CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
-  H->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, NULL);
-  D->attention_backward(d_dq, d_dk, d_dv, d_dy, d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db,
-                        NULL);
+  H->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, KS);
+  D->attention_backward(d_dq, d_dk, d_dv, d_dy, d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db, KS);
   /* T = 1: dq = dk = 0 exactly (P = 1, dP = D), both sides a roundoff of dP - D
    */
   check_rel_scaled("attention backward dq", d_dq, dq, nq, 2 * tol, t == 1 ? 1.0 : 0.0);
@@ -404,8 +408,8 @@ static void test_adamw(void) {
     RF_ASSERT(rf_optim_step(o, lr) == 0);
     struct rf_optim_hyper h;
     rf_optim_hyper_init(o, lr, &h); /* o->step is the step just taken */
-    rf_optim_adamw_cuda_piece(&h, 1, dp, dg, dm, dv, nw, NULL);
-    rf_optim_adamw_cuda_piece(&h, 0, dp + nw, dg + nw, dm + nw, dv + nw, nb, NULL);
+    rf_optim_adamw_cuda_piece(&h, 1, dp, dg, dm, dv, nw, KS);
+    rf_optim_adamw_cuda_piece(&h, 0, dp + nw, dg + nw, dm + nw, dv + nw, nb, KS);
   }
   struct rf_optim_state_slab m, v;
   rf_optim_state(o, 0, &m);
@@ -440,52 +444,52 @@ struct tctx {
 
 static void t_embed_f(void *c_) {
   struct tctx *c = c_;
-  D->embedding_forward(c->x, &c->table, c->tok, c->b * c->t, c->hidden, NULL);
+  D->embedding_forward(c->x, &c->table, c->tok, c->b * c->t, c->hidden, KS);
 }
 static void t_embed_b(void *c_) {
   struct tctx *c = c_;
   D->embedding_backward((float *)c->table.f32, c->y, c->tok, c->b * c->t, c->hidden, c->scratch,
-                        c->scratch_bytes, NULL);
+                        c->scratch_bytes, KS);
 }
 static void t_norm_f(void *c_) {
   struct tctx *c = c_;
-  D->rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->b * c->t, c->hidden, 1e-5f, NULL);
+  D->rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->b * c->t, c->hidden, 1e-5f, KS);
 }
 static void t_norm_b(void *c_) {
   struct tctx *c = c_;
   D->rmsnorm_backward(c->att, c->dw, c->y, c->x, c->rstd, c->w, c->b * c->t, c->hidden, c->scratch,
-                      c->scratch_bytes, NULL);
+                      c->scratch_bytes, KS);
 }
 static void t_rope(void *c_) {
   struct tctx *c = c_;
-  D->rope_apply(c->q, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0, NULL);
+  D->rope_apply(c->q, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0, KS);
 }
 static void t_att_f(void *c_) {
   struct tctx *c = c_;
   D->attention_forward(c->att, c->lse, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch,
-                       c->scratch_bytes, NULL);
+                       c->scratch_bytes, KS);
 }
 static void t_att_b(void *c_) {
   struct tctx *c = c_;
   D->attention_backward(c->dq, c->dk, c->dv, c->att, c->att, c->lse, c->q, c->k, c->v, c->b, c->t, c->nh,
-                        c->nkv, c->hd, c->scratch, c->scratch_bytes, NULL);
+                        c->nkv, c->hd, c->scratch, c->scratch_bytes, KS);
 }
 static void t_swiglu_f(void *c_) {
   struct tctx *c = c_;
-  D->swiglu_forward(c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, NULL);
+  D->swiglu_forward(c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, KS);
 }
 static void t_swiglu_b(void *c_) {
   struct tctx *c = c_;
-  D->swiglu_backward(c->gate, c->up, c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, NULL);
+  D->swiglu_backward(c->gate, c->up, c->h, c->gate, c->up, (size_t)c->b * c->t * c->inter, KS);
 }
 static void t_ce_f(void *c_) {
   struct tctx *c = c_;
   D->cross_entropy_forward(c->loss, c->rstd, c->logits, c->tok, c->b * c->t, c->vocab, c->scratch,
-                           c->scratch_bytes, NULL);
+                           c->scratch_bytes, KS);
 }
 static void t_ce_b(void *c_) {
   struct tctx *c = c_;
-  D->cross_entropy_backward(c->logits, c->rstd, c->tok, c->b * c->t, c->vocab, 1e-4f, NULL);
+  D->cross_entropy_backward(c->logits, c->rstd, c->tok, c->b * c->t, c->vocab, 1e-4f, KS);
 }
 static void t_adamw(void *c_) {
   struct tctx *c = c_;
@@ -498,7 +502,7 @@ static void t_adamw(void *c_) {
                              .decay = 0.99999f,
                              .one_m_b1 = 0.1f,
                              .one_m_b2 = 0.05f};
-  rf_optim_adamw_cuda_piece(&h, 1, c->p, c->g, c->m, c->vv, (int64_t)c->inter * c->hidden * 4, NULL);
+  rf_optim_adamw_cuda_piece(&h, 1, c->p, c->g, c->m, c->vv, (int64_t)c->inter * c->hidden * 4, KS);
 }
 
 static float *dfill(size_t n, float scale) {
@@ -564,6 +568,9 @@ int main(void) {
   }
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t ks;
+  CK(cudaStreamCreate(&ks));
+  ks_stream.handle = ks;
   printf("test_kernels_cuda on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
          prop.multiProcessorCount);
   RF_CHECK(strcmp(D->name, "cuda") == 0 && D->host_memory == 0, "the CUDA table names itself");
