@@ -256,7 +256,7 @@ static void check_nonblocking(struct rf_comm *mpi, struct rf_comm *nccl) {
     rf_comm_group_end(nccl);
     rf_comm_ireduce_scatter_block(nccl, dg, dr, count, RF_DTYPE_F32, &rs);
     rf_comm_event_record(nccl, &rs, &gpu, &done);
-    rf_device_stream_wait(&gpu, NULL, &done); /* the device's stream after the reduce-scatter */
+    rf_device_stream_wait(&gpu, GS, &done); /* the device's stream after the reduce-scatter */
     rf_comm_wait(&ra), rf_comm_wait(&rb);
     struct rf_device_cuda_stats d1 = rf_device_cuda_stats(&gpu);
     struct rf_comm_nccl_stats c1 = rf_comm_nccl_stats(nccl);

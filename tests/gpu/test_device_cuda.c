@@ -213,7 +213,7 @@ static void check_step_quiet(struct rf_device *gpu) {
       rf_device_stream_wait(gpu, comm, &ev);
       rf_device_memset(gpu, g, 0, M * sizeof(float), comm);
       rf_device_event_record(gpu, &ev, comm);
-      rf_device_stream_wait(gpu, NULL, &ev);
+      rf_device_stream_wait(gpu, GS, &ev);
       rf_device_cast(gpu, g, RF_DTYPE_F32, h, RF_DTYPE_BF16, M, 1, GS);
       rf_device_scale(gpu, g, M, 0.5f, GS);
       rf_device_copy(gpu, f, g, M * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_DEVICE, GS);

@@ -24,10 +24,12 @@
 #include "rf_test.h"
 
 static struct rf_device gpu;
+static struct rf_device_stream *gs; /* every call names a stream: the CUDA table refuses NULL */
+#define GS gs
 
 static void *to_gpu(const void *src, size_t bytes) {
   void *d = rf_device_alloc(&gpu, bytes, 256);
-  rf_device_copy(&gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, NULL);
+  rf_device_copy(&gpu, d, src, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
   return d;
 }
 
@@ -70,13 +72,13 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
   void *dc = c_dtype == RF_DTYPE_F32 ? to_gpu(c, nc * 4) : to_gpu(c16, nc * 2);
   void *dbias = c_dtype == RF_DTYPE_F32 ? to_gpu(bias, (size_t)n * 4) : to_gpu(bias16, (size_t)n * 2);
   if (with_bias)
-    rf_gemm_cuda_run_bias(g, &d, da, db, dbias, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
+    rf_gemm_cuda_run_bias(g, &d, da, db, dbias, dc, c_dtype, rf_device_cuda_stream(&gpu, GS));
   else
-    rf_gemm_cuda_run(g, &d, da, db, dc, c_dtype, rf_device_cuda_stream(&gpu, NULL));
+    rf_gemm_cuda_run(g, &d, da, db, dc, c_dtype, rf_device_cuda_stream(&gpu, GS));
   if (c_dtype == RF_DTYPE_F32) {
-    rf_device_copy(&gpu, got, dc, nc * 4, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+    rf_device_copy(&gpu, got, dc, nc * 4, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
   } else {
-    rf_device_copy(&gpu, c16, dc, nc * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+    rf_device_copy(&gpu, c16, dc, nc * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
     for (size_t i = 0; i < nc; i++) got[i] = rf_f32_from_bf16(c16[i]);
   }
   double worst = 0; /* the largest error in units of the tolerance */
@@ -105,7 +107,7 @@ static void check_quiet(struct rf_gemm_cuda *g) {
   struct rf_gemm_desc d = {256, 512, 384, 0, 1, 384, 384, 512, RF_DTYPE_BF16, 1.0f, 0.0f};
   void *a = rf_device_alloc(&gpu, 256 * 384 * 2, 256), *b = rf_device_alloc(&gpu, 512 * 384 * 2, 256);
   void *c = rf_device_alloc(&gpu, 256 * 512 * 4, 256);
-  cudaStream_t s = rf_device_cuda_stream(&gpu, NULL);
+  cudaStream_t s = rf_device_cuda_stream(&gpu, GS);
   rf_gemm_cuda_run(g, &d, a, b, c, RF_DTYPE_F32, s);
   struct rf_gemm_cuda_stats before = rf_gemm_cuda_stats(g);
   struct rf_device_cuda_stats dev = rf_device_cuda_stats(&gpu);
@@ -121,12 +123,13 @@ static void check_quiet(struct rf_gemm_cuda *g) {
            (long long)(after.plans - before.plans), (long long)(after.mallocs - before.mallocs),
            (unsigned long long)(dev2.host_syncs - dev.host_syncs),
            (unsigned long long)(rf_heap_allocations() - heap));
-  rf_device_stream_synchronize(&gpu, NULL);
+  rf_device_stream_synchronize(&gpu, GS);
   rf_device_release(&gpu, a), rf_device_release(&gpu, b), rf_device_release(&gpu, c);
 }
 
 int main(void) {
   rf_device_cuda_init(&gpu, 0, NULL);
+  gs = rf_device_stream_create(&gpu);
   struct rf_gemm_cuda *g = rf_gemm_cuda_create(0);
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
