@@ -99,7 +99,7 @@ static void check_sum_squares(struct rf_device *host, struct rf_device *gpu) {
   }
   float nan = NAN;
   rf_device_copy(gpu, dx + 1000, &nan, sizeof nan, RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
-  RF_CHECK(!isfinite(rf_device_sum_squares(gpu, dx, N, NULL)), "a NaN makes the sum of squares non-finite");
+  RF_CHECK(!isfinite(rf_device_sum_squares(gpu, dx, N, GS)), "a NaN makes the sum of squares non-finite");
   rf_device_release(gpu, dx);
   free(x);
 }
