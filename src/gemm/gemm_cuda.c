@@ -169,6 +169,84 @@ void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
   rf_gemm_cuda_product(g, d, a, b, bias, c, c_dtype, stream);
 }
 
+/* The FP8 plan of (m, n, k), made when new; NULL when cuBLASLt refuses it or has no
+ * algorithm (its descriptors destroyed again, nothing cached). */
+static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, int m, int n, int k) {
+  struct rf_gemm_cuda_key key = {m, n, k, 0, 1, k, k, n, RF_DTYPE_FP8E4M3, RF_DTYPE_BF16, 0};
+  for (int i = 0; i < g->nplans; i++)
+    if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
+  if (g->nplans == RF_GEMM_CUDA_SHAPES)
+    RF_DIE("gemm (cuda): more than %d distinct product shapes", RF_GEMM_CUDA_SHAPES);
+  struct rf_gemm_cuda_plan *p = &g->plans[g->nplans];
+  memset(p, 0, sizeof *p);
+  p->key = key;
+  RF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, k));
+  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, (uint64_t)n, (uint64_t)m, n));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+          bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  int found = 0;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t result;
+  uint32_t align = RF_GEMM_CUDA_ALIGN;
+  int ok = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &g->workspace_bytes,
+                                                sizeof g->workspace_bytes) == CUBLAS_STATUS_SUCCESS;
+  const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (size_t i = 0; ok && i < sizeof aligns / sizeof aligns[0]; i++)
+    ok = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align) == CUBLAS_STATUS_SUCCESS;
+  ok = ok &&
+       cublasLtMatmulAlgoGetHeuristic(g->handle, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result,
+                                      &found) == CUBLAS_STATUS_SUCCESS &&
+       found >= 1;
+  if (pref) RF_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (!ok) {
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    RF_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
+    RF_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->op));
+    return NULL;
+  }
+  p->algo = result.algo;
+  g->nplans++;
+  g->stats.plans++;
+  return p;
+}
+
+int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, const uint8_t *x, const float *x_scales,
+                         const uint8_t *w, const float *w_scales, uint16_t *y, cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || k <= 0 || m % 16 || n % 16 || k % 16)
+    RF_DIE("gemm (cuda): FP8 product %d x %d x %d: sizes must be positive multiples of 16", m, n, k);
+  if (((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)x_scales | (uintptr_t)w_scales) %
+          RF_GEMM_CUDA_ALIGN !=
+      0)
+    RF_DIE("gemm (cuda): FP8 operands and scales must be %d-byte aligned", RF_GEMM_CUDA_ALIGN);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_fp8_plan(g, m, n, k);
+  if (!p) return -1;
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
+                                                 sizeof w_scales));
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
+                                                 sizeof x_scales));
+  const float one = 1.0f, zero = 0.0f;
+  RF_CUBLAS_CHECK(cublasLtMatmul(g->handle, p->op, &one, w, p->la, x, p->lb, &zero, y, p->lc, y, p->lc,
+                                 &p->algo, g->workspace, g->workspace_bytes, stream));
+  g->stats.products++;
+  return 0;
+}
+
 const char *rf_gemm_cuda_algo_name(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
                                    enum rf_dtype c_dtype) {
   static char name[64];

@@ -102,6 +102,67 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
   free(a), free(b), free(c16), free(c), free(ref), free(got), free(s), free(bias), free(bias16);
 }
 
+/* The FP8 block-scaled product (rf_gemm_cuda_run_fp8) against the host's product on the
+ * same codes and scales (rf_gemm_fp8_run: a bf16 product of the codes per 128-wide slice of
+ * K, scaled by its two tiles' scales, added in f32): x [m, k] in 1 x 128 tiles, w [n, k] in
+ * 128 x 128 tiles (n = 272: a partial tile row), quantized by rf_fp8_quantize. Both sides sum
+ * exact products of e4m3 values in f32 in other orders: within 2^-16 S (S = sum over k of
+ * |x w| dequantized) plus y's bf16 rounding, 2^-8 |y|. Returns 0 when run, 77 when this
+ * cuBLASLt has no FP8 block scaling (the stand-in: "not run" printed). */
+static int check_fp8(struct rf_gemm_cuda *g, int m, int n, int k) {
+  uint64_t st = (uint64_t)m * 131 + (uint64_t)n * 17 + (uint64_t)k;
+  float *x = malloc((size_t)m * k * 4), *w = malloc((size_t)n * k * 4);
+  for (size_t i = 0; i < (size_t)m * k; i++) x[i] = rf_test_rand_f32(&st) * (i % 300 == 7 ? 40.0f : 1.0f);
+  for (size_t i = 0; i < (size_t)n * k; i++) w[i] = rf_test_rand_f32(&st) * 0.05f;
+  struct rf_fp8_grid gx = {m, k, 1, RF_FP8_TILE}, gw = {n, k, RF_FP8_TILE, RF_FP8_TILE};
+  uint8_t *xc = malloc((size_t)m * k), *wc = malloc((size_t)n * k);
+  float *xs = malloc((size_t)rf_fp8_grid_tiles(&gx) * 4), *ws = malloc((size_t)rf_fp8_grid_tiles(&gw) * 4);
+  RF_ASSERT(rf_fp8_quantize(&gx, x, 0, "x", xc, xs) == 0 && rf_fp8_quantize(&gw, w, 0, "w", wc, ws) == 0);
+  uint16_t *xb = malloc((size_t)m * k * 2), *wb = malloc((size_t)n * k * 2);
+  rf_fp8_codes_to_bf16(xb, xc, (size_t)m * k);
+  rf_fp8_codes_to_bf16(wb, wc, (size_t)n * k);
+  struct rf_gemm_fp8_desc d = {m, n, k, {xb, xs, gx, 0}, {wb, ws, gw, 1}, 0};
+  float *ref = malloc((size_t)m * n * 4), *work = malloc((size_t)rf_gemm_fp8_work_elems(&d) * 4);
+  rf_gemm_fp8_run(&d, ref, work);
+  void *dxc = to_gpu(xc, (size_t)m * k), *dwc = to_gpu(wc, (size_t)n * k);
+  void *dxs = to_gpu(xs, (size_t)rf_fp8_grid_tiles(&gx) * 4),
+       *dws = to_gpu(ws, (size_t)rf_fp8_grid_tiles(&gw) * 4);
+  void *dy = rf_device_alloc(&gpu, (size_t)m * n * 2, 256);
+  int rc = rf_gemm_cuda_run_fp8(g, m, n, k, dxc, dxs, dwc, dws, dy, rf_device_cuda_stream(&gpu, NULL));
+  if (rc != 0) {
+    printf("not run: FP8 block-scaled product %dx%dx%d: this cuBLASLt has no algorithm for it%s\n", m, n, k,
+#ifdef RF_CUDA_EMU
+           " (the CPU stand-in emulates no FP8)"
+#else
+           ""
+#endif
+    );
+  } else {
+    uint16_t *y = malloc((size_t)m * n * 2);
+    rf_device_copy(&gpu, y, dy, (size_t)m * n * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double sum = 0;
+        for (int p = 0; p < k; p++)
+          sum += fabs((double)rf_f32_from_bf16(xb[(size_t)i * k + p]) *
+                      xs[(size_t)i * (k / RF_FP8_TILE) + p / RF_FP8_TILE] *
+                      rf_f32_from_bf16(wb[(size_t)j * k + p]) *
+                      ws[(size_t)(j / RF_FP8_TILE) * (k / RF_FP8_TILE) + p / RF_FP8_TILE]);
+        double r = ref[(size_t)i * n + j], tol = ldexp(sum, -16) + ldexp(fabs(r), -8) + 1e-30;
+        worst = rf_test_max(worst, fabs((double)rf_f32_from_bf16(y[(size_t)i * n + j]) - r) / tol);
+      }
+    printf("FP8 block-scaled product %dx%dx%d: worst error %.3g tolerances\n", m, n, k, worst);
+    RF_CHECK(worst <= 1.0, "FP8 product %dx%dx%d: worst error %.3g tolerances (scale layouts?)", m, n, k,
+             worst);
+    free(y);
+  }
+  rf_device_release(&gpu, dxc), rf_device_release(&gpu, dwc), rf_device_release(&gpu, dxs);
+  rf_device_release(&gpu, dws), rf_device_release(&gpu, dy);
+  free(x), free(w), free(xc), free(wc), free(xs), free(ws), free(xb), free(wb), free(ref), free(work);
+  return rc == 0 ? 0 : 77;
+}
+
 /* The same product ten times after one: no plan, no cudaMalloc, no heap allocation. */
 static void check_quiet(struct rf_gemm_cuda *g) {
   struct rf_gemm_desc d = {256, 512, 384, 0, 1, 384, 384, 512, RF_DTYPE_BF16, 1.0f, 0.0f};
@@ -142,6 +203,7 @@ int main(void) {
       check_shape(g, 24, 64, 200, ta, tb, 8, 0.5f, 1.0f, RF_DTYPE_BF16, 1);
     }
   check_quiet(g);
+  if (check_fp8(g, 256, 384, 512) == 0) check_fp8(g, 48, 272, 384);
   printf(
       "algorithm of 256x512x384 (x W^T): %s\n",
       rf_gemm_cuda_algo_name(
