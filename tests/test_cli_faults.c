@@ -111,12 +111,28 @@ static void check_train_numbers(int w) {
       {"--plot x.png", "--plot needs --log"},
       {"--batch 7", "--batch 7 is not divisible"},
       {"--peak-gflops -1", "--peak-gflops"},
+      /* issue 37: conflicts and an option given twice, refused before anything is loaded */
+      {"--save-every 1", "--save-every needs --ckpt-dir"},
+      {"--async-save --resume /nonexistent", "--async-save needs --ckpt-dir"},
+      {"--init /nonexistent.safetensors --resume /nonexistent", "--init and --resume exclude each other"},
   };
   int n = (int)(sizeof cases / sizeof cases[0]);
   for (int i = 0; i < n; i++) {
     int batch = strncmp(cases[i][0], "--batch", 7) == 0; /* 7 sequences: not on 2 or 3 ranks */
     if (batch ? w == 1 : i % 3 != w - 1) continue;       /* the others spread over W: keep it fast */
-    refused(w, 2, "rfsdp train:", cases[i][1], "train --model %s --data %s %s %s", model, data, common,
+    /* common without the option the case gives (it would be given twice) */
+    char base[256] = "", name[64];
+    snprintf(name, sizeof name, "%s", cases[i][0]);
+    name[strcspn(name, " ")] = '\0';
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", common);
+    for (char *save = NULL, *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+      char *value = strtok_r(NULL, " ", &save);
+      if (strcmp(tok, name) == 0) continue;
+      size_t at = strlen(base);
+      snprintf(base + at, sizeof base - at, "%s%s %s", at ? " " : "", tok, value ? value : "");
+    }
+    refused(w, 2, "rfsdp train:", cases[i][1], "train --model %s --data %s %s %s", model, data, base,
             cases[i][0]);
   }
 }

@@ -42,7 +42,10 @@
 
 static char dir[64] = "/tmp/rf_test_cli_faults_load.XXXXXX";
 static char model[128], moe[128], data[128];
+/* `common` and the same for 3 steps and 1 (an option given twice is refused) */
 static const char *common = "--steps 2 --batch 6 --seq 16 --peak-gflops 50 --print-every 0";
+static const char *common3 = "--steps 3 --batch 6 --seq 16 --peak-gflops 50 --print-every 0";
+static const char *common1 = "--steps 1 --batch 6 --seq 16 --peak-gflops 50 --print-every 0";
 
 static void refused(int world, int want_rc, const char *prefix, const char *want, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -224,7 +227,7 @@ static void check_nonfinite_resume(void) {
     snprintf(step, sizeof step, "%s/step-00000002", ck);
     ck_poison(step, "lm_head.weight", 256 * 32 - 1, NAN);
     snprintf(want, sizeof want, "rank-%05d.bin|tensor 'lm_head.weight' element 8191 [255, 31] is nan", w - 1);
-    refused(w, 1, t, want, "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
+    refused(w, 1, t, want, "train --model %s --data %s %s --resume %s", model, data, common3, ck);
     refused(0, 1, "rfsdp ckpt export:", want, "ckpt export %s --out %s/nan%d.safetensors", step, dir, w);
     struct stat st;
     snprintf(want, sizeof want, "%s/nan%d.safetensors", dir, w);
@@ -239,14 +242,14 @@ static void check_nonfinite_resume(void) {
   ck_poison(step, "model.layers.0.mlp.gate_proj.weight.adamw.v", 45, NAN); /* rank 1's range */
   refused(3, 1, t,
           "rank-00001.bin|tensor 'model.layers.0.mlp.gate_proj.weight.adamw.v' element 45 [1, 13] is nan",
-          "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
+          "train --model %s --data %s %s --resume %s", model, data, common3, ck);
   snprintf(ck, sizeof ck, "%s/ck-infe", dir);
   rf_cli_works(2, out, sizeof out, "train --model %s --data %s %s --ckpt-dir %s --save-every 2", model, data,
                common, ck);
   snprintf(step, sizeof step, "%s/step-00000002", ck);
   ck_poison(step, "model.embed_tokens.weight", 255 * 32 + 3, INFINITY);
   refused(2, 1, t, "tensor 'model.embed_tokens.weight' element 8163 [255, 3] is inf",
-          "train --model %s --data %s %s --steps 3 --resume %s", model, data, common, ck);
+          "train --model %s --data %s %s --resume %s", model, data, common3, ck);
 }
 
 /* A run that diverges: NaN through every op (no undefined behaviour under make
@@ -276,8 +279,12 @@ static void check_diverging(void) {
 static void check_damaged_range(int world, const char *extra, const char *tag) {
   char out[16384], bin[300];
   int shard = strstr(extra, "--replicate 2") ? world / 2 : world;
+  const char *base =
+      strstr(extra, "--batch") ? "--steps 2 --seq 16 --peak-gflops 50 --print-every 0" : common;
+  const char *base3 =
+      strstr(extra, "--batch") ? "--steps 3 --seq 16 --peak-gflops 50 --print-every 0" : common3;
   rf_cli_works(world, out, sizeof out, "train --model %s --data %s %s %s --ckpt-dir %s/ck-%s --save-every 2",
-               model, data, common, extra, dir, tag);
+               model, data, base, extra, dir, tag);
   snprintf(bin, sizeof bin, "%s/ck-%s/step-00000002/rank-%05d.bin", dir, tag, shard - 1);
   char *bytes;
   size_t n;
@@ -287,8 +294,8 @@ static void check_damaged_range(int world, const char *extra, const char *tag) {
   free(bytes);
   char want[300];
   snprintf(want, sizeof want, "rank-%05d.bin|checksum mismatch in tensor '", shard - 1);
-  refused(world, 1, "rfsdp train:", want, "train --model %s --data %s %s %s --steps 3 --resume %s/ck-%s",
-          model, data, common, extra, dir, tag);
+  refused(world, 1, "rfsdp train:", want, "train --model %s --data %s %s %s --resume %s/ck-%s", model, data,
+          base3, extra, dir, tag);
 }
 
 /* Resumes that blame the right thing: a mistyped path, another --shampoo-block (the
@@ -299,8 +306,8 @@ static void check_resume_mistakes(void) {
   refused(2, 1, t, "ck-nowhere: no such directory", "train --model %s --data %s %s --resume %s/ck-nowhere",
           model, data, common, dir);
   refused(3, 1, t, "saved with Shampoo blocks of side 1024, this run uses 8 (--shampoo-block)",
-          "train --model %s --data %s %s --optim shampoo --shampoo-block 8 --steps 3 --resume %s/ck-d3",
-          model, data, common, dir);
+          "train --model %s --data %s %s --optim shampoo --shampoo-block 8 --resume %s/ck-d3", model, data,
+          common3, dir);
 }
 
 /* The smaller mistakes (issue 29 item 8): options of an optimizer the run does not
@@ -315,9 +322,25 @@ static void check_run_mistakes(void) {
   refused(2, 2, t, "--collective-timeout 0.001: at least 1 second",
           "train --model %s --data %s %s --collective-timeout 0.001", model, data, common);
   refused(1, 2, t,
-          "rank 1 was started with other options than rank 0: '--lr 0.01' where rank 0 has '--lr 0.002'",
+          "rank 1 was started with other options than rank 0: rank 1 has --lr 0.01, rank 0 has --lr 0.002",
           "train --model %s --data %s %s --lr 0.002 : -np 1 %s train --model %s --data %s %s --lr 0.01",
           model, data, common, rf_cli_binary(), model, data, common);
+  /* round 4 named --collective-timeout for an --fp8 block on rank 0 only; the order given does not matter */
+  refused(1, 2, t,
+          "rank 1 was started with other options than rank 0: rank 0 has --fp8 block, rank 1 does not",
+          "train --model %s --data %s %s --fp8 block --collective-timeout 60 : -np 1 %s train --model %s "
+          "--data %s "
+          "%s --collective-timeout 60",
+          model, data, common, rf_cli_binary(), model, data, common);
+  refused(1, 2, t,
+          "rank 1 was started with other options than rank 0: rank 1 has --async-save, rank 0 does not",
+          "train --model %s --data %s %s : -np 1 %s train --model %s --data %s %s --async-save", model, data,
+          common, rf_cli_binary(), model, data, common);
+  rf_cli_works(
+      1, out, sizeof out,
+      "train --model %s --data %s %s --lr 0.002 --seed 3 : -np 1 %s train --model %s --seed 3 --data %s "
+      "%s --lr 0.002",
+      model, data, common, rf_cli_binary(), model, data, common);
   snprintf(shallow, sizeof shallow, "%s/shallow.json", dir);
   const char *one =
       "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 40, "
@@ -331,8 +354,7 @@ static void check_run_mistakes(void) {
   RF_CHECK(strstr(out, "nothing to train: the checkpoint is at step 2, which is --steps"),
            "a resume at --steps says nothing\n%s", out);
   /* the banner says when FP8 is on */
-  rf_cli_works(1, out, sizeof out, "train --model %s --data %s %s --steps 1 --fp8 block", model, data,
-               common);
+  rf_cli_works(1, out, sizeof out, "train --model %s --data %s %s --fp8 block", model, data, common1);
   RF_CHECK(strstr(out, "compute f32, FP8 block (e4m3 linear weights) on"), "the banner does not say FP8:\n%s",
            out);
 }

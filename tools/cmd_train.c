@@ -256,6 +256,9 @@ static int rf_train_check_args(const struct rf_train_args *a, int world, int *re
   RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
              (long long)a->steps);
   RF_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
+  RF_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
+  RF_REQUIRE(!(a->async_save && !a->ckpt_dir), "--async-save needs --ckpt-dir");
+  RF_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
   struct rf_fsdp_options fo; /* the plan options (--block-rows 0) */
   return rf_train_setup_fsdp(a, &fo);
 }
@@ -273,16 +276,81 @@ static int rf_train_check_optim_options(const struct rf_train_args *a, int argc,
   return 0;
 }
 
+/* One option of a command line: its name (with "--") and value ("" for a flag). */
+struct rf_train_opt {
+  char name[64];
+  const char *value;
+};
+
+static int rf_train_opt_cmp(const void *x, const void *y) {
+  const struct rf_train_opt *a = x, *b = y;
+  int c = strcmp(a->name, b->name);
+  return c ? c : strcmp(a->value, b->value);
+}
+
+/* The options of args[0..n) ("--name value", "--name=value", "--flag") sorted by
+ * name into out (n entries at most); returns their count. */
+static int rf_train_opts_of(char *const *args, int n, struct rf_train_opt *out) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    const char *arg = args[i], *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    snprintf(out[k].name, sizeof out[k].name, "%.*s", (int)len, arg);
+    out[k].value = eq ? eq + 1 : "";
+    if (!eq && strncmp(arg, "--", 2) == 0 && i + 1 < n && strncmp(args[i + 1], "--", 2) != 0)
+      out[k].value = args[++i];
+    k++;
+  }
+  qsort(out, (size_t)k, sizeof *out, rf_train_opt_cmp);
+  return k;
+}
+
+/* "--name value" or "--flag". */
+static void rf_train_opt_str(char *out, size_t cap, const struct rf_train_opt *o) {
+  snprintf(out, cap, "%s%s%s", o->name, o->value[0] ? " " : "", o->value);
+}
+
+/* Rank `rank`'s options `mine` against rank 0's `first`: the first option by name
+ * that one of them has and the other has not, or has with another value. */
+static void rf_train_say_other_options(int rank, const struct rf_train_opt *mine, int n,
+                                       const struct rf_train_opt *first, int n0) {
+  int i = 0, j = 0;
+  while (i < n && j < n0 && rf_train_opt_cmp(&mine[i], &first[j]) == 0) i++, j++;
+  char have[600], want[600], what[1300];
+  if (i < n && j < n0 && strcmp(mine[i].name, first[j].name) == 0) {
+    rf_train_opt_str(have, sizeof have, &mine[i]);
+    rf_train_opt_str(want, sizeof want, &first[j]);
+    snprintf(what, sizeof what, "rank %d has %s, rank 0 has %s", rank, have, want);
+  } else if (j < n0 && (i == n || strcmp(first[j].name, mine[i].name) < 0)) {
+    rf_train_opt_str(want, sizeof want, &first[j]);
+    snprintf(what, sizeof what, "rank 0 has %s, rank %d does not", want, rank);
+  } else {
+    rf_train_opt_str(have, sizeof have, &mine[i]);
+    snprintf(what, sizeof what, "rank %d has %s, rank 0 does not", rank, have);
+  }
+  fprintf(stderr,
+          "rfsdp train: rank %d was started with other options than rank 0: %s; every rank must get the same "
+          "command line\n",
+          rank, what);
+  fflush(stderr);
+}
+
 /* Every rank must run the same command line (mpirun -np 1 rfsdp ... : -np 1 rfsdp
  * ... with other options would plan differently and deadlock or abort inside MPI):
- * the ranks agree on a hash of their options before anything else, and where they
- * differ the lowest such rank names the first option that differs from rank 0's.
+ * the ranks agree on a hash of their options, sorted by name, before anything else,
+ * and where they differ the lowest such rank names the first option by name that it
+ * and rank 0 do not both have with the same value (round 4 compared argv position by
+ * position: --fp8 block on rank 0 only was blamed on --collective-timeout).
  * Collective; the same result on every rank. */
 static int rf_train_check_same_options(const struct rf_comm *comm, int argc, char **argv) {
+  /* the options sorted by name, as "name\0value\0" pairs: the order given does not matter */
+  struct rf_train_opt *opts = rf_xcalloc((size_t)argc + 1, sizeof *opts);
+  int n = rf_train_opts_of(argv + 1, argc - 1, opts);
   size_t len = 0;
-  for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
+  for (int i = 0; i < n; i++) len += strlen(opts[i].name) + strlen(opts[i].value) + 2;
   char *mine = rf_xcalloc(len + 1, 1);
-  for (int i = 1, at = 0; i < argc; i++) at += snprintf(mine + at, len + 1 - (size_t)at, "%s%c", argv[i], 0);
+  for (int i = 0, at = 0; i < n; i++)
+    at += snprintf(mine + at, len + 1 - (size_t)at, "%s%c%s%c", opts[i].name, 0, opts[i].value, 0);
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)mine[i]) * 1099511628211ull;
   int64_t lo = (int64_t)h, hi = (int64_t)h; /* equal on every rank iff min == max */
@@ -290,34 +358,36 @@ static int rf_train_check_same_options(const struct rf_comm *comm, int argc, cha
   rf_comm_allreduce(comm, &hi, 1, RF_DTYPE_I64, RF_REDUCE_OP_MAX);
   if (lo == hi) {
     free(mine);
+    free(opts);
     return 0;
   }
-  /* rank 0's options to everyone; each rank finds its first difference */
+  /* rank 0's options to everyone; each rank finds its first difference by name */
   int rank = comm->rank, world = comm->world;
   int64_t len0 = (int64_t)len;
   rf_comm_bcast(comm, &len0, 1, RF_DTYPE_I64, 0);
   char *first = rf_xcalloc((size_t)len0 + 1, 1);
   if (rank == 0) memcpy(first, mine, len);
   rf_comm_bcast(comm, first, len0, RF_DTYPE_U8, 0);
-  const char *p = mine, *q = first, *opt = "", *end = mine + len, *end0 = first + len0;
-  while (p < end && q < end0 && strcmp(p, q) == 0) {
-    if (p[0] == '-' && p[1] == '-') opt = p;
-    p += strlen(p) + 1, q += strlen(q) + 1;
-  }
   int differs = len != (size_t)len0 || memcmp(mine, first, len) != 0;
   int32_t speaker = differs ? rank : world;
   rf_comm_allreduce(comm, &speaker, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
-  if (speaker == rank) { /* a value is shown after its option */
-    const char *o = p < end && p[0] == '-' && p[1] == '-' ? "" : opt;
-    fprintf(stderr,
-            "rfsdp train: rank %d was started with other options than rank 0: '%s%s%s' where rank 0 has "
-            "'%s%s%s'; every rank must get the same command line\n",
-            rank, o, o[0] ? " " : "", p < end ? p : "(nothing)", o, o[0] ? " " : "",
-            q < end0 ? q : "(nothing)");
-    fflush(stderr);
+  if (speaker == rank) {
+    int n0 = 0;
+    for (const char *p = first; p < first + len0; p += strlen(p) + 1) n0++;
+    struct rf_train_opt *opts0 = rf_xcalloc((size_t)n0 / 2 + 1, sizeof *opts0);
+    const char *p = first;
+    for (int j = 0; j < n0 / 2; j++) {
+      snprintf(opts0[j].name, sizeof opts0[j].name, "%s", p);
+      p += strlen(p) + 1;
+      opts0[j].value = p;
+      p += strlen(p) + 1;
+    }
+    rf_train_say_other_options(rank, opts, n, opts0, n0 / 2);
+    free(opts0);
   }
   free(first);
   free(mine);
+  free(opts);
   return -1;
 }
 

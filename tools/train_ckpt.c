@@ -32,8 +32,6 @@ static int rf_train_same_folder(const char *dir, const char *series) {
 int rf_train_ckpt_start(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   int resumed_here = 0;
-  RF_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
-  RF_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
   if (a->init) {
     RF_TRY(rf_train_model_import(&s->model, &s->comm, a->init));
     if (s->rank == 0) printf("initialized from %s\n", a->init);
@@ -51,7 +49,6 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
              (long long)run.step);
     resumed_here = a->ckpt_dir && rf_train_same_folder(dir, a->ckpt_dir);
   }
-  RF_REQUIRE(!(a->async_save && !a->ckpt_dir), "--async-save needs --ckpt-dir");
   if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
   int rc =
       rf_run_series_begin(&s->series, s->model.fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
