@@ -128,7 +128,7 @@ static int check_fp8(struct rf_gemm_cuda *g, int m, int n, int k) {
   void *dxs = to_gpu(xs, (size_t)rf_fp8_grid_tiles(&gx) * 4),
        *dws = to_gpu(ws, (size_t)rf_fp8_grid_tiles(&gw) * 4);
   void *dy = rf_device_alloc(&gpu, (size_t)m * n * 2, 256);
-  int rc = rf_gemm_cuda_run_fp8(g, m, n, k, dxc, dxs, dwc, dws, dy, rf_device_cuda_stream(&gpu, NULL));
+  int rc = rf_gemm_cuda_run_fp8(g, m, n, k, dxc, dxs, dwc, dws, dy, rf_device_cuda_stream(&gpu, GS));
   if (rc != 0) {
     printf("not run: FP8 block-scaled product %dx%dx%d: this cuBLASLt has no algorithm for it%s\n", m, n, k,
 #ifdef RF_CUDA_EMU
@@ -139,7 +139,7 @@ static int check_fp8(struct rf_gemm_cuda *g, int m, int n, int k) {
     );
   } else {
     uint16_t *y = malloc((size_t)m * n * 2);
-    rf_device_copy(&gpu, y, dy, (size_t)m * n * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, NULL);
+    rf_device_copy(&gpu, y, dy, (size_t)m * n * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
     double worst = 0;
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) {
