@@ -51,7 +51,7 @@ struct rf_fsdp_options {
    * then every rank quantizes each whole tensor after the gather, as the peers do. */
   int fp8;
   int fp8_pow2;
-  /* Where the runtime computes, chosen once: a backend's name ("cpu", "cuda"; NULL: "cpu").
+  /* Where the runtime computes, chosen once: a backend's name ("cpu", "checked", "cuda"; NULL: "cpu").
    * The context opens that device and everything made over it (the optimizer of
    * rf_optim_create_fsdp, the model's workspace) uses it; creation fails naming the option
    * when this program cannot use it (a CPU build asked for cuda). */
@@ -60,7 +60,7 @@ struct rf_fsdp_options {
 
 /* The defaults above. */
 void rf_fsdp_options_default(struct rf_fsdp_options *opt);
-/* NULL when this program can compute on `device` (rf_fsdp_options.device: "cpu", "cuda"), else
+/* NULL when this program can compute on `device` (rf_fsdp_options.device: "cpu", "checked", "cuda"), else
  * why not: no such backend, or "built without CUDA", "no CUDA device" (static storage; the
  * same on every rank of a job built one way). */
 const char *rf_device_unavailable(const char *device);

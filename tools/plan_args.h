@@ -56,9 +56,10 @@ struct rf_plan_args {
 const char *rf_plan_args_optim_choices(void);
 
 /* --replicate's words (rfsdp train and rfsdp plan): */
-#define RF_PLAN_ARGS_MESH_NODE 0    /* "node": the ranks of one node form a shard group */
-#define RF_PLAN_ARGS_MESH_AUTO (-1) /* "auto": the shard group chosen by the simulator (rf_sim_auto_group) \
-                                     */
+#define RF_PLAN_ARGS_MESH_NODE 0 /* "node": the ranks of one node form a shard group */
+#define RF_PLAN_ARGS_MESH_AUTO                                                \
+  (-1) /* "auto": the shard group chosen by the simulator (rf_sim_auto_group) \
+        */
 /* --replicate's text, "R" (a replica count that divides `world`), "node" or
  * "auto", into *replicate (R >= 1, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO):
  * the one parser of both commands. 0, or -1 with a message naming --replicate. */

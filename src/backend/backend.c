@@ -21,6 +21,21 @@ const struct rf_backend rf_backend_cpu = {
     .adamw_piece = rf_optim_adamw_host_piece,
 };
 
+/* The checked device (src/device/device_checked.c) is built and tested (tests/test_device_checked.c),
+ * but the step still has host code on device memory, which its reservation would fault on: refused
+ * until those places go through the device (docs/gpu.md lists them). */
+static const char *rf_backend_checked_unavailable(void) {
+  return "the training step still reads device memory on the host (the linear layers' GEMMs and staging, "
+         "renorm, the RoPE tables, MPI on device buffers, checkpoints): the checked device runs the device "
+         "table only so far (docs/gpu.md)";
+}
+
+static const struct rf_backend rf_backend_checked = {
+    .name = "checked",
+    .unavailable = rf_backend_checked_unavailable,
+    .open = rf_device_checked_init,
+};
+
 /* backend_cuda.c's table in a CUDA build (the link pulls it in: -Wl,--undefined=rf_backend_cuda);
  * absent from a CPU build, where "cuda" answers why. */
 extern const struct rf_backend rf_backend_cuda __attribute__((weak));
@@ -37,11 +52,12 @@ static const struct rf_backend rf_backend_cuda_missing = {
 const struct rf_backend *rf_backend_find(const char *name) {
   if (!name) return NULL;
   if (strcmp(name, "cpu") == 0) return &rf_backend_cpu;
+  if (strcmp(name, "checked") == 0) return &rf_backend_checked;
   if (strcmp(name, "cuda") == 0) return &rf_backend_cuda ? &rf_backend_cuda : &rf_backend_cuda_missing;
   return NULL;
 }
 
-const char *rf_backend_names(void) { return "cpu|cuda"; }
+const char *rf_backend_names(void) { return "cpu|checked|cuda"; }
 
 void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordinal,
                      struct rf_counters *counters) {
@@ -53,7 +69,7 @@ void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordi
 
 const char *rf_device_unavailable(const char *device) {
   const struct rf_backend *b = rf_backend_find(device);
-  return b ? b->unavailable() : "no such backend (cpu|cuda)";
+  return b ? b->unavailable() : "no such backend (cpu|checked|cuda)";
 }
 
 int rf_backend_check(const char *name) {

@@ -3,13 +3,15 @@
  * A backend is a static const table that carries everything device-specific: how its
  * device is opened (the src/device table, struct rf_device_ops), the model's kernel
  * table (src/model/kernels.h) and the optimizer's fused kernels. It is chosen once,
- * by name, from a fixed list (rf_backend_find: "cpu", "cuda"); the device it opens
+ * by name, from a fixed list (rf_backend_find: "cpu", "checked", "cuda"); the device it opens
  * points back at it (rf_device.backend), so whoever holds the device (the runtime
  * context, the optimizer made over it, the model's workspace) reaches the rest
  * without being told again, and no caller tests which backend it has.
  *
  * "cpu" is in every build. "cuda" is listed in every build; a CPU build, or a CUDA
- * build on a machine without a GPU, says why it cannot be used (unavailable).
+ * build on a machine without a GPU, says why it cannot be used (unavailable). "checked" (the
+ * strict twin of a GPU on the CPU, src/device/device_checked.c) is listed and refused for
+ * training until the step's host code on device memory is gone (its unavailable says where).
  *
  * This header names the tables' types only (forward declarations): src/device,
  * src/model and src/optim include it without including each other. */
@@ -41,9 +43,9 @@ struct rf_backend {
 /* The host: every build, memory from the heap. */
 extern const struct rf_backend rf_backend_cpu;
 
-/* The backend called `name` ("cpu", "cuda"), or NULL (no such name). */
+/* The backend called `name` ("cpu", "checked", "cuda"), or NULL (no such name). */
 const struct rf_backend *rf_backend_find(const char *name);
-/* The names of the list, "cpu|cuda" (static storage). */
+/* The names of the list, "cpu|checked|cuda" (static storage). */
 const char *rf_backend_names(void);
 /* Opens b's device (rf_device.backend = b). Dies when b is unavailable: check with
  * rf_backend_check first. */

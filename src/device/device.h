@@ -111,6 +111,14 @@ struct rf_device {
  * rf_device_free is harmless. */
 void rf_device_host_init(struct rf_device *dev, struct rf_counters *counters);
 void rf_device_free(struct rf_device *dev);
+/* The checked device (device_checked.c): the host's arithmetic on memory the host cannot read
+ * (a PROT_NONE reservation; the bytes in a second mapping) with streams that run late on
+ * worker threads and real events; every operation needs a stream. Released by rf_device_free
+ * (its streams freed first). */
+void rf_device_checked_init(struct rf_device *dev, int ordinal, struct rf_counters *counters);
+/* Where the checked device keeps the bytes of device pointer `ptr` (the backend's mapping);
+ * dies when ptr is not device memory of dev. */
+void *rf_device_checked_view(const struct rf_device *dev, const void *ptr);
 
 /* The table's operations, with argument checks (the table does none). */
 void *rf_device_alloc(struct rf_device *dev, size_t bytes, size_t align); /* counted as an allocation */
