@@ -5,7 +5,8 @@
  * (device_cuda_kernels.cu): it names only the CUDA runtime's C types and fixed-width
  * integers, never core.h (C11 that C++ does not take).
  *
- * The device (rf_device_cuda_init): `impl` owns a default stream, a scratch area on
+ * The device (rf_device_cuda_init): `impl` owns a stream for allocations' zero-fill
+ * only (every operation names its caller's stream: NULL is refused), a scratch area on
  * the device for the sum of squares' partial sums and the FP8 refusal's first bad
  * element, and a pinned host word that the sum of squares and the refusal are
  * copied back into; memory comes from cudaMalloc (one call per rf_device_alloc: the

@@ -18,8 +18,9 @@
  *   - every pointer is device memory of the table's backend (host_memory 1: the
  *     heap); a struct rf_model_weight is read on the host, its pointers are device
  *     pointers;
- *   - `stream` orders the work (NULL: the backend's default stream; the host runs
- *     at once); nothing returns to the host, so no entry waits for the device;
+ *   - `stream` orders the work (the runtime's compute stream; the CUDA table refuses
+ *     NULL, the host ignores the stream and runs at once); nothing returns to the host, so no entry waits for
+ * the device;
  *   - cross_entropy_forward writes the loss sum into *loss (device memory, one
  *     double) instead of returning it;
  *   - attention_backward also takes y, the forward's output, for the rows' sum
