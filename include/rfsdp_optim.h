@@ -127,6 +127,16 @@ void rf_optim_free(struct rf_optim *o);
 int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *opt, const struct rf_fsdp *f,
                          const int *flags, const struct rf_comm *comm);
 
+/* The end of a training step on the runtime context `f` the optimizer was created
+ * from (rf_optim_create_fsdp), after its micro-batches' backward: the gathers'
+ * status (rf_fsdp_status), the gradients finished (rf_fsdp_grads_finish: HSDP's
+ * replica all-reduces), the global norm (rf_fsdp_grad_norm, into *norm), clipped
+ * to `clip` (rf_fsdp_clip_grads; 0: off), then rf_optim_step at `lr`; each part a
+ * span of the trace. Collective. Returns 0; 1 when the norm is not finite (every
+ * rank skips the update together, nothing changed); or -1 with a message, the same
+ * on every rank. `rfsdp train` and docs/example/llama.c step by it. */
+int rf_optim_step_fsdp(struct rf_optim *o, struct rf_fsdp *f, float lr, double clip, double *norm);
+
 /* One step with learning rate `lr` on every view's master from its grad. Muon,
  * Shampoo: a collective (every rank calls it). Returns 0, or -1 with a message
  * on every rank (Shampoo: a non-finite factor or a failed eigendecomposition,

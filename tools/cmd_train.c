@@ -199,23 +199,16 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
     if (m == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
     loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
   }
-  RF_TRY(rf_fsdp_status(f)); /* FP8: a weight's tile with NaN or Inf, the same on every rank */
+  rf_comm_watchdog_note(step + 1, "gradients, norm and optimizer");
+  double norm = NAN;
+  int rc = rf_optim_step_fsdp(s->optim, f, (float)rf_train_lr(a, step), a->clip, &norm);
+  if (rc < 0) return -1; /* the same on every rank */
   uint64_t t = rf_run_trace_now();
-  rf_fsdp_grads_finish(f);
-  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "gradients finished", t);
-  t = rf_run_trace_now();
-  double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
   rf_comm_allreduce(&s->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
-  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "grad norm and loss all-reduce", t);
+  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "loss all-reduce", t);
   *loss_out = loss * scale;
   *norm_out = norm;
-  if (!isfinite(norm)) return 1;
-  rf_fsdp_clip_grads(f, norm, a->clip);
-  rf_comm_watchdog_note(step + 1, "optimizer");
-  t = rf_run_trace_now();
-  int rc = rf_optim_step(s->optim, (float)rf_train_lr(a, step));
-  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "optimizer step", t);
-  return rc;
+  return rc; /* 1: skipped (a non-finite norm) */
 }
 
 /* The token files, then the tokenizer they were written with; the validation file

@@ -95,15 +95,11 @@ static int train(struct rf_comm *comm, char **argv, int argc) {
     if (check(f, rf_token_data_batch(d, (uint64_t)seed, step, batch, seq, rank, world, tokens, targets),
               path))
       goto out;
-    double loss = rf_train_model_micro_step(m, tokens, targets, (float)scale);
-    if (check(f, rf_fsdp_status(f), "gather")) goto out;
-    rf_fsdp_grads_finish(f);
-    double norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any: skip the step */
+    double loss = rf_train_model_micro_step(m, tokens, targets, (float)scale), norm = 0;
+    /* gradients finished, norm, clip at 1, AdamW: 1 (skipped) when the norm is not finite */
+    int skipped = rf_optim_step_fsdp(o, f, (float)lr, 1.0, &norm);
+    if (check(f, skipped < 0 ? -1 : 0, "optimizer step")) goto out;
     loss = rf_comm_sum(comm, loss) * scale;
-    if (isfinite(norm)) {
-      rf_fsdp_clip_grads(f, norm, 1.0);
-      if (check(f, rf_optim_step(o, (float)lr), "optimizer step")) goto out;
-    }
     run.step = run.data_pos = step + 1;
     if (rank == 0) printf("step %lld loss %.9g norm %.6g (W=%d)\n", (long long)step + 1, loss, norm, world);
   }

@@ -1,5 +1,8 @@
 /* src/optim: an optimizer over every tensor of a runtime context. Kept in its
  * own file so that programs that build views themselves do not link the runtime. */
+#include <math.h>
+
+#include "core/trace.h"
 #include "fsdp/fsdp.h"
 #include "optim/optim.h"
 
@@ -17,4 +20,24 @@ int rf_optim_create_fsdp(struct rf_optim **out, const struct rf_optim_options *o
   (*out)->fsdp = f;
   (*out)->grads_unfinished = rf_fsdp_grads_unfinished;
   return 0;
+}
+
+int rf_optim_step_fsdp(struct rf_optim *o, struct rf_fsdp *f, float lr, double clip, double *norm) {
+  RF_REQUIRE(o && f && norm, "rf_optim_step_fsdp: no optimizer, runtime context or norm");
+  RF_REQUIRE(isfinite(lr) && lr >= 0 && isfinite(clip) && clip >= 0,
+             "rf_optim_step_fsdp: learning rate %g and clip %g must be finite and >= 0", lr, clip);
+  *norm = NAN;
+  RF_TRY(rf_fsdp_status(f)); /* FP8: a weight's tile with NaN or Inf, the same on every rank */
+  uint64_t t = rf_trace_now();
+  rf_fsdp_grads_finish(f);
+  if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "gradients finished", t, rf_time_ns(), -1, -1);
+  t = rf_trace_now();
+  *norm = rf_fsdp_grad_norm(f); /* non-finite on every rank when on any */
+  if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "grad norm", t, rf_time_ns(), -1, -1);
+  if (!isfinite(*norm)) return 1;
+  rf_fsdp_clip_grads(f, *norm, clip);
+  t = rf_trace_now();
+  int rc = rf_optim_step(o, lr);
+  if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "optimizer step", t, rf_time_ns(), -1, -1);
+  return rc;
 }
