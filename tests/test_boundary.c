@@ -4,9 +4,14 @@
  *  - <mpi.h> is included by include/rfsdp_mpi.h and src/comm/comm_mpi.h only;
  *  - tools/ calls no MPI function and no model layer function (the model through
  *    the binding of src/model/train.c);
- *  - no getenv of an RF_TEST_ variable in src/ (test hooks are setters). */
+ *  - no getenv of an RF_TEST_ variable in src/ (test hooks are setters);
+ *  - `rfsdp plan` is a client of include/: tools/cmd_plan.c and every tools/
+ *    header it includes, followed down, include only public headers (include/)
+ *    and system headers, never a src/ folder's (the porch parses and prints). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "rf_test.h"
@@ -34,6 +39,40 @@ static void mpi_header(const char *line, void *ctx) {
            "%s includes <mpi.h> (only include/rfsdp_mpi.h and src/comm/comm_mpi.h may)", line);
 }
 
+/* The violations of the porch `path` (a tools/ file): an #include "DIR/..." of a
+ * src/ folder, or of a header that is neither in include/ nor in tools/ (whose
+ * own are followed, at most `depth` deep). */
+static int porch_includes(const char *path, int depth, int report) {
+  FILE *f = fopen(path, "r");
+  RF_CHECK(f != NULL, "%s: cannot open", path);
+  if (!f) return 1;
+  char line[1024], name[256];
+  int bad = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, " #include \"%255[^\"]\"", name) != 1) continue;
+    char pub[300], own[300];
+    snprintf(pub, sizeof pub, "include/%s", name);
+    snprintf(own, sizeof own, "tools/%s", name);
+    FILE *x = NULL;
+    if (strchr(name, '/')) {
+      if (report)
+        RF_CHECK(0, "%s includes \"%s\": a src/ folder's header (the command must be a client of include/)",
+                 path, name);
+      bad++;
+    } else if ((x = fopen(pub, "r"))) {
+      fclose(x);
+    } else if ((x = fopen(own, "r"))) {
+      fclose(x);
+      if (depth > 0) bad += porch_includes(own, depth - 1, report);
+    } else {
+      if (report) RF_CHECK(0, "%s includes \"%s\", found in neither include/ nor tools/", path, name);
+      bad++;
+    }
+  }
+  fclose(f);
+  return bad;
+}
+
 int main(void) {
   int n = each_line("grep -rl '#include <mpi.h>' src include tools", mpi_header, NULL);
   RF_CHECK(n == 1, "%d files include <mpi.h>, expected include/rfsdp_mpi.h alone", n);
@@ -41,7 +80,19 @@ int main(void) {
   each_line("grep -rnE 'rf_model_(layer|embed|head|moe|linear|attention|rmsnorm)_[a-z_]+ *\\(' tools",
             must_be_empty, "tools/ calls a model layer function");
   each_line("grep -rn 'getenv(\"RF_TEST_' src", must_be_empty, "src/ reads a test hook from the environment");
+  /* the check catches a planted internal include */
+  char planted[] = "/tmp/rf_test_boundary_porch.XXXXXX";
+  int fd = mkstemp(planted);
+  RF_ASSERT(fd >= 0);
+  const char *text = "#include \"options.h\"\n#include \"rfsdp_plan.h\"\n#include \"model/model.h\"\n";
+  RF_ASSERT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+  close(fd);
+  RF_CHECK(porch_includes(planted, 4, 0) == 1, "a planted include of model/model.h is found");
+  unlink(planted);
+  int porch_bad = porch_includes("tools/cmd_plan.c", 4, 1);
+  RF_CHECK(porch_bad == 0, "tools/cmd_plan.c: %d internal include(s)", porch_bad);
   printf(
-      "<mpi.h> in include/rfsdp_mpi.h alone; tools/ free of MPI and model layers; no getenv hooks in src/\n");
+      "<mpi.h> in include/rfsdp_mpi.h alone; tools/ free of MPI and model layers; no getenv hooks in src/; "
+      "rfsdp plan a client of include/\n");
   return rf_test_finish("test_boundary");
 }

@@ -1,6 +1,6 @@
 /* rf-test: timeout=120
  * `rfsdp plan --batch` is as strict as `rfsdp train` (one validation,
- * tools/plan_check.c): what train refuses (a batch below W at W = 2, --accum
+ * src/model/plan_check.c, include/rfsdp_plan.h): what train refuses (a batch below W at W = 2, --accum
  * beyond what the batch holds at W = 3, --seq above max_position_embeddings at
  * W = 1 and 2), plan refuses with train's message and train's exit code 2,
  * before it prints its banner; a network file with a field out of range

@@ -12,7 +12,7 @@
 #include "comm/comm_mpi.h"
 #include "commands.h"
 #include "options.h"
-#include "plan_check.h"
+#include "rfsdp_plan.h"
 #include "train.h"
 
 /* 1: the run stopped on an option's mistake found after the start (exit 2, as
@@ -454,15 +454,15 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_model_config cfg;
   RF_TRY(rf_train_agree(&s->comm, rf_model_config_load(&cfg, a->model)));
   /* an option's mistake, as rfsdp plan finds it: exit 2 (the config is the same on every rank) */
-  rf_train_usage_error = rf_plan_check_seq(a->seq, &cfg, a->model) != 0;
+  rf_train_usage_error = rf_plan_check_seq(a->seq, cfg.max_position_embeddings, a->model) != 0;
   RF_TRY(-rf_train_usage_error);
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &cfg, &fo, &s->group)));
+  RF_TRY(rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &s->group)));
   s->replicas = s->world / s->group;
   struct rf_comm_mesh mesh; /* also marks s->comm as crossing the shard groups when replicas > 1 */
-  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_PLAN_ARGS_MESH_NODE);
+  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_PLAN_MESH_NODE);
   RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, &s->comm, &mesh, local, (int)a->seq));
   s->comm.counters = rf_fsdp_counters(s->model.fsdp); /* its loss all-reduce and agreements: part of a step */
   RF_TRY(rf_train_model_set_compute(&s->model, compute));

@@ -10,6 +10,7 @@
 
 #include "options.h"
 #include "rfsdp.h"
+#include "rfsdp_plan.h"
 
 /* Strings borrowed from argv. */
 struct rf_plan_args {
@@ -55,15 +56,8 @@ struct rf_plan_args {
  * (rf_optim_kind_list; static storage): --optim's choices and usage. */
 const char *rf_plan_args_optim_choices(void);
 
-/* --replicate's words (rfsdp train and rfsdp plan): */
-#define RF_PLAN_ARGS_MESH_NODE 0 /* "node": the ranks of one node form a shard group */
-#define RF_PLAN_ARGS_MESH_AUTO                                                \
-  (-1) /* "auto": the shard group chosen by the simulator (rf_sim_auto_group) \
-        */
-/* --replicate's text, "R" (a replica count that divides `world`), "node" or
- * "auto", into *replicate (R >= 1, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO):
- * the one parser of both commands. 0, or -1 with a message naming --replicate. */
-int rf_plan_args_replicate(const char *text, int world, int *replicate);
+/* Copies a's fields into the library's plan request r (include/rfsdp_plan.h). */
+void rf_plan_args_request(const struct rf_plan_args *a, struct rf_plan_request *r);
 
 /* Sets o's layout, shard mode, blocks (the optimizer's needs unless --block-rows)
  * and dtypes from `a`; the rest of o is left alone. Returns 0, or -1 with

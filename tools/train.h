@@ -38,7 +38,7 @@ struct rf_train_args {
 struct rf_train_state {
   const struct rf_train_args *args;
   int rank, world;     /* in comm: the data's ranks */
-  int replicate;       /* parsed --replicate: R, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO */
+  int replicate;       /* parsed --replicate: R, RF_PLAN_MESH_NODE or RF_PLAN_MESH_AUTO */
   int replicas, group; /* the mesh: R replica groups of S ranks (W = R x S) */
   struct rf_comm comm; /* every rank of the job: the loss, evaluation and the tool's agreements */
   struct rf_train_model model;

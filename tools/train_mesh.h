@@ -13,13 +13,12 @@
 #define RF_TOOLS_TRAIN_MESH_H
 
 #include "comm/comm.h"
-#include "model/model.h"
 #include "rfsdp.h"
 
 struct rf_train_args;
 
-/* --replicate's text into a count R >= 1, RF_PLAN_ARGS_MESH_NODE or RF_PLAN_ARGS_MESH_AUTO
- * (rf_plan_args_replicate, which rfsdp plan uses too); refuses what is
+/* --replicate's text into a count R >= 1, RF_PLAN_MESH_NODE or RF_PLAN_MESH_AUTO
+ * (rf_plan_mesh_parse, which rfsdp plan uses too); refuses what is
  * none of them, an R that does not divide `world`, auto without --max-padding or
  * --memory-per-rank, and those two without auto. The same on every rank: no
  * agreement needed. */
@@ -27,10 +26,9 @@ int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate
 
 /* The shard group size S for `replicate` at the ranks of `comm`: R gives W / R;
  * node measures the nodes (collective over `comm`, the same answer on every
- * rank); auto plans (and simulates) the model (cfg, o, a's batch and optimizer)
+ * rank); auto plans (and simulates) the model (a's config, layout, batch and optimizer: rf_plan_group)
  * at each divisor of W (the same on every rank). Fails, naming --replicate, when
  * nodes differ in size or no group size meets the limits. */
-int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const struct rf_comm *comm,
-                        const struct rf_model_config *cfg, const struct rf_fsdp_options *o, int *group);
+int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const struct rf_comm *comm, int *group);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "ckpt/ckpt.h"
 #include "core/core.h"
-#include "plan_check.h"
+#include "rfsdp_plan.h"
 
 /* Set when an agreement failed because of another rank: this rank's message then
  * only echoes that failure, and rf_train_exit_status lets the other rank speak. */

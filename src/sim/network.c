@@ -4,6 +4,7 @@
  * PREFIX/share/rfsdp/network; any other by its path. docs/scale.md. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,21 @@ static int rf_sim_take_dir(const char *cand, char *dir, size_t size) {
   return 0;
 }
 
+/* The profiles' folder near the folder `base` (an executable's or a library's):
+ * ../share/rfsdp/network, or configs/network in it or up to three folders above. */
+static int rf_sim_dir_near(const char *base, char *dir, size_t size) {
+  char cand[4200];
+  snprintf(cand, sizeof cand, "%s/../share/rfsdp/network", base);
+  if (rf_sim_is_dir(cand)) return rf_sim_take_dir(cand, dir, size);
+  for (int up = 0; up <= 3; up++) {
+    size_t len = (size_t)snprintf(cand, sizeof cand, "%s", base);
+    for (int k = 0; k < up && len + 3 < sizeof cand; k++) len += (size_t)snprintf(cand + len, 4, "/..");
+    snprintf(cand + len, sizeof cand - len, "/configs/network");
+    if (rf_sim_is_dir(cand)) return rf_sim_take_dir(cand, dir, size);
+  }
+  return 1;
+}
+
 int rf_sim_network_dir(char *dir, size_t size) {
   const char *env = getenv("RFSDP_NETWORK_DIR");
   if (env && *env) {
@@ -41,22 +57,27 @@ int rf_sim_network_dir(char *dir, size_t size) {
     exe[n] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    char cand[4200];
-    snprintf(cand, sizeof cand, "%s/../share/rfsdp/network", exe);
-    if (rf_sim_is_dir(cand)) return rf_sim_take_dir(cand, dir, size);
-    for (int up = 0; up <= 3; up++) {
-      size_t len = (size_t)snprintf(cand, sizeof cand, "%s", exe);
-      for (int k = 0; k < up && len + 3 < sizeof cand; k++) len += (size_t)snprintf(cand + len, 4, "/..");
-      snprintf(cand + len, sizeof cand - len, "/configs/network");
-      if (rf_sim_is_dir(cand)) return rf_sim_take_dir(cand, dir, size);
-    }
+    int rc = rf_sim_dir_near(exe, dir, size);
+    if (rc <= 0) return rc;
+  }
+  /* the library's own folder: a program in another place (python/rfsdp over librfsdp.so) */
+  Dl_info info;
+  char lib[4096] = "";
+  if (dladdr((void *)rf_sim_network_dir, &info) && info.dli_fname && strchr(info.dli_fname, '/')) {
+    char *real = realpath(info.dli_fname, NULL);
+    snprintf(lib, sizeof lib, "%s", real ? real : info.dli_fname);
+    free(real);
+    char *slash = strrchr(lib, '/');
+    if (slash) *slash = 0;
+    int rc = rf_sim_dir_near(lib, dir, size);
+    if (rc <= 0) return rc;
   }
   if (rf_sim_is_dir("configs/network")) return rf_sim_take_dir("configs/network", dir, size);
   RF_FAIL(
       "no folder of machine profiles: tried $RFSDP_NETWORK_DIR, ../share/rfsdp/network and configs/network "
-      "beside the executable (%s) and up to 3 folders above it, and ./configs/network (make install puts "
-      "them in PREFIX/share/rfsdp/network)",
-      n > 0 ? exe : "unknown");
+      "beside the executable (%s) and the library (%s) and up to 3 folders above them, and ./configs/network "
+      "(make install puts them in PREFIX/share/rfsdp/network)",
+      n > 0 ? exe : "unknown", lib[0] ? lib : "unknown");
 }
 
 static int rf_sim_cmp_str(const void *a, const void *b) {

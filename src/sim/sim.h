@@ -72,7 +72,8 @@ int rf_sim_network_load(const char *spec, struct rf_sim_network *out);
 /* The folder of the named profiles, the first of: $RFSDP_NETWORK_DIR; from the
  * executable's folder, ../share/rfsdp/network (make install's PREFIX) or
  * configs/network in it or up to three folders above (a source checkout's
- * build/rfsdp, build/tests/...); ./configs/network. Writes it to dir (size
+ * build/rfsdp, build/tests/...); the same from the library's folder (a program
+ * elsewhere over librfsdp.so: python/rfsdp); ./configs/network. Writes it to dir (size
  * bytes) and returns 0, or -1 with a message naming the places tried. */
 int rf_sim_network_dir(char *dir, size_t size);
 
