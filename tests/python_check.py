@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """python/rfsdp against the C side (run by tests/test_python.c with PYTHONPATH=python and
-RFSDP_LIBRARY=BUILD/librfsdp.so): python_check.py CKPT SAFETENSORS LOG LOSS1 LOSS2 ...
+RFSDP_LIBRARY=BUILD/librfsdp.so): python_check.py CKPT SAFETENSORS LOG LOSS1 LOSS2 ... [--plan MODEL C_JSON]
 
 - every parameter of the checkpoint CKPT (saved at W=3: each tensor gathered from three rank
   files) read whole equals, bit for bit, the same tensor of SAFETENSORS (`rfsdp ckpt export` of
@@ -10,7 +10,10 @@ RFSDP_LIBRARY=BUILD/librfsdp.so): python_check.py CKPT SAFETENSORS LOG LOSS1 LOS
 - read_log(LOG) gives the plan line, then one dict per step whose losses are LOSS1, LOSS2, ...
   (the C side's reading of the same log);
 - a missing tensor and a missing checkpoint raise RfsdpError naming them;
-- with torch installed: torch.from_dlpack on the array shares its memory (no copy)."""
+- with torch installed: torch.from_dlpack on the array shares its memory (no copy);
+- with --plan MODEL C_JSON: rfsdp.plan(MODEL, 3, ...) equals `rfsdp plan --json`'s line C_JSON of the
+  same options field for field (but the planner's time), and its mistakes raise RfsdpError naming
+  the option."""
 import json
 import struct
 import sys
@@ -19,8 +22,13 @@ import numpy as np
 
 import rfsdp
 
-ckpt_dir, st_path, log_path = sys.argv[1:4]
-losses = [float(x) for x in sys.argv[4:]]
+args = sys.argv[1:]
+plan_args = []
+if "--plan" in args:  # --plan MODEL C_JSON: rfsdp.plan() against `rfsdp plan --json`'s line
+    k = args.index("--plan")
+    args, plan_args = args[:k], args[k + 1:]
+ckpt_dir, st_path, log_path = args[0:3]
+losses = [float(x) for x in args[3:]]
 failures = []
 
 
@@ -86,6 +94,29 @@ if torch is not None:
     print("DLPACK checked (torch %s)" % torch.__version__)
 else:
     print("DLPACK not checked: torch is not installed in this python")
+
+if plan_args:
+    model, c_json = plan_args
+    with open(c_json) as f:
+        want = json.loads(f.read())
+    got = rfsdp.plan(model, 3, batch=6, seq=16, optim="adamw8bit", accum=2, replicate=1, network="here")
+    for d in (want, got):
+        d.pop("plan_ms")  # the planner's own time
+    diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    check(not diff, "rfsdp.plan() differs from rfsdp plan --json in %s" % diff)
+    check(got["memory_per_rank_bytes"] > 0 and got["world"] == 3 and "peers" in got, "plan: %s" % got)
+    print("PLAN %d fields equal to rfsdp plan --json" % len(got))
+    for bad, opts in (("--replicate 2 does not divide", {"replicate": 2}), ("--rank 5", {"batch": 6, "seq": 16, "rank": 5})):
+        try:
+            rfsdp.plan(model, 3, **opts)
+            failures.append("plan(%s): no error" % opts)
+        except rfsdp.RfsdpError as e:
+            check(bad in str(e), "plan(%s): the error does not say '%s': %s" % (opts, bad, e))
+    try:
+        rfsdp.plan(model, 3, no_such_option=1)
+        failures.append("plan(no_such_option=1): no error")
+    except TypeError as e:
+        check("no_such_option" in str(e), "plan(no_such_option=1): %s" % e)
 
 ck.close()
 for f in failures:

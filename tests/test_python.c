@@ -7,10 +7,12 @@
  *    line by line), the JSONL log's losses equal to this side's reading, errors that
  *    name the missing tensor and checkpoint, and (where torch is installed) a DLPack
  *    hand-over without a copy;
+ *  - rfsdp.plan() of the same model with the same options equal to `rfsdp plan
+ *    --json`'s line, field for field (but the planner's time), its mistakes named;
  *  - the README's `python3 -c` examples (section "From Python") run as written from a
  *    folder where a short run wrote runs/demo/log.jsonl and
- *    runs/demo/ckpt/step-00001000 (the demo's paths; the checkpoint of 2 steps, renamed),
- *    each exiting 0 and printing.
+ *    runs/demo/ckpt/step-00001000 (the demo's paths; the checkpoint of 2 steps, renamed)
+ *    and configs/demo.json is, each exiting 0 and printing.
  * Needs a python3 with NumPy (scripts/setup installs python3-numpy): without one it
  * exits 77 (not run), saying so. */
 #include <limits.h>
@@ -91,10 +93,18 @@ int main(void) {
   double loss[4];
   int nl = rf_cli_log_field(log, "\"loss\":", loss, 4);
   RF_CHECK(nl == 2, "%d losses logged", nl);
+  /* the C side's plan of the same model, for rfsdp.plan() */
+  char plan_json[600];
+  snprintf(plan_json, sizeof plan_json, "%s/plan.json", tmp);
+  rc = rf_cli_sh(out, sizeof out,
+                 "%s plan --model %s --world 3 --batch 6 --seq 16 --optim adamw8bit --accum 2 --json > %s",
+                 rf_cli_binary(), model, plan_json);
+  RF_CHECK(rc == 0, "rfsdp plan --json: rc %d\n%s", rc, out);
   rc = rf_cli_sh(
       out, sizeof out,
-      "PYTHONPATH=%s/python RFSDP_LIBRARY=%s/librfsdp.so %s tests/python_check.py %s %s %s %.17g %.17g", repo,
-      build, python, step, st, log, loss[0], loss[1]);
+      "PYTHONPATH=%s/python RFSDP_LIBRARY=%s/librfsdp.so %s tests/python_check.py %s %s %s %.17g %.17g "
+      "--plan %s %s",
+      repo, build, python, step, st, log, loss[0], loss[1], model, plan_json);
   RF_CHECK(rc == 0 && strstr(out, "0 failures"), "python_check: rc %d\n%s", rc, out);
   /* each state the module lists, as `ckpt info` lists it (name, dtype, shape) */
   int states = 0;
@@ -121,8 +131,11 @@ int main(void) {
   }
   RF_CHECK(states >= 20, "only %d optimizer states listed", states);
   printf("%s", strstr(out, "DLPACK") ? strstr(out, "DLPACK") : "");
+  RF_CHECK(strstr(out, "PLAN ") != NULL, "python_check did not compare rfsdp.plan()");
 
   /* the README's examples, as written, where the demo's paths exist */
+  rc = rf_cli_sh(out, sizeof out, "mkdir -p %s/configs && cp configs/demo.json %s/configs/", tmp, tmp);
+  RF_CHECK(rc == 0, "cannot copy configs/demo.json: %s", out);
   snprintf(out, sizeof out, "%s/step-00001000", ck);
   RF_CHECK(rename(step, out) == 0, "cannot rename %s", step);
   static char examples[8][4096];

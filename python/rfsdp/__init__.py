@@ -6,6 +6,7 @@
     w = ck["layers.0.wq"]      # the whole tensor as a NumPy array, from every rank file, any W
     t = ck.torch("layers.0.wq")  # the same memory as a torch tensor (DLPack, no copy), torch installed
     log = rfsdp.read_log("run.jsonl")   # one dict per line
+    p = rfsdp.plan("configs/demo.json", 8, batch=16, seq=256)  # rfsdp plan --json's dict: layout, step
 
 The library is found through RFSDP_LIBRARY (a path), then next to this package's repository
 (build/librfsdp.so), then the loader's usual places (ldconfig, /usr/local/lib).
@@ -17,7 +18,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Checkpoint", "RfsdpError", "read_log", "library"]
+__all__ = ["Checkpoint", "RfsdpError", "plan", "read_log", "library"]
 
 
 class RfsdpError(RuntimeError):
@@ -185,3 +186,78 @@ def read_log(path):
     ({"plan": ..., "memory": ...}), then one dict per step."""
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class _PlanRequest(ctypes.Structure):
+    """struct rf_plan_request (include/rfsdp_plan.h), field for field; rf_plan_request_init checks the size."""
+    _fields_ = [("model", ctypes.c_char_p), ("optim", ctypes.c_char_p), ("layout", ctypes.c_char_p),
+                ("shard", ctypes.c_char_p), ("param_dtype", ctypes.c_char_p), ("reduce_dtype", ctypes.c_char_p),
+                ("fp8", ctypes.c_char_p), ("fp8_pow2", ctypes.c_int), ("block_rows", ctypes.c_int64),
+                ("align_bytes", ctypes.c_int64), ("max_buffers", ctypes.c_int), ("max_padding", ctypes.c_double),
+                ("buffers", ctypes.c_int), ("replicate", ctypes.c_char_p), ("memory_per_rank", ctypes.c_double),
+                ("batch", ctypes.c_int64), ("seq", ctypes.c_int64), ("accum", ctypes.c_int),
+                ("prefetch", ctypes.c_int), ("no_reshard", ctypes.c_int), ("rank", ctypes.c_int),
+                ("compute_dtype", ctypes.c_char_p), ("network", ctypes.c_char_p), ("peak_gflops", ctypes.c_double),
+                ("efficiency", ctypes.c_double)]
+
+
+def _plan_library():
+    lib = library()
+    if not hasattr(lib, "_rf_plan_ready"):
+        c_p, c_i = ctypes.c_void_p, ctypes.c_int
+        lib.rf_plan_request_init.argtypes = [ctypes.POINTER(_PlanRequest), ctypes.c_size_t]
+        lib.rf_plan_request_init.restype = c_i
+        lib.rf_plan_create.argtypes = [ctypes.POINTER(c_p), ctypes.POINTER(_PlanRequest), ctypes.POINTER(c_i), c_i]
+        lib.rf_plan_create.restype = c_i
+        lib.rf_plan_json.argtypes = [c_p, c_i]
+        lib.rf_plan_json.restype = c_p  # freed by rf_plan_free_json
+        lib.rf_plan_free_json.argtypes = [c_p]
+        lib.rf_plan_free_json.restype = None
+        lib.rf_plan_free.argtypes = [c_p]
+        lib.rf_plan_free.restype = None
+        lib.rf_fsdp_error.argtypes = []
+        lib.rf_fsdp_error.restype = ctypes.c_char_p
+        lib._rf_plan_ready = True
+    return lib
+
+
+def plan(config, world, **options):
+    """The plan of the model `config` (a Hugging Face config.json or a units file) at `world` ranks, as
+    `rfsdp plan --json` prints it: a dict of the layout's numbers (padding_ratio, max_shard_elems,
+    buffer_count, split_blocks, peers, ...) and, with batch=B, the simulator's (memory_per_rank_bytes,
+    memory_parts, bytes_per_step_intra and _inter, predicted_step_ms, ...). The options are rfsdp plan's,
+    "-" written "_": optim, layout, shard, param_dtype, reduce_dtype, fp8, fp8_pow2, block_rows, align_bytes,
+    max_buffers, max_padding, buffers, replicate, memory_per_rank, batch, seq, accum, prefetch, no_reshard,
+    rank, compute_dtype, network, peak_gflops, efficiency. A mistake raises RfsdpError naming the option."""
+    lib = _plan_library()
+    req = _PlanRequest()
+    if lib.rf_plan_request_init(ctypes.byref(req), ctypes.sizeof(req)) != 0:
+        raise RfsdpError(lib.rf_fsdp_error().decode())
+    keep = [str(config).encode()]  # the request borrows its strings
+    req.model = keep[0]
+    kinds = dict(_PlanRequest._fields_)
+    for name, value in options.items():
+        if name == "model" or name not in kinds:
+            raise TypeError("plan(): unknown option %r (rfsdp plan's: %s)" % (name, ", ".join(k for k in kinds if k != "model")))
+        if kinds[name] is ctypes.c_char_p:
+            keep.append(str(value).encode())
+            value = keep[-1]
+        elif kinds[name] is ctypes.c_double:
+            value = float(value)
+        else:
+            value = int(value)
+        setattr(req, name, value)
+    worlds = (ctypes.c_int * 1)(int(world))
+    handle = ctypes.c_void_p()
+    if lib.rf_plan_create(ctypes.byref(handle), ctypes.byref(req), worlds, 1) != 0:
+        raise RfsdpError(lib.rf_fsdp_error().decode())
+    try:
+        text = lib.rf_plan_json(handle, int(world))
+        if not text:
+            raise RfsdpError(lib.rf_fsdp_error().decode())
+        try:
+            return json.loads(ctypes.string_at(text).decode())
+        finally:
+            lib.rf_plan_free_json(text)
+    finally:
+        lib.rf_plan_free(handle)
