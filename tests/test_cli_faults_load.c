@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -252,6 +253,47 @@ static void check_nonfinite_resume(void) {
           "train --model %s --data %s %s --resume %s", model, data, common3, ck);
 }
 
+/* A save killed mid-write left its temporary files in the step's folder: the resumed
+ * run's save of that step removes them (issue 37 item 9: they doubled the
+ * checkpoint's size), and only them (another name, a live process's, kept). W = 2. */
+static void check_stale_tmp(void) {
+  char out[16384], ck[200], step4[220], path[400];
+  snprintf(ck, sizeof ck, "%s/ck-stale", dir);
+  rf_cli_works(2, out, sizeof out, "train --model %s --data %s %s --ckpt-dir %s --save-every 2", model, data,
+               common, ck);
+  pid_t gone = fork(); /* a process that is gone: the killed writer */
+  if (gone == 0) _exit(0);
+  RF_ASSERT(gone > 0 && waitpid(gone, NULL, 0) == gone);
+  snprintf(step4, sizeof step4, "%s/step-00000004", ck);
+  RF_ASSERT(mkdir(step4, 0755) == 0);
+  const char *stale[] = {"rank-00000.bin.tmp.%d", "rank-00001.bin.tmp.%d", "meta.json.tmp.%d"};
+  const char *kept[] = {"rank-00000.bin.tmp.%d", "notes.tmp.%d", "rank-00001.bin.tmp.x%d"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/", step4);
+    size_t at = strlen(path);
+    snprintf(path + at, sizeof path - at, stale[i], (int)gone);
+    RF_ASSERT(rf_file_write_all(path, "partial", 7) == 0);
+    snprintf(path + at, sizeof path - at, kept[i], i == 0 ? (int)getpid() : (int)gone);
+    RF_ASSERT(rf_file_write_all(path, "other", 5) == 0);
+  }
+  rf_cli_works(2, out, sizeof out,
+               "train --model %s --data %s --steps 4 --batch 6 --seq 16 --peak-gflops 50 "
+               "--print-every 0 --ckpt-dir %s --save-every 2 --resume %s",
+               model, data, ck, ck);
+  struct stat st;
+  snprintf(path, sizeof path, "%s/COMPLETE", step4);
+  RF_CHECK(stat(path, &st) == 0, "the resumed run did not complete step 4\n%s", out);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/", step4);
+    size_t at = strlen(path);
+    snprintf(path + at, sizeof path - at, stale[i], (int)gone);
+    RF_CHECK(stat(path, &st) != 0, "the killed writer's %s was kept", path);
+    snprintf(path + at, sizeof path - at, kept[i], i == 0 ? (int)getpid() : (int)gone);
+    RF_CHECK(stat(path, &st) == 0, "%s, not a gone writer's, was removed", path);
+    unlink(path); /* the later cases check that no temporary file is left */
+  }
+}
+
 /* A run that diverges: NaN through every op (no undefined behaviour under make
  * test-asan), skipped steps, then the stop. */
 static void check_diverging(void) {
@@ -460,6 +502,7 @@ int main(void) {
 
   check_nonfinite_init();
   check_nonfinite_resume();
+  check_stale_tmp();
   check_diverging();
   check_damaged_range(2, "", "d2");
   check_damaged_range(3, "--optim shampoo", "d3");

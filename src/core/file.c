@@ -1,8 +1,10 @@
 /* Atomic file writing (temporary name, fsync, rename, directory fsync), with
  * O_DIRECT through a bounce buffer where asked, and whole-file reading. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -36,8 +38,35 @@ void rf_file_test_refuse_direct(int refuse) {
   __atomic_store_n(&rf_file_refuse_direct_hook, refuse, __ATOMIC_RELAXED);
 }
 
+/* Removes the temporary files of `path` that a writer killed before its rename left
+ * ("PATH.tmp.PID", PID a process that is gone; issue 37: a resumed run's re-save of
+ * a step killed mid-write kept the killed run's rank files, the checkpoint's size
+ * doubled). Only ours: the exact name with a number, never a live process's. */
+static void rf_file_remove_stale(const char *path) {
+  char dir[RF_FILE_PATH_MAX], tmp[RF_FILE_PATH_MAX];
+  rf_file_dir_of(path, dir, sizeof dir);
+  snprintf(tmp, sizeof tmp, "%s", path);
+  const char *base = basename(tmp);
+  size_t n = strlen(base);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *s = e->d_name;
+    if (strncmp(s, base, n) != 0 || strncmp(s + n, ".tmp.", 5) != 0) continue;
+    char *end = NULL;
+    long pid = strtol(s + n + 5, &end, 10);
+    if (end == s + n + 5 || *end || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to know) */
+    char stale[2 * RF_FILE_PATH_MAX + 8];
+    snprintf(stale, sizeof stale, "%s/%s", dir, s);
+    if (unlink(stale) == 0) rf_log_debug("%s: removed the temporary file of a writer that is gone", stale);
+  }
+  closedir(d);
+}
+
 /* The temporary file, opened with `flags` added; errno is open's on failure. */
 static int rf_file_writer_create(struct rf_file_writer *w, const char *path, int flags) {
+  rf_file_remove_stale(path);
   memset(w, 0, sizeof *w);
   w->fd = -1;
   if (strlen(path) + 32 >= sizeof w->tmp) RF_FAIL("%s: path too long", path);
