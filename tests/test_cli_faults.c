@@ -112,6 +112,7 @@ static void check_train_numbers(int w) {
       {"--batch 7", "--batch 7 is not divisible"},
       {"--peak-gflops -1", "--peak-gflops"},
       /* issue 37: conflicts and an option given twice, refused before anything is loaded */
+      {"--lr 0.1 --clip 1 --lr 0.2", "option --lr is given twice"},
       {"--save-every 1", "--save-every needs --ckpt-dir"},
       {"--async-save --resume /nonexistent", "--async-save needs --ckpt-dir"},
       {"--init /nonexistent.safetensors --resume /nonexistent", "--init and --resume exclude each other"},

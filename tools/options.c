@@ -145,6 +145,7 @@ int rf_options_parse(int argc, char **argv, const struct rf_option *options, int
     } else {
       RF_REQUIRE(!eq, "%s: option --%s takes no value", argv[0], opt->name);
     }
+    RF_REQUIRE(!seen[found], "%s: option --%s is given twice (which value is meant?)", argv[0], opt->name);
     RF_TRY(rf_option_set(opt, value));
     seen[found] = 1;
   }
