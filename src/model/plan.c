@@ -309,16 +309,19 @@ static int rf_plan_sim_mesh(struct rf_plan_sim_args *a, const struct rf_plan_sim
   return 0;
 }
 
-static void rf_plan_sim_bytes(double bytes, char *out, size_t size) {
+/* bytes as "1.23 GB", "4.56 MB", with kb also "7.8 kB", else "9 B" (the layout's table has no kB). */
+static void rf_plan_bytes(double bytes, int kb, char *out, size_t size) {
   if (bytes >= 1e9)
     snprintf(out, size, "%.2f GB", bytes / 1e9);
   else if (bytes >= 1e6)
     snprintf(out, size, "%.2f MB", bytes / 1e6);
-  else if (bytes >= 1e3)
+  else if (kb && bytes >= 1e3)
     snprintf(out, size, "%.1f kB", bytes / 1e3);
   else
     snprintf(out, size, "%.0f B", bytes);
 }
+
+static void rf_plan_sim_bytes(double bytes, char *out, size_t size) { rf_plan_bytes(bytes, 1, out, size); }
 
 /* 1 when the profile puts more ranks on a node than it has cores and the run spans
  * nodes: there the measured costs come in scheduler slices (docs/scale.md, Across hosts). */
@@ -455,14 +458,7 @@ static void rf_plan_cmd_why(const struct rf_plan *c, int world, int u, const str
   }
 }
 
-static void rf_plan_cmd_bytes(double bytes, char *out, size_t size) {
-  if (bytes >= 1e9)
-    snprintf(out, size, "%.2f GB", bytes / 1e9);
-  else if (bytes >= 1e6)
-    snprintf(out, size, "%.2f MB", bytes / 1e6);
-  else
-    snprintf(out, size, "%.0f B", bytes);
-}
+static void rf_plan_cmd_bytes(double bytes, char *out, size_t size) { rf_plan_bytes(bytes, 0, out, size); }
 
 static void rf_plan_cmd_table(const struct rf_plan *c, const struct rf_plan_model_result *r) {
   int ragged = r->mode == RF_SHARD_MODE_RAGGED;

@@ -47,7 +47,7 @@ int rf_sim_auto_group(const struct rf_sim_workload *w, const struct rf_plan_unit
   for (int s = 1; s <= world; s++) {
     if (world % s) continue;
     struct rf_plan_model_result m;
-    struct rf_sim_result r;
+    struct rf_sim_result r = {0};
     RF_TRY(rf_plan_model_make(units, n_units, p, s, 0, &m));
     int padding_ok = max_padding < 0 || rf_plan_model_meets(&m, max_padding);
     int rc = rf_sim_run_world(w, units, &m, p, world, world / s, &r);
