@@ -481,6 +481,16 @@ static void check_hub_layout(void) {
   refused(2, 1,
           "rfsdp train:", "moe_hub_partial.safetensors|model.layers.0.block_sparse_moe.experts.5.w3.weight",
           "train --model %s --data %s %s --init %s", moe, data, common, partial);
+  /* a NaN in a hub file named as the file names it (round 4: the fused name, a tensor the file does not have)
+   */
+  char nan_hub[200];
+  snprintf(nan_hub, sizeof nan_hub, "%s/moe_hub_nan.safetensors", dir);
+  st_poison(hub, nan_hub, "model.layers.1.block_sparse_moe.experts.2.w2.weight", 10, NAN);
+  refused(2, 1, "rfsdp train:",
+          "moe_hub_nan.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.2.w2.weight' element 10 "
+          "[0, 10] "
+          "is nan",
+          "train --model %s --data %s %s --init %s", moe, data, common, nan_hub);
 }
 
 int main(void) {

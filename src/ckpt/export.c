@@ -440,19 +440,31 @@ static int rf_ckpt_import_check_tensor(struct rf_ckpt_import_src *src, const cha
  * [begin, end)), naming the tensor, the element (its index and coordinates) and the
  * value: a NaN or inf weight would only show up steps later as a skipped step or
  * "training diverged", or never where the data does not reach it. */
-static int rf_ckpt_import_check_finite(const char *path, const struct rf_tensor_view *v) {
+static int rf_ckpt_import_check_finite(const char *path, const struct rf_tensor_view *v,
+                                       const struct rf_ckpt_import_map *m) {
   if (!v->master) return 0; /* an empty range */
   for (int64_t i = 0; i < v->end - v->begin; i++) {
     if (isfinite(v->master[i])) continue;
-    int64_t at = v->begin + i, rest = at, idx[RF_MAX_DIMS];
-    for (int d = v->ndim - 1; d >= 0; d--) {
-      idx[d] = v->shape[d] > 0 ? rest % v->shape[d] : 0;
-      rest = v->shape[d] > 0 ? rest / v->shape[d] : 0;
+    /* named as the file names it: a hub layout's per-expert tensor, not the fused view */
+    char name[RF_CKPT_HUB_NAME_MAX * 2];
+    int64_t at = v->begin + i, idx[RF_MAX_DIMS], shape[RF_MAX_DIMS];
+    int ndim = v->ndim;
+    snprintf(name, sizeof name, "%s", v->name);
+    memcpy(shape, v->shape, sizeof shape);
+    if (m->part != RF_CKPT_HUB_PART_NONE) {
+      int64_t src_at;
+      rf_ckpt_hub_source(v, m, at, name, sizeof name, &src_at, shape);
+      at = src_at;
+      ndim = 2;
+    }
+    int64_t rest = at;
+    for (int d = ndim - 1; d >= 0; d--) {
+      idx[d] = shape[d] > 0 ? rest % shape[d] : 0;
+      rest = shape[d] > 0 ? rest / shape[d] : 0;
     }
     char where[200];
-    rf_ckpt_shape_str(where, sizeof where, v->ndim, idx);
-    RF_FAIL("%s: tensor '%s' element %" PRId64 " %s is %s; the weights must be finite", path, v->name, at,
-            where,
+    rf_ckpt_shape_str(where, sizeof where, ndim, idx);
+    RF_FAIL("%s: tensor '%s' element %" PRId64 " %s is %s; the weights must be finite", path, name, at, where,
             isnan(v->master[i]) ? "nan"
             : v->master[i] > 0  ? "inf"
                                 : "-inf");
@@ -541,7 +553,7 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
   if (rc == 0) rc = rf_ckpt_import_check_layers(&src, path, views, n);
   for (int i = 0; i < n && rc == 0; i++) {
     rc = rf_ckpt_import_read(&src, &views[i], &maps[i]);
-    if (rc == 0) rc = rf_ckpt_import_check_finite(path, &views[i]);
+    if (rc == 0) rc = rf_ckpt_import_check_finite(path, &views[i], &maps[i]);
   }
   free(maps);
   rf_ckpt_import_close(&src);
