@@ -91,7 +91,8 @@ static int allowed(const struct rule *r, const char *file, const char *dep) {
 /* The violations of one line ("#include \"X/...\""), 0 or 1. */
 static int check_line(const struct rule *r, const char *file, const char *line) {
   char dep[64], slash = 0;
-  if (sscanf(line, " #include \"%63[a-z_]%c", dep, &slash) != 2 || slash != '/') return 0; /* public headers */
+  if (sscanf(line, " #include \"%63[a-z_]%c", dep, &slash) != 2 || slash != '/')
+    return 0; /* public headers */
   if (allowed(r, file, dep)) return 0;
   return 1;
 }
