@@ -1,16 +1,14 @@
 /* rf-test: timeout=900
  * The CUDA build's kernels on the CPU (issue 36 item 4): make BACKEND=cuda-emu compiles
- * src/model/kernels_cuda.cu, src/optim/adamw_cuda.cu and src/device/device_cuda_kernels.cu
- * as C++ over tests/gpu/emu (a block's threads as fibers in a random order, shared
- * memory full of NaN at each block's start, launch limits enforced, device memory the
- * host cannot read; docs/gpu.md), and this runs the GPU tests of those kernels there:
- * test_kernels_cuda at every shape it has on a GPU (attention at T = 1000, the
- * cross-entropy at vocabularies 32000, 32001, 128256 and 151936, whose last 256-wide
- * chunk is partial) against the host ops, and test_device_cuda (casts, FP8 tiles, the
- * sum of squares) against the host device, and test_attention_tc (the tensor-core attention
- * of src/model/attention_tc.cu on the stand-in's wmma, tests/gpu/emu/include/mma.h) against
- * an f64 attention within bf16 bounds. Each program's time is printed (docs/gpu.md states the
- * measured cost). */
+ * src/model/kernels_cuda.cu (with attention_cuda.cu), src/optim/adamw_cuda.cu and
+ * src/device/device_cuda_kernels.cu as C++ over tests/gpu/emu (a block's threads as fibers in a random order,
+ * shared memory full of NaN at each block's start, launch limits enforced, device memory the host cannot
+ * read; docs/gpu.md), and this runs the GPU tests of those kernels there: test_kernels_cuda at every shape it
+ * has on a GPU (attention at T = 1000, the cross-entropy at vocabularies 32000, 32001, 128256 and 151936,
+ * whose last 256-wide chunk is partial) against the host ops, and test_device_cuda (casts, FP8 tiles, the sum
+ * of squares) against the host device, and test_attention_tc (the tensor-core attention of
+ * src/model/attention_tc.cu on the stand-in's wmma, tests/gpu/emu/include/mma.h) against an f64 attention
+ * within bf16 bounds. Each program's time is printed (docs/gpu.md states the measured cost). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* GPU test (run by scripts/gpu-check, built by make BACKEND=cuda): the CUDA kernel
- * table (src/model/kernels_cuda.cu) and the fused AdamW (src/optim/adamw_cuda.cu)
- * against the host: every entry of rf_model_kernels_cuda on the same random inputs
+ * table (src/model/kernels_cuda.cu, its attention in attention_cuda.cu) and the fused AdamW
+ * (src/optim/adamw_cuda.cu) against the host: every entry of rf_model_kernels_cuda on the same random inputs
  * as rf_model_kernels_host (the ops of ops.c), the AdamW kernel against
  * rf_optim_step of a host AdamW over 5 steps. make BACKEND=cuda-emu builds it over the
  * CPU stand-in (tests/gpu/emu), where tests/test_cuda_emu_kernels.c runs it in make

@@ -1,0 +1,385 @@
+/* The f32 attention of the CUDA kernel table (kernels_cuda.cu, which holds the rest):
+ * flash-style, O(T) memory: per query row an online softmax over key tiles of 32 (the
+ * running max and sum rescaled), the row's log-sum-exp written for the backward; the
+ * backward recomputes P = exp(S - lse) tile by tile in two kernels, dQ (per query tile,
+ * over its keys) and dK, dV (per key tile, over the queries and the heads of its kv
+ * group: GQA summed in the block, no atomics), after D = rowsum(dY * Y). Deterministic;
+ * within f32 roundoff of the host (tests/gpu/test_kernels_cuda.c). Any head_dim up to
+ * 256 (32-lane slices, masked). */
+#include "model/kernels_cuda.cuh"
+
+/* ---- attention ---- */
+
+/* A block of RF_ATT_WARPS warps takes RF_ATT_ROWS query rows (the forward, dQ)
+ * or keys (dK, dV), RF_ATT_RPW per warp; the other side goes in tiles of 32,
+ * one per lane. A lane keeps the output dimensions lane + 32 i (i < NI, NI =
+ * ceil(hd / 32) rounded up to 1, 2, 4 or 8). Shared rows read with the lane as
+ * the row index are padded to hd + 1 floats (no bank conflicts). */
+#define RF_ATT_WARPS 8
+#define RF_ATT_ROWS 32
+#define RF_ATT_RPW (RF_ATT_ROWS / RF_ATT_WARPS)
+#define RF_ATT_TILE 32
+#define RF_ATT_MAX_HD 256
+
+struct att_shape {
+  int T, nh, nkv, hd;
+  float scale;
+};
+
+template <int NI>
+__global__ void __launch_bounds__(RF_ATT_WARPS * 32)
+    att_forward_kernel(float *y, float *lse, const float *q, const float *k, const float *v,
+                       struct att_shape s) {
+  extern __shared__ float sm[];
+  const int hd = s.hd, hp = hd + 1, T = s.T;
+  float *qs = sm;                    /* [ROWS][hd] */
+  float *ks = qs + RF_ATT_ROWS * hd; /* [TILE][hd + 1] */
+  float *vs = ks + RF_ATT_TILE * hp; /* [TILE][hd] */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int bh = blockIdx.y, b = bh / s.nh, h = bh % s.nh, g = h / (s.nh / s.nkv);
+  const int i0 = blockIdx.x * RF_ATT_ROWS;
+  const size_t qstr = (size_t)s.nh * hd, kstr = (size_t)s.nkv * hd;
+  const float *qb = q + (size_t)b * T * qstr + (size_t)h * hd;
+  const float *kb = k + (size_t)b * T * kstr + (size_t)g * hd;
+  const float *vb = v + (size_t)b * T * kstr + (size_t)g * hd;
+  for (int e = tid; e < RF_ATT_ROWS * hd; e += blockDim.x) {
+    int r = e / hd, d = e - r * hd;
+    qs[e] = i0 + r < T ? qb[(size_t)(i0 + r) * qstr + d] : 0.0f;
+  }
+  float m[RF_ATT_RPW], l[RF_ATT_RPW], acc[RF_ATT_RPW][NI];
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) acc[rr][ni] = 0.0f;
+  }
+  const int kend = min(T, i0 + RF_ATT_ROWS); /* keys [0, kend) */
+  for (int j0 = 0; j0 < kend; j0 += RF_ATT_TILE) {
+    __syncthreads(); /* the previous tile is consumed (and qs written, the first
+                        time) */
+    for (int e = tid; e < RF_ATT_TILE * hd; e += blockDim.x) {
+      int c = e / hd, d = e - c * hd;
+      int ok = j0 + c < T;
+      ks[c * hp + d] = ok ? kb[(size_t)(j0 + c) * kstr + d] : 0.0f;
+      vs[e] = ok ? vb[(size_t)(j0 + c) * kstr + d] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+      const int r = warp * RF_ATT_RPW + rr, i = i0 + r;
+      if (i >= T || j0 > i) continue; /* the same for the whole warp */
+      const int j = j0 + lane;
+      float sc = -INFINITY;
+      if (j <= i) {
+        const float *qr = qs + r * hd, *kr = ks + lane * hp;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++) dot = fmaf(qr[d], kr[d], dot);
+        sc = dot * s.scale;
+      }
+      const float mn = fmaxf(m[rr], warp_max(sc)); /* finite: key j0 <= i is lane 0's */
+      const float p = j <= i ? rf_expf_dev(sc - mn) : 0.0f;
+      const float alpha = m[rr] == -INFINITY ? 0.0f : rf_expf_dev(m[rr] - mn);
+      l[rr] = l[rr] * alpha + warp_sum(p);
+      m[rr] = mn;
+#pragma unroll
+      for (int ni = 0; ni < NI; ni++) acc[rr][ni] *= alpha;
+      const int cmax = min(RF_ATT_TILE, i - j0 + 1);
+      for (int c = 0; c < cmax; c++) {
+        const float pc = __shfl_sync(RF_FULL_MASK, p, c);
+        const float *vr = vs + c * hd;
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+          int d = lane + 32 * ni;
+          if (d < hd) acc[rr][ni] = fmaf(pc, vr[d], acc[rr][ni]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+    const int i = i0 + warp * RF_ATT_RPW + rr;
+    if (i >= T) continue;
+    const float inv = 1.0f / l[rr];
+    float *yr = y + (size_t)b * T * qstr + (size_t)i * qstr + (size_t)h * hd;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) {
+      int d = lane + 32 * ni;
+      if (d < hd) yr[d] = acc[rr][ni] * inv;
+    }
+    if (lane == 0) lse[(size_t)bh * T + i] = m[rr] + logf(l[rr]);
+  }
+}
+
+/* D[b, h, i] = dY[i] . Y[i] (= sum_j P dP of the row), a warp per row. */
+__global__ void att_rowdot_kernel(float *dd, const float *dy, const float *y, int B, struct att_shape s) {
+  const int lane = threadIdx.x & 31;
+  const size_t rows = (size_t)B * s.nh * s.T;
+  size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (row >= rows) return;
+  size_t bh = row / s.T, i = row - bh * s.T, b = bh / s.nh, h = bh - b * s.nh;
+  size_t off = (b * s.T + i) * (size_t)s.nh * s.hd + h * s.hd;
+  float acc = 0.0f;
+  for (int d = lane; d < s.hd; d += 32) acc = fmaf(dy[off + d], y[off + d], acc);
+  acc = warp_sum(acc);
+  if (lane == 0) dd[row] = acc;
+}
+
+/* dQ[i] = sum_{j <= i} dS_ij K_j, dS = P (dP - D) scale, P = exp(S - lse): per
+ * query tile. */
+template <int NI>
+__global__ void __launch_bounds__(RF_ATT_WARPS * 32)
+    att_backward_dq_kernel(float *dq, const float *dy, const float *lse, const float *dd, const float *q,
+                           const float *k, const float *v, struct att_shape s) {
+  extern __shared__ float sm[];
+  const int hd = s.hd, hp = hd + 1, T = s.T;
+  float *qs = sm;                     /* [ROWS][hd] */
+  float *dys = qs + RF_ATT_ROWS * hd; /* [ROWS][hd] */
+  float *ks = dys + RF_ATT_ROWS * hd; /* [TILE][hd + 1] */
+  float *vs = ks + RF_ATT_TILE * hp;  /* [TILE][hd + 1] */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int bh = blockIdx.y, b = bh / s.nh, h = bh % s.nh, g = h / (s.nh / s.nkv);
+  const int i0 = blockIdx.x * RF_ATT_ROWS;
+  const size_t qstr = (size_t)s.nh * hd, kstr = (size_t)s.nkv * hd;
+  const float *qb = q + (size_t)b * T * qstr + (size_t)h * hd;
+  const float *dyb = dy + (size_t)b * T * qstr + (size_t)h * hd;
+  const float *kb = k + (size_t)b * T * kstr + (size_t)g * hd;
+  const float *vb = v + (size_t)b * T * kstr + (size_t)g * hd;
+  for (int e = tid; e < RF_ATT_ROWS * hd; e += blockDim.x) {
+    int r = e / hd, d = e - r * hd;
+    int ok = i0 + r < T;
+    qs[e] = ok ? qb[(size_t)(i0 + r) * qstr + d] : 0.0f;
+    dys[e] = ok ? dyb[(size_t)(i0 + r) * qstr + d] : 0.0f;
+  }
+  float acc[RF_ATT_RPW][NI], lr[RF_ATT_RPW], dr[RF_ATT_RPW];
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+    const int i = i0 + warp * RF_ATT_RPW + rr;
+    lr[rr] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+    dr[rr] = i < T ? dd[(size_t)bh * T + i] : 0.0f;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) acc[rr][ni] = 0.0f;
+  }
+  const int kend = min(T, i0 + RF_ATT_ROWS);
+  for (int j0 = 0; j0 < kend; j0 += RF_ATT_TILE) {
+    __syncthreads();
+    for (int e = tid; e < RF_ATT_TILE * hd; e += blockDim.x) {
+      int c = e / hd, d = e - c * hd;
+      int ok = j0 + c < T;
+      ks[c * hp + d] = ok ? kb[(size_t)(j0 + c) * kstr + d] : 0.0f;
+      vs[c * hp + d] = ok ? vb[(size_t)(j0 + c) * kstr + d] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+      const int r = warp * RF_ATT_RPW + rr, i = i0 + r;
+      if (i >= T || j0 > i) continue;
+      const int j = j0 + lane;
+      float ds = 0.0f;
+      if (j <= i) {
+        const float *qr = qs + r * hd, *dyr = dys + r * hd, *kr = ks + lane * hp, *vr = vs + lane * hp;
+        float sqk = 0.0f, dp = 0.0f;
+        for (int d = 0; d < hd; d++) {
+          sqk = fmaf(qr[d], kr[d], sqk);
+          dp = fmaf(dyr[d], vr[d], dp);
+        }
+        float p = rf_expf_dev(sqk * s.scale - lr[rr]);
+        ds = p * (dp - dr[rr]) * s.scale;
+      }
+      const int cmax = min(RF_ATT_TILE, i - j0 + 1);
+      for (int c = 0; c < cmax; c++) {
+        const float dsc = __shfl_sync(RF_FULL_MASK, ds, c);
+        const float *kr = ks + c * hp;
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+          int d = lane + 32 * ni;
+          if (d < hd) acc[rr][ni] = fmaf(dsc, kr[d], acc[rr][ni]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+    const int i = i0 + warp * RF_ATT_RPW + rr;
+    if (i >= T) continue;
+    float *o = dq + (size_t)b * T * qstr + (size_t)i * qstr + (size_t)h * hd;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) {
+      int d = lane + 32 * ni;
+      if (d < hd) o[d] = acc[rr][ni];
+    }
+  }
+}
+
+/* dV[j] = sum_h sum_{i >= j} P_ij dY_i, dK[j] = sum_h sum_{i >= j} dS_ij Q_i:
+ * per key tile of one kv head, over the query heads of its group and the query
+ * tiles from the key tile on. */
+template <int NI>
+__global__ void __launch_bounds__(RF_ATT_WARPS * 32)
+    att_backward_dkv_kernel(float *dk, float *dv, const float *dy, const float *lse, const float *dd,
+                            const float *q, const float *k, const float *v, struct att_shape s) {
+  extern __shared__ float sm[];
+  const int hd = s.hd, hp = hd + 1, T = s.T;
+  float *kt = sm;                     /* [ROWS][hd] this block's keys */
+  float *vt = kt + RF_ATT_ROWS * hd;  /* [ROWS][hd] */
+  float *qs = vt + RF_ATT_ROWS * hd;  /* [TILE][hd + 1] a query tile */
+  float *dys = qs + RF_ATT_TILE * hp; /* [TILE][hd + 1] */
+  float *ls = dys + RF_ATT_TILE * hp; /* [TILE] */
+  float *dds = ls + RF_ATT_TILE;      /* [TILE] */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rep = s.nh / s.nkv;
+  const int bg = blockIdx.y, b = bg / s.nkv, g = bg % s.nkv;
+  const int j0 = blockIdx.x * RF_ATT_ROWS;
+  const size_t qstr = (size_t)s.nh * hd, kstr = (size_t)s.nkv * hd;
+  const float *kb = k + (size_t)b * T * kstr + (size_t)g * hd;
+  const float *vb = v + (size_t)b * T * kstr + (size_t)g * hd;
+  for (int e = tid; e < RF_ATT_ROWS * hd; e += blockDim.x) {
+    int r = e / hd, d = e - r * hd;
+    int ok = j0 + r < T;
+    kt[e] = ok ? kb[(size_t)(j0 + r) * kstr + d] : 0.0f;
+    vt[e] = ok ? vb[(size_t)(j0 + r) * kstr + d] : 0.0f;
+  }
+  float adk[RF_ATT_RPW][NI], adv[RF_ATT_RPW][NI];
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) adk[rr][ni] = adv[rr][ni] = 0.0f;
+  for (int hh = 0; hh < rep; hh++) {
+    const int h = g * rep + hh;
+    const float *qb = q + (size_t)b * T * qstr + (size_t)h * hd;
+    const float *dyb = dy + (size_t)b * T * qstr + (size_t)h * hd;
+    const size_t bh = (size_t)b * s.nh + h;
+    for (int i0 = j0; i0 < T; i0 += RF_ATT_TILE) {
+      __syncthreads();
+      for (int e = tid; e < RF_ATT_TILE * hd; e += blockDim.x) {
+        int c = e / hd, d = e - c * hd;
+        int ok = i0 + c < T;
+        qs[c * hp + d] = ok ? qb[(size_t)(i0 + c) * qstr + d] : 0.0f;
+        dys[c * hp + d] = ok ? dyb[(size_t)(i0 + c) * qstr + d] : 0.0f;
+      }
+      if (tid < RF_ATT_TILE) {
+        int ok = i0 + tid < T;
+        ls[tid] = ok ? lse[bh * T + i0 + tid] : 0.0f;
+        dds[tid] = ok ? dd[bh * T + i0 + tid] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+        const int jr = warp * RF_ATT_RPW + rr, j = j0 + jr;
+        if (j >= T || i0 + RF_ATT_TILE - 1 < j) continue; /* no query of the tile sees key j */
+        const int i = i0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (i < T && i >= j) {
+          const float *qr = qs + lane * hp, *dyr = dys + lane * hp, *kr = kt + jr * hd, *vr = vt + jr * hd;
+          float sqk = 0.0f, dp = 0.0f;
+          for (int d = 0; d < hd; d++) {
+            sqk = fmaf(qr[d], kr[d], sqk);
+            dp = fmaf(dyr[d], vr[d], dp);
+          }
+          p = rf_expf_dev(sqk * s.scale - ls[lane]);
+          ds = p * (dp - dds[lane]) * s.scale;
+        }
+        const int c0 = max(0, j - i0), c1 = min(RF_ATT_TILE, T - i0);
+        for (int c = c0; c < c1; c++) {
+          const float pc = __shfl_sync(RF_FULL_MASK, p, c), dsc = __shfl_sync(RF_FULL_MASK, ds, c);
+          const float *qr = qs + c * hp, *dyr = dys + c * hp;
+#pragma unroll
+          for (int ni = 0; ni < NI; ni++) {
+            int d = lane + 32 * ni;
+            if (d < hd) {
+              adv[rr][ni] = fmaf(pc, dyr[d], adv[rr][ni]);
+              adk[rr][ni] = fmaf(dsc, qr[d], adk[rr][ni]);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < RF_ATT_RPW; rr++) {
+    const int j = j0 + warp * RF_ATT_RPW + rr;
+    if (j >= T) continue;
+    float *okk = dk + (size_t)b * T * kstr + (size_t)j * kstr + (size_t)g * hd;
+    float *ov = dv + (size_t)b * T * kstr + (size_t)j * kstr + (size_t)g * hd;
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) {
+      int d = lane + 32 * ni;
+      if (d < hd) {
+        okk[d] = adk[rr][ni];
+        ov[d] = adv[rr][ni];
+      }
+    }
+  }
+}
+
+static int att_ni(int hd) {
+  if (hd < 1 || hd > RF_ATT_MAX_HD)
+    RF_DIE("attention on CUDA: head_dim %d is not in [1, %d]", hd, RF_ATT_MAX_HD);
+  return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : 8;
+}
+
+static struct att_shape att_shape_of(int seq, int nh, int nkv, int hd) {
+  if (nkv <= 0 || nh % nkv != 0) RF_DIE("attention on CUDA: %d heads on %d kv heads", nh, nkv);
+  struct att_shape s = {seq, nh, nkv, hd, 1.0f / sqrtf((float)hd)};
+  return s;
+}
+
+/* Launches KERNEL<NI> (NI from att_ni) with SMEM bytes of dynamic shared
+ * memory, allowed above the default 48 KiB first. */
+#define RF_ATT_CASE(N, KERNEL, GRID, SMEM, ST, ...)                                                 \
+  case N:                                                                                           \
+    RF_CUDA_CHECK(                                                                                  \
+        cudaFuncSetAttribute(KERNEL<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(SMEM))); \
+    KERNEL<N><<<GRID, RF_ATT_WARPS * 32, SMEM, ST>>>(__VA_ARGS__);                                  \
+    break
+#define RF_ATT_DISPATCH(NI_, KERNEL, GRID, SMEM, ST, WHAT, ...) \
+  do {                                                          \
+    switch (NI_) {                                              \
+      RF_ATT_CASE(1, KERNEL, GRID, SMEM, ST, __VA_ARGS__);      \
+      RF_ATT_CASE(2, KERNEL, GRID, SMEM, ST, __VA_ARGS__);      \
+      RF_ATT_CASE(4, KERNEL, GRID, SMEM, ST, __VA_ARGS__);      \
+      default:                                                  \
+        RF_ATT_CASE(8, KERNEL, GRID, SMEM, ST, __VA_ARGS__);    \
+    }                                                           \
+    RF_CUDA_LAUNCHED(WHAT);                                     \
+  } while (0)
+
+void cuda_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v, int batch,
+                            int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                            struct rf_device_stream *stream) {
+  (void)scratch;
+  (void)scratch_bytes;
+  if (batch <= 0 || seq <= 0 || nh <= 0) return;
+  struct att_shape s = att_shape_of(seq, nh, nkv, hd);
+  int ni = att_ni(hd);
+  size_t smem =
+      sizeof(float) * ((size_t)RF_ATT_ROWS * hd + (size_t)RF_ATT_TILE * (hd + 1) + (size_t)RF_ATT_TILE * hd);
+  dim3 grid((unsigned)((seq + RF_ATT_ROWS - 1) / RF_ATT_ROWS), (unsigned)(batch * nh));
+  RF_ATT_DISPATCH(ni, att_forward_kernel, grid, smem, kc_stream(stream), "attention forward", y, lse, q, k, v,
+                  s);
+}
+
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                             const float *lse, const float *q, const float *k, const float *v, int batch,
+                             int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                             struct rf_device_stream *stream) {
+  if (batch <= 0 || seq <= 0 || nh <= 0) return;
+  struct att_shape s = att_shape_of(seq, nh, nkv, hd);
+  int ni = att_ni(hd);
+  cudaStream_t st = kc_stream(stream);
+  size_t rows = (size_t)batch * nh * seq;
+  kc_need(rows * sizeof(float), scratch_bytes, "attention backward");
+  float *dd = (float *)scratch;
+  att_rowdot_kernel<<<(unsigned)((rows * 32 + RF_KC_THREADS - 1) / RF_KC_THREADS), RF_KC_THREADS, 0, st>>>(
+      dd, dy, y, batch, s);
+  RF_CUDA_LAUNCHED("attention backward");
+  size_t smem_q = sizeof(float) * (2 * (size_t)RF_ATT_ROWS * hd + 2 * (size_t)RF_ATT_TILE * (hd + 1));
+  dim3 grid_q((unsigned)((seq + RF_ATT_ROWS - 1) / RF_ATT_ROWS), (unsigned)(batch * nh));
+  RF_ATT_DISPATCH(ni, att_backward_dq_kernel, grid_q, smem_q, st, "attention backward dq", dq, dy, lse, dd, q,
+                  k, v, s);
+  size_t smem_kv =
+      sizeof(float) * (2 * (size_t)RF_ATT_ROWS * hd + 2 * (size_t)RF_ATT_TILE * (hd + 1) + 2 * RF_ATT_TILE);
+  dim3 grid_kv((unsigned)((seq + RF_ATT_ROWS - 1) / RF_ATT_ROWS), (unsigned)(batch * nkv));
+  RF_ATT_DISPATCH(ni, att_backward_dkv_kernel, grid_kv, smem_kv, st, "attention backward dk dv", dk, dv, dy,
+                  lse, dd, q, k, v, s);
+}

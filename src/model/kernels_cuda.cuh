@@ -1,0 +1,61 @@
+/* What the CUDA kernel table's files (kernels_cuda.cu, attention_cuda.cu) share: the
+ * launch checks, the stream and scratch checks, and the attention's two entries. */
+#ifndef RF_MODEL_KERNELS_CUDA_CUH
+#define RF_MODEL_KERNELS_CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+/* The C headers' C11 keywords, as C++ spells them. */
+#define _Noreturn [[noreturn]]
+#define _Alignas(n) alignas(n)
+extern "C" {
+#include "core/core.h"
+#include "device/device.h"
+#include "model/kernels.h"
+#include "model/model.h"
+}
+#include "model/cuda_common.cuh"
+
+#define RF_CUDA_CHECK(call)                                                       \
+  do {                                                                            \
+    cudaError_t rf_e_ = (call);                                                   \
+    if (rf_e_ != cudaSuccess) RF_DIE("%s: %s", #call, cudaGetErrorString(rf_e_)); \
+  } while (0)
+/* After a launch: a bad configuration shows here (an error inside the kernel at
+ * the next sync). */
+#define RF_CUDA_LAUNCHED(what)                                                                    \
+  do {                                                                                            \
+    cudaError_t rf_e_ = cudaGetLastError();                                                       \
+    if (rf_e_ != cudaSuccess) RF_DIE("CUDA kernel of %s: %s", (what), cudaGetErrorString(rf_e_)); \
+  } while (0)
+
+#define RF_KC_THREADS 256
+#define RF_KC_ROWS 256 /* rows per chunk of a column sum */
+#define RF_KC_MAX_BLOCKS 4096
+
+static inline cudaStream_t kc_stream(struct rf_device_stream *s) {
+  if (!s) RF_DIE("CUDA model kernels: a launch without a stream (NULL): name the runtime's");
+  return (cudaStream_t)s->handle;
+}
+
+static inline unsigned kc_blocks(size_t n) {
+  size_t b = (n + RF_KC_THREADS - 1) / RF_KC_THREADS;
+  if (b < 1) b = 1;
+  return b > RF_KC_MAX_BLOCKS ? RF_KC_MAX_BLOCKS : (unsigned)b;
+}
+
+static inline void kc_need(size_t need, size_t have, const char *what) {
+  if (need > have)
+    RF_DIE("%s on CUDA needs %zu bytes of scratch, given %zu (size it with scratch_bytes)", what, need, have);
+}
+
+void cuda_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v, int batch, int seq,
+                            int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                            struct rf_device_stream *stream);
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y, const float *lse,
+                             const float *q, const float *k, const float *v, int batch, int seq, int nh, int nkv,
+                             int hd, void *scratch, size_t scratch_bytes, struct rf_device_stream *stream);
+
+#endif
