@@ -33,6 +33,8 @@ struct rf_backend {
   /* Opens the backend's device `ordinal` (GPU: the local rank's), counting into `counters`
    * (may be NULL); released by rf_device_free. */
   void (*open)(struct rf_device *dev, int ordinal, struct rf_counters *counters);
+  /* How many devices of this kind the process sees (GPU: cudaGetDeviceCount); NULL: one (the host). */
+  int (*devices)(void);
   const struct rf_model_kernels *model; /* the model's compute on activations */
   /* AdamW over one piece in device memory on `stream`, bit for bit the host loop (src/optim/adamw.c,
    * the cpu backend's). */
@@ -51,6 +53,10 @@ const char *rf_backend_names(void);
  * rf_backend_check first. */
 void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordinal,
                      struct rf_counters *counters);
+/* The device of the rank `local_rank` of its node (counted from 0) among `devices` devices:
+ * local_rank modulo devices, so a node of as many ranks as GPUs gives each rank its own and a
+ * node of more ranks than GPUs (tests) puts ranks k, k+devices, ... on device k. */
+int rf_backend_ordinal(int local_rank, int devices);
 /* 0 when `name` names a backend this program can use; else -1 with a message naming it and
  * why (rf_error_msg). */
 int rf_backend_check(const char *name);

@@ -9,6 +9,7 @@ const struct rf_backend rf_backend_cuda = {
     .name = "cuda",
     .unavailable = rf_device_cuda_unavailable,
     .open = rf_device_cuda_init,
+    .devices = rf_device_cuda_count,
     .model = &rf_model_kernels_cuda,
     .adamw_piece = rf_optim_adamw_cuda_piece,
 };

@@ -322,6 +322,16 @@ int rf_comm_node_ranks(const struct rf_comm *comm) {
   return local;
 }
 
+int rf_comm_mesh_local_rank(const struct rf_comm_mesh *mesh) {
+  struct rf_comm shard, replicate;
+  rf_comm_split(&mesh->shard, RF_COMM_SPLIT_NODE, mesh->shard.rank, &shard);
+  rf_comm_split(&mesh->replicate, RF_COMM_SPLIT_NODE, mesh->replicate.rank, &replicate);
+  int local = replicate.rank * shard.world + shard.rank;
+  rf_comm_free(&shard);
+  rf_comm_free(&replicate);
+  return local;
+}
+
 /* ---- the public face (include/rfsdp.h) ----------------------------------------- */
 
 int rf_comm_rank(const struct rf_comm *comm) { return comm->rank; }

@@ -245,6 +245,11 @@ struct rf_comm_mesh {
   struct rf_comm replicate; /* across_groups set when it has more than one rank */
 };
 void rf_comm_mesh_free(struct rf_comm_mesh *mesh);
+/* This rank's rank among the mesh's ranks on its node (counted from 0), from the node's share of
+ * each communicator: the replicate rank on the node times the shard ranks on the node, plus the
+ * shard rank on the node. Exact when a node's ranks are whole shard groups or one piece of one
+ * (every mesh rf_comm_mesh_split makes). Collective over both communicators. */
+int rf_comm_mesh_local_rank(const struct rf_comm_mesh *mesh);
 
 /* The shard group size of a mesh of one group per node: the ranks of this rank's node, the
  * same on every node. Collective over comm: 0 on every rank, or -1 on every rank

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "device/device_cuda.h"
 
 #define RF_NCCL_CHECK(call)                                                                         \
@@ -238,7 +239,7 @@ int rf_comm_nccl_local_device(const struct rf_comm *mpi) {
     snprintf(id, sizeof id, "%s-rfsdp-rank%d", host, local);
     setenv("NCCL_HOSTID", id, 1);
   }
-  return local % count;
+  return rf_backend_ordinal(local, count);
 }
 
 static const struct rf_comm_ops rf_comm_nccl_ops;

@@ -256,6 +256,11 @@ const char *rf_device_cuda_unavailable(void) {
          "model are not (docs/gpu.md)";
 }
 
+int rf_device_cuda_count(void) {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 void rf_device_cuda_init(struct rf_device *dev, int ordinal, struct rf_counters *counters) {
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);

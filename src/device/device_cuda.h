@@ -62,6 +62,8 @@ cudaError_t rf_cuda_fp8_quantize(const float *x, int64_t rows, int64_t cols, int
  * calls go to it), counting into `counters` (may be NULL). Released by rf_device_free
  * (its streams, events and memory must have been released first). Dies naming the
  * ordinal when there is no such GPU. */
+/* The GPUs this process sees (cudaGetDeviceCount; 0 when the runtime has none). */
+int rf_device_cuda_count(void);
 void rf_device_cuda_init(struct rf_device *dev, int ordinal, struct rf_counters *counters);
 /* Why this program cannot train on a CUDA device ("no CUDA device", or what is not wired yet);
  * NULL when it can. Static storage (the backend's `unavailable`, src/backend). */

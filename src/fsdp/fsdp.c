@@ -70,7 +70,15 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   memset(mesh, 0, sizeof *mesh);
   rf_fsdp_plan_policy(opt, &f->policy);
   f->device = rf_xcalloc(1, sizeof *f->device);
-  rf_backend_open(rf_backend_find(opt->device ? opt->device : "cpu"), f->device, 0, &f->counters);
+  const struct rf_backend *backend = rf_backend_find(opt->device ? opt->device : "cpu");
+  int ordinal = 0;
+  if (backend->devices) { /* a GPU per rank: its local rank's (issue 34) */
+    int local = rf_comm_mesh_local_rank(&f->mesh), devices = backend->devices();
+    ordinal = rf_backend_ordinal(local, devices);
+    rf_log_info("device %s %d (local rank %d; %d %s devices)", backend->name, ordinal, local, devices,
+                backend->name);
+  }
+  rf_backend_open(backend, f->device, ordinal, &f->counters);
   f->opt.device = f->device->backend->name; /* static: the caller's string is borrowed */
   for (int s = 0; s < RF_FSDP_STREAM_COUNT; s++) f->stream[s] = rf_device_stream_create(f->device);
   rf_device_event_create(f->device, &f->mark);
