@@ -67,11 +67,6 @@ void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordi
   dev->backend = b;
 }
 
-int rf_backend_ordinal(int local_rank, int devices) {
-  RF_ASSERT(local_rank >= 0 && devices >= 1);
-  return local_rank % devices;
-}
-
 const char *rf_device_unavailable(const char *device) {
   const struct rf_backend *b = rf_backend_find(device);
   return b ? b->unavailable() : "no such backend (cpu|checked|cuda)";

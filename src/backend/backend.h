@@ -53,10 +53,6 @@ const char *rf_backend_names(void);
  * rf_backend_check first. */
 void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordinal,
                      struct rf_counters *counters);
-/* The device of the rank `local_rank` of its node (counted from 0) among `devices` devices:
- * local_rank modulo devices, so a node of as many ranks as GPUs gives each rank its own and a
- * node of more ranks than GPUs (tests) puts ranks k, k+devices, ... on device k. */
-int rf_backend_ordinal(int local_rank, int devices);
 /* 0 when `name` names a backend this program can use; else -1 with a message naming it and
  * why (rf_error_msg). */
 int rf_backend_check(const char *name);

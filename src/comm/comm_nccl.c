@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
 #include "device/device_cuda.h"
 
 #define RF_NCCL_CHECK(call)                                                                         \
@@ -239,7 +238,7 @@ int rf_comm_nccl_local_device(const struct rf_comm *mpi) {
     snprintf(id, sizeof id, "%s-rfsdp-rank%d", host, local);
     setenv("NCCL_HOSTID", id, 1);
   }
-  return rf_backend_ordinal(local, count);
+  return rf_device_ordinal(local, count);
 }
 
 static const struct rf_comm_ops rf_comm_nccl_ops;

@@ -112,3 +112,8 @@ void rf_device_event_synchronize(struct rf_device *dev, struct rf_device_event *
   else
     dev->ops->event_synchronize(dev, ev);
 }
+
+int rf_device_ordinal(int local_rank, int devices) {
+  RF_ASSERT(local_rank >= 0 && devices >= 1);
+  return local_rank % devices;
+}

@@ -207,4 +207,10 @@ void rf_move_own_shard(struct rf_device *dev, void *dst, enum rf_dtype dtype, co
     if ((dev)->counters) (dev)->counters->field += (uint64_t)(n); \
   } while (0)
 
+/* The device of the rank `local_rank` of its node (counted from 0) among `devices` devices:
+ * local_rank modulo devices, so a node of as many ranks as GPUs gives each rank its own and a
+ * node of more ranks than GPUs (tests) puts ranks k, k+devices, ... on device k. A rule of
+ * devices, below src/comm (whose NCCL lanes use it) and src/backend (the runtime's choice). */
+int rf_device_ordinal(int local_rank, int devices);
+
 #endif

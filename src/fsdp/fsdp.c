@@ -74,7 +74,7 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   int ordinal = 0;
   if (backend->devices) { /* a GPU per rank: its local rank's (issue 34) */
     int local = rf_comm_mesh_local_rank(&f->mesh), devices = backend->devices();
-    ordinal = rf_backend_ordinal(local, devices);
+    ordinal = rf_device_ordinal(local, devices);
     rf_log_info("device %s %d (local rank %d; %d %s devices)", backend->name, ordinal, local, devices,
                 backend->name);
   }

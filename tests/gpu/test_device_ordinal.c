@@ -1,6 +1,6 @@
 /* GPU test (built by make BACKEND=cuda; run on the CPU stand-in by tests/test_cuda_emu_ordinal.c at
  * W = 2, 3 with 1 and 2 emulated GPUs): each rank opens the CUDA backend's device on the GPU its
- * local rank chooses (rf_comm_mesh_local_rank, rf_backend_ordinal: as rf_fsdp_create does), and
+ * local rank chooses (rf_comm_mesh_local_rank, rf_device_ordinal: as rf_fsdp_create does), and
  * must hold GPU (world rank mod GPUs) -- every rank of an mpirun on one machine is on the node --
  * as the device's ordinal and as the thread's current device (cudaGetDevice), for a flat mesh and
  * for shard groups of one rank. */
@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     int group = groups[g];
     struct rf_comm_mesh mesh;
     rf_comm_mesh_split(&mesh, &comm, group, 0);
-    int local = rf_comm_mesh_local_rank(&mesh), ordinal = rf_backend_ordinal(local, devices), current = -1;
+    int local = rf_comm_mesh_local_rank(&mesh), ordinal = rf_device_ordinal(local, devices), current = -1;
     struct rf_device dev;
     cuda->open(&dev, ordinal, NULL);
     RF_CHECK(cudaGetDevice(&current) == cudaSuccess, "cudaGetDevice");
