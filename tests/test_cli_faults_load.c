@@ -18,8 +18,9 @@
  *  - Shampoo options without --optim shampoo, --collective-timeout below 1 s, ranks
  *    started with different options (MPMD), an --init file of a deeper model:
  *    refused naming the option or tensor; a resume with nothing to train says so;
- *  - a Mixtral file in the hub's per-expert layout (block_sparse_moe.experts.N.w1/w2/w3)
- *    loads: the same logits, bit for bit, as the fused file it was split from. */
+ *  - a Mixtral or qwen3_moe file in the hub's per-expert layout (block_sparse_moe.experts.N.w1/w2/w3,
+ *    mlp.experts.N.gate_proj/up_proj/down_proj) loads: the same logits, bit for bit, as the
+ *    fused file it was split from; a stray expert or a tensor the model lacks is refused. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -401,55 +402,88 @@ static void check_run_mistakes(void) {
            out);
 }
 
-/* The hub's Mixtral layout: per-expert w1 (gate), w3 (up), w2 (down) and the router
- * under block_sparse_moe, split from the fused export the way transformers' conversion
- * fuses them (gate_up_proj[e] = [w1[e]; w3[e]], down_proj[e] = w2[e]), gives the same
- * logits bit for bit at W = 2; a hub file missing one expert is refused naming it. */
-static void check_hub_layout(void) {
-  char fused[200], hub[200], partial[200], tokens[200];
-  snprintf(fused, sizeof fused, "%s/moe.safetensors", dir);
-  snprintf(hub, sizeof hub, "%s/moe_hub.safetensors", dir);
-  snprintf(partial, sizeof partial, "%s/moe_hub_partial.safetensors", dir);
-  snprintf(tokens, sizeof tokens, "%s/tokens.i32", dir);
-  static struct st_tensors in, out;
-  st_load(&in, fused);
+/* `in` (a fused export) split into a hub layout the way transformers' conversion fuses
+ * it (gate_up_proj[e] = [gate[e]; up[e]], down_proj[e] = down[e]): qwen3 = 0 gives
+ * Mixtral's block_sparse_moe.experts.N.w1/w3/w2 and block_sparse_moe.gate, qwen3 = 1
+ * qwen3_moe's mlp.experts.N.gate_proj/up_proj/down_proj and mlp.gate. */
+static void hub_split(const struct st_tensors *in, struct st_tensors *out, int qwen3) {
   const int64_t experts = 8, inter = 32, hidden = 32;
-  out.n = 0;
-  for (int i = 0; i < in.n; i++) {
-    const char *name = in.name[i];
+  static const char *const names[2][3] = {{"w1", "w3", "w2"}, {"gate_proj", "up_proj", "down_proj"}};
+  const char *moe = qwen3 ? "mlp" : "block_sparse_moe";
+  out->n = 0;
+  for (int i = 0; i < in->n; i++) {
+    const char *name = in->name[i];
     const char *gu = strstr(name, ".mlp.experts.gate_up_proj"), *dn = strstr(name, ".mlp.experts.down_proj");
     const char *router = strstr(name, ".mlp.gate.weight");
     int pre = (int)((gu ? gu : dn ? dn : router ? router : name) - name);
     if (!gu && !dn) { /* the router renamed, the rest as it is */
-      RF_ASSERT(out.n < ST_MAX);
+      RF_ASSERT(out->n < ST_MAX);
       if (router)
-        snprintf(out.name[out.n], sizeof out.name[out.n], "%.*s.block_sparse_moe.gate.weight", pre, name);
+        snprintf(out->name[out->n], sizeof out->name[out->n], "%.*s.%s.gate.weight", pre, name, moe);
       else
-        snprintf(out.name[out.n], sizeof out.name[out.n], "%s", name);
-      out.decl[out.n] = in.decl[i];
-      out.decl[out.n].name = out.name[out.n];
-      size_t bytes = (size_t)st_numel(&in.decl[i]) * sizeof(float);
-      out.data[out.n] = rf_xmalloc(bytes);
-      memcpy(out.data[out.n], in.data[i], bytes);
-      out.n++;
+        snprintf(out->name[out->n], sizeof out->name[out->n], "%s", name);
+      out->decl[out->n] = in->decl[i];
+      out->decl[out->n].name = out->name[out->n];
+      size_t bytes = (size_t)st_numel(&in->decl[i]) * sizeof(float);
+      out->data[out->n] = rf_xmalloc(bytes);
+      memcpy(out->data[out->n], in->data[i], bytes);
+      out->n++;
       continue;
     }
     for (int64_t e = 0; e < experts; e++)
       for (int part = 0; part < (gu ? 2 : 1); part++) {
-        RF_ASSERT(out.n < ST_MAX);
-        const char *w = dn ? "w2" : part ? "w3" : "w1";
-        snprintf(out.name[out.n], sizeof out.name[out.n], "%.*s.block_sparse_moe.experts.%d.%s.weight", pre,
-                 name, (int)e, w);
+        RF_ASSERT(out->n < ST_MAX);
+        const char *w = names[qwen3][dn ? 2 : part];
+        snprintf(out->name[out->n], sizeof out->name[out->n], "%.*s.%s.experts.%d.%s.weight", pre, name, moe,
+                 (int)e, w);
         int64_t rows = dn ? hidden : inter, cols = dn ? inter : hidden;
-        out.decl[out.n] =
-            (struct rf_safetensors_decl){out.name[out.n], RF_SAFETENSORS_DTYPE_F32, 2, {rows, cols}};
-        out.data[out.n] = rf_xmalloc((size_t)(rows * cols) * sizeof(float));
-        const float *src = in.data[i] + (size_t)(e * (gu ? 2 * inter : hidden) * (gu ? hidden : inter)) +
+        out->decl[out->n] =
+            (struct rf_safetensors_decl){out->name[out->n], RF_SAFETENSORS_DTYPE_F32, 2, {rows, cols}};
+        out->data[out->n] = rf_xmalloc((size_t)(rows * cols) * sizeof(float));
+        const float *src = in->data[i] + (size_t)(e * (gu ? 2 * inter : hidden) * (gu ? hidden : inter)) +
                            (size_t)(part * inter * hidden);
-        memcpy(out.data[out.n], src, (size_t)(rows * cols) * sizeof(float));
-        out.n++;
+        memcpy(out->data[out->n], src, (size_t)(rows * cols) * sizeof(float));
+        out->n++;
       }
   }
+}
+
+/* `in` with tensor `copy`'s data added under `name`, written to `path`. */
+static void st_save_with(const char *in, const char *path, const char *copy, const char *name) {
+  static struct st_tensors t;
+  st_load(&t, in);
+  RF_ASSERT(t.n < ST_MAX);
+  int from = st_find(&t, copy);
+  snprintf(t.name[t.n], sizeof t.name[t.n], "%s", name);
+  t.decl[t.n] = t.decl[from];
+  t.decl[t.n].name = t.name[t.n];
+  size_t bytes = (size_t)st_numel(&t.decl[from]) * sizeof(float);
+  t.data[t.n] = rf_xmalloc(bytes);
+  memcpy(t.data[t.n], t.data[from], bytes);
+  t.n++;
+  st_save(&t, path);
+  st_free(&t);
+}
+
+/* The hub's Mixtral layout (block_sparse_moe.experts.N.w1/w2/w3) and qwen3_moe's
+ * (mlp.experts.N.gate_proj/up_proj/down_proj), split from the fused export, give the
+ * same logits bit for bit (W = 2 and 3); a hub file missing one expert is refused
+ * naming it; a stray expert beyond the config's 8 (round 4: loaded with rc 0) or a
+ * tensor the model does not have is refused naming the file and the tensor, at W = 2
+ * and 3 (the same decision on every rank). */
+static void check_hub_layout(void) {
+  char fused[200], hub[200], qwen[200], partial[200], tokens[200];
+  snprintf(fused, sizeof fused, "%s/moe.safetensors", dir);
+  snprintf(hub, sizeof hub, "%s/moe_hub.safetensors", dir);
+  snprintf(qwen, sizeof qwen, "%s/moe_qwen.safetensors", dir);
+  snprintf(partial, sizeof partial, "%s/moe_hub_partial.safetensors", dir);
+  snprintf(tokens, sizeof tokens, "%s/tokens.i32", dir);
+  static struct st_tensors in, out;
+  st_load(&in, fused);
+  hub_split(&in, &out, 1);
+  st_save(&out, qwen);
+  st_free(&out);
+  hub_split(&in, &out, 0);
   st_save(&out, hub);
   /* the same without expert 5's w3 of layer 0 */
   int drop = st_find(&out, "model.layers.0.block_sparse_moe.experts.5.w3.weight");
@@ -466,18 +500,54 @@ static void check_hub_layout(void) {
   st_free(&in);
 
   char msg[16384];
-  float *l[2];
-  size_t bytes[2];
-  for (int k = 0; k < 2; k++) {
-    rf_cli_works(2, msg, sizeof msg, "logits --model %s --weights %s --tokens %s --seq 16 --out %s/l%d.f32",
-                 moe, k ? hub : fused, tokens, dir, k);
+  float *l[3];
+  size_t bytes[3];
+  const char *files[3] = {fused, hub, qwen};
+  for (int k = 0; k < 3; k++) {
+    rf_cli_works(k == 2 ? 3 : 2, msg, sizeof msg,
+                 "logits --model %s --weights %s --tokens %s --seq 16 --out %s/l%d.f32", moe, files[k],
+                 tokens, dir, k);
     char path[200];
     snprintf(path, sizeof path, "%s/l%d.f32", dir, k);
     RF_ASSERT(rf_file_read_all(path, (char **)&l[k], &bytes[k]) == 0);
   }
-  RF_CHECK(bytes[0] == bytes[1] && bytes[0] == 16 * 256 * sizeof(float) && memcmp(l[0], l[1], bytes[0]) == 0,
-           "the hub layout's logits differ from the fused file's");
-  free(l[0]), free(l[1]);
+  for (int k = 1; k < 3; k++)
+    RF_CHECK(
+        bytes[0] == bytes[k] && bytes[0] == 16 * 256 * sizeof(float) && memcmp(l[0], l[k], bytes[0]) == 0,
+        "the %s layout's logits differ from the fused file's", k == 1 ? "mixtral" : "qwen3_moe");
+  free(l[0]), free(l[1]), free(l[2]);
+  /* a stray expert 8 of 8 (round 4: loaded with rc 0), in either layout, at W = 2 and 3 */
+  char stray[200];
+  snprintf(stray, sizeof stray, "%s/moe_hub_stray.safetensors", dir);
+  st_save_with(hub, stray, "model.layers.1.block_sparse_moe.experts.0.w1.weight",
+               "model.layers.1.block_sparse_moe.experts.8.w1.weight");
+  refused(2, 1, "rfsdp train:",
+          "moe_hub_stray.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.8.w1.weight' is of "
+          "expert 8, the model has 8 experts",
+          "train --model %s --data %s %s --init %s", moe, data, common, stray);
+  snprintf(stray, sizeof stray, "%s/moe_qwen_stray.safetensors", dir);
+  st_save_with(qwen, stray, "model.layers.0.mlp.experts.7.down_proj.weight",
+               "model.layers.0.mlp.experts.8.down_proj.weight");
+  refused(
+      3, 1, "rfsdp logits:",
+      "moe_qwen_stray.safetensors: tensor 'model.layers.0.mlp.experts.8.down_proj.weight' is of expert 8, "
+      "the model has 8 experts",
+      "logits --model %s --weights %s --tokens %s --seq 16 --out %s/l9.f32", moe, stray, tokens, dir);
+  refused(3, 1, "rfsdp train:", "moe_qwen_stray.safetensors|experts.8.down_proj.weight' is of expert 8",
+          "train --model %s --data %s %s --init %s", moe, data, common, stray);
+  /* a tensor the model does not have, in the fused file, and the per-expert name in a fused file */
+  snprintf(stray, sizeof stray, "%s/moe_extra.safetensors", dir);
+  st_save_with(fused, stray, "model.norm.weight", "model.layers.0.self_attn.extra_norm.weight");
+  refused(3, 1, "rfsdp train:",
+          "moe_extra.safetensors: tensor 'model.layers.0.self_attn.extra_norm.weight' is not one the model "
+          "has",
+          "train --model %s --data %s %s --init %s", moe, data, common, stray);
+  snprintf(stray, sizeof stray, "%s/moe_both.safetensors", dir);
+  st_save_with(fused, stray, "model.norm.weight", "model.layers.1.mlp.experts.3.up_proj.weight");
+  refused(
+      2, 1, "rfsdp train:",
+      "moe_both.safetensors: tensor 'model.layers.1.mlp.experts.3.up_proj.weight' is not one the model has",
+      "train --model %s --data %s %s --init %s", moe, data, common, stray);
   refused(2, 1,
           "rfsdp train:", "moe_hub_partial.safetensors|model.layers.0.block_sparse_moe.experts.5.w3.weight",
           "train --model %s --data %s %s --init %s", moe, data, common, partial);

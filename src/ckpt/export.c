@@ -505,7 +505,7 @@ static int rf_ckpt_import_layer_ok(const char *path, const char *name, int layer
 
 /* Refuses a file with layers beyond the model's (the views' last "model.layers.N."):
  * a deeper model's weights would load their first layers silently. Other extra
- * tensors (rotary buffers, a tied head) are not refused. */
+ * tensors are refused by rf_ckpt_import_check_unused. */
 static int rf_ckpt_import_check_layers(const struct rf_ckpt_import_src *src, const char *path,
                                        const struct rf_tensor_view *views, int n) {
   int layers = 0, l = 0;
@@ -521,6 +521,103 @@ static int rf_ckpt_import_check_layers(const struct rf_ckpt_import_src *src, con
       RF_TRY(rf_ckpt_import_layer_ok(path, src->files[0].tensors[i].name, layers));
   }
   return 0;
+}
+
+/* The tensor names an import may hold without the model having them: an old
+ * rotary buffer, a head tied to the embedding. */
+static int rf_ckpt_import_ignorable(const char *name, const struct rf_tensor_view *views, int n) {
+  size_t len = strlen(name), sl = strlen(".rotary_emb.inv_freq");
+  if (len > sl && strcmp(name + len - sl, ".rotary_emb.inv_freq") == 0) return 1;
+  if (strcmp(name, "lm_head.weight") != 0) return 0;
+  for (int i = 0; i < n; i++)
+    if (strcmp(views[i].name, "lm_head.weight") == 0) return 0;
+  return 1; /* tied */
+}
+
+static int rf_ckpt_import_cmp_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Refuses `name` of the import when no view loads from it: an expert beyond the
+ * config's count (a hub file's "experts.8." with 8 experts) or a tensor of another
+ * model would be dropped silently. `used` is sorted. */
+static int rf_ckpt_import_name_used(const char *path, const char *name, char **used, int n_used,
+                                    const struct rf_tensor_view *views, int n,
+                                    const struct rf_ckpt_import_map *maps) {
+  if (bsearch(&name, used, (size_t)n_used, sizeof *used, rf_ckpt_import_cmp_name) ||
+      rf_ckpt_import_ignorable(name, views, n))
+    return 0;
+  const char *ex = strstr(name, ".experts.");
+  int e = -1, end = 0;
+  if (ex && sscanf(ex, ".experts.%d.%n", &e, &end) == 1 && end > 0) {
+    for (int i = 0; i < n; i++) {
+      size_t pl = strlen(maps[i].prefix);
+      if (maps[i].part == RF_CKPT_HUB_PART_NONE || maps[i].part == RF_CKPT_HUB_PART_ROUTER ||
+          strncmp(name, maps[i].prefix, pl) != 0 || name[pl] != '.' || e < views[i].shape[0])
+        continue;
+      RF_FAIL("%s: tensor '%s' is of expert %d, the model has %" PRId64
+              " experts (a file of a model with more experts? num_local_experts or num_experts of the "
+              "config)",
+              path, name, e, views[i].shape[0]);
+    }
+  }
+  RF_FAIL("%s: tensor '%s' is not one the model has (a file of another model?)", path, name);
+}
+
+/* The names the views load from, each once per view: counted (used NULL) or copied
+ * into `used` and `arena`. Returns the count; *bytes their size with the NULs. */
+static int rf_ckpt_import_used_names(const struct rf_tensor_view *views, int n,
+                                     const struct rf_ckpt_import_map *maps, char **used, char *arena,
+                                     size_t *bytes) {
+  int count = 0;
+  *bytes = 0;
+  for (int i = 0; i < n; i++)
+    for (int64_t at = 0, run = 1; run > 0;) {
+      char name[RF_CKPT_HUB_NAME_MAX * 2];
+      int64_t src_at, shape[2];
+      if (maps[i].part == RF_CKPT_HUB_PART_NONE) { /* its own name, once */
+        snprintf(name, sizeof name, "%s", views[i].name);
+        run = 0;
+      } else {
+        at += rf_ckpt_hub_source(&views[i], &maps[i], at, name, sizeof name, &src_at, shape);
+        run = views[i].numel - at;
+      }
+      size_t len = strlen(name) + 1;
+      if (used) {
+        used[count] = arena + *bytes;
+        memcpy(used[count], name, len);
+      }
+      *bytes += len;
+      count++;
+    }
+  return count;
+}
+
+/* Refuses an import holding a tensor that no view loads from (after the layer check,
+ * which names a deeper model better); every rank has every view, so every rank
+ * decides alike. */
+static int rf_ckpt_import_check_unused(const struct rf_ckpt_import_src *src, const char *path,
+                                       const struct rf_tensor_view *views, int n,
+                                       const struct rf_ckpt_import_map *maps) {
+  size_t bytes;
+  int n_used = rf_ckpt_import_used_names(views, n, maps, NULL, NULL, &bytes);
+  char **used = rf_xcalloc((size_t)n_used + 1, sizeof *used);
+  char *arena = rf_xmalloc(bytes + 1);
+  rf_ckpt_import_used_names(views, n, maps, used, arena, &bytes);
+  qsort(used, (size_t)n_used, sizeof *used, rf_ckpt_import_cmp_name);
+  int rc = 0;
+  if (src->index) {
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(src->index, "weight_map");
+    for (const cJSON *e = map->child; e && rc == 0; e = e->next)
+      rc = rf_ckpt_import_name_used(path, e->string, used, n_used, views, n, maps);
+  } else {
+    for (int i = 0; i < src->files[0].n_tensors && rc == 0; i++)
+      rc = rf_ckpt_import_name_used(src->files[0].path, src->files[0].tensors[i].name, used, n_used, views, n,
+                                    maps);
+  }
+  free(arena);
+  free(used);
+  return rc;
 }
 
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n) {
@@ -551,6 +648,7 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
     }
   }
   if (rc == 0) rc = rf_ckpt_import_check_layers(&src, path, views, n);
+  if (rc == 0) rc = rf_ckpt_import_check_unused(&src, path, views, n, maps);
   for (int i = 0; i < n && rc == 0; i++) {
     rc = rf_ckpt_import_read(&src, &views[i], &maps[i]);
     if (rc == 0) rc = rf_ckpt_import_check_finite(path, &views[i], &maps[i]);
