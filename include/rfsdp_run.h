@@ -89,6 +89,27 @@ struct rf_run_series {
  * step after start_step, which the run would overwrite. */
 int rf_run_series_begin(struct rf_run_series *s, const struct rf_fsdp *f, const char *dir, int keep,
                         int resumed, int64_t start_step);
+/* A checkpoint folder's lock: the job writing into a folder names itself (host, PID,
+ * the host's boot id, the process's start time) in DIR/rfsdp.lock, created
+ * atomically (written under a temporary name, then link()ed: one job wins), so a
+ * second job starting on the folder is told who holds it. Not collective: one
+ * process takes it (rfsdp train: rank 0, which tells the others). */
+struct rf_run_lock {
+  char path[4096]; /* DIR/rfsdp.lock */
+  char host[256];  /* the holder named by a lock found (rf_run_lock_take's 1), or this job */
+  long pid;
+  int held; /* 1 when this process took it */
+};
+/* Takes the lock of folder `dir` (which exists). Returns 0 when taken; a lock left
+ * by a job that is gone is taken over: of this host, its PID no longer runs (or runs
+ * another program since) or it was written before the host's last boot; of another
+ * host only with `force` (this host cannot see that job). `note` then says whose
+ * lock was taken over and why (a warning for the user), else it is "". Returns 1
+ * when a live job (or another host's, without `force`) holds it: l->host and l->pid
+ * name it, and the message says so; -1 on an error (a message). */
+int rf_run_lock_take(struct rf_run_lock *l, const char *dir, int force, char *note, size_t cap);
+/* Removes the lock when this process holds it and it is still its own. */
+void rf_run_lock_release(struct rf_run_lock *l);
 /* Saves the state as SERIES/step-<run->step>, then removes this run's oldest
  * checkpoints (steps after s->start_step, up to run->step) beyond the last
  * s->keep. A checkpoint this run did not write is never removed. */

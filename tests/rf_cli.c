@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,4 +281,33 @@ void rf_cli_works(int world, char *out, int out_size, const char *fmt, ...) {
   va_end(ap);
   int rc = rf_cli_run_mpi(out, out_size, world, RF_CLI_WORKS_LIMIT_S, "%s", args);
   RF_CHECK(rc == 0, "W=%d rfsdp %s: exit %d\n%s", world, args, rc, out);
+}
+
+int rf_cli_spawn(const char *out_path, const char *fmt, ...) {
+  char args[4096], cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "exec %s >%s 2>&1", args, out_path);
+  pid_t pid = fork();
+  RF_ASSERT(pid >= 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  return (int)pid;
+}
+
+int rf_cli_reap(int pid, int limit_s) {
+  int status = 0;
+  for (int i = 0; i < limit_s * 20; i++) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usleep(50000);
+  }
+  kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return 124;
 }

@@ -37,6 +37,15 @@ int rf_cli_hosts_available(char *why, int why_size);
  * when namespaces cannot be made here, then the test returns 77; else 0. */
 int rf_cli_hosts_unavailable(void);
 
+/* Starts `sh -c 'exec CMD >OUT_PATH 2>&1'` in its own process group (a shell command
+ * from the repository's root); returns its pid. */
+int rf_cli_spawn(const char *out_path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Waits for `pid` (a child), at most limit_s seconds (then SIGKILLs its process
+ * group); returns its exit code, 128 + the signal when one killed it, 124 on the time
+ * limit. */
+int rf_cli_reap(int pid, int limit_s);
+
 /* The wall-clock seconds of the last rf_cli_run, rf_cli_run_mpi, rf_cli_sh or rf_cli_run_hosts. */
 double rf_cli_last_seconds(void);
 

@@ -152,6 +152,10 @@ static void check_run_calls(const char *dir) {
   REFUSED(rf_run_series_begin(&s, NULL, dir, 0, 0, 0), "rf_run_series_begin", "f");
   REFUSED(rf_run_series_begin(&s, f, NULL, 0, 0, 0), "rf_run_series_begin", "dir");
   REFUSED(rf_run_series_save(NULL, &run, NULL), "rf_run_series_save", "s");
+  struct rf_run_lock lock;
+  REFUSED(rf_run_lock_take(NULL, dir, 0, NULL, 0), "rf_run_lock_take", "l");
+  REFUSED(rf_run_lock_take(&lock, NULL, 0, NULL, 0), "rf_run_lock_take", "dir");
+  rf_run_lock_release(NULL);
   REFUSED(rf_run_async_create(NULL, &run), "rf_run_async_create", "out");
   REFUSED(rf_run_async_create(&a, NULL), "rf_run_async_create", "run");
   REFUSED(rf_run_async_create(&a, &none), "rf_run_async_create", "run->fsdp");

@@ -38,43 +38,10 @@ static char dir[64] = "/tmp/rf_test_train_stop.XXXXXX";
 static const char *common =
     "--batch 6 --seq 16 --lr 3e-3 --warmup 0 --min-lr-ratio 1 --seed 13 --peak-gflops 50 --print-every 0";
 
-/* Starts `sh -c CMD` (output to out_path) in its own process group; returns its pid. */
-static pid_t spawn(const char *out_path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static pid_t spawn(const char *out_path, const char *fmt, ...) {
-  char args[4096], cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "exec %s >%s 2>&1", args, out_path);
-  pid_t pid = fork();
-  RF_ASSERT(pid >= 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  return pid;
-}
-
 /* Steps in a JSONL log (its lines with a loss). */
 static int logged(const char *path) {
   double v[64];
   return rf_cli_log_field(path, "\"loss\":", v, 64);
-}
-
-/* Waits for `pid` (a child), at most limit_s seconds (then kills its group);
- * returns its exit code (128 + signal when killed by one). */
-static int reap(pid_t pid, int limit_s) {
-  int status = 0;
-  for (int i = 0; i < limit_s * 20; i++) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    usleep(50000);
-  }
-  kill(-pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return 124;
 }
 
 /* Processes whose command line holds `needle` (this job's unique folder). */
@@ -135,15 +102,15 @@ static void check_startup(const char *model, const char *data) {
   snprintf(outp, sizeof outp, "%s/start.out", dir);
   snprintf(flag, sizeof flag, "%s/starting", dir);
   RF_ASSERT(rf_file_write_all(log, "old log\n", 8) == 0);
-  pid_t pid =
-      spawn(outp,
-            "env RF_TEST_START_PAUSE=%s:5000 OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model "
-            "%s --data %s %s --steps 1000 --ckpt-dir %s --log %s",
-            flag, rf_cli_binary(), model, data, common, ck, log);
+  pid_t pid = rf_cli_spawn(
+      outp,
+      "env RF_TEST_START_PAUSE=%s:5000 OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model "
+      "%s --data %s %s --steps 1000 --ckpt-dir %s --log %s",
+      flag, rf_cli_binary(), model, data, common, ck, log);
   for (int i = 0; i < 1200 && access(flag, F_OK) != 0; i++) usleep(50000);
   RF_CHECK(access(flag, F_OK) == 0, "start-up: the ranks never began their start-up");
   kill(pid, SIGTERM);
-  int rc = reap(pid, 120);
+  int rc = rf_cli_reap(pid, 120);
   size_t n = 0;
   char *text = NULL;
   if (rf_file_read_all(outp, &text, &n) != 0) text = NULL;
@@ -165,14 +132,14 @@ static void check_startup(const char *model, const char *data) {
   for (int k = 1; k <= 9; k++) {
     snprintf(ck, sizeof ck, "%s/sweep-%d", dir, k);
     snprintf(outp, sizeof outp, "%s/sweep-%d.out", dir, k);
-    pid =
-        spawn(outp,
-              "env OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model %s --data %s %s --steps 100000 "
-              "--save-every 1000 --ckpt-dir %s",
-              rf_cli_binary(), model, data, common, ck);
+    pid = rf_cli_spawn(
+        outp,
+        "env OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model %s --data %s %s --steps 100000 "
+        "--save-every 1000 --ckpt-dir %s",
+        rf_cli_binary(), model, data, common, ck);
     usleep((useconds_t)k * 100000);
     kill(pid, SIGTERM);
-    rc = reap(pid, 120);
+    rc = rf_cli_reap(pid, 120);
     text = NULL;
     if (rf_file_read_all(outp, &text, &n) != 0) text = NULL;
     const char *t = text ? text : "";
@@ -205,10 +172,11 @@ static void check_rfmpirun_killed(const char *model, const char *data) {
   snprintf(ck, sizeof ck, "%s/orphan-ck", dir);
   snprintf(log, sizeof log, "%s/orphan.jsonl", dir);
   snprintf(outp, sizeof outp, "%s/orphan.out", dir);
-  pid_t pid = spawn(outp,
-                    "env OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model %s --data %s %s --steps "
-                    "1000000 --save-every 1000 --ckpt-dir %s --log %s",
-                    rf_cli_binary(), model, data, common, ck, log);
+  pid_t pid =
+      rf_cli_spawn(outp,
+                   "env OMP_NUM_THREADS=1 scripts/rfmpirun -np 2 %s train --model %s --data %s %s --steps "
+                   "1000000 --save-every 1000 --ckpt-dir %s --log %s",
+                   rf_cli_binary(), model, data, common, ck, log);
   for (int i = 0; i < 1200 && logged(log) < 3; i++) usleep(50000);
   RF_CHECK(logged(log) >= 3, "rfmpirun killed: the run did not log 3 steps in 60 s");
   kill(pid, SIGKILL); /* the script only: its mpirun and the ranks run on */
@@ -245,7 +213,8 @@ static void check_parent_gone(const char *model, const char *data) {
   snprintf(pidfile, sizeof pidfile, "%s/parent.pid", dir);
   RF_ASSERT(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0); /* the orphaned rank becomes our child */
   /* a stand-in launcher: a shell that started the rank (as under Open MPI) and waits for it */
-  pid_t sh = spawn(outp,
+  pid_t sh =
+      rf_cli_spawn(outp,
                    "sh -c 'OMPI_COMM_WORLD_RANK=0 OMP_NUM_THREADS=1 %s train --model %s --data %s %s --steps "
                    "1000000 --save-every 1000 --ckpt-dir %s --log %s & echo $! >%s; wait'",
                    rf_cli_binary(), model, data, common, ck, log, pidfile);
@@ -259,7 +228,7 @@ static void check_parent_gone(const char *model, const char *data) {
   kill(sh, SIGKILL); /* the wrapper sh -c exec'd into the launcher shell: the rank's parent */
   int status = 0;
   waitpid(sh, &status, 0);
-  int rc = reap(rank, 60);
+  int rc = rf_cli_reap(rank, 60);
   text = NULL;
   if (rf_file_read_all(outp, &text, &n) != 0) text = NULL;
   int64_t *steps = NULL;

@@ -387,10 +387,22 @@ static int rf_train_check_same_options(const struct rf_comm *comm, int argc, cha
 /* Rank 0's outputs, before anything is built (the caller agrees on the result): the
  * folders of --ckpt-dir, --log and --plot made as by mkdir -p, the log opened (and
  * emptied only when training starts, unless resumed). */
+/* --ckpt-dir's lock (rank 0's; released when the command ends, whatever its end) and
+ * whether another live job holds it (rank 0 sets, every rank learns it: exit 2). */
+static struct rf_run_lock rf_train_lock;
+static int rf_train_lock_busy;
+
 static int rf_train_open_outputs(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   if (s->rank != 0) return 0;
-  if (a->ckpt_dir) RF_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
+  if (a->ckpt_dir) {
+    RF_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
+    char note[1024];
+    int taken = rf_run_lock_take(&rf_train_lock, a->ckpt_dir, a->ckpt_dir_force, note, sizeof note);
+    rf_train_lock_busy = taken == 1;
+    RF_TRY(taken ? -1 : 0);
+    if (note[0]) fprintf(stderr, "rfsdp train: warning: --ckpt-dir %s: %s\n", a->ckpt_dir, note);
+  }
   if (a->plot) {
     struct stat st;
     RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
@@ -447,7 +459,11 @@ static int rf_train_stopped_early(struct rf_train_state *s, int64_t next) {
 static int rf_train_run(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   if (rf_train_stopped_early(s, 0)) return 0;
-  RF_TRY(rf_train_agree(&s->comm, rf_train_open_outputs(s)));
+  int opened = rf_train_open_outputs(s);
+  int32_t busy = rf_train_lock_busy; /* rank 0's: --ckpt-dir held by another job is a usage error */
+  rf_comm_allreduce(&s->comm, &busy, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
+  rf_train_usage_error = busy != 0;
+  RF_TRY(rf_train_agree(&s->comm, opened));
   int threads = rf_train_set_threads(&s->comm);
   enum rf_dtype compute = RF_DTYPE_F32;
   RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
@@ -701,6 +717,10 @@ int rf_cmd_train(int argc, char **argv) {
        "write checkpoints in the background: the step copies the state into a staging buffer and "
        "training goes on (needs --ckpt-dir)",
        NULL, 0},
+      {"ckpt-dir-force", RF_OPTION_KIND_FLAG, &a.ckpt_dir_force,
+       "take --ckpt-dir's lock even when it names a job of another host (one this host cannot see is "
+       "gone)",
+       NULL, 0},
       {"keep", RF_OPTION_KIND_INT, &a.keep, "checkpoints kept (the oldest are removed)", "[1, inf)", 0},
       {"resume", RF_OPTION_KIND_STRING, &a.resume,
        "continue from a checkpoint directory (or a --ckpt-dir: its latest complete one)", NULL, 0},
@@ -749,7 +769,8 @@ int rf_cmd_train(int argc, char **argv) {
     if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
     if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT, 129 SIGHUP */
-    rf_train_state_free(&s);
+    rf_train_state_free(&s);                                        /* the async writer done */
+    rf_run_lock_release(&rf_train_lock);
   }
   rf_comm_free(&s.comm);
   rf_comm_mpi_exit_status(status);

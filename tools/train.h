@@ -29,6 +29,7 @@ struct rf_train_args {
   double lr, min_lr_ratio, weight_decay, clip, temperature, peak_gflops, collective_timeout;
   int accum, prefetch, no_reshard, eval_batches, sample, keep;
   int async_save;                       /* --async-save: checkpoints written by a background thread */
+  int ckpt_dir_force;                   /* --ckpt-dir-force: take another host's lock of --ckpt-dir */
   int64_t shampoo_block, shampoo_every; /* --optim shampoo */
   double shampoo_beta2, shampoo_eps;
   int shampoo_stagger;

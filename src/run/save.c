@@ -9,10 +9,15 @@
  * before this layer (no data_pos, rng or program; a numeric seed) load as
  * data_pos = step, rng = 0. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "run/run.h"
@@ -242,4 +247,204 @@ int rf_run_resume(struct rf_run *run, const char *where, char *resumed, size_t c
   if (run->optim) rf_optim_set_step(run->optim, optim_step);
   if (resumed) snprintf(resumed, cap, "%s", dir);
   return 0;
+}
+
+/* ---- the checkpoint folder's lock ---- */
+
+/* What a lock file says: "rfsdp.lock\nhost H\npid P\nboot B\nstart S\nsince T\n"
+ * (boot: the host's boot id; start: the process's start time in clock ticks since
+ * boot, /proc/PID/stat's 22nd field; either may be empty). */
+struct rf_run_lock_info {
+  char host[256], boot[64], since[64];
+  long pid;
+  unsigned long long start;
+};
+
+static void rf_run_lock_line(const char *text, const char *key, char *out, size_t cap) {
+  out[0] = '\0';
+  size_t kl = strlen(key);
+  for (const char *at = text; at && *at; at = strchr(at, '\n') ? strchr(at, '\n') + 1 : NULL) {
+    if (strncmp(at, key, kl) != 0 || at[kl] != ' ') continue;
+    const char *v = at + kl + 1, *end = strchr(v, '\n');
+    size_t n = end ? (size_t)(end - v) : strlen(v);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return;
+  }
+}
+
+/* The boot id of this host ("" when unknown). */
+static void rf_run_lock_boot(char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f) return;
+  if (!fgets(out, (int)cap, f)) out[0] = '\0';
+  fclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+/* Process pid's start time in clock ticks since boot, 0 when unknown. */
+static unsigned long long rf_run_lock_start(long pid) {
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  const char *p = strrchr(text, ')'); /* after the command name, which may hold spaces */
+  unsigned long long start = 0;
+  /* fields 3.. after ")": state is field 3, starttime field 22 */
+  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+  if (p) start = strtoull(p + 1, NULL, 10);
+  return start;
+}
+
+static void rf_run_lock_self(struct rf_run_lock_info *me) {
+  memset(me, 0, sizeof *me);
+  if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "unknown");
+  me->pid = (long)getpid();
+  rf_run_lock_boot(me->boot, sizeof me->boot);
+  me->start = rf_run_lock_start(me->pid);
+  time_t now = time(NULL);
+  struct tm tm;
+  strftime(me->since, sizeof me->since, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+}
+
+/* Reads lock `path`: 0, 1 when it is gone, -1 when it cannot be read. */
+static int rf_run_lock_read(const char *path, struct rf_run_lock_info *info, char **text) {
+  memset(info, 0, sizeof *info);
+  *text = NULL;
+  size_t bytes;
+  struct stat st;
+  if (stat(path, &st) != 0 && errno == ENOENT) return 1;
+  if (rf_file_read_all(path, text, &bytes) != 0) return stat(path, &st) != 0 && errno == ENOENT ? 1 : -1;
+  char pid[32], start[32];
+  rf_run_lock_line(*text, "host", info->host, sizeof info->host);
+  rf_run_lock_line(*text, "pid", pid, sizeof pid);
+  rf_run_lock_line(*text, "boot", info->boot, sizeof info->boot);
+  rf_run_lock_line(*text, "start", start, sizeof start);
+  rf_run_lock_line(*text, "since", info->since, sizeof info->since);
+  info->pid = strtol(pid, NULL, 10);
+  info->start = strtoull(start, NULL, 10);
+  return 0;
+}
+
+/* Why lock `it` is stale as seen from `me` (a reason into why), 0 when its job may live. */
+static int rf_run_lock_stale(const struct rf_run_lock_info *it, const struct rf_run_lock_info *me, int force,
+                             char *why, size_t cap) {
+  if (it->pid <= 0 || !it->host[0]) {
+    snprintf(why, cap, "it names no host and PID");
+    return 1;
+  }
+  if (strcmp(it->host, me->host) != 0) {
+    snprintf(why, cap, "it is of host %s, whose job this host cannot see (forced)", it->host);
+    return force;
+  }
+  if (it->boot[0] && me->boot[0] && strcmp(it->boot, me->boot) != 0) {
+    snprintf(why, cap, "it was written before this host's last boot");
+    return 1;
+  }
+  if (kill((pid_t)it->pid, 0) != 0 && errno == ESRCH) {
+    snprintf(why, cap, "PID %ld is gone", it->pid);
+    return 1;
+  }
+  if (it->start && rf_run_lock_start(it->pid) != it->start) {
+    snprintf(why, cap, "PID %ld is another process now", it->pid);
+    return 1;
+  }
+  return 0;
+}
+
+int rf_run_lock_take(struct rf_run_lock *l, const char *dir, int force, char *note, size_t cap) {
+  RF_REQUIRE_ARG("rf_run_lock_take", l);
+  RF_REQUIRE_ARG("rf_run_lock_take", dir);
+  memset(l, 0, sizeof *l);
+  if (note && cap) note[0] = '\0';
+  snprintf(l->path, sizeof l->path, "%s/rfsdp.lock", dir);
+  struct rf_run_lock_info me;
+  rf_run_lock_self(&me);
+  char text[1024], tmp[sizeof l->path + 32], moved[sizeof l->path + 32];
+  int len = snprintf(text, sizeof text, "rfsdp.lock\nhost %s\npid %ld\nboot %s\nstart %llu\nsince %s\n",
+                     me.host, me.pid, me.boot, me.start, me.since);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", l->path, me.pid);
+  snprintf(moved, sizeof moved, "%s.stale.%ld", l->path, me.pid);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) RF_FAIL("%s: cannot write the folder's lock: %s", tmp, strerror(errno));
+  int ok = write(fd, text, (size_t)len) == len && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  int rc = -1, said = 0;
+  for (int tries = 0; ok && tries < 8 && !said; tries++) {
+    if (link(tmp, l->path) == 0) {
+      rc = 0;
+      break;
+    }
+    if (errno != EEXIST) {
+      said =
+          rf_error_set(__FILE__, __LINE__, "%s: cannot take the folder's lock: %s", l->path, strerror(errno));
+      break;
+    }
+    struct rf_run_lock_info it;
+    char *old = NULL, why[512];
+    int got = rf_run_lock_read(l->path, &it, &old);
+    if (got == 1) continue; /* removed meanwhile: try again */
+    if (got < 0) {
+      said =
+          rf_error_set(__FILE__, __LINE__, "%s: cannot read the folder's lock: %s", l->path, strerror(errno));
+      break;
+    }
+    if (!rf_run_lock_stale(&it, &me, force, why, sizeof why)) {
+      snprintf(l->host, sizeof l->host, "%s", it.host);
+      l->pid = it.pid;
+      rf_error_set(__FILE__, __LINE__,
+                   "%s: the checkpoint folder is in use by another job: host %s, PID %ld (its lock %s, "
+                   "written %s); wait for it to end or pick another folder%s",
+                   dir, it.host, it.pid, l->path, it.since[0] ? it.since : "at an unknown time",
+                   strcmp(it.host, me.host) != 0
+                       ? " (a job of another host: this host cannot tell whether it is gone; if it is, "
+                         "rfsdp train --ckpt-dir-force takes its lock)"
+                       : "");
+      free(old);
+      rc = 1;
+      said = 1;
+      break;
+    }
+    /* stale: moved aside (one taker wins the rename); put back if it changed meanwhile */
+    if (rename(l->path, moved) == 0) {
+      char *now = NULL;
+      struct rf_run_lock_info again;
+      if (rf_run_lock_read(moved, &again, &now) == 0 && strcmp(now, old) != 0) {
+        (void)!link(moved,
+                    l->path); /* a live job's, taken meanwhile: put back (unless another took it since) */
+      } else if (note && cap) {
+        snprintf(note, cap, "took over the lock of host %s, PID %ld (written %s): %s", it.host, it.pid,
+                 it.since[0] ? it.since : "at an unknown time", why);
+      }
+      unlink(moved);
+      free(now);
+    }
+    free(old);
+  }
+  if (!ok) rf_error_set(__FILE__, __LINE__, "%s: cannot write the folder's lock: %s", tmp, strerror(errno));
+  if (ok && rc == -1 && !said)
+    rf_error_set(__FILE__, __LINE__, "%s: the folder's lock changed hands too often", l->path);
+  unlink(tmp);
+  if (rc == 0) {
+    l->held = 1;
+    snprintf(l->host, sizeof l->host, "%s", me.host);
+    l->pid = me.pid;
+  }
+  return rc;
+}
+
+void rf_run_lock_release(struct rf_run_lock *l) {
+  if (!l || !l->held) return;
+  struct rf_run_lock_info it;
+  char *text = NULL;
+  /* only our own: a job that took it over (--ckpt-dir-force) keeps it */
+  if (rf_run_lock_read(l->path, &it, &text) == 0 && it.pid == l->pid && strcmp(it.host, l->host) == 0)
+    unlink(l->path);
+  free(text);
+  l->held = 0;
 }
