@@ -284,9 +284,11 @@ static void rf_run_lock_boot(char *out, size_t cap) {
   out[strcspn(out, "\n")] = '\0';
 }
 
-/* Process pid's start time in clock ticks since boot, 0 when unknown. */
-static unsigned long long rf_run_lock_start(long pid) {
+/* Process pid's start time in clock ticks since boot (0 when unknown) and its state
+ * ('Z': it has exited, its parent has not reaped it yet; 0 when unknown). */
+static unsigned long long rf_run_lock_start(long pid, char *state) {
   char path[64], text[1024];
+  if (state) *state = 0;
   snprintf(path, sizeof path, "/proc/%ld/stat", pid);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
@@ -294,6 +296,7 @@ static unsigned long long rf_run_lock_start(long pid) {
   fclose(f);
   text[n] = '\0';
   const char *p = strrchr(text, ')'); /* after the command name, which may hold spaces */
+  if (p && state && p[1] == ' ') *state = p[2];
   unsigned long long start = 0;
   /* fields 3.. after ")": state is field 3, starttime field 22 */
   for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
@@ -306,7 +309,7 @@ static void rf_run_lock_self(struct rf_run_lock_info *me) {
   if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "unknown");
   me->pid = (long)getpid();
   rf_run_lock_boot(me->boot, sizeof me->boot);
-  me->start = rf_run_lock_start(me->pid);
+  me->start = rf_run_lock_start(me->pid, NULL);
   time_t now = time(NULL);
   struct tm tm;
   strftime(me->since, sizeof me->since, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
@@ -350,7 +353,13 @@ static int rf_run_lock_stale(const struct rf_run_lock_info *it, const struct rf_
     snprintf(why, cap, "PID %ld is gone", it->pid);
     return 1;
   }
-  if (it->start && rf_run_lock_start(it->pid) != it->start) {
+  char state;
+  unsigned long long start = rf_run_lock_start(it->pid, &state);
+  if (state == 'Z' || state == 'X') { /* kill() reaches a process that has exited but is not reaped */
+    snprintf(why, cap, "PID %ld has exited", it->pid);
+    return 1;
+  }
+  if (it->start && start != it->start) {
     snprintf(why, cap, "PID %ld is another process now", it->pid);
     return 1;
   }
