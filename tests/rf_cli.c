@@ -311,3 +311,28 @@ int rf_cli_reap(int pid, int limit_s) {
   waitpid(pid, &status, 0);
   return 124;
 }
+
+int rf_cli_log_last_losses(const char *path, double *loss, int steps) {
+  double *step = rf_xcalloc(2 * (size_t)steps + 1, sizeof *step);
+  double *value = rf_xcalloc(2 * (size_t)steps + 1, sizeof *value);
+  int n = rf_cli_log_field(path, "{\"step\":", step, 2 * steps);
+  RF_ASSERT(rf_cli_log_field(path, "\"loss\":", value, 2 * steps) == n);
+  for (int i = 0; i < steps; i++) loss[i] = NAN;
+  for (int i = 0; i < n; i++)
+    if (step[i] >= 1 && step[i] <= steps) loss[(int)step[i] - 1] = value[i];
+  free(step);
+  free(value);
+  return n;
+}
+
+double rf_cli_worst_absolute(const double *got, const double *ref, int n, int *missing) {
+  double worst = 0;
+  *missing = 0;
+  for (int i = 0; i < n; i++) {
+    if (isnan(got[i]))
+      (*missing)++;
+    else if (fabs(got[i] - ref[i]) > worst)
+      worst = fabs(got[i] - ref[i]);
+  }
+  return worst;
+}

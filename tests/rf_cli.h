@@ -37,6 +37,14 @@ int rf_cli_hosts_available(char *why, int why_size);
  * when namespaces cannot be made here, then the test returns 77; else 0. */
 int rf_cli_hosts_unavailable(void);
 
+/* The loss of each step 1..steps of a train log (JSONL), its last logged value (a step
+ * redone after a restart is logged again; NAN when never logged); returns the count of
+ * the log's step lines (at most 2 x steps are read). */
+int rf_cli_log_last_losses(const char *path, double *loss, int steps);
+
+/* The largest |got[i] - ref[i]| over the got that are not NAN; their count in *missing. */
+double rf_cli_worst_absolute(const double *got, const double *ref, int n, int *missing);
+
 /* Starts `sh -c 'exec CMD >OUT_PATH 2>&1'` in its own process group (a shell command
  * from the repository's root); returns its pid. */
 int rf_cli_spawn(const char *out_path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -63,26 +63,14 @@ static long other_rank(const char *ck) {
   return found;
 }
 
-/* The loss of each step 1..STEPS in a log, the last logged value (a recomputed step
- * is logged twice); returns how many step lines the log has. */
-static int losses_of(const char *log, double *loss) {
-  static double steps[2 * STEPS], values[2 * STEPS];
-  int n = rf_cli_log_field(log, "{\"step\":", steps, 2 * STEPS);
-  int m = rf_cli_log_field(log, "\"loss\":", values, 2 * STEPS);
-  RF_ASSERT(n == m);
-  for (int i = 0; i < STEPS; i++) loss[i] = NAN;
-  for (int i = 0; i < n; i++)
-    if (steps[i] >= 1 && steps[i] <= STEPS) loss[(int)steps[i] - 1] = values[i];
-  return n;
-}
-
 static void check_rank_killed(void) {
   char ck[256], log[256], ref_log[256], outp[256], out[16384];
   static double ref[STEPS], got[STEPS];
   snprintf(ref_log, sizeof ref_log, "%s/ref.jsonl", dir);
   rf_cli_works(2, out, sizeof out, "train --model %s --data %s %s --steps %d --log %s", model, data, common,
                STEPS, ref_log);
-  RF_CHECK(losses_of(ref_log, ref) == STEPS, "the uninterrupted run logged another count of steps");
+  RF_CHECK(rf_cli_log_last_losses(ref_log, ref, STEPS) == STEPS,
+           "the uninterrupted run logged another count of steps");
   snprintf(ck, sizeof ck, "%s/ck", dir);
   snprintf(log, sizeof log, "%s/elastic.jsonl", dir);
   snprintf(outp, sizeof outp, "%s/elastic.out", dir);
@@ -116,15 +104,9 @@ static void check_rank_killed(void) {
     while (line > text && line[-1] != '\n') line--;
     printf("%.*s\n", (int)(after - line) + 17, line);
   }
-  int lines = losses_of(log, got);
-  double worst = 0;
-  int missing = 0;
-  for (int i = 0; i < STEPS; i++) {
-    if (isnan(got[i]))
-      missing++;
-    else if (fabs(got[i] - ref[i]) > worst)
-      worst = fabs(got[i] - ref[i]);
-  }
+  int lines = rf_cli_log_last_losses(log, got, STEPS);
+  int missing;
+  double worst = rf_cli_worst_absolute(got, ref, STEPS, &missing);
   RF_CHECK(missing == 0 && worst <= 1e-5, "losses: %d steps missing, worst difference %g", missing, worst);
   RF_CHECK(lines > STEPS && lines - STEPS <= SAVE_EVERY, "%d steps recomputed (at most %d)", lines - STEPS,
            SAVE_EVERY);

@@ -29,17 +29,6 @@ static const char *common =
     "--batch 4 --seq 16 --lr 3e-3 --warmup 0 --seed 5 --peak-gflops 50 --print-every 0 --collective-timeout "
     "5";
 
-/* Each step's last logged loss (NAN when never logged); returns the step lines. */
-static int losses_of(const char *log, double *loss) {
-  static double steps[2 * STEPS], values[2 * STEPS];
-  int n = rf_cli_log_field(log, "{\"step\":", steps, 2 * STEPS);
-  RF_ASSERT(rf_cli_log_field(log, "\"loss\":", values, 2 * STEPS) == n);
-  for (int i = 0; i < STEPS; i++) loss[i] = NAN;
-  for (int i = 0; i < n; i++)
-    if (steps[i] >= 1 && steps[i] <= STEPS) loss[(int)steps[i] - 1] = values[i];
-  return n;
-}
-
 static void check_fault(const char *kind, const double *ref, const char *ranks) {
   char ck[256], log[256], flags[512], out[65536];
   static double got[STEPS];
@@ -57,15 +46,9 @@ static void check_fault(const char *kind, const double *ref, const char *ranks) 
   const char *after = strstr(out, "scripts/hosts: restart 1: step ");
   RF_CHECK(after && strstr(after, "s after the fault"), "%s: no time from the fault to the next step\n%s",
            kind, out);
-  int lines = losses_of(log, got);
-  double worst = 0;
-  int missing = 0;
-  for (int i = 0; i < STEPS; i++) {
-    if (isnan(got[i]))
-      missing++;
-    else if (fabs(got[i] - ref[i]) > worst)
-      worst = fabs(got[i] - ref[i]);
-  }
+  int lines = rf_cli_log_last_losses(log, got, STEPS);
+  int missing;
+  double worst = rf_cli_worst_absolute(got, ref, STEPS, &missing);
   RF_CHECK(missing == 0 && worst <= 1e-5, "%s: %d steps missing, worst loss difference %g", kind, missing,
            worst);
   RF_CHECK(lines >= STEPS && lines - STEPS <= SAVE_EVERY, "%s: %d steps recomputed (at most %d)", kind,
@@ -84,7 +67,8 @@ int main(void) {
   int rc =
       rf_cli_run_hosts(out, sizeof out, 2, 1, "", 120, "train --model %s --data %s %s --steps %d --log %s",
                        model, data, common, STEPS, log);
-  RF_CHECK(rc == 0 && losses_of(log, ref) == STEPS, "the uninterrupted run: rc %d\n%s", rc, out);
+  RF_CHECK(rc == 0 && rf_cli_log_last_losses(log, ref, STEPS) == STEPS, "the uninterrupted run: rc %d\n%s",
+           rc, out);
   check_fault("kill", ref, "on 2 host(s) x 1 = 2 ranks");
   check_fault("link-down", ref, "on 1 host(s) x 1 = 1 ranks");
   char cmd[128];
