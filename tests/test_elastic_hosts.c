@@ -1,7 +1,8 @@
 /* rf-test: timeout=300
  * Elastic relaunch across hosts (issue 37, item 3): `scripts/hosts --restarts 1`
  * on 2 namespaced hosts x 1 rank, against the same job run uninterrupted there:
- *  - host h1's ranks killed (SIGKILL) 0.3 s after the step-10 checkpoint: the job is
+ *  - host h1's ranks killed (SIGKILL) 0.3 s after the step-10 checkpoint (kept: --keep
+ *    1000, or the fault's trigger could be rotated away before it is seen): the job is
  *    started again on both hosts (h1 still answers) from the latest complete
  *    checkpoint and reaches --steps with exit 0;
  *  - host h1's link set down at the same point (the collective watchdog ends the
@@ -35,9 +36,10 @@ static void check_fault(const char *kind, const double *ref, const char *ranks) 
   snprintf(ck, sizeof ck, "%s/ck-%s", dir, kind);
   snprintf(log, sizeof log, "%s/%s.jsonl", dir, kind);
   snprintf(flags, sizeof flags, "--restarts 1 --fault %s:1:%s/step-%08d/COMPLETE+0.3", kind, ck, SAVE_EVERY);
-  int rc = rf_cli_run_hosts(out, sizeof out, 2, 1, flags, 120,
-                            "train --model %s --data %s %s --steps %d --save-every %d --ckpt-dir %s --log %s",
-                            model, data, common, STEPS, SAVE_EVERY, ck, log);
+  int rc = rf_cli_run_hosts(
+      out, sizeof out, 2, 1, flags, 120,
+      "train --model %s --data %s %s --steps %d --save-every %d --keep 1000 --ckpt-dir %s --log %s", model,
+      data, common, STEPS, SAVE_EVERY, ck, log);
   RF_CHECK(rc == 0, "%s: rc %d\n%s", kind, rc, out);
   const char *restart = strstr(out, "scripts/hosts: restart 1 of 1: the job failed (exit status");
   RF_CHECK(restart && strstr(restart, "resuming from ") && strstr(restart, ranks) &&
