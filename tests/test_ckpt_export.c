@@ -405,6 +405,16 @@ static void test_sharded(const char *dir) {
                strstr(rf_error_msg(), "a shard named by"),
            "missing shard: %s", rf_error_msg());
   free(bad_json);
+  /* the map names a tensor the model does not have: refused naming the index and the shard */
+  char extra[2300];
+  snprintf(extra, sizeof extra, "%.*s, \"model.extra_norm.weight\": \"model-00002-of-00002.safetensors\"}}",
+           (int)strlen(json) - 2, json);
+  RF_ASSERT(rf_file_write_all(index, extra, strlen(extra)) == 0);
+  RF_CHECK(rf_ckpt_import_views(index, md.ranks[0].views, md.n) != 0 && strstr(rf_error_msg(), index) &&
+               strstr(rf_error_msg(),
+                      "(shard model-00002-of-00002.safetensors): tensor 'model.extra_norm.weight' "
+                      "is not one the model has"),
+           "a tensor the model lacks in the map: %s", rf_error_msg());
   md.ranks[0].views[2].name = "model.final_norm.weight";
   RF_ASSERT(rf_file_write_all(index, json, strlen(json)) == 0);
   RF_CHECK(rf_ckpt_import_views(index, md.ranks[0].views, md.n) != 0 && strstr(rf_error_msg(), index) &&

@@ -608,8 +608,11 @@ static int rf_ckpt_import_check_unused(const struct rf_ckpt_import_src *src, con
   int rc = 0;
   if (src->index) {
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(src->index, "weight_map");
-    for (const cJSON *e = map->child; e && rc == 0; e = e->next)
-      rc = rf_ckpt_import_name_used(path, e->string, used, n_used, views, n, maps);
+    for (const cJSON *e = map->child; e && rc == 0; e = e->next) {
+      char where[RF_FILE_PATH_MAX * 2];
+      snprintf(where, sizeof where, "%s (shard %s)", path, cJSON_IsString(e) ? e->valuestring : "?");
+      rc = rf_ckpt_import_name_used(where, e->string, used, n_used, views, n, maps);
+    }
   } else {
     for (int i = 0; i < src->files[0].n_tensors && rc == 0; i++)
       rc = rf_ckpt_import_name_used(src->files[0].path, src->files[0].tensors[i].name, used, n_used, views, n,
