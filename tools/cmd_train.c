@@ -743,6 +743,7 @@ int rf_cmd_train(int argc, char **argv) {
   s.world = s.comm.world;
   if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
   if (rf_train_check_same_options(&s.comm, argc, argv) != 0) {
+    rf_comm_free(&s.comm); /* (LeakSanitizer's exit 1 replaced the 2) */
     rf_comm_mpi_finalize();
     return 2;
   }
