@@ -13,6 +13,10 @@
  *     random delays), which is what makes a missing wait in the runtime visible;
  *   - the backend list has it, and refuses it for training naming why (the step's host code on
  *     device memory), as it refuses a name it does not know;
+ *   - host code launched on a stream (rf_device_launch, how the cpu and checked backends run
+ *     the step's host kernels) runs in stream order, later than asked, on a copy of its
+ *     argument taken at the call, reaching device memory through rf_device_view; the host
+ *     backend runs it at once; a device without launch (CUDA) stops the program naming it;
  *   - a copy from the host takes its source at the call (the caller may reuse it at once);
  *     a copy to the host has landed when it returns; an event recorded behind queued work is
  *     not reached at once, and is after synchronize. */
@@ -174,6 +178,83 @@ static void check_events(void) {
   rf_device_stream_free(&dev, a), rf_device_stream_free(&dev, b);
 }
 
+/* A launched piece of host code: waits for the gate (when given), then adds `add` to every
+ * float of x (device memory, reached through the view) and notes that it ran. */
+struct launched {
+  float *x;
+  int n;
+  float add;
+  volatile int *gate, *ran;
+};
+
+static void run_launched(void *arg) {
+  struct launched *a = arg;
+  while (a->gate && !*a->gate) usleep(100);
+  float *x = rf_device_view(&dev, a->x);
+  for (int i = 0; i < a->n; i++) x[i] += a->add;
+  *a->ran += 1;
+}
+
+static void run_launched_host(void *arg) {
+  struct launched *a = arg;
+  for (int i = 0; i < a->n; i++) a->x[i] += a->add;
+  *a->ran += 1;
+}
+
+static void launch_without_launch(void) {
+  struct rf_device_ops ops = *dev.ops;
+  ops.launch = NULL;
+  ops.view = NULL;
+  struct rf_device fake = dev;
+  fake.ops = &ops;
+  volatile int ran = 0;
+  struct launched a = {NULL, 0, 0.0f, NULL, &ran};
+  rf_device_launch(&fake, NULL, "the test's kernel", run_launched, &a, sizeof a);
+}
+
+static void check_launch(void) {
+  struct rf_device_stream *s = rf_device_stream_create(&dev);
+  RF_CHECK(rf_device_runs_host_code(&dev) && s->dev == &dev,
+           "the checked device runs host code on its streams");
+  enum { N = 256 };
+  float *d = rf_device_alloc(&dev, N * sizeof(float), 64);
+  float h[N];
+  for (int i = 0; i < N; i++) h[i] = (float)i;
+  rf_device_copy(&dev, d, h, sizeof h, RF_DEVICE_COPY_HOST_TO_DEVICE, s);
+  volatile int gate = 0, ran = 0;
+  struct launched a = {d, N, 1.5f, &gate, &ran};
+  rf_device_launch(&dev, s, "the test's kernel", run_launched, &a, sizeof a);
+  a.add = 100.0f; /* taken at the call: the queued launch still adds 1.5 */
+  a.gate = NULL;
+  rf_device_stream_launch(s, "the test's second kernel", run_launched, &a, sizeof a); /* adds 100 after */
+  RF_CHECK(ran == 0, "a launch behind a closed gate has not run when launch returns (ran %d)", ran);
+  gate = 1;
+  rf_device_copy(&dev, h, d, sizeof h, RF_DEVICE_COPY_DEVICE_TO_HOST, s);
+  RF_CHECK(
+      ran == 2 && h[0] == 101.5f && h[N - 1] == (float)(N - 1) + 101.5f,
+      "both launches ran in stream order on their own arguments, before the copy behind them (%d, %g, %g)",
+      ran, (double)h[0], (double)h[N - 1]);
+  RF_CHECK(
+      rf_device_view(&dev, NULL) == NULL && rf_device_stream_view(s, d) == rf_device_checked_view(&dev, d),
+      "a view of NULL is NULL; the stream's view is the device's");
+  int st = in_child(launch_without_launch);
+  RF_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+           "launch on a device without host code stops the program (%d)", st);
+  rf_device_release(&dev, d);
+  rf_device_stream_free(&dev, s);
+  /* the host backend: at once, on the caller's memory */
+  struct rf_device host;
+  rf_device_host_init(&host, NULL);
+  struct rf_device_stream *hs = rf_device_stream_create(&host);
+  float hx[4] = {1, 2, 3, 4};
+  volatile int hran = 0;
+  struct launched b = {hx, 4, 0.5f, NULL, &hran};
+  rf_device_launch(&host, hs, "the test's kernel", run_launched_host, &b, sizeof b);
+  RF_CHECK(hran == 1 && hx[3] == 4.5f && rf_device_view(&host, hx) == hx,
+           "the host runs a launch at once, on host memory it views as itself (%d, %g)", hran, (double)hx[3]);
+  rf_device_stream_free(&host, hs);
+}
+
 int main(void) {
   rf_device_checked_init(&dev, 0, NULL);
   RF_CHECK(strcmp(dev.ops->name, "checked") == 0 && !dev.ops->host_memory, "the checked table names itself");
@@ -187,6 +268,7 @@ int main(void) {
   check_memory();
   check_arithmetic();
   check_events();
+  check_launch();
   rf_device_free(&dev);
   return rf_test_finish("test_device_checked");
 }

@@ -57,7 +57,9 @@ int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, c
 }
 
 struct rf_device_stream *rf_device_stream_create(struct rf_device *dev) {
-  return dev->ops->stream_create(dev);
+  struct rf_device_stream *s = dev->ops->stream_create(dev);
+  s->dev = dev;
+  return s;
 }
 
 void rf_device_stream_free(struct rf_device *dev, struct rf_device_stream *stream) {
@@ -111,6 +113,33 @@ void rf_device_event_synchronize(struct rf_device *dev, struct rf_device_event *
     ev->wait(ev->arg);
   else
     dev->ops->event_synchronize(dev, ev);
+}
+
+int rf_device_runs_host_code(const struct rf_device *dev) { return dev->ops->launch != NULL; }
+
+void rf_device_launch(struct rf_device *dev, struct rf_device_stream *stream, const char *what,
+                      void (*fn)(void *arg), const void *arg, size_t arg_bytes) {
+  if (!dev->ops->launch)
+    RF_DIE("device %s: %s runs host code on device memory, which this device cannot (it needs a kernel)",
+           dev->ops->name, what);
+  dev->ops->launch(dev, stream, fn, arg, arg_bytes);
+}
+
+void *rf_device_view(const struct rf_device *dev, const void *ptr) {
+  if (!ptr) return NULL;
+  RF_ASSERT(dev->ops->view);
+  return dev->ops->view(dev, ptr);
+}
+
+void rf_device_stream_launch(struct rf_device_stream *stream, const char *what, void (*fn)(void *arg),
+                             const void *arg, size_t arg_bytes) {
+  RF_ASSERT(stream && stream->dev);
+  rf_device_launch(stream->dev, stream, what, fn, arg, arg_bytes);
+}
+
+void *rf_device_stream_view(const struct rf_device_stream *stream, const void *ptr) {
+  RF_ASSERT(stream && stream->dev);
+  return rf_device_view(stream->dev, ptr);
 }
 
 int rf_device_ordinal(int local_rank, int devices) {

@@ -43,6 +43,7 @@ struct rf_device;
  * (rf_device_stream_create/free); `handle` is the backend's (CUDA: a cudaStream_t). */
 struct rf_device_stream {
   void *handle;
+  struct rf_device *dev; /* borrowed: the device it belongs to (set by rf_device_stream_create) */
 };
 
 /* A point in a stream's work, or an outside completion bound to it. Owned by its
@@ -94,6 +95,15 @@ struct rf_device_ops {
   void (*stream_wait)(struct rf_device *dev, struct rf_device_stream *stream, struct rf_device_event *ev);
   int (*event_query)(struct rf_device *dev, struct rf_device_event *ev); /* 1 when reached */
   void (*event_synchronize)(struct rf_device *dev, struct rf_device_event *ev);
+  /* Host code on device memory, in stream order: fn(a copy of arg, arg_bytes bytes taken at the
+   * call) runs after the work queued on `stream` before it and before the work queued after it;
+   * fn reaches device memory only through view. host: runs at once; checked: on the stream's
+   * worker. NULL where the device cannot run host code on its memory (CUDA): its kernels do. */
+  void (*launch)(struct rf_device *dev, struct rf_device_stream *stream, void (*fn)(void *arg),
+                 const void *arg, size_t arg_bytes);
+  /* Where host code launched on the device reaches device pointer ptr (host: ptr itself;
+   * checked: the second mapping); NULL where launch is NULL. */
+  void *(*view)(const struct rf_device *dev, const void *ptr);
 };
 
 struct rf_backend; /* backend/backend.h */
@@ -116,8 +126,8 @@ void rf_device_free(struct rf_device *dev);
  * worker threads and real events; every operation needs a stream. Released by rf_device_free
  * (its streams freed first). */
 void rf_device_checked_init(struct rf_device *dev, int ordinal, struct rf_counters *counters);
-/* Where the checked device keeps the bytes of device pointer `ptr` (the backend's mapping);
- * dies when ptr is not device memory of dev. */
+/* Where the checked device keeps the bytes of device pointer `ptr` (the backend's mapping, its
+ * ops->view); dies when ptr is not device memory of dev. */
 void *rf_device_checked_view(const struct rf_device *dev, const void *ptr);
 
 /* The table's operations, with argument checks (the table does none). */
@@ -150,6 +160,19 @@ void rf_device_event_bind(struct rf_device_event *ev, int (*test)(void *arg), vo
                           void *arg);
 int rf_device_event_query(struct rf_device *dev, struct rf_device_event *ev);
 void rf_device_event_synchronize(struct rf_device *dev, struct rf_device_event *ev);
+
+/* Host code on device memory (ops->launch, ops->view): how the cpu and checked backends run the
+ * step's host kernels in stream order. rf_device_runs_host_code says whether dev can;
+ * rf_device_launch dies naming `what` where it cannot (a CUDA device: a kernel must do it).
+ * rf_device_view is for launched code only (or after the stream is synchronized); NULL stays
+ * NULL. The stream_ forms take the device from the stream (a kernel table gets a stream only). */
+int rf_device_runs_host_code(const struct rf_device *dev);
+void rf_device_launch(struct rf_device *dev, struct rf_device_stream *stream, const char *what,
+                      void (*fn)(void *arg), const void *arg, size_t arg_bytes);
+void *rf_device_view(const struct rf_device *dev, const void *ptr);
+void rf_device_stream_launch(struct rf_device_stream *stream, const char *what, void (*fn)(void *arg),
+                             const void *arg, size_t arg_bytes);
+void *rf_device_stream_view(const struct rf_device_stream *stream, const void *ptr);
 
 /* ---- arena (arena.c) ------------------------------------------------------
  * A bump allocator over one slab of device memory reserved at init. Owns the

@@ -399,6 +399,27 @@ static void rf_checked_event_synchronize(struct rf_device *dev, struct rf_device
   pthread_mutex_unlock(&c->lock);
 }
 
+/* ---- host code on device memory ------------------------------------------------------ */
+
+struct rf_checked_launch {
+  void (*fn)(void *arg);
+  uint8_t arg[]; /* the caller's arg, taken at the call */
+};
+
+static void rf_checked_run_launch(void *arg) {
+  struct rf_checked_launch *a = arg;
+  a->fn(a->arg);
+}
+
+static void rf_checked_launch(struct rf_device *dev, struct rf_device_stream *stream, void (*fn)(void *arg),
+                              const void *arg, size_t arg_bytes) {
+  struct rf_checked_stream *s = rf_checked_stream_of(dev, stream, "launch");
+  struct rf_checked_launch *a = rf_xcalloc(1, sizeof *a + arg_bytes);
+  a->fn = fn;
+  if (arg_bytes) memcpy(a->arg, arg, arg_bytes);
+  rf_checked_queue(s, rf_checked_run_launch, a);
+}
+
 static const struct rf_device_ops rf_device_checked_ops = {
     .name = "checked",
     .host_memory = 0,
@@ -420,6 +441,8 @@ static const struct rf_device_ops rf_device_checked_ops = {
     .stream_wait = rf_checked_stream_wait,
     .event_query = rf_checked_event_query,
     .event_synchronize = rf_checked_event_synchronize,
+    .launch = rf_checked_launch,
+    .view = rf_device_checked_view,
 };
 
 void rf_device_checked_init(struct rf_device *dev, int ordinal, struct rf_counters *counters) {

@@ -128,6 +128,25 @@ static int rf_device_host_event_query(struct rf_device *dev, struct rf_device_ev
   return 1;
 }
 
+/* At once, on a copy of arg (as a queued launch would get). */
+static void rf_device_host_launch(struct rf_device *dev, struct rf_device_stream *stream,
+                                  void (*fn)(void *arg), const void *arg, size_t arg_bytes) {
+  (void)dev, (void)stream;
+  void *copy = rf_xmalloc(arg_bytes ? arg_bytes : 1);
+  if (arg_bytes) memcpy(copy, arg, arg_bytes);
+  fn(copy);
+  free(copy);
+}
+
+static void *rf_device_host_view(const struct rf_device *dev, const void *ptr) {
+  (void)dev;
+  union {
+    const void *in;
+    void *out;
+  } u = {.in = ptr}; /* the const goes: a view is written through */
+  return u.out;
+}
+
 static const struct rf_device_ops rf_device_host_ops = {
     .name = "host",
     .host_memory = 1,
@@ -149,6 +168,8 @@ static const struct rf_device_ops rf_device_host_ops = {
     .stream_wait = rf_device_host_stream_wait,
     .event_query = rf_device_host_event_query,
     .event_synchronize = rf_device_host_event_nop,
+    .launch = rf_device_host_launch,
+    .view = rf_device_host_view,
 };
 
 void rf_device_host_init(struct rf_device *dev, struct rf_counters *counters) {

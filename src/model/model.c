@@ -143,6 +143,7 @@ int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, 
   int rc = rf_model_ws_init_on(ws, &host, stream, cfg, batch, seq);
   ws->host_dev = host; /* after the memset of init: ws->dev points at the copy */
   ws->dev = &ws->host_dev;
+  stream->dev = ws->dev; /* the stream was made on the local copy */
   ws->own_stream = stream;
   return rc;
 }
