@@ -3,7 +3,9 @@
  * folder (scripts/mutate --check), so a change that moves or rewrites a line a mutation
  * names fails here, in make test, instead of silently dropping the planted bug from
  * `make mutate`. The check itself is checked: a list with a line found nowhere, one
- * found twice and one without its caught-by test is refused, naming each mutation. */
+ * found twice, one without its caught-by test and one whose tests name no test (a typo
+ * that scripts/run-tests refuses with exit 2, where it once ran nothing and passed) is
+ * refused, naming each mutation. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,6 +49,16 @@ int main(void) {
   rc = rf_cli_sh(out, sizeof out, "scripts/mutate --check %s", list);
   RF_CHECK(rc == 2 && strstr(out, "'nobody' needs") && strstr(out, "caught-by"),
            "a mutation without caught-by: exit %d\n%s", rc, out);
+
+  write_file(list,
+             "name: typo\nin: src/core\nfind: rf_xalloc_bytes(void)\nreplace: x\ntests: test_cor$\n"
+             "caught-by: test_core\n");
+  rc = rf_cli_sh(out, sizeof out, "scripts/mutate --check %s", list);
+  RF_CHECK(rc != 0 && strstr(out, "ERROR     typo") && strstr(out, "names no test: test_cor$"),
+           "a mutation whose tests name no test: exit %d\n%s", rc, out);
+  rc = rf_cli_sh(out, sizeof out, "scripts/run-tests build test_cor$");
+  RF_CHECK(rc == 2 && strstr(out, "'test_cor$' names no test"),
+           "run-tests with a name of no test: exit %d\n%s", rc, out);
 
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
