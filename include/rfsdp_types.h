@@ -62,6 +62,9 @@ struct rf_counters {
   uint64_t collectives;     /* number of collective calls */
   uint64_t allocations;     /* heap allocations via rf_xmalloc & co, plus arena allocs */
   uint64_t comm_wait_ns;    /* time blocked waiting on communication */
+  uint64_t host_syncs;      /* times the host waited for the device: a copy to the host, a sum of squares or
+                               FP8 refusal read back, a stream or event synchronized (every backend counts
+                               the same calls, so the host's count is the GPU's) */
 };
 
 /* A communicator: a group of ranks and the backend that connects them. Opaque in

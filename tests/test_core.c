@@ -158,7 +158,7 @@ static void check_dtype_parse(void) {
 }
 
 static void check_counters(void) {
-  struct rf_counters before = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, now = before;
+  struct rf_counters before = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, now = before;
   now.bytes_gathered += 10;
   now.bytes_reduced += 20;
   now.bytes_alltoall += 30;
@@ -168,6 +168,7 @@ static void check_counters(void) {
   now.bytes_padding += 60;
   now.collectives += 7;
   now.comm_wait_ns += 80;
+  now.host_syncs += 90;
   uint64_t heap0 = rf_heap_allocations();
   free(rf_xmalloc(16));
   free(rf_xcalloc(2, 8));
@@ -176,7 +177,7 @@ static void check_counters(void) {
   struct rf_counters d = rf_counters_diff(&now, &before);
   RF_CHECK(d.bytes_gathered == 10 && d.bytes_reduced == 20 && d.bytes_alltoall == 30 &&
                d.bytes_copied == 40 && d.bytes_cast == 50 && d.bytes_own_shard == 55 &&
-               d.bytes_padding == 60 && d.collectives == 7 && d.comm_wait_ns == 80,
+               d.bytes_padding == 60 && d.collectives == 7 && d.comm_wait_ns == 80 && d.host_syncs == 90,
            "diff of every byte field");
   RF_CHECK(d.allocations == 3, "three checked allocations counted, got %llu",
            (unsigned long long)d.allocations);

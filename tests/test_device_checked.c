@@ -17,6 +17,9 @@
  *     the step's host kernels) runs in stream order, later than asked, on a copy of its
  *     argument taken at the call, reaching device memory through rf_device_view; the host
  *     backend runs it at once; a device without launch (CUDA) stops the program naming it;
+ *   - the host's waits for the device are counted (host_syncs), the same calls on the checked
+ *     device and on the host: a copy to the host, a sum of squares, a stream or event
+ *     synchronized; a copy to the device, a launch, a record or a stream's wait are not;
  *   - a copy from the host takes its source at the call (the caller may reuse it at once);
  *     a copy to the host has landed when it returns; an event recorded behind queued work is
  *     not reached at once, and is after synchronize. */
@@ -255,6 +258,39 @@ static void check_launch(void) {
   rf_device_stream_free(&host, hs);
 }
 
+/* The same calls on a device counting into c; returns c.host_syncs. */
+static uint64_t syncs_of(struct rf_device *d) {
+  struct rf_counters c = {0};
+  d->counters = &c;
+  struct rf_device_stream *s = rf_device_stream_create(d), *t = rf_device_stream_create(d);
+  float h[16] = {1, 2, 3};
+  float *x = rf_device_alloc(d, sizeof h, 64);
+  struct rf_device_event ev;
+  rf_device_event_create(d, &ev);
+  rf_device_copy(d, x, h, sizeof h, RF_DEVICE_COPY_HOST_TO_DEVICE, s); /* not a wait */
+  rf_device_scale(d, x, 16, 2.0f, s);
+  rf_device_event_record(d, &ev, s);
+  rf_device_stream_wait(d, t, &ev);                                    /* not a wait of the host */
+  double sq = rf_device_sum_squares(d, x, 16, t);                      /* 1 */
+  rf_device_copy(d, h, x, sizeof h, RF_DEVICE_COPY_DEVICE_TO_HOST, t); /* 2 */
+  rf_device_stream_synchronize(d, s);                                  /* 3 */
+  rf_device_event_synchronize(d, &ev);                                 /* 4 */
+  RF_CHECK(sq == 56.0 && h[2] == 6.0f, "the counted calls computed (%g, %g)", sq, (double)h[2]);
+  rf_device_event_free(d, &ev);
+  rf_device_release(d, x);
+  rf_device_stream_free(d, s), rf_device_stream_free(d, t);
+  d->counters = NULL;
+  return c.host_syncs;
+}
+
+static void check_host_syncs(void) {
+  struct rf_device host;
+  rf_device_host_init(&host, NULL);
+  uint64_t on_host = syncs_of(&host), on_checked = syncs_of(&dev);
+  RF_CHECK(on_host == 4 && on_checked == 4, "host waits counted alike: host %llu, checked %llu (4 each)",
+           (unsigned long long)on_host, (unsigned long long)on_checked);
+}
+
 int main(void) {
   rf_device_checked_init(&dev, 0, NULL);
   RF_CHECK(strcmp(dev.ops->name, "checked") == 0 && !dev.ops->host_memory, "the checked table names itself");
@@ -269,6 +305,7 @@ int main(void) {
   check_arithmetic();
   check_events();
   check_launch();
+  check_host_syncs();
   rf_device_free(&dev);
   return rf_test_finish("test_device_checked");
 }

@@ -18,6 +18,7 @@ struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct 
   d.collectives = now->collectives - before->collectives;
   d.allocations = now->allocations - before->allocations;
   d.comm_wait_ns = now->comm_wait_ns - before->comm_wait_ns;
+  d.host_syncs = now->host_syncs - before->host_syncs;
   return d;
 }
 

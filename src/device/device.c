@@ -22,7 +22,9 @@ void rf_device_copy(struct rf_device *dev, void *dst, const void *src, size_t by
                     struct rf_device_stream *stream) {
   RF_ASSERT(dir == RF_DEVICE_COPY_HOST_TO_DEVICE || dir == RF_DEVICE_COPY_DEVICE_TO_HOST ||
             dir == RF_DEVICE_COPY_DEVICE_TO_DEVICE);
-  if (bytes) dev->ops->copy(dev, dst, src, bytes, dir, stream);
+  if (!bytes) return;
+  dev->ops->copy(dev, dst, src, bytes, dir, stream);
+  if (dir == RF_DEVICE_COPY_DEVICE_TO_HOST) RF_DEVICE_COUNT(dev, host_syncs, 1);
 }
 
 void rf_device_memset(struct rf_device *dev, void *dst, int value, size_t bytes,
@@ -47,12 +49,15 @@ void rf_device_scale(struct rf_device *dev, float *x, int64_t n, float s, struct
 double rf_device_sum_squares(struct rf_device *dev, const float *x, int64_t n,
                              struct rf_device_stream *stream) {
   RF_ASSERT(n >= 0);
-  return n ? dev->ops->sum_squares(dev, x, n, stream) : 0.0;
+  if (!n) return 0.0;
+  RF_DEVICE_COUNT(dev, host_syncs, 1);
+  return dev->ops->sum_squares(dev, x, n, stream);
 }
 
 int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
                            const char *name, uint8_t *codes, float *scales, struct rf_device_stream *stream) {
   RF_ASSERT(g->rows >= 0 && g->cols >= 0 && g->tile_rows > 0 && g->tile_cols > 0);
+  RF_DEVICE_COUNT(dev, host_syncs, 1);
   return dev->ops->fp8_quantize(dev, g, x, pow2, name, codes, scales, stream);
 }
 
@@ -67,6 +72,7 @@ void rf_device_stream_free(struct rf_device *dev, struct rf_device_stream *strea
 }
 
 void rf_device_stream_synchronize(struct rf_device *dev, struct rf_device_stream *stream) {
+  RF_DEVICE_COUNT(dev, host_syncs, 1);
   dev->ops->stream_synchronize(dev, stream);
 }
 
@@ -109,10 +115,12 @@ int rf_device_event_query(struct rf_device *dev, struct rf_device_event *ev) {
 }
 
 void rf_device_event_synchronize(struct rf_device *dev, struct rf_device_event *ev) {
-  if (ev->wait)
-    ev->wait(ev->arg);
-  else
+  if (ev->wait) {
+    ev->wait(ev->arg); /* an outside completion (MPI): the host waits for the network, not the device */
+  } else {
+    RF_DEVICE_COUNT(dev, host_syncs, 1);
     dev->ops->event_synchronize(dev, ev);
+  }
 }
 
 int rf_device_runs_host_code(const struct rf_device *dev) { return dev->ops->launch != NULL; }
