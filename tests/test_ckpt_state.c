@@ -9,7 +9,9 @@
  * Then broken checkpoints (truncated rank file, a corrupted byte, a missing rank
  * file, another model, a newer meta.json) are refused on every rank with a
  * message naming the file, and the directory (names, sizes, mtimes, contents) is
- * unchanged; failures found before reading leave memory untouched. */
+ * unchanged; failures found before reading leave memory untouched.
+ * Views on a device the host cannot read (the checked device: a host read faults) save
+ * through host staging into files identical to the host save's, and load back through it. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm_mpi.h"
+#include "device/device.h"
 #include "rf_test.h"
 #include "shard/shard.h"
 
@@ -251,6 +254,104 @@ static void load_at(const char *dir, int k, int rank, int saved_at, uint64_t see
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* ---- the views on a device the host cannot read (the checked device) ------------- */
+
+/* The host slabs of a model while its views point at device copies. */
+struct host_slabs {
+  float *master, *m, *v, *scales;
+  uint8_t *codes;
+};
+
+static void *to_device(struct rf_device *dev, struct rf_device_stream *s, const void *host, size_t bytes) {
+  void *d = rf_device_alloc(dev, bytes, 64);
+  rf_device_copy(dev, d, host, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, s);
+  return d;
+}
+
+/* md's slabs copied to the device; md (its views, its states) then points there. */
+static void model_to_device(struct model *md, struct host_slabs *h, struct rf_device *dev,
+                            struct rf_device_stream *s) {
+  *h = (struct host_slabs){md->master, md->m, md->v, md->scales, md->codes};
+  size_t n = (size_t)md->slab_elems;
+  md->master = to_device(dev, s, h->master, n * 4);
+  md->m = to_device(dev, s, h->m, n * 4);
+  md->v = to_device(dev, s, h->v, n * 4);
+  md->codes = to_device(dev, s, h->codes, n);
+  md->scales = to_device(dev, s, h->scales, (size_t)md->scale_elems * 4);
+  for (int t = 0; t < N_T; t++) md->views[t].master = md->master + md->views[t].shard_offset;
+}
+
+/* The device's bytes back into the host slabs; md points at them again. */
+static void model_to_host(struct model *md, struct host_slabs *h, struct rf_device *dev,
+                          struct rf_device_stream *s) {
+  size_t n = (size_t)md->slab_elems;
+  void *d[5] = {md->master, md->m, md->v, md->codes, md->scales};
+  void *to[5] = {h->master, h->m, h->v, h->codes, h->scales};
+  size_t bytes[5] = {n * 4, n * 4, n * 4, n, (size_t)md->scale_elems * 4};
+  for (int k = 0; k < 5; k++) {
+    rf_device_copy(dev, to[k], d[k], bytes[k], RF_DEVICE_COPY_DEVICE_TO_HOST, s);
+    rf_device_release(dev, d[k]);
+  }
+  md->master = h->master, md->m = h->m, md->v = h->v, md->codes = h->codes, md->scales = h->scales;
+  for (int t = 0; t < N_T; t++) md->views[t].master = md->master + md->views[t].shard_offset;
+}
+
+/* The save at the whole world again from device memory (through staging of two checksum chunks,
+ * so a piece goes in several parts) gives files identical to the host save in `good`; a load into
+ * device memory (staged in 100-byte parts) holds the reference values. */
+static void device_save_load(const char *root, const char *good, struct rf_comm *comm) {
+  struct rf_device dev;
+  rf_device_checked_init(&dev, 0, NULL);
+  struct rf_device_stream *s = rf_device_stream_create(&dev);
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/from-device", root);
+  struct model md;
+  struct host_slabs h;
+  struct rf_ckpt_state_desc states[N_S];
+  model_init(&md, comm->world, comm->rank, save_mult, 1000 + (uint64_t)comm->world, 1); /* save_at's */
+  model_to_device(&md, &h, &dev, s);
+  model_states(&md, states);
+  struct rf_ckpt_views_args a = args_of(&md, states, dir, comm);
+  a.step = 1000 + comm->world;
+  char extra[64];
+  snprintf(extra, sizeof extra, "{\"saved_at\":%d}", comm->world);
+  a.extra_json = extra;
+  a.device = &dev;
+  a.stream = s;
+  a.staging_bytes = 512;
+  RF_CHECK(rf_ckpt_save_views(&a) == 0, "a save from device memory: %s", rf_error_msg());
+  model_to_host(&md, &h, &dev, s);
+  model_free(&md);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm->rank == 0) {
+    char cmd[512];
+    for (int r = 0; r <= comm->world; r++) {
+      char name[32];
+      if (r < comm->world)
+        snprintf(name, sizeof name, "rank-%05d.bin", r);
+      else
+        snprintf(name, sizeof name, "meta.json");
+      snprintf(cmd, sizeof cmd, "cmp -s %s/%s %s/%s", dir, name, good, name);
+      RF_CHECK(system(cmd) == 0, "%s of the save from device memory differs from the host save's", name);
+    }
+  }
+  model_init(&md, comm->world, comm->rank, load_mult, 77, 0);
+  model_to_device(&md, &h, &dev, s);
+  model_states(&md, states);
+  a = args_of(&md, states, good, comm);
+  a.device = &dev;
+  a.stream = s;
+  a.staging_bytes = 100;
+  RF_CHECK(rf_ckpt_load_views(&a, NULL, NULL) == 0, "a load into device memory: %s", rf_error_msg());
+  model_to_host(&md, &h, &dev, s);
+  int64_t bad = model_mismatches(&md);
+  RF_CHECK(bad == 0, "rank %d: a load into device memory: %lld values differ", comm->rank, (long long)bad);
+  model_free(&md);
+  rf_device_stream_free(&dev, s);
+  rf_device_free(&dev);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* ---- broken checkpoints -------------------------------------------------------- */
 
 /* Names, sizes, mtimes and contents of the files of a directory. */
@@ -442,6 +543,7 @@ int main(int argc, char **argv) {
 
   char good[128];
   snprintf(good, sizeof good, "%s/saved-at-%d", root, world);
+  device_save_load(root, good, &comm);
   for (int b = 0; b < BREAK_COUNT; b++) test_broken(root, good, &comm, (enum breakage)b);
 
   /* a state given twice (on one rank) fails the save on every rank; no marker */

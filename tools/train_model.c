@@ -5,6 +5,7 @@
 
 #include "ckpt/ckpt.h"
 #include "core/core.h"
+#include "fsdp/fsdp.h"
 #include "rfsdp_plan.h"
 
 /* Set when an agreement failed because of another rank: this rank's message then
@@ -29,7 +30,10 @@ int rf_train_exit_status(const struct rf_comm *comm, int rc, const char *command
 }
 
 int rf_train_model_import(struct rf_train_model *m, const struct rf_comm *comm, const char *path) {
-  int rc = rf_ckpt_import_views(path, rf_fsdp_views(m->fsdp), rf_fsdp_n_tensors(m->fsdp));
+  /* the master shard is device memory: read into host staging, copied on the compute stream */
+  struct rf_fsdp *f = m->fsdp;
+  int rc = rf_ckpt_import_views_on(path, rf_fsdp_views(f), rf_fsdp_n_tensors(f), f->device,
+                                   f->stream[RF_FSDP_STREAM_COMPUTE]);
   int all = rf_train_agree(comm, rc);
   RF_REQUIRE(all == 0 || rc != 0, "%s: another rank could not import it", path);
   return rc;

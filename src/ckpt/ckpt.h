@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "device/device.h"
 #include "rfsdp_types.h" /* struct rf_tensor_view */
 
 #define RF_CKPT_FORMAT "rfsdp-checkpoint"
@@ -68,7 +69,19 @@ struct rf_ckpt_save_args {
    * (RF_CKPT_BOUNCE_BYTES, allocated at the first save and kept) */
   void *bounce;
   size_t bounce_bytes;
+  /* where the pieces' data live: NULL: host memory, read in place; else memory of `device`
+   * (borrowed), which the host never reads: each piece goes to the file through host staging,
+   * RF_CKPT_STAGING_BYTES at a time (a whole number of checksum chunks), each part one
+   * device-to-host copy on `stream` (rf_device_copy: landed when it returns), checksummed and
+   * written from the staging. The file's bytes are the same either way. */
+  struct rf_device *device;
+  struct rf_device_stream *stream;
+  size_t staging_bytes; /* 0: RF_CKPT_STAGING_BYTES (tests: smaller, to stage in several parts) */
 };
+
+/* The host staging of a save or a load of device memory, by default (a save rounds it down to
+ * whole checksum chunks, at least one). */
+#define RF_CKPT_STAGING_BYTES (4u << 20)
 
 /* The bounce buffer the rank file is written through with O_DIRECT. */
 #define RF_CKPT_BOUNCE_BYTES (4u << 20)
@@ -222,6 +235,13 @@ struct rf_ckpt_views_args {
   void *agree_ctx;
   void *bounce; /* save: as rf_ckpt_save_args' (NULL: the process's own) */
   size_t bounce_bytes;
+  /* where the views' master weights and the states' pieces live: NULL: host memory; else
+   * memory of `device` (borrowed): a save stages it as rf_ckpt_save_args says, a load reads the
+   * file into host staging and writes it with host-to-device copies on `stream` (the stream
+   * synchronized before it returns) */
+  struct rf_device *device;
+  struct rf_device_stream *stream;
+  size_t staging_bytes; /* 0: RF_CKPT_STAGING_BYTES */
 };
 
 /* The checksum chunk of rf_ckpt_save_views: a resharded load reads at most two
@@ -284,5 +304,10 @@ int rf_ckpt_export_safetensors_fp8(const char *ckpt_dir, const char *out_path, e
  * already read hold the file's values then). Local to the rank: callers agree on the
  * status. */
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n);
+/* The same into views whose master weights are memory of `device` (borrowed; NULL: host
+ * memory, rf_ckpt_import_views): each view's range is read into host staging, checked there and
+ * written with one host-to-device copy on `stream` (synchronized before it returns). */
+int rf_ckpt_import_views_on(const char *path, const struct rf_tensor_view *views, int n,
+                            struct rf_device *device, struct rf_device_stream *stream);
 
 #endif

@@ -624,6 +624,11 @@ static int rf_ckpt_import_check_unused(const struct rf_ckpt_import_src *src, con
 }
 
 int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, int n) {
+  return rf_ckpt_import_views_on(path, views, n, NULL, NULL);
+}
+
+int rf_ckpt_import_views_on(const char *path, const struct rf_tensor_view *views, int n,
+                            struct rf_device *device, struct rf_device_stream *stream) {
   struct rf_ckpt_import_src src;
   RF_TRY(rf_ckpt_import_open(path, &src));
   struct rf_ckpt_import_map *maps = rf_xcalloc((size_t)n + 1, sizeof *maps);
@@ -652,10 +657,21 @@ int rf_ckpt_import_views(const char *path, const struct rf_tensor_view *views, i
   }
   if (rc == 0) rc = rf_ckpt_import_check_layers(&src, path, views, n);
   if (rc == 0) rc = rf_ckpt_import_check_unused(&src, path, views, n, maps);
+  /* device memory: each view's range read and checked in host staging, then copied over */
+  int64_t most = 0;
+  for (int i = 0; i < n && device; i++) most = rf_max_i64(most, views[i].end - views[i].begin);
+  float *staging = device ? rf_xaligned(64, (size_t)(most ? most : 1) * sizeof(float)) : NULL;
   for (int i = 0; i < n && rc == 0; i++) {
-    rc = rf_ckpt_import_read(&src, &views[i], &maps[i]);
-    if (rc == 0) rc = rf_ckpt_import_check_finite(path, &views[i], &maps[i]);
+    struct rf_tensor_view v = views[i];
+    if (device && v.end > v.begin) v.master = staging;
+    rc = rf_ckpt_import_read(&src, &v, &maps[i]);
+    if (rc == 0) rc = rf_ckpt_import_check_finite(path, &v, &maps[i]);
+    if (rc == 0 && device && v.end > v.begin)
+      rf_device_copy(device, views[i].master, staging, (size_t)(v.end - v.begin) * sizeof(float),
+                     RF_DEVICE_COPY_HOST_TO_DEVICE, stream);
   }
+  if (device) rf_device_stream_synchronize(device, stream);
+  free(staging);
   free(maps);
   rf_ckpt_import_close(&src);
   return rc;

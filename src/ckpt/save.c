@@ -135,17 +135,33 @@ static int rf_ckpt_write_data(const struct rf_ckpt_save_args *a, int64_t chunk, 
   }
   _Static_assert(RF_CKPT_ALIGN <= RF_CKPT_RANK_HEADER_BYTES, "padding is written from the header's zeros");
   static const uint8_t zeros[RF_CKPT_RANK_HEADER_BYTES];
+  /* device memory is never read by the host: staged, whole chunks at a time */
+  int64_t staging_bytes = (int64_t)(a->staging_bytes ? a->staging_bytes : RF_CKPT_STAGING_BYTES);
+  staging_bytes = rf_max_i64(chunk, staging_bytes / chunk * chunk);
+  uint8_t *staging = a->device ? rf_xaligned(64, (size_t)staging_bytes) : NULL;
   int rc = rf_file_writer_write(&w, h, sizeof h);
   for (int i = 0; i < a->n_pieces && rc == 0; i++) {
     const struct rf_ckpt_piece *p = &a->pieces[i];
     struct rf_ckpt_range *r = &ranges[i];
     int64_t bytes = (p->end - p->begin) * (int64_t)rf_dtype_size(p->dtype);
     rc = rf_file_writer_write(&w, zeros, r->offset - w.bytes);
+    if (a->device) { /* device memory: through the staging, a whole number of chunks at a time */
+      for (int64_t at = 0; at < bytes && rc == 0; at += staging_bytes) {
+        int64_t n = rf_min_i64(staging_bytes, bytes - at);
+        rf_device_copy(a->device, staging, (const uint8_t *)p->data + at, (size_t)n,
+                       RF_DEVICE_COPY_DEVICE_TO_HOST, a->stream);
+        for (int64_t c = at / chunk; c * chunk < at + n; c++)
+          r->xxh3[c] = XXH3_64bits(staging + (c * chunk - at), (size_t)rf_min_i64(chunk, bytes - c * chunk));
+        rc = rf_file_writer_write(&w, staging, (size_t)n);
+      }
+      continue;
+    }
     const uint8_t *data = p->data;
     for (int64_t c = 0; c < r->n_chunks; c++)
       r->xxh3[c] = XXH3_64bits(data + c * chunk, (size_t)rf_min_i64(chunk, bytes - c * chunk));
     if (rc == 0 && bytes > 0) rc = rf_file_writer_write(&w, data, (size_t)bytes);
   }
+  free(staging);
   RF_ASSERT(rc != 0 || w.bytes == end);
   if (rc != 0)
     rf_file_writer_abort(&w);

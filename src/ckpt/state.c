@@ -133,7 +133,10 @@ int rf_ckpt_save_views(const struct rf_ckpt_views_args *a) {
                                   .agree = a->agree,
                                   .agree_ctx = a->agree_ctx,
                                   .bounce = a->bounce,
-                                  .bounce_bytes = a->bounce_bytes};
+                                  .bounce_bytes = a->bounce_bytes,
+                                  .device = a->device,
+                                  .stream = a->stream,
+                                  .staging_bytes = a->staging_bytes};
     rc = rf_ckpt_save(&s);
   }
   free(extra);
@@ -235,10 +238,32 @@ static int rf_ckpt_load_check(const struct rf_ckpt *ck, const struct rf_ckpt_vie
   return 0;
 }
 
-static int rf_ckpt_load_read(struct rf_ckpt *ck, const struct rf_ckpt_views_args *a) {
+static size_t rf_ckpt_staging_bytes(const struct rf_ckpt_views_args *a) {
+  return a->staging_bytes ? a->staging_bytes : RF_CKPT_STAGING_BYTES;
+}
+
+/* Reads elements [begin, end) of tensor `name` into `out`: in place (host memory), or (a->device)
+ * through host staging, rf_ckpt_staging_bytes(a) at a time, each part one host-to-device copy on
+ * a->stream (which takes its source at the call: the staging is reused at once). */
+static int rf_ckpt_load_piece(struct rf_ckpt *ck, const struct rf_ckpt_views_args *a, uint8_t *staging,
+                              const char *name, enum rf_dtype dtype, int ndim, const int64_t *shape,
+                              int64_t begin, int64_t end, void *out) {
+  if (!a->device) return rf_ckpt_read(ck, name, dtype, ndim, shape, begin, end, out);
+  int64_t es = (int64_t)rf_dtype_size(dtype), per = rf_max_i64(1, (int64_t)rf_ckpt_staging_bytes(a) / es);
+  for (int64_t at = begin; at < end; at += per) {
+    int64_t to = rf_min_i64(end, at + per);
+    RF_TRY(rf_ckpt_read(ck, name, dtype, ndim, shape, at, to, staging));
+    rf_device_copy(a->device, (uint8_t *)out + (at - begin) * es, staging, (size_t)((to - at) * es),
+                   RF_DEVICE_COPY_HOST_TO_DEVICE, a->stream);
+  }
+  return 0;
+}
+
+static int rf_ckpt_load_read(struct rf_ckpt *ck, const struct rf_ckpt_views_args *a, uint8_t *staging) {
   for (int i = 0; i < a->n_views; i++) {
     const struct rf_tensor_view *v = &a->views[i];
-    RF_TRY(rf_ckpt_read(ck, v->name, RF_DTYPE_F32, v->ndim, v->shape, v->begin, v->end, v->master));
+    RF_TRY(rf_ckpt_load_piece(ck, a, staging, v->name, RF_DTYPE_F32, v->ndim, v->shape, v->begin, v->end,
+                              v->master));
     for (int j = 0; j < a->n_states; j++) {
       const struct rf_ckpt_state_desc *s = &a->states[j];
       struct rf_ckpt_state_piece sp;
@@ -246,9 +271,10 @@ static int rf_ckpt_load_read(struct rf_ckpt *ck, const struct rf_ckpt_views_args
       char name[RF_CKPT_NAME_MAX];
       rf_ckpt_state_name(name, sizeof name, v, s);
       if (s->piece)
-        RF_TRY(rf_ckpt_read(ck, name, s->dtype, 1, &sp.numel, sp.begin, sp.end, sp.data));
+        RF_TRY(rf_ckpt_load_piece(ck, a, staging, name, s->dtype, 1, &sp.numel, sp.begin, sp.end, sp.data));
       else
-        RF_TRY(rf_ckpt_read(ck, name, s->dtype, v->ndim, v->shape, sp.begin, sp.end, sp.data));
+        RF_TRY(
+            rf_ckpt_load_piece(ck, a, staging, name, s->dtype, v->ndim, v->shape, sp.begin, sp.end, sp.data));
     }
   }
   return 0;
@@ -273,7 +299,10 @@ int rf_ckpt_load_views(const struct rf_ckpt_views_args *a, int64_t *step, char *
     if (opened) rf_ckpt_close(&ck);
     return -1;
   }
-  status = rf_ckpt_load_read(&ck, a);
+  uint8_t *staging = a->device ? rf_xaligned(64, rf_ckpt_staging_bytes(a) + 8) : NULL; /* >= 1 element */
+  status = rf_ckpt_load_read(&ck, a, staging);
+  if (a->device) rf_device_stream_synchronize(a->device, a->stream); /* the copies landed: staging goes */
+  free(staging);
   if (rf_ckpt_load_agree(a, status, "to read its part of the checkpoint") != 0) {
     rf_ckpt_close(&ck);
     return -1;

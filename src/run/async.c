@@ -73,6 +73,11 @@ struct rf_run_async {
   int64_t copies_late;    /* under mu: copies that ended after the next optimizer step began */
   uint64_t started_ns;    /* when the save in flight was staged */
   uint64_t writer_cpu_ns; /* under mu: the writer's CPU time of the save in flight */
+  /* the snapshot's order: `snap` is recorded on the compute stream when a save is staged (after
+   * the optimizer step that wrote the state); the writer's copies to the host run on `stream`
+   * (owned), which first waits on it. The writer thread never reads device memory. */
+  struct rf_device_stream *stream;
+  struct rf_device_event snap;
   struct rf_run_async_stats stats; /* training thread only */
   int pending;                     /* every rank: a save was started and rf_run_async_wait has not ended it */
   int posted;                      /* writers: the step-boundary agreement in flight (req, vote) */
@@ -108,13 +113,18 @@ static void rf_run_async_scale_piece(void *ctx, const struct rf_tensor_view *vie
 static int rf_run_async_copy_late;
 void rf_run_test_late_async_copy(int late) { rf_run_async_copy_late = late; }
 
-/* The state into staging: the master shard and every optimizer state slab. */
+/* The state into staging: the master shard and every optimizer state slab, device-to-host copies
+ * on the saver's stream once the compute stream has reached `snap` (each copy has landed when it
+ * returns). */
 static void rf_run_async_copy(struct rf_run_async *a) {
-  memcpy(a->master, rf_fsdp_shard_master(a->fsdp), (size_t)a->shard_elems * sizeof(float));
+  struct rf_device *dev = a->fsdp->device;
+  rf_device_stream_wait(dev, a->stream, &a->snap);
+  rf_device_copy(dev, a->master, rf_fsdp_shard_master(a->fsdp), (size_t)a->shard_elems * sizeof(float),
+                 RF_DEVICE_COPY_DEVICE_TO_HOST, a->stream);
   for (int j = 0; j < a->st.n; j++) {
     struct rf_optim_state_slab slab;
     rf_optim_state(a->optim, j, &slab);
-    memcpy(a->state[j], slab.data, a->state_bytes[j]);
+    rf_device_copy(dev, a->state[j], slab.data, a->state_bytes[j], RF_DEVICE_COPY_DEVICE_TO_HOST, a->stream);
   }
 }
 
@@ -206,6 +216,8 @@ int rf_run_async_create(struct rf_run_async **out, const struct rf_run *run) {
     d->ctx = &a->scale[j];
   }
   rf_comm_req_init(&a->req, f->mesh.shard.world);
+  a->stream = rf_device_stream_create(f->device);
+  rf_device_event_create(f->device, &a->snap);
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
   if (a->optim) rf_optim_set_before_step(a->optim, rf_run_async_fence, a);
@@ -384,6 +396,7 @@ int rf_run_series_save_async(struct rf_run_async *a, const struct rf_run_series 
    * it. Without an optimizer nothing fences the shard: copied here. The ranks
    * that write nothing copy nothing. */
   uint64_t t0 = rf_time_ns();
+  if (a->writer) rf_device_event_record(a->fsdp->device, &a->snap, a->fsdp->stream[RF_FSDP_STREAM_COMPUTE]);
   a->copying = a->writer && a->optim;
   if (a->writer && !a->optim) rf_run_async_copy(a);
   a->started_ns = rf_time_ns();
@@ -430,6 +443,8 @@ void rf_run_async_free(struct rf_run_async *a) {
   if (!a->posted) rf_comm_req_free(&a->req); /* (one posted when a run stops on an error is left to MPI) */
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);
+  rf_device_event_free(a->fsdp->device, &a->snap);
+  rf_device_stream_free(a->fsdp->device, a->stream);
   for (int j = 0; j < a->st.n; j++) {
     free(a->state[j]);
     free(a->pieces[j]);

@@ -62,6 +62,10 @@ static struct rf_ckpt_views_args rf_run_views_args(const struct rf_run *run, con
   a.states = st->desc;
   a.agree = rf_run_ckpt_agree;
   a.agree_ctx = agree;
+  /* the shards are device memory: saved through host staging, loaded with host-to-device
+   * copies, on the compute stream (after the optimizer step that wrote them) */
+  a.device = run->fsdp->device;
+  a.stream = run->fsdp->stream[RF_FSDP_STREAM_COMPUTE];
   return a;
 }
 
