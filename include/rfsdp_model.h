@@ -64,8 +64,8 @@ int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, 
                             uint64_t *rng);
 
 /* After rf_train_model_loss: the logits of row `row` (sequence-major over this
- * rank's batch x seq tokens), vocab_size floats (borrowed, valid until the next
- * forward). */
+ * rank's batch x seq tokens), vocab_size floats copied from the device to a host
+ * buffer of the model (borrowed, valid until the next call). */
 const float *rf_train_model_logits(const struct rf_train_model *m, int row);
 
 /* The rank's core budget as OpenMP's thread count: the cores this process may run

@@ -54,6 +54,7 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->balance =
       rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
+  m->logits_host = rf_xcalloc((size_t)cfg->vocab_size, sizeof(float));
   /* the workspaces on the context's device, their allocations counted in its counters */
   RF_TRY(
       rf_model_ws_init_on(&m->ws, m->fsdp->device, m->fsdp->stream[RF_FSDP_STREAM_COMPUTE], cfg, batch, seq));
@@ -97,6 +98,7 @@ void rf_train_model_free(struct rf_train_model *m) {
   free(m->first_tensor);
   free(m->comm);
   free(m->balance_stats);
+  free(m->logits_host);
   memset(m, 0, sizeof *m);
 }
 
@@ -148,8 +150,17 @@ void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags) {
     }
 }
 
+/* Row `row` of ws's logits (device memory) into m->logits_host, one device-to-host copy on the
+ * workspace's stream (landed when it returns): the host never reads the device's logits. */
+static const float *rf_train_logits_row(const struct rf_train_model *m, const struct rf_model_ws *ws,
+                                        int row) {
+  rf_device_copy(ws->dev, m->logits_host, rf_model_ws_logits(ws, row),
+                 (size_t)m->cfg.vocab_size * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  return m->logits_host;
+}
+
 const float *rf_train_model_logits(const struct rf_train_model *m, int row) {
-  return rf_model_ws_logits(&m->ws, row);
+  return rf_train_logits_row(m, &m->ws, row);
 }
 
 /* ---- one step ------------------------------------------------------------------- */
@@ -211,8 +222,11 @@ static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
   struct rf_model_ws *ws = &m->ws;
   int ne = m->cfg.moe.num_local_experts;
   double *st = m->balance_stats;
-  memcpy(st, ws->moe_count, (size_t)ne * sizeof(double));
-  memcpy(st + ne, ws->moe_psum, (size_t)ne * sizeof(double));
+  /* the forward's statistics are device memory: to the host with two copies, then summed over the ranks */
+  rf_device_copy(ws->dev, st, ws->moe_count, (size_t)ne * sizeof(double), RF_DEVICE_COPY_DEVICE_TO_HOST,
+                 ws->stream);
+  rf_device_copy(ws->dev, st + ne, ws->moe_psum, (size_t)ne * sizeof(double), RF_DEVICE_COPY_DEVICE_TO_HOST,
+                 ws->stream);
   int layers =
       rf_model_config_moe_layers(&m->cfg); /* transformers counts the rows of the layers with a router */
   st[2 * ne] = (double)ws->b * ws->t * layers;
@@ -265,7 +279,7 @@ int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, 
     rf_fsdp_reshard_all(m->fsdp);
     RF_REQUIRE(!isnan(rc), "generate: a token is outside the vocabulary");
     tokens[n] =
-        rf_model_sample_logits(rf_model_ws_logits(ws, window - 1), m->cfg.vocab_size, temperature, rng);
+        rf_model_sample_logits(rf_train_logits_row(m, ws, window - 1), m->cfg.vocab_size, temperature, rng);
   }
   return 0;
 }

@@ -37,6 +37,8 @@ struct rf_train_model {
   struct rf_comm *comm;  /* owned: a view of the caller's communicator of every rank (the data's) counting
                           * into the context's counters (rf_comm_view: its backend borrowed) */
   double *balance_stats; /* [2 E + 1]: counts, probability sums, rows */
+  float *logits_host;    /* owned: [vocab], one row of logits copied to the host (sampling,
+                            rf_train_model_logits) */
 };
 
 /* Declares the model's units and tensors to a new runtime context on `mesh`
