@@ -34,6 +34,7 @@ static const struct rf_backend rf_backend_checked = {
     .name = "checked",
     .unavailable = rf_backend_checked_unavailable,
     .open = rf_device_checked_init,
+    .model = &rf_model_kernels_checked,
 };
 
 /* backend_cuda.c's table in a CUDA build (the link pulls it in: -Wl,--undefined=rf_backend_cuda);

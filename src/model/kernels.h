@@ -3,12 +3,12 @@
  * rf_comm_ops), so that the decoder can run its non-GEMM work on whichever device
  * holds its activations.
  *
- * What is in the table: exactly the operations on activations that model.c, moe.c
- * and the training step call besides the linear layers (those go through src/gemm):
- * embedding, RMSNorm, rotary embedding, causal grouped-query attention with its
- * log-sum-exp, SwiGLU, bias, cross-entropy, the MoE router's softmax and top-k,
- * each forward and backward (the MoE layer's grouping of tokens by expert and its
- * statistics are not in it yet).
+ * What is in the table: every operation on activations and weights that model.c and
+ * moe.c run in the step: embedding, RMSNorm (and its recomputation), rotary embedding,
+ * causal grouped-query attention with its log-sum-exp, SwiGLU, bias, cross-entropy,
+ * the MoE router's softmax and top-k, each forward and backward; the linear layers
+ * (the GEMMs of src/gemm with their bf16 and FP8 staging); the MoE layer's statistics,
+ * grouping of tokens by expert, combine and their backward.
  * model.c and moe.c call these through their workspace's table (struct
  * rf_model_ws: kern, stream, scratch).
  *
@@ -16,8 +16,8 @@
  * model.h (shapes, layouts, what is overwritten and what is added into), with
  * these differences of form only:
  *   - every pointer is device memory of the table's backend (host_memory 1: the
- *     heap); a struct rf_model_weight is read on the host, its pointers are device
- *     pointers;
+ *     heap); a struct rf_model_weight or rf_model_stage is read at the call (a table
+ *     whose work runs later copies it), its pointers are device pointers;
  *   - `stream` orders the work (the runtime's compute stream; the CUDA table refuses
  *     NULL, the host ignores the stream and runs at once); nothing returns to the host, so no entry waits for
  * the device;
@@ -31,9 +31,10 @@
  *     in order); its contents are not kept between calls.
  *
  * Backends: rf_model_kernels_host (kernels_host.c: the ops of ops.c, wrapped, not
- * rewritten) and rf_model_kernels_cuda (kernels_cuda.cu, built by BACKEND=cuda
- * only; f32 activations; tests/gpu/test_kernels_cuda.c checks it against the host
- * table). The tables are static and const; nothing in them allocates. */
+ * rewritten), rf_model_kernels_checked (kernels_checked.c: the host table launched on the
+ * checked device's streams, rf_device_stream_launch) and rf_model_kernels_cuda (kernels_cuda.cu, built by
+ * BACKEND=cuda only; f32 activations; tests/gpu/test_kernels_cuda.c checks it against the host table). The
+ * tables are static and const; nothing in them allocates. */
 #ifndef RF_MODEL_KERNELS_H
 #define RF_MODEL_KERNELS_H
 
@@ -46,6 +47,7 @@ extern "C" {
 
 struct rf_model_config;  /* model.h */
 struct rf_model_weight;  /* model.h */
+struct rf_model_stage;   /* model.h */
 struct rf_device_stream; /* device/device.h (a CUDA backend reads its handle: a cudaStream_t) */
 
 struct rf_model_kernels {
@@ -98,10 +100,46 @@ struct rf_model_kernels {
   void (*router_backward)(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
                           const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
                           int renorm, struct rf_device_stream *stream);
+  /* ---- the rest of the step's host code on activations (issue 34). The CUDA table leaves these
+   * NULL (kernels_cuda.cu initializes in order: they come last); a workspace refuses a table
+   * missing an entry, naming it (rf_model_kernels_missing). ---- */
+  /* rf_model_linear_forward, _backward: st is read at the call (as a weight is); its buffers are
+   * device memory of the workspace; its progress callback is NOT called (the workspace calls it on
+   * the host after queueing the op: rf_model_ws_linear_forward). */
+  void (*linear_forward)(float *y, const float *x, const struct rf_model_weight *w, int n, int in, int out,
+                         float beta, const struct rf_model_stage *st, struct rf_device_stream *stream);
+  void (*linear_backward)(float *dx, float *dw, const float *dy, const float *x,
+                          const struct rf_model_weight *w, int n, int in, int out, float beta,
+                          const struct rf_model_stage *st, struct rf_device_stream *stream);
+  /* rf_model_rmsnorm_apply (the normalized activations recomputed in the backward). */
+  void (*rmsnorm_apply)(float *out, const float *x, const float *rstd, const float *w, int n_rows, int dim,
+                        struct rf_device_stream *stream);
+  /* rf_model_moe_stats, _group, _combine, _combine_weights_backward, _scatter, _gather (moe.c). */
+  void (*moe_stats)(double *count, double *psum, const int32_t *top, const float *probs, int n, int n_experts,
+                    int k, struct rf_device_stream *stream);
+  void (*moe_group)(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top, const float *xn,
+                    int n, int n_experts, int k, int hidden, int rows, int cap,
+                    struct rf_device_stream *stream);
+  void (*moe_combine)(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                      int hidden, struct rf_device_stream *stream);
+  void (*moe_combine_weights_backward)(float *dtopw, const float *dout, const float *ey, const int32_t *pos,
+                                       int n, int k, int hidden, struct rf_device_stream *stream);
+  void (*moe_scatter)(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                      const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden,
+                      struct rf_device_stream *stream);
+  void (*moe_gather)(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden,
+                     struct rf_device_stream *stream);
 };
+
+/* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */
+const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */
 extern const struct rf_model_kernels rf_model_kernels_host;
+/* The host ops launched on the checked device's streams (kernels_checked.c): every pointer
+ * argument (a weight's and the stage's too) is viewed inside the launched code, so the
+ * arithmetic is the host table's, bit for bit, on memory the host thread cannot read. */
+extern const struct rf_model_kernels rf_model_kernels_checked;
 /* The CUDA kernels (kernels_cuda.cu; defined in BACKEND=cuda builds only). */
 extern const struct rf_model_kernels rf_model_kernels_cuda;
 

@@ -138,6 +138,113 @@ static void host_router_backward(float *dlogits, const float *dtopw, const float
   rf_model_router_backward(dlogits, dtopw, probs, top, topw, dprobs_extra, n, n_experts, k, renorm);
 }
 
+/* The linear layers without the stage's progress callback (the workspace calls it). */
+static void host_linear_forward(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
+                                int out, float beta, const struct rf_model_stage *st,
+                                struct rf_device_stream *stream) {
+  (void)stream;
+  struct rf_model_stage quiet;
+  if (st) {
+    quiet = *st;
+    quiet.progress = NULL;
+  }
+  rf_model_linear_forward(y, x, w, n, in, out, beta, st ? &quiet : NULL);
+}
+
+static void host_linear_backward(float *dx, float *dw, const float *dy, const float *x,
+                                 const struct rf_model_weight *w, int n, int in, int out, float beta,
+                                 const struct rf_model_stage *st, struct rf_device_stream *stream) {
+  (void)stream;
+  struct rf_model_stage quiet;
+  if (st) {
+    quiet = *st;
+    quiet.progress = NULL;
+  }
+  rf_model_linear_backward(dx, dw, dy, x, w, n, in, out, beta, st ? &quiet : NULL);
+}
+
+static void host_rmsnorm_apply(float *out, const float *x, const float *rstd, const float *w, int n_rows,
+                               int dim, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_rmsnorm_apply(out, x, rstd, w, n_rows, dim);
+}
+
+static void host_moe_stats(double *count, double *psum, const int32_t *top, const float *probs, int n,
+                           int n_experts, int k, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_stats(count, psum, top, probs, n, n_experts, k);
+}
+
+static void host_moe_group(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top,
+                           const float *xn, int n, int n_experts, int k, int hidden, int rows, int cap,
+                           struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_group(off, tok, pos, xg, top, xn, n, n_experts, k, hidden, rows, cap);
+}
+
+static void host_moe_combine(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                             int hidden, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_combine(out, ey, pos, topw, n, k, hidden);
+}
+
+static void host_moe_combine_weights_backward(float *dtopw, const float *dout, const float *ey,
+                                              const int32_t *pos, int n, int k, int hidden,
+                                              struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_combine_weights_backward(dtopw, dout, ey, pos, n, k, hidden);
+}
+
+static void host_moe_scatter(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                             const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden,
+                             struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_scatter(dyg, dout, pos, tok, off, topw, n, n_experts, k, hidden);
+}
+
+static void host_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden,
+                            struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_moe_gather(dxn, dyg, pos, n, k, hidden);
+}
+
+const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
+#define RF_KERNEL_ENTRY(e) \
+  { #e, (const void *)k->e }
+  const struct {
+    const char *name;
+    const void *fn;
+  } entries[] = {RF_KERNEL_ENTRY(scratch_bytes),
+                 RF_KERNEL_ENTRY(embedding_forward),
+                 RF_KERNEL_ENTRY(embedding_backward),
+                 RF_KERNEL_ENTRY(rmsnorm_forward),
+                 RF_KERNEL_ENTRY(rmsnorm_backward),
+                 RF_KERNEL_ENTRY(rope_apply),
+                 RF_KERNEL_ENTRY(attention_forward),
+                 RF_KERNEL_ENTRY(attention_backward),
+                 RF_KERNEL_ENTRY(swiglu_forward),
+                 RF_KERNEL_ENTRY(swiglu_backward),
+                 RF_KERNEL_ENTRY(bias_forward),
+                 RF_KERNEL_ENTRY(bias_backward),
+                 RF_KERNEL_ENTRY(cross_entropy_forward),
+                 RF_KERNEL_ENTRY(cross_entropy_backward),
+                 RF_KERNEL_ENTRY(router_forward),
+                 RF_KERNEL_ENTRY(router_backward),
+                 RF_KERNEL_ENTRY(linear_forward),
+                 RF_KERNEL_ENTRY(linear_backward),
+                 RF_KERNEL_ENTRY(rmsnorm_apply),
+                 RF_KERNEL_ENTRY(moe_stats),
+                 RF_KERNEL_ENTRY(moe_group),
+                 RF_KERNEL_ENTRY(moe_combine),
+                 RF_KERNEL_ENTRY(moe_combine_weights_backward),
+                 RF_KERNEL_ENTRY(moe_scatter),
+                 RF_KERNEL_ENTRY(moe_gather)};
+#undef RF_KERNEL_ENTRY
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+    if (!entries[i].fn) return entries[i].name;
+  return NULL;
+}
+
 const struct rf_model_kernels rf_model_kernels_host = {
     .name = "host",
     .host_memory = 1,
@@ -157,4 +264,13 @@ const struct rf_model_kernels rf_model_kernels_host = {
     .cross_entropy_backward = host_cross_entropy_backward,
     .router_forward = host_router_forward,
     .router_backward = host_router_backward,
+    .linear_forward = host_linear_forward,
+    .linear_backward = host_linear_backward,
+    .rmsnorm_apply = host_rmsnorm_apply,
+    .moe_stats = host_moe_stats,
+    .moe_group = host_moe_group,
+    .moe_combine = host_moe_combine,
+    .moe_combine_weights_backward = host_moe_combine_weights_backward,
+    .moe_scatter = host_moe_scatter,
+    .moe_gather = host_moe_gather,
 };

@@ -133,6 +133,26 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
   ws->moe_balance = ws_floats(ws, e);
   ws->moe_count = ws_alloc(ws, e * sizeof(double));
   ws->moe_psum = ws_alloc(ws, e * sizeof(double));
+  ws->moe_off = rf_xcalloc(e + 1, sizeof(int32_t));
+  ws->moe_balance_host = rf_xcalloc(e, sizeof(float));
+}
+
+/* The rotary tables, computed on the host and copied to the device (taken at the call). */
+static void rope_upload(struct rf_model_ws *ws, int seq, int hd) {
+  size_t bytes = sizeof(float) * (size_t)seq * (size_t)hd / 2;
+  float *cos_t = rf_xmalloc(bytes ? bytes : 1), *sin_t = rf_xmalloc(bytes ? bytes : 1);
+  rf_model_rope_tables(cos_t, sin_t, seq, hd, ws->cfg.rope_theta);
+  rf_device_copy(ws->dev, ws->rope_cos, cos_t, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, ws->stream);
+  rf_device_copy(ws->dev, ws->rope_sin, sin_t, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, ws->stream);
+  free(cos_t);
+  free(sin_t);
+}
+
+/* What a kernel table's entry is for, in a message ("linear layers"). */
+static const char *rf_model_kernels_what(const char *entry) {
+  if (strncmp(entry, "linear", 6) == 0) return "linear layers";
+  if (strncmp(entry, "moe", 3) == 0) return "MoE token movement";
+  return "kernels";
 }
 
 /* On the host, as the name says: the workspace opens the cpu backend's device itself. */
@@ -155,9 +175,12 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   ws->dev = dev;
   ws->stream = stream;
   ws->kern = dev->backend->model; /* the compute on activations comes with the device's backend */
-  RF_REQUIRE(ws->dev->ops->host_memory,
-             "model workspace: device %s: the model's operations run on the host today (host memory only)",
-             ws->dev->ops->name);
+  const char *missing = rf_model_kernels_missing(ws->kern);
+  RF_REQUIRE(!missing, "device %s: the model's %s (kernel table %s: no %s) are not on this device yet",
+             dev->ops->name, rf_model_kernels_what(missing), ws->kern->name, missing);
+  RF_REQUIRE(dev->ops->host_memory || !ws->kern->host_memory,
+             "device %s: the kernel table %s reads host memory, and this device's is not", dev->ops->name,
+             ws->kern->name);
   RF_REQUIRE(batch > 0 && seq > 0, "model workspace: batch (%d) and sequence length (%d) must be positive",
              batch, seq);
   RF_REQUIRE(seq <= cfg->max_position_embeddings,
@@ -210,7 +233,7 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   ws->dx = ws_floats(ws, n * h);
   ws->rope_cos = ws_floats(ws, (size_t)seq * hd / 2);
   ws->rope_sin = ws_floats(ws, (size_t)seq * hd / 2);
-  rf_model_rope_tables(ws->rope_cos, ws->rope_sin, seq, (int)hd, c->rope_theta);
+  rope_upload(ws, seq, (int)hd);
   ws->s_norm = ws_floats(ws, n * h);
   ws->s_dnorm = ws_floats(ws, n * h);
   ws->s_inner = ws_floats(ws, n * inter);
@@ -308,6 +331,8 @@ void rf_model_ws_free(struct rf_model_ws *ws) {
   for (int i = 0; i < ws->n_bufs; i++) rf_device_release(ws->dev, ws->bufs[i]);
   free(ws->bufs);
   free(ws->layers);
+  free(ws->moe_off);
+  free(ws->moe_balance_host);
   rf_device_stream_free(ws->dev, ws->own_stream);
   memset(ws, 0, sizeof(*ws));
 }
@@ -323,6 +348,39 @@ int rf_model_ws_set_shape(struct rf_model_ws *ws, int b, int t) {
 const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row) {
   RF_ASSERT(row >= 0 && row < ws->b * ws->t);
   return ws->logits + (size_t)row * ws->cfg.vocab_size;
+}
+
+void rf_model_ws_read_logits(const struct rf_model_ws *ws, int row, int rows, float *out) {
+  RF_ASSERT(row >= 0 && rows >= 0 && row + rows <= ws->b * ws->t);
+  rf_device_copy(ws->dev, out, rf_model_ws_logits(ws, row), sizeof(float) * (size_t)rows * ws->cfg.vocab_size,
+                 RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+}
+
+void rf_model_ws_moe_stats(const struct rf_model_ws *ws, double *count, double *psum) {
+  RF_ASSERT(ws->moe_count);
+  size_t bytes = sizeof(double) * (size_t)ws->cfg.moe.num_local_experts;
+  rf_device_copy(ws->dev, count, ws->moe_count, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  rf_device_copy(ws->dev, psum, ws->moe_psum, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+}
+
+/* The progress callback drives MPI on the host thread, after the op is queued (never inside it:
+ * on a device whose streams run later it would run on the stream's thread). */
+static void linear_progress(const struct rf_model_stage *st) {
+  if (st && st->progress) st->progress(st->progress_ctx); /* the host thread's */
+}
+
+void rf_model_ws_linear_forward(struct rf_model_ws *ws, float *y, const float *x,
+                                const struct rf_model_weight *w, int n, int in, int out, float beta,
+                                const struct rf_model_stage *st) {
+  ws->kern->linear_forward(y, x, w, n, in, out, beta, st, ws->stream);
+  linear_progress(st);
+}
+
+void rf_model_ws_linear_backward(struct rf_model_ws *ws, float *dx, float *dw, const float *dy,
+                                 const float *x, const struct rf_model_weight *w, int n, int in, int out,
+                                 float beta, const struct rf_model_stage *st) {
+  ws->kern->linear_backward(dx, dw, dy, x, w, n, in, out, beta, st, ws->stream);
+  linear_progress(st);
 }
 
 /* A norm weight of n elements as f32: borrowed directly, or converted into ws->s_normw. */
@@ -409,10 +467,10 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                             norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
                             c->rms_norm_eps, ws->stream);
   int qk = has_qk_norm(c);
-  rf_model_linear_forward(qk ? a->q_pre : a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f,
-                          st);
-  rf_model_linear_forward(qk ? a->k_pre : a->k, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 0.0f,
-                          st);
+  rf_model_ws_linear_forward(ws, qk ? a->q_pre : a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h,
+                             qd, 0.0f, st);
+  rf_model_ws_linear_forward(ws, qk ? a->k_pre : a->k, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h,
+                             kd, 0.0f, st);
   if (qk) { /* each head's q and k RMS-normalized over head_dim */
     ws->kern->rmsnorm_forward(a->q, a->rstdq, a->q_pre,
                               norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_NORM), hd), n * nh, hd,
@@ -421,7 +479,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                               norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_K_NORM), hd), n * nkv, hd,
                               c->rms_norm_eps, ws->stream);
   }
-  rf_model_linear_forward(a->v, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 0.0f, st);
+  rf_model_ws_linear_forward(ws, a->v, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 0.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
@@ -431,7 +489,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                               ws->scratch_bytes, ws->stream);
   rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
                  ws->stream);
-  rf_model_linear_forward(a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
+  rf_model_ws_linear_forward(ws, a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
 
   /* MLP block */
@@ -445,15 +503,18 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
     rf_model_moe_forward(ws, layer, w, ws->s_norm, out);
     return;
   }
-  rf_model_linear_forward(a->gate, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, st);
-  rf_model_linear_forward(a->up, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 0.0f, st);
+  rf_model_ws_linear_forward(ws, a->gate, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f,
+                             st);
+  rf_model_ws_linear_forward(ws, a->up, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 0.0f,
+                             st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
   ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter, ws->stream);
   float *out = layer_output(ws, layer);
   rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
                  ws->stream);
-  rf_model_linear_forward(out, ws->s_inner, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 1.0f, st);
+  rf_model_ws_linear_forward(ws, out, ws->s_inner, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 1.0f,
+                             st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
 }
 
@@ -463,7 +524,8 @@ double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weigh
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
   ws->kern->rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
                             c->rms_norm_eps, ws->stream);
-  rf_model_linear_forward(ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
+  rf_model_ws_linear_forward(ws, ws->logits, ws->xnf, &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f,
+                             &ws->stage);
   if (targets)
     rf_device_copy(ws->dev, ws->targets, targets, sizeof(int32_t) * (size_t)n, RF_DEVICE_COPY_HOST_TO_DEVICE,
                    ws->stream);
@@ -485,24 +547,12 @@ void rf_model_head_backward(struct rf_model_ws *ws, const struct rf_model_weight
   ws->has_targets = 0;       /* the logits become their gradient */
   ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
   ws->kern->cross_entropy_backward(ws->logits, ws->lse, ws->targets, n, v, grad_scale, ws->stream);
-  rf_model_linear_backward(ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
-                           &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, grads[RF_MODEL_HEAD_TENSOR_LM_HEAD], ws->logits, ws->xnf,
+                              &w[RF_MODEL_HEAD_TENSOR_LM_HEAD], n, h, v, 0.0f, &ws->stage);
   rf_device_memset(ws->dev, ws->dx, 0, sizeof(float) * (size_t)n * h, ws->stream);
   ws->kern->rmsnorm_backward(ws->dx, grads[RF_MODEL_HEAD_TENSOR_NORM], ws->s_dnorm, ws->xf, ws->rstdf,
                              norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h, ws->scratch,
                              ws->scratch_bytes, ws->stream);
-}
-
-/* Recomputes normalized activations (x * rstd * w) into out. */
-static void renorm(float *out, const float *x, const float *rstd, const float *w, int n, int h) {
-#pragma omp parallel for schedule(static) if ((long)n * h >= 32768)
-  for (int r = 0; r < n; r++) {
-    const float *xr = x + (size_t)r * h;
-    float *o = out + (size_t)r * h;
-    float s = rstd[r];
-#pragma omp simd
-    for (int i = 0; i < h; i++) o[i] = xr[i] * s * w[i];
-  }
 }
 
 /* The dense MLP block: out = x2 + down(silu(gate) * up), gate/up = W xn2,
@@ -515,19 +565,19 @@ static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_lay
   const float *dout = ws->dx;
   ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, ni, ws->stream);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, dout, n, h);
-  rf_model_linear_backward(NULL, lg(a, grads, RF_MODEL_LAYER_TENSOR_DOWN), dout, ws->s_inner,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 0.0f, sb);
-  rf_model_linear_backward(ws->s_inner, NULL, dout, NULL, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h,
-                           0.0f, sb);
+  rf_model_ws_linear_backward(ws, NULL, lg(a, grads, RF_MODEL_LAYER_TENSOR_DOWN), dout, ws->s_inner,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n, inter, h, 0.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_inner, NULL, dout, NULL, lw(a, w, RF_MODEL_LAYER_TENSOR_DOWN), n,
+                              inter, h, 0.0f, sb);
   /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
   ws->kern->swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni, ws->stream);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
-  renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
-  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_GATE), ws->s_inner2, ws->s_norm,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_UP), ws->s_inner, ws->s_norm,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 1.0f, sb);
+  ws->kern->rmsnorm_apply(ws->s_norm, a->x2, a->rstd2, wpost, n, h, ws->stream);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_GATE), ws->s_inner2,
+                              ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_UP), ws->s_inner,
+                              ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 1.0f, sb);
 }
 
 void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
@@ -545,7 +595,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   const float *wpost = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM));
   if (rf_model_config_layer_is_moe(c, layer)) {
     /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
-    renorm(ws->s_norm, a->x2, a->rstd2, wpost, n, h);
+    ws->kern->rmsnorm_apply(ws->s_norm, a->x2, a->rstd2, wpost, n, h, ws->stream);
     rf_model_moe_backward(ws, layer, w, ws->s_norm, dout, ws->s_dnorm, grads);
   } else {
     layer_mlp_backward(ws, a, w, grads, wpost);
@@ -556,8 +606,8 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
-  rf_model_linear_backward(ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
   ws->kern->attention_backward(dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh,
                                nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
@@ -579,13 +629,13 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
   const float *win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM));
-  renorm(ws->s_norm, a->x, a->rstd1, win, n, h);
-  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_K), dk, ws->s_norm,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 1.0f, sb);
-  rf_model_linear_backward(ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_V), dv, ws->s_norm,
-                           lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
+  ws->kern->rmsnorm_apply(ws->s_norm, a->x, a->rstd1, win, n, h, ws->stream);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_K), dk, ws->s_norm,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 1.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_V), dv, ws->s_norm,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
   ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x,
                              a->rstd1, win, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
 }
@@ -627,19 +677,22 @@ int rf_model_generate(struct rf_model_ws *ws, const struct rf_model_weight *cons
   int b0 = ws->b, t0 = ws->t;
   struct rf_model_units map;
   rf_model_units_find(&ws->cfg, &map);
+  float *last = rf_xmalloc(sizeof(float) * (size_t)ws->cfg.vocab_size); /* the last row's logits */
   for (int cur = len; cur < total; cur++) {
     int ctx = cur < ws->cap_t ? cur : ws->cap_t;
     const int32_t *window = tokens + (cur - ctx);
     RF_TRY(rf_model_ws_set_shape(ws, 1, ctx));
     if (rf_model_embed_forward(ws, &units[map.embed_unit][map.embed_tensor], window) != 0) {
+      free(last);
       ws->b = b0, ws->t = t0;
       return -1;
     }
     for (int l = 0; l < L; l++) rf_model_layer_forward(ws, l, units[map.first_layer + l]);
     rf_model_head_forward(ws, units[map.head_unit], NULL);
-    tokens[cur] =
-        rf_model_sample_logits(rf_model_ws_logits(ws, ctx - 1), ws->cfg.vocab_size, temperature, rng);
+    rf_model_ws_read_logits(ws, ctx - 1, 1, last);
+    tokens[cur] = rf_model_sample_logits(last, ws->cfg.vocab_size, temperature, rng);
   }
+  free(last);
   ws->b = b0;
   ws->t = t0;
   return 0;

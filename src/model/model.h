@@ -429,6 +429,8 @@ struct rf_model_ws {
   float *s_qkn;                       /* qwen3_moe: [N, (heads + kv)*hd] the gradients before the q/k norms */
   double *moe_count, *moe_psum;       /* [E] the last forward's top-k assignments and probability sums */
   float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
+  int32_t *moe_off;                   /* owned, HOST memory [E + 1]: a layer's expert offsets read back */
+  float *moe_balance_host;            /* owned, HOST memory [E]: moe_balance before its upload */
   /* the compute on activations (src/model/kernels.h): its table, the stream it runs on (NULL: the
    * device's default), its scratch (kern->scratch_bytes for the capacity; the host's: attention's
    * blocks, one [2, RF_MODEL_ATT_BLOCK, T] slice per thread) and the loss sum it writes (one double) */
@@ -452,9 +454,11 @@ struct rf_model_ws {
  * host memory. Returns 0, or -1 on bad sizes. */
 int rf_model_ws_init(struct rf_model_ws *ws, const struct rf_model_config *cfg, int batch, int seq);
 /* The same on `dev` (borrowed; it outlives the workspace), whose counters count
- * the allocations. The ops of this file read the buffers in place: dev must be one
- * whose memory the host reads (ops->host_memory) until the model's compute has a
- * device table of its own. */
+ * the allocations; every buffer above is device memory of dev (the host reads none of
+ * them but through rf_device_copy: rf_model_ws_read_logits, rf_model_ws_moe_stats), the
+ * compute is dev's backend's kernel table on `stream`. Refused (-1, naming the device and
+ * the entry) when that table lacks an entry (the CUDA table has no linear layers yet), or
+ * when it is a host-memory table and dev's memory is not the host's. */
 int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf_device_stream *stream,
                         const struct rf_model_config *cfg, int batch, int seq);
 void rf_model_ws_free(struct rf_model_ws *ws);
@@ -488,8 +492,23 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
  * (targets < 0 are ignored). The logits stay readable (rf_model_ws_logits) until
  * the head backward. Returns the loss sum, 0 without targets. */
 double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w, const int32_t *targets);
-/* Row n = b*t + position of the logits, [vocab]. Borrowed. */
+/* Row n = b*t + position of the logits, [vocab]. Borrowed; device memory of the workspace
+ * (the host reads it only where the workspace is in host memory). */
 const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row);
+/* Copies `rows` rows of the logits from row `row` into out [rows, vocab] (host memory); waits for
+ * the workspace's stream. */
+void rf_model_ws_read_logits(const struct rf_model_ws *ws, int row, int rows, float *out);
+/* Copies the last forward's router statistics (ws->moe_count, moe_psum, [E] each) into the host
+ * arrays count and psum; waits for the workspace's stream. A MoE config only. */
+void rf_model_ws_moe_stats(const struct rf_model_ws *ws, double *count, double *psum);
+/* The workspace's linear layers: ws->kern's linear_forward / _backward on ws->stream with the stage
+ * st (ws->stage, or a copy of it), then st's progress callback, on the host thread. */
+void rf_model_ws_linear_forward(struct rf_model_ws *ws, float *y, const float *x,
+                                const struct rf_model_weight *w, int n, int in, int out, float beta,
+                                const struct rf_model_stage *st);
+void rf_model_ws_linear_backward(struct rf_model_ws *ws, float *dx, float *dw, const float *dy,
+                                 const float *x, const struct rf_model_weight *w, int n, int in, int out,
+                                 float beta, const struct rf_model_stage *st);
 /* Adds grad_scale * d(loss_sum)/d(params) of the head into grads[0..1] and sets
  * ws->dx to the gradient of the last layer's output. Needs a head forward with
  * targets just before (asserted). */
@@ -508,7 +527,8 @@ void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads);
  * Sets the backward's d(loss)/d(prob[row, e]) = grad_weight * E * counts[e] / rows^2
  * (grad_weight: the loss's derivative in aux, e.g. router_aux_loss_coef; counts
  * take no gradient). Until it is called after a forward, the backward adds none.
- * Returns aux. */
+ * counts and probs are host memory (rf_model_ws_moe_stats, summed over ranks); the
+ * gradient is uploaded on the workspace's stream. Returns aux. */
 double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const double *probs, double rows,
                             float grad_weight);
 /* The router's top-k on logits [n, E]: probs = softmax, the top k by probability
@@ -521,6 +541,27 @@ void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *log
 void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
                               const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
                               int renorm);
+/* The MoE layer's token movement (the host ops of the kernel table's moe_ entries; every array in
+ * the layout of struct rf_model_moe_acts):
+ *   stats: count[top[r, j]] += 1, psum[e] += probs[r, e] over the n rows (f64 sums);
+ *   group: the n*k choices grouped by expert (expert e's rows [off[e], off[e+1]), its tokens in
+ *     token order, padded with tok -1 to a multiple of `rows`; pos[r, j] the row of each choice;
+ *     xg [off[E], hidden] the tokens' xn rows, zero rows for padding); dies past cap rows;
+ *   combine: out[r] += sum_j topw[r, j] * ey[pos[r, j]] (choices in rank order);
+ *   combine_weights_backward: dtopw[r, j] = dout[r] . ey[pos[r, j]];
+ *   scatter: dyg[pos[r, j]] = topw[r, j] * dout[r], padding rows (tok < 0, below off[E]) zero;
+ *   gather: dxn[r] += sum_j dyg[pos[r, j]]. */
+void rf_model_moe_stats(double *count, double *psum, const int32_t *top, const float *probs, int n,
+                        int n_experts, int k);
+void rf_model_moe_group(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top,
+                        const float *xn, int n, int n_experts, int k, int hidden, int rows, int cap);
+void rf_model_moe_combine(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                          int hidden);
+void rf_model_moe_combine_weights_backward(float *dtopw, const float *dout, const float *ey,
+                                           const int32_t *pos, int n, int k, int hidden);
+void rf_model_moe_scatter(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                          const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden);
+void rf_model_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden);
 /* The MoE block of layer l: out [n, hidden] += sum_j topw[j] * expert_top[j](xn),
  * expert(x) = down(silu(gate(x)) * up(x)); w: the router, gate_up, down tensors.
  * Adds the router statistics into ws->moe_count, moe_psum. */
@@ -554,6 +595,10 @@ void rf_model_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
  * cos/sin [seq, hd/2]. inverse = 1 applies the transpose (the backward). */
 void rf_model_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
                          const float *sin_t, int inverse);
+/* out [n, dim] = x[n] * rstd[n] * w: rmsnorm_forward's output from its saved 1/rms (the backward
+ * recomputes the normalized activations). */
+void rf_model_rmsnorm_apply(float *out, const float *x, const float *rstd, const float *w, int n_rows,
+                            int dim);
 /* Fills cos/sin [seq, hd/2] with inv_freq_i = theta^(-2i/hd). */
 void rf_model_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta);
 /* Causal grouped-query attention. q [B*T, nh*hd], k/v [B*T, nkv*hd] ->

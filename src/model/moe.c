@@ -75,10 +75,13 @@ double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const 
   int ne = ws->cfg.moe.num_local_experts;
   RF_ASSERT(rf_model_config_is_moe(&ws->cfg) && rows > 0);
   double aux = 0.0;
+  float *balance = ws->moe_balance_host; /* the host's copy, uploaded in stream order */
   for (int e = 0; e < ne; e++) {
     aux += counts[e] * probs[e];
-    ws->moe_balance[e] = (float)((double)grad_weight * ne * counts[e] / (rows * rows));
+    balance[e] = (float)((double)grad_weight * ne * counts[e] / (rows * rows));
   }
+  rf_device_copy(ws->dev, ws->moe_balance, balance, sizeof(float) * (size_t)ne, RF_DEVICE_COPY_HOST_TO_DEVICE,
+                 ws->stream);
   return aux * ne / (rows * rows);
 }
 
@@ -101,34 +104,102 @@ struct rf_model_weight rf_model_moe_expert_weight(const struct rf_model_weight *
   return x;
 }
 
-/* Groups the tokens by expert (a->off, a->tok, a->pos) and copies their inputs into
- * xg (zero rows for padding). */
-static void moe_group(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const float *xn, int n) {
-  const struct rf_model_config *c = &ws->cfg;
-  int ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok, h = c->hidden_size;
-  int rows = ws->expert_rows;
-  a->off[0] = 0;
-  for (int e = 0; e < ne; e++) {
+void rf_model_moe_stats(double *count, double *psum, const int32_t *top, const float *probs, int n,
+                        int n_experts, int k) {
+  for (int r = 0; r < n; r++) {
+    for (int j = 0; j < k; j++) count[top[(size_t)r * k + j]] += 1.0;
+    for (int e = 0; e < n_experts; e++) psum[e] += probs[(size_t)r * n_experts + e];
+  }
+}
+
+void rf_model_moe_group(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top,
+                        const float *xn, int n, int n_experts, int k, int hidden, int rows, int cap) {
+  off[0] = 0;
+  for (int e = 0; e < n_experts; e++) {
     int count = 0;
-    for (int i = 0; i < n * k; i++) count += a->top[i] == e;
-    a->off[e + 1] = a->off[e] + (int32_t)rf_round_up(count, rows);
-    int row = a->off[e];
+    for (int i = 0; i < n * k; i++) count += top[i] == e;
+    off[e + 1] = off[e] + (int32_t)rf_round_up(count, rows);
+    int row = off[e];
     for (int i = 0; i < n * k; i++)
-      if (a->top[i] == e) {
-        a->tok[row] = i / k;
-        a->pos[i] = row++;
+      if (top[i] == e) {
+        tok[row] = i / k;
+        pos[i] = row++;
       }
-    for (; row < a->off[e + 1]; row++) a->tok[row] = -1;
+    for (; row < off[e + 1]; row++) tok[row] = -1;
   }
-  RF_ASSERT(a->off[ne] <= ws->moe_cap);
-#pragma omp parallel for schedule(static) if ((long)a->off[ne] * h >= 32768)
-  for (int r = 0; r < a->off[ne]; r++) {
-    float *dst = ws->s_xg + (size_t)r * h;
-    if (a->tok[r] >= 0)
-      memcpy(dst, xn + (size_t)a->tok[r] * h, sizeof(float) * (size_t)h);
+  RF_ASSERT(off[n_experts] <= cap);
+#pragma omp parallel for schedule(static) if ((long)off[n_experts] * hidden >= 32768)
+  for (int r = 0; r < off[n_experts]; r++) {
+    float *dst = xg + (size_t)r * hidden;
+    if (tok[r] >= 0)
+      memcpy(dst, xn + (size_t)tok[r] * hidden, sizeof(float) * (size_t)hidden);
     else
-      memset(dst, 0, sizeof(float) * (size_t)h);
+      memset(dst, 0, sizeof(float) * (size_t)hidden);
   }
+}
+
+/* every token's choices in rank order: the same sums at any world size */
+void rf_model_moe_combine(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                          int hidden) {
+#pragma omp parallel for schedule(static) if ((long)n * hidden >= 32768)
+  for (int r = 0; r < n; r++) {
+    float *o = out + (size_t)r * hidden;
+    for (int j = 0; j < k; j++) {
+      const float *y = ey + (size_t)pos[(size_t)r * k + j] * hidden;
+      float g = topw[(size_t)r * k + j];
+      for (int i = 0; i < hidden; i++) o[i] += g * y[i];
+    }
+  }
+}
+
+void rf_model_moe_combine_weights_backward(float *dtopw, const float *dout, const float *ey,
+                                           const int32_t *pos, int n, int k, int hidden) {
+  for (int r = 0; r < n; r++)
+    for (int j = 0; j < k; j++) {
+      const float *y = ey + (size_t)pos[(size_t)r * k + j] * hidden, *g = dout + (size_t)r * hidden;
+      float dot = 0.0f;
+      for (int i = 0; i < hidden; i++) dot += g[i] * y[i];
+      dtopw[(size_t)r * k + j] = dot;
+    }
+}
+
+void rf_model_moe_scatter(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                          const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden) {
+  int total = off[n_experts];
+  for (int r = 0; r < total; r++)
+    if (tok[r] < 0) memset(dyg + (size_t)r * hidden, 0, sizeof(float) * (size_t)hidden);
+  for (int r = 0; r < n; r++)
+    for (int j = 0; j < k; j++) {
+      float *d = dyg + (size_t)pos[(size_t)r * k + j] * hidden;
+      const float *g = dout + (size_t)r * hidden;
+      float wt = topw[(size_t)r * k + j];
+      for (int i = 0; i < hidden; i++) d[i] = wt * g[i];
+    }
+}
+
+/* every token's choices in rank order */
+void rf_model_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden) {
+#pragma omp parallel for schedule(static) if ((long)n * hidden >= 32768)
+  for (int r = 0; r < n; r++) {
+    float *d = dxn + (size_t)r * hidden;
+    for (int j = 0; j < k; j++) {
+      const float *x = dyg + (size_t)pos[(size_t)r * k + j] * hidden;
+      for (int i = 0; i < hidden; i++) d[i] += x[i];
+    }
+  }
+}
+
+/* Groups the tokens of layer a by expert into ws->s_xg (through the table), and reads the
+ * experts' row offsets back into ws->moe_off: the host sizes the experts' products by them,
+ * so this is the one wait on the device per MoE layer's forward (and backward). */
+static const int32_t *moe_group(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const float *xn, int n) {
+  const struct rf_model_config *c = &ws->cfg;
+  int ne = c->moe.num_local_experts;
+  ws->kern->moe_group(a->off, a->tok, a->pos, ws->s_xg, a->top, xn, n, ne, c->moe.num_experts_per_tok,
+                      c->hidden_size, ws->expert_rows, ws->moe_cap, ws->stream);
+  rf_device_copy(ws->dev, ws->moe_off, a->off, sizeof(int32_t) * (size_t)(ne + 1),
+                 RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  return ws->moe_off;
 }
 
 /* h = silu(gate) * up over grouped rows [r0, r1) of gu ([rows, 2*inter]: gate, then up). */
@@ -146,37 +217,26 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
-  rf_model_linear_forward(ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
+  rf_model_ws_linear_forward(ws, ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f,
+                             st);
   ws->kern->router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob,
                            ws->stream);
-  for (int r = 0; r < n; r++) {
-    for (int j = 0; j < k; j++) ws->moe_count[a->top[(size_t)r * k + j]] += 1.0;
-    for (int e = 0; e < ne; e++) ws->moe_psum[e] += a->probs[(size_t)r * ne + e];
-  }
-  moe_group(ws, a, xn, n);
+  ws->kern->moe_stats(ws->moe_count, ws->moe_psum, a->top, a->probs, n, ne, k, ws->stream);
+  const int32_t *off = moe_group(ws, a, xn, n);
   for (int e = 0; e < ne; e++) {
     struct rf_model_weight wgu =
         rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]], e, 2 * inter, h);
     struct rf_model_weight wd =
         rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]], e, h, inter);
-    for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
-      rf_model_linear_forward(a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
-                              2 * inter, 0.0f, st);
+    for (int r = off[e]; r < off[e + 1]; r += rows) {
+      rf_model_ws_linear_forward(ws, a->gu + (size_t)r * 2 * inter, ws->s_xg + (size_t)r * h, &wgu, rows, h,
+                                 2 * inter, 0.0f, st);
       moe_swiglu(ws, ws->s_hg, a->gu, r, r + rows, inter);
-      rf_model_linear_forward(a->ey + (size_t)r * h, ws->s_hg + (size_t)r * inter, &wd, rows, inter, h, 0.0f,
-                              st);
+      rf_model_ws_linear_forward(ws, a->ey + (size_t)r * h, ws->s_hg + (size_t)r * inter, &wd, rows, inter, h,
+                                 0.0f, st);
     }
   }
-  /* every token's choices in rank order: the same sums at any world size */
-#pragma omp parallel for schedule(static) if ((long)n * h >= 32768)
-  for (int r = 0; r < n; r++) {
-    float *o = out + (size_t)r * h;
-    for (int j = 0; j < k; j++) {
-      const float *y = a->ey + (size_t)a->pos[(size_t)r * k + j] * h;
-      float g = a->topw[(size_t)r * k + j];
-      for (int i = 0; i < h; i++) o[i] += g * y[i];
-    }
-  }
+  ws->kern->moe_combine(out, a->ey, a->pos, a->topw, n, k, h, ws->stream);
 }
 
 void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
@@ -189,30 +249,15 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
   /* the routing weights: d(topw[r, j]) = dout[r] . ey[pos[r, j]] (into s_dxg, free until the experts) */
   float *dtopw = ws->s_dxg;
-  for (int r = 0; r < n; r++)
-    for (int j = 0; j < k; j++) {
-      const float *y = a->ey + (size_t)a->pos[(size_t)r * k + j] * h, *g = dout + (size_t)r * h;
-      float dot = 0.0f;
-      for (int i = 0; i < h; i++) dot += g[i] * y[i];
-      dtopw[(size_t)r * k + j] = dot;
-    }
+  ws->kern->moe_combine_weights_backward(dtopw, dout, a->ey, a->pos, n, k, h, ws->stream);
   ws->kern->router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
                             c->moe.norm_topk_prob, ws->stream);
-  rf_model_linear_backward(dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
-                           &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
+  rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
+                              &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
-  moe_group(ws, a, xn, n);
+  const int32_t *off = moe_group(ws, a, xn, n);
   float *dyg = ws->s_dxg;
-  int total = a->off[ne];
-  for (int r = 0; r < total; r++)
-    if (a->tok[r] < 0) memset(dyg + (size_t)r * h, 0, sizeof(float) * (size_t)h);
-  for (int r = 0; r < n; r++)
-    for (int j = 0; j < k; j++) {
-      float *d = dyg + (size_t)a->pos[(size_t)r * k + j] * h;
-      const float *g = dout + (size_t)r * h;
-      float wt = a->topw[(size_t)r * k + j];
-      for (int i = 0; i < h; i++) d[i] = wt * g[i];
-    }
+  ws->kern->moe_scatter(dyg, dout, a->pos, a->tok, a->off, a->topw, n, ne, k, h, ws->stream);
   size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
   /* an expert's rows are the tokens routed to it, from any sequence: its FP8 dW tiles run
    * over them whole (128 of them at a time, as the rank's micro-batch groups them) */
@@ -226,12 +271,12 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
         rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]], e, h, inter);
     float *ggu = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]] + (size_t)e * per_gu;
     float *gd = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]] + (size_t)e * per_down;
-    for (int r = a->off[e]; r < a->off[e + 1]; r += rows) {
+    for (int r = off[e]; r < off[e + 1]; r += rows) {
       float *hg = ws->s_hg + (size_t)r * inter, *dy = dyg + (size_t)r * h;
       float *gu = a->gu + (size_t)r * 2 * inter, *dgu = ws->s_dgu + (size_t)r * 2 * inter;
       moe_swiglu(ws, ws->s_hg, a->gu, r, r + rows, inter);
-      rf_model_linear_backward(NULL, gd, dy, hg, &wd, rows, inter, h, 0.0f, st);
-      rf_model_linear_backward(hg, NULL, dy, NULL, &wd, rows, inter, h, 0.0f, st); /* dh over h */
+      rf_model_ws_linear_backward(ws, NULL, gd, dy, hg, &wd, rows, inter, h, 0.0f, st);
+      rf_model_ws_linear_backward(ws, hg, NULL, dy, NULL, &wd, rows, inter, h, 0.0f, st); /* dh over h */
       for (int i = 0; i < rows; i++) {
         const float *gi = gu + (size_t)i * 2 * inter;
         float *di = dgu + (size_t)i * 2 * inter;
@@ -239,16 +284,9 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
                                   ws->stream);
       }
       /* dx over this chunk's output gradients (no longer needed) */
-      rf_model_linear_backward(dy, ggu, dgu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f, st);
+      rf_model_ws_linear_backward(ws, dy, ggu, dgu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f,
+                                  st);
     }
   }
-  /* every token's choices in rank order */
-#pragma omp parallel for schedule(static) if ((long)n * h >= 32768)
-  for (int r = 0; r < n; r++) {
-    float *d = dxn + (size_t)r * h;
-    for (int j = 0; j < k; j++) {
-      const float *x = dyg + (size_t)a->pos[(size_t)r * k + j] * h;
-      for (int i = 0; i < h; i++) d[i] += x[i];
-    }
-  }
+  ws->kern->moe_gather(dxn, dyg, a->pos, n, k, h, ws->stream);
 }

@@ -114,6 +114,18 @@ void rf_model_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
   }
 }
 
+void rf_model_rmsnorm_apply(float *out, const float *x, const float *rstd, const float *w, int n_rows,
+                            int dim) {
+#pragma omp parallel for schedule(static) if ((long)n_rows * dim >= 32768)
+  for (int r = 0; r < n_rows; r++) {
+    const float *xr = x + (size_t)r * dim;
+    float *o = out + (size_t)r * dim;
+    float s = rstd[r];
+#pragma omp simd
+    for (int i = 0; i < dim; i++) o[i] = xr[i] * s * w[i];
+  }
+}
+
 /* ---- rotary embedding -------------------------------------------------------------- */
 
 /* As transformers computes them: inv_freq = 1 / theta^(2i/hd) and the angle
