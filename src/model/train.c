@@ -150,12 +150,11 @@ void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags) {
     }
 }
 
-/* Row `row` of ws's logits (device memory) into m->logits_host, one device-to-host copy on the
- * workspace's stream (landed when it returns): the host never reads the device's logits. */
+/* Row `row` of ws's logits (device memory) into m->logits_host by one explicit copy: the host never
+ * reads the device's logits. */
 static const float *rf_train_logits_row(const struct rf_train_model *m, const struct rf_model_ws *ws,
                                         int row) {
-  rf_device_copy(ws->dev, m->logits_host, rf_model_ws_logits(ws, row),
-                 (size_t)m->cfg.vocab_size * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  rf_model_ws_read_logits(ws, row, 1, m->logits_host);
   return m->logits_host;
 }
 
@@ -222,11 +221,7 @@ static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
   struct rf_model_ws *ws = &m->ws;
   int ne = m->cfg.moe.num_local_experts;
   double *st = m->balance_stats;
-  /* the forward's statistics are device memory: to the host with two copies, then summed over the ranks */
-  rf_device_copy(ws->dev, st, ws->moe_count, (size_t)ne * sizeof(double), RF_DEVICE_COPY_DEVICE_TO_HOST,
-                 ws->stream);
-  rf_device_copy(ws->dev, st + ne, ws->moe_psum, (size_t)ne * sizeof(double), RF_DEVICE_COPY_DEVICE_TO_HOST,
-                 ws->stream);
+  rf_model_ws_moe_stats(ws, st, st + ne); /* device memory: two explicit copies, then summed over the ranks */
   int layers =
       rf_model_config_moe_layers(&m->cfg); /* transformers counts the rows of the layers with a router */
   st[2 * ne] = (double)ws->b * ws->t * layers;
