@@ -21,20 +21,23 @@ const struct rf_backend rf_backend_cpu = {
     .adamw_piece = rf_optim_adamw_host_piece,
 };
 
-/* The checked device (src/device/device_checked.c) is built and tested (tests/test_device_checked.c),
- * but the step still has host code on device memory, which its reservation would fault on: refused
- * until those places go through the device (docs/gpu.md lists them). */
-static const char *rf_backend_checked_unavailable(void) {
+/* The checked device (src/device/device_checked.c) is built and tested (tests/test_device_checked.c);
+ * the runtime's collectives, DBuffers and optimizers run on it (tests/test_fsdp_checked.c), but the
+ * model's step still has host code on device memory, which its reservation would fault on: training
+ * refuses it until those places go through the device (docs/gpu.md lists them). */
+static const char *rf_backend_checked_train_refused(void) {
   return "the training step still reads device memory on the host (the linear layers' GEMMs and staging, "
-         "renorm, the RoPE tables, MPI on device buffers, checkpoints): the checked device runs the device "
-         "table only so far (docs/gpu.md)";
+         "renorm, the RoPE tables, checkpoints): the checked device runs the runtime only so far "
+         "(docs/gpu.md)";
 }
 
 static const struct rf_backend rf_backend_checked = {
     .name = "checked",
-    .unavailable = rf_backend_checked_unavailable,
+    .unavailable = rf_backend_cpu_unavailable,
+    .train_refused = rf_backend_checked_train_refused,
     .open = rf_device_checked_init,
     .model = &rf_model_kernels_checked,
+    .adamw_piece = rf_optim_adamw_launch_piece,
 };
 
 /* backend_cuda.c's table in a CUDA build (the link pulls it in: -Wl,--undefined=rf_backend_cuda);
@@ -70,7 +73,9 @@ void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordi
 
 const char *rf_device_unavailable(const char *device) {
   const struct rf_backend *b = rf_backend_find(device);
-  return b ? b->unavailable() : "no such backend (cpu|checked|cuda)";
+  if (!b) return "no such backend (cpu|checked|cuda)";
+  const char *why = b->unavailable();
+  return why ? why : b->train_refused ? b->train_refused() : NULL;
 }
 
 int rf_backend_check(const char *name) {

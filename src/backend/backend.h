@@ -10,8 +10,8 @@
  *
  * "cpu" is in every build. "cuda" is listed in every build; a CPU build, or a CUDA
  * build on a machine without a GPU, says why it cannot be used (unavailable). "checked" (the
- * strict twin of a GPU on the CPU, src/device/device_checked.c) is listed and refused for
- * training until the step's host code on device memory is gone (its unavailable says where).
+ * strict twin of a GPU on the CPU, src/device/device_checked.c) is listed; the runtime opens it, and
+ * training refuses it until the step's host code on device memory is gone (train_refused says where).
  *
  * This header names the tables' types only (forward declarations): src/device,
  * src/model and src/optim include it without including each other. */
@@ -30,6 +30,10 @@ struct rf_backend {
   /* Why this program cannot use the backend (static storage; the same on every rank of a
    * job built one way), NULL when it can. */
   const char *(*unavailable)(void);
+  /* Why training (rf_device_unavailable: rfsdp train, the model over the runtime) refuses it although
+   * the runtime opens it (rf_fsdp_create: its collectives, DBuffers and optimizers run there); NULL
+   * (or absent): nothing. */
+  const char *(*train_refused)(void);
   /* Opens the backend's device `ordinal` (GPU: the local rank's), counting into `counters`
    * (may be NULL); released by rf_device_free. */
   void (*open)(struct rf_device *dev, int ordinal, struct rf_counters *counters);
@@ -53,8 +57,9 @@ const char *rf_backend_names(void);
  * rf_backend_check first. */
 void rf_backend_open(const struct rf_backend *b, struct rf_device *dev, int ordinal,
                      struct rf_counters *counters);
-/* 0 when `name` names a backend this program can use; else -1 with a message naming it and
- * why (rf_error_msg). */
+/* 0 when `name` names a backend this program can open (the runtime's check; training also asks
+ * rf_device_unavailable, which adds train_refused); else -1 with a message naming it and why
+ * (rf_error_msg). */
 int rf_backend_check(const char *name);
 
 #endif

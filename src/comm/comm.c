@@ -314,6 +314,11 @@ void rf_comm_view(struct rf_comm *out, const struct rf_comm *comm, struct rf_cou
   out->counters = counters;
 }
 
+void rf_comm_on_device(struct rf_comm *out, const struct rf_comm *comm, struct rf_device *dev) {
+  *out = *comm;
+  out->dev = dev;
+}
+
 int rf_comm_node_ranks(const struct rf_comm *comm) {
   struct rf_comm node;
   rf_comm_split(comm, RF_COMM_SPLIT_NODE, comm->rank, &node);

@@ -131,6 +131,10 @@ struct rf_comm {
   int across_groups;   /* 1: its ranks are in more than one shard group (bytes counted in bytes_inter) */
   struct rf_counters
       *counters; /* borrowed: where its collectives count (a runtime context's); NULL: nowhere */
+  /* borrowed: the device whose memory the buffers handed to its collectives are in (a view made by
+   * rf_comm_on_device: the runtime's gathers, reduce-scatters and HSDP all-reduces); NULL: host
+   * memory (every communicator a constructor makes: norms, votes, agreements, staging) */
+  struct rf_device *dev;
 };
 
 void rf_comm_free(struct rf_comm *comm);
@@ -141,6 +145,15 @@ void rf_comm_split(const struct rf_comm *comm, int color, int key, struct rf_com
 /* A view of `comm` (its ranks, backend and state, borrowed: never rf_comm_free'd,
  * valid while comm is) whose collectives count into `counters` instead. */
 void rf_comm_view(struct rf_comm *out, const struct rf_comm *comm, struct rf_counters *counters);
+/* A view of `comm` (as rf_comm_view, the same counters) whose collectives take buffers in the
+ * memory of `dev` (out->dev): the MPI backend hands MPI the bytes through the device's view
+ * (rf_device_view: the host's pointer itself, the checked device's second mapping), as a
+ * CUDA-aware MPI takes device pointers; a device the host cannot view (CUDA) passes its
+ * pointers as they are. Whoever hands such a buffer to a collective has ordered it first: the
+ * work that wrote it (or still reads what the collective overwrites) is behind an event the
+ * comm waited for (rf_comm_stream_wait), and whoever reads what it wrote waits for the
+ * collective's event (rf_comm_event_record). The host thread calls the comm, never a stream. */
+void rf_comm_on_device(struct rf_comm *out, const struct rf_comm *comm, struct rf_device *dev);
 /* The ranks of `comm` on the calling rank's node (collective). */
 int rf_comm_node_ranks(const struct rf_comm *comm);
 

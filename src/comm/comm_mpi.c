@@ -555,6 +555,20 @@ static void rf_comm_reduce_scatter_chunked(const struct rf_comm *comm, const voi
 
 /* ---- the table ------------------------------------------------------------- */
 
+/* Where MPI reaches buffer `ptr` of a collective on comm: memory of the comm's device through
+ * the device's view (rf_comm_on_device: the checked device's second mapping; the host's pointer
+ * itself), which is what a CUDA-aware MPI does with a device pointer; host memory (comm->dev
+ * NULL) and a device the host cannot view (CUDA: a CUDA-aware MPI takes its pointers) as given. */
+static void *rf_comm_mpi_buf(const struct rf_comm *comm, const void *ptr) {
+  const struct rf_device *dev = comm->dev;
+  union {
+    const void *in;
+    void *out;
+  } u = {.in = ptr}; /* MPI's receive buffers are not const */
+  if (!ptr || !dev || dev->ops->host_memory || !dev->ops->view) return u.out;
+  return rf_device_view(dev, ptr);
+}
+
 static void rf_comm_mpi_barrier(const struct rf_comm *comm) {
   RF_MPI_CHECK(MPI_Barrier(rf_comm_mpi_of(comm)->comm));
 }
@@ -564,6 +578,7 @@ static void rf_comm_mpi_bcast(const struct rf_comm *comm, void *buf, int64_t cou
                               int root) {
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   size_t size = rf_dtype_size(dtype);
+  buf = rf_comm_mpi_buf(comm, buf);
   for (int64_t done = 0; done < count; done += rf_comm_count_limit) {
     int n = (int)rf_min_i64(count - done, rf_comm_count_limit);
     RF_MPI_CHECK(MPI_Bcast((char *)buf + (size_t)done * size, n, rf_comm_type(m, dtype), root, m->comm));
@@ -575,6 +590,7 @@ static void rf_comm_mpi_allreduce(const struct rf_comm *comm, void *buf, int64_t
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   size_t size = rf_dtype_size(dtype);
   MPI_Op mop = rf_comm_op(m, dtype, op);
+  buf = rf_comm_mpi_buf(comm, buf);
   for (int64_t done = 0; done < count; done += rf_comm_count_limit) {
     int n = (int)rf_min_i64(count - done, rf_comm_count_limit);
     RF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * size, n, rf_comm_type(m, dtype),
@@ -592,8 +608,8 @@ static void rf_comm_mpi_iallreduce(const struct rf_comm *comm, void *buf, int64_
     rf_comm_mpi_req_store(req, request);
     return;
   }
-  RF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, rf_comm_type(m, dtype), rf_comm_op(m, dtype, op),
-                              m->comm, &request));
+  RF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, rf_comm_mpi_buf(comm, buf), (int)count, rf_comm_type(m, dtype),
+                              rf_comm_op(m, dtype, op), m->comm, &request));
   rf_comm_mpi_req_store(req, request);
 }
 
@@ -602,6 +618,7 @@ static void rf_comm_mpi_allgather(const struct rf_comm *comm, void *buf, int64_t
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   struct rf_comm_unit unit;
   rf_comm_unit_init(&unit, m, dtype, &count, 1, NULL, 0);
+  buf = rf_comm_mpi_buf(comm, buf);
   if (req) {
     MPI_Request request;
     RF_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)(count / unit.k), unit.type,
@@ -619,6 +636,7 @@ static void rf_comm_mpi_allgatherv(const struct rf_comm *comm, void *buf, const 
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   struct rf_comm_unit unit;
   rf_comm_unit_init(&unit, m, dtype, starts, comm->world + 1, NULL, 0);
+  buf = rf_comm_mpi_buf(comm, buf);
   int *counts = req ? req->counts : m->scratch, *displs = req ? req->displs : m->scratch + comm->world;
   rf_comm_fill_counts(counts, displs, starts, comm->world, unit.k);
   if (req) {
@@ -635,6 +653,8 @@ static void rf_comm_mpi_allgatherv(const struct rf_comm *comm, void *buf, const 
 static void rf_comm_mpi_reduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv,
                                              int64_t count, enum rf_dtype dtype, struct rf_comm_req *req) {
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
+  send = rf_comm_mpi_buf(comm, send);
+  recv = rf_comm_mpi_buf(comm, recv);
   if (req) {
     if (count > rf_comm_count_limit)
       RF_DIE("non-blocking reduce-scatter of %lld elements per rank exceeds MPI's int; use the blocking one",
@@ -655,6 +675,8 @@ static void rf_comm_mpi_reduce_scatter(const struct rf_comm *comm, const void *s
                                        const int64_t *starts, enum rf_dtype dtype, struct rf_comm_req *req) {
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   int exceeds = rf_comm_starts_exceed_limit(starts, comm->world);
+  send = rf_comm_mpi_buf(comm, send);
+  recv = rf_comm_mpi_buf(comm, recv);
   if (req) {
     if (exceeds)
       RF_DIE("non-blocking reduce-scatter with a per-rank count above MPI's int; use the blocking one");
@@ -679,6 +701,8 @@ static void rf_comm_mpi_alltoallv(const struct rf_comm *comm, const void *send, 
   const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
   int w = comm->world;
   struct rf_comm_unit su, ru;
+  send = rf_comm_mpi_buf(comm, send);
+  recv = rf_comm_mpi_buf(comm, recv);
   rf_comm_unit_init(&su, m, dtype, send_counts, w, send_displs, w);
   rf_comm_unit_init(&ru, m, dtype, recv_counts, w, recv_displs, w);
   int *sc = req ? req->counts : m->scratch, *sd = req ? req->displs : m->scratch + w;

@@ -41,6 +41,14 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
   return rf_dbuffer_scratch_offset(db, reduce_dtype) + (size_t)db->shard_elems * sizeof(float);
 }
 
+/* A band's tc scales (device memory) set to NaN: copied from the host's NaNs (the copy takes its
+ * source at the call). */
+static void rf_dbuffer_nan_band(const struct rf_dbuffer *db, float *scales, int64_t tc,
+                                struct rf_device_stream *stream) {
+  rf_device_copy(db->dev, scales, db->host_nans, (size_t)tc * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE,
+                 stream);
+}
+
 /* FP8 buffer b: this rank's range of every FP8 tensor in it quantized into the
  * slot (codes at its view, scales at its tiles), one band at a time (128 rows, or
  * what is left of an expert's matrix); a band holding NaN or an infinity gets NaN
@@ -59,7 +67,7 @@ static void rf_dbuffer_quantize_own(const struct rf_dbuffer *db, int b, const fl
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
       if (rf_device_fp8_quantize(db->dev, &g, shard + x->shard_off + (e - x->starts[r]), pow2, x->name,
                                  rf_dbuffer_at(slot, x->view_byte + e, 1), scales + k, stream) != 0)
-        for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
+        rf_dbuffer_nan_band(db, scales + k, tc, stream);
     }
     int64_t own = x->starts[r + 1] - x->starts[r], tiles = x->scale_starts[r + 1] - x->scale_starts[r];
     RF_DEVICE_COUNT(db->dev, bytes_own_shard, (uint64_t)(own + tiles * (int64_t)sizeof(float)));
@@ -83,9 +91,9 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
                         (size_t)own, stream);
     RF_DEVICE_COUNT(db->dev, bytes_padding, (uint64_t)buf->pad_other * ps);
   }
-  /* the collectives start after the own-shard writes, as one launch */
+  /* the collectives start after the own-shard writes (MPI reads them from the host), as one launch */
   rf_device_event_record(db->dev, db->written, stream);
-  rf_comm_stream_wait(comm, db->dev, db->written);
+  rf_comm_stream_wait(comm, db->dev, db->written); /* the gather's own shard written */
   rf_comm_group_begin(comm);
   for (int b = 0; b < db->n_buffers; b++) {
     const struct rf_dbuffer_buf *buf = &db->bufs[b];
@@ -103,13 +111,16 @@ void rf_dbuffer_gather_start(const struct rf_dbuffer *db, const struct rf_comm *
   rf_comm_group_end(comm);
 }
 
-/* The gathered scales of every FP8 tensor: a NaN (a tile with NaN or an infinity on
- * its owner) fails, naming the tensor, the expert and the tile's rows. */
-static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot) {
+/* The gathered scales of every FP8 tensor, copied to the host: a NaN (a tile with NaN or an
+ * infinity on its owner) fails, naming the tensor, the expert and the tile's rows. */
+static int rf_dbuffer_check_scales(const struct rf_dbuffer *db, void *slot, struct rf_device_stream *stream) {
   for (int t = 0; t < db->n_tensors; t++) {
     const struct rf_dbuffer_tensor *x = &db->tensors[t];
     if (!x->fp8) continue;
-    const float *s = rf_dbuffer_scales(slot, x);
+    /* read back on the stream that waited for the gathers (a copy to the host has landed on return) */
+    float *s = db->host_scales;
+    rf_device_copy(db->dev, s, rf_dbuffer_scales(slot, x), (size_t)x->tiles * sizeof(float),
+                   RF_DEVICE_COPY_DEVICE_TO_HOST, stream);
     int64_t tc = rf_ceil_div(x->cols, RF_FP8_TILE), bands = rf_ceil_div(x->rows, RF_FP8_TILE);
     for (int64_t i = 0; i < x->tiles; i++)
       if (isnan(s[i])) {
@@ -150,7 +161,7 @@ static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot
       struct rf_fp8_grid g = {rows, x->cols, RF_FP8_TILE, RF_FP8_TILE};
       if (rf_device_fp8_quantize(db->dev, &g, src, pow2, x->name, rf_dbuffer_at(slot, x->code_byte + e, 1),
                                  scales + k, stream) != 0)
-        for (int64_t j = 0; j < tc; j++) scales[k + j] = NAN;
+        rf_dbuffer_nan_band(db, scales + k, tc, stream);
     }
     RF_DEVICE_COUNT(db->dev, bytes_cast, (uint64_t)(x->numel + x->tiles * (int64_t)sizeof(float)));
   }
@@ -173,7 +184,7 @@ int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dt
     }
   }
   if (db->fp8_after) rf_dbuffer_quantize_gathered(db, slot, param_dtype, pow2, stream);
-  return rf_dbuffer_check_scales(db, slot);
+  return rf_dbuffer_check_scales(db, slot, stream);
 }
 
 /* FSDP2's copy-in: every tensor's gradient into the rank-major staging buffer,

@@ -102,6 +102,11 @@ struct rf_dbuffer {
   int64_t band_byte;       /* fp8_after with a bf16 param dtype: the f32 band scratch in the param slot */
   int n_gather_reqs;       /* n_buffers, + n_fp8 when the scales are gathered */
   size_t slot_bytes;       /* the param slot in the policy's param dtype (FP8 buffers: 1 byte each) */
+  /* FP8 (n_fp8 > 0), host memory, owned: NaN scales for one band (the most tiles of a band of any FP8
+   * tensor), copied onto a band that cannot be quantized; the most tiles of any FP8 tensor, where its
+   * gathered scales are read back (an explicit copy: the host never reads device memory) */
+  float *host_nans;
+  float *host_scales;
 };
 
 /* Builds a unit's DBuffer on `rank` from the layout the policy gives

@@ -3,6 +3,7 @@
  * (per-tensor dim-0 chunks through a staging buffer). The per-tensor rank ranges
  * are RaggedShards (src/shard); this file adds what is one rank's own: the
  * slots, the shard offsets and the padding moved. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ void rf_dbuffer_free(struct rf_dbuffer *db) {
   }
   free(db->bufs);
   free(db->tensors);
+  free(db->host_nans);
+  free(db->host_scales);
   if (db->written) rf_device_event_free(db->dev, db->written);
   free(db->written);
   memset(db, 0, sizeof *db);
@@ -249,6 +252,17 @@ int rf_dbuffer_init(struct rf_dbuffer *db, const char *unit_name, const struct r
   for (int t = 0; t < n_tensors && rc == 0; t++)
     if (has_fp8 && tensors[t].fp8) rc = rf_dbuffer_fp8_tiles(db, unit_name, &tensors[t], t);
   if (rc == 0) rf_dbuffer_slot_bytes(db, policy->param_dtype, align);
+  if (rc == 0 && db->n_fp8 > 0) { /* the host's side of the scales: sized once */
+    int64_t band = 1, tiles = 1;
+    for (int t = 0; t < db->n_tensors; t++)
+      if (db->tensors[t].fp8) {
+        band = rf_max_i64(band, rf_ceil_div(db->tensors[t].cols, RF_FP8_TILE));
+        tiles = rf_max_i64(tiles, db->tensors[t].tiles);
+      }
+    db->host_nans = rf_xmalloc((size_t)band * sizeof(float));
+    for (int64_t j = 0; j < band; j++) db->host_nans[j] = NAN;
+    db->host_scales = rf_xmalloc((size_t)tiles * sizeof(float));
+  }
   db->n_gather_reqs = db->n_buffers + (db->fp8_after ? 0 : db->n_fp8);
   rf_plan_split_free(&sp);
   return rc;

@@ -128,14 +128,16 @@ static int rf_device_host_event_query(struct rf_device *dev, struct rf_device_ev
   return 1;
 }
 
-/* At once, on a copy of arg (as a queued launch would get). */
+/* At once, on a copy of arg (as a queued launch would get): on the stack up to 512 bytes (a step's
+ * launches allocate nothing), else on the heap. */
 static void rf_device_host_launch(struct rf_device *dev, struct rf_device_stream *stream,
                                   void (*fn)(void *arg), const void *arg, size_t arg_bytes) {
   (void)dev, (void)stream;
-  void *copy = rf_xmalloc(arg_bytes ? arg_bytes : 1);
+  _Alignas(64) unsigned char small[512];
+  void *copy = arg_bytes <= sizeof small ? (void *)small : rf_xmalloc(arg_bytes);
   if (arg_bytes) memcpy(copy, arg, arg_bytes);
   fn(copy);
-  free(copy);
+  if (copy != (void *)small) free(copy);
 }
 
 static void *rf_device_host_view(const struct rf_device *dev, const void *ptr) {

@@ -84,6 +84,8 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   rf_device_event_create(f->device, &f->mark);
   f->mesh.shard.counters = &f->counters;
   f->mesh.replicate.counters = &f->counters;
+  rf_comm_on_device(&f->dmesh.shard, &f->mesh.shard, f->device);
+  rf_comm_on_device(&f->dmesh.replicate, &f->mesh.replicate, f->device);
   f->at_create = rf_fsdp_counters_now(f);
   *out = f;
   return 0;

@@ -79,8 +79,12 @@ enum rf_fsdp_stream {
 
 struct rf_fsdp {
   struct rf_fsdp_options opt;
-  struct rf_comm_mesh mesh;     /* gathers, reduce-scatters and the norm run on mesh.shard; the
-                                  gradient all-reduce of HSDP on mesh.replicate */
+  struct rf_comm_mesh mesh; /* gathers, reduce-scatters and the norm run on mesh.shard; the
+                              gradient all-reduce of HSDP on mesh.replicate */
+  /* views of mesh.shard and mesh.replicate on the context's device (rf_comm_on_device, borrowed: never
+   * freed): the collectives whose buffers are device memory (the DBuffer's gathers and reduce-scatters,
+   * HSDP's all-reduce) run on these; host values (the norm, votes) on the mesh itself */
+  struct rf_comm_mesh dmesh;
   struct rf_plan_policy policy; /* opt as the planner takes it: every unit's layout comes from it */
   int finalized;
   int n_units, cap_units;

@@ -43,11 +43,11 @@ static int rf_fsdp_gather_start(struct rf_fsdp *f, int u) {
   x->pslot = s;
   x->state = RF_FSDP_UNIT_STATE_GATHERING;
   struct rf_device_stream *gather = rf_fsdp_after_compute(f, RF_FSDP_STREAM_GATHER);
-  rf_dbuffer_gather_start(&x->db, &f->mesh.shard, f->master + x->shard_base, f->pslots[s], f->opt.param_dtype,
-                          f->opt.fp8_pow2, x->gather_reqs, gather);
+  rf_dbuffer_gather_start(&x->db, &f->dmesh.shard, f->master + x->shard_base, f->pslots[s],
+                          f->opt.param_dtype, f->opt.fp8_pow2, x->gather_reqs, gather);
   for (int b = 0; b < x->db.n_gather_reqs; b++) {
     rf_comm_req_trace(&x->gather_reqs[b], RF_TRACE_LANE_GATHER, u);
-    rf_comm_event_record(&f->mesh.shard, &x->gather_reqs[b], f->device, &x->gathered[b]);
+    rf_comm_event_record(&f->dmesh.shard, &x->gather_reqs[b], f->device, &x->gathered[b]);
   }
   rf_fsdp_note_peak(f);
   return 1;
@@ -111,10 +111,10 @@ static void rf_fsdp_across_start(struct rf_fsdp *f, int u) {
   }
   /* the all-reduce starts after the writes to what it sends (the reduce-scatter's finish, the rounding) */
   rf_device_event_record(f->device, &x->across_written, replicate);
-  rf_comm_stream_wait(&f->mesh.replicate, f->device, &x->across_written);
-  rf_comm_iallreduce(&f->mesh.replicate, buf, x->db.shard_elems, dtype, RF_REDUCE_OP_SUM, x->across_req);
+  rf_comm_stream_wait(&f->dmesh.replicate, f->device, &x->across_written);
+  rf_comm_iallreduce(&f->dmesh.replicate, buf, x->db.shard_elems, dtype, RF_REDUCE_OP_SUM, x->across_req);
   rf_comm_req_trace(x->across_req, RF_TRACE_LANE_REPLICATE, u);
-  rf_comm_event_record(&f->mesh.replicate, x->across_req, f->device, x->across_done);
+  rf_comm_event_record(&f->dmesh.replicate, x->across_req, f->device, x->across_done);
   x->across = 1;
 }
 
@@ -201,11 +201,11 @@ void rf_fsdp_backward_end(struct rf_fsdp *f, int unit) {
   x->reduce_accumulate = x->has_grad;
   x->reduce_last = f->last_micro;
   struct rf_device_stream *reduce = rf_fsdp_after_compute(f, RF_FSDP_STREAM_REDUCE);
-  rf_dbuffer_reduce_start(&x->db, &f->mesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
+  rf_dbuffer_reduce_start(&x->db, &f->dmesh.shard, f->gslots[x->gslot], f->grad + x->shard_base,
                           f->opt.reduce_dtype, x->reduce_accumulate, x->reduce_reqs, reduce);
   for (int b = 0; b < x->db.n_buffers; b++) {
     rf_comm_req_trace(&x->reduce_reqs[b], RF_TRACE_LANE_REDUCE, unit);
-    rf_comm_event_record(&f->mesh.shard, &x->reduce_reqs[b], f->device, &x->reduced[b]);
+    rf_comm_event_record(&f->dmesh.shard, &x->reduce_reqs[b], f->device, &x->reduced[b]);
   }
   x->reducing = 1;
   x->has_grad = 1;

@@ -48,6 +48,28 @@ void rf_optim_adamw_host_piece(const struct rf_optim_hyper *h, int decay, float 
   }
 }
 
+struct rf_optim_adamw_launch {
+  struct rf_optim_hyper h; /* a copy: the launch runs later */
+  int decay;
+  struct rf_device *dev;
+  float *p, *m, *v;
+  const float *g;
+  int64_t len;
+};
+
+static void rf_optim_adamw_launched(void *arg) {
+  const struct rf_optim_adamw_launch *a = arg;
+  rf_optim_adamw_host_piece(&a->h, a->decay, rf_device_view(a->dev, a->p), rf_device_view(a->dev, a->g),
+                            rf_device_view(a->dev, a->m), rf_device_view(a->dev, a->v), a->len, NULL);
+}
+
+void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g,
+                                 float *m, float *v, int64_t len, struct rf_device_stream *stream) {
+  RF_ASSERT(stream && stream->dev);
+  struct rf_optim_adamw_launch a = {*h, decay, stream->dev, p, m, v, g, len};
+  rf_device_stream_launch(stream, "AdamW (the host loop)", rf_optim_adamw_launched, &a, sizeof a);
+}
+
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a) {
   size_t slab = (size_t)rf_max_i64(o->shard_elems, 1);
   if (!o->measure) {

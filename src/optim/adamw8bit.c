@@ -363,11 +363,9 @@ static void rf_optim_8bit_run_avx512(const struct rf_optim_8bit *q, const struct
  * Row by row, so that the reads stream; pass 1 over the whole group, then pass 2.
  * `k` is the scale index of its first nonempty block; returns the next one. */
 static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_optim_hyper *h,
-                                   const struct rf_optim_view *w, int64_t glo, int64_t ghi, int64_t row,
-                                   int64_t width, int64_t k) {
+                                   const struct rf_optim_view *w, float *p, const float *g, int64_t glo,
+                                   int64_t ghi, int64_t row, int64_t width, int64_t k) {
   const int64_t b = w->v.begin, nb = rf_ceil_div(row, width);
-  float *p = w->v.master;
-  const float *g = w->v.grad;
   uint8_t *mq = q->mq + w->v.shard_offset, *vq = q->vq + w->v.shard_offset;
   const float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? h->decay : 1.0f;
 #if RF_OPTIM_AVX512
@@ -443,27 +441,47 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
   return k;
 }
 
-static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
-  struct rf_optim_8bit *q = o->impl;
+/* The step is host code on device memory: launched on the optimizer's stream (the host: at once;
+ * the checked device: on its worker, later), reaching the parameters, the gradients and the state
+ * through the device's views. The hyperparameters are taken at the call. */
+struct rf_optim_8bit_launch {
+  const struct rf_optim *o;
   struct rf_optim_hyper h;
-  rf_optim_hyper_init(o, lr, &h);
+};
+
+static void rf_optim_8bit_launched(void *arg) {
+  const struct rf_optim_8bit_launch *a = arg;
+  const struct rf_optim *o = a->o;
+  struct rf_optim_8bit q = *(struct rf_optim_8bit *)o->impl; /* its state as the host code reaches it */
+  q.mq = rf_device_view(o->dev, q.mq);
+  q.vq = rf_device_view(o->dev, q.vq);
+  q.ms = rf_device_view(o->dev, q.ms);
+  q.vs = rf_device_view(o->dev, q.vs);
   for (int i = 0; i < o->n; i++) {
     const struct rf_optim_view *w = &o->views[i];
-    int64_t b = w->v.begin, e = w->v.end, k = q->views[i].scale_off;
+    int64_t b = w->v.begin, e = w->v.end, k = q.views[i].scale_off;
     if (e == b) continue;
+    float *p = rf_device_view(o->dev, w->v.master);
+    const float *g = rf_device_view(o->dev, w->v.grad);
     if (w->cols == 0) {
       for (int64_t blk = b / RF_OPTIM_VEC_BLOCK; blk * RF_OPTIM_VEC_BLOCK < e; blk++)
-        k = rf_optim_8bit_group(q, &h, w, rf_max_i64(b, blk * RF_OPTIM_VEC_BLOCK),
+        k = rf_optim_8bit_group(&q, &a->h, w, p, g, rf_max_i64(b, blk * RF_OPTIM_VEC_BLOCK),
                                 rf_min_i64(e, (blk + 1) * RF_OPTIM_VEC_BLOCK), RF_OPTIM_VEC_BLOCK,
                                 RF_OPTIM_VEC_BLOCK, k);
     } else {
       int64_t strip = RF_OPTIM_TILE * w->cols;
       for (int64_t s = b / strip; s * strip < e; s++)
-        k = rf_optim_8bit_group(q, &h, w, rf_max_i64(b, s * strip), rf_min_i64(e, (s + 1) * strip), w->cols,
-                                RF_OPTIM_TILE, k);
+        k = rf_optim_8bit_group(&q, &a->h, w, p, g, rf_max_i64(b, s * strip), rf_min_i64(e, (s + 1) * strip),
+                                w->cols, RF_OPTIM_TILE, k);
     }
-    RF_ASSERT(k == q->views[i].scale_off + q->views[i].n_blocks);
+    RF_ASSERT(k == q.views[i].scale_off + q.views[i].n_blocks);
   }
+}
+
+static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
+  struct rf_optim_8bit_launch a = {.o = o};
+  rf_optim_hyper_init(o, lr, &a.h);
+  rf_device_launch(o->dev, o->stream, "--optim adamw8bit", rf_optim_8bit_launched, &a, sizeof a);
   return 0;
 }
 
@@ -498,6 +516,7 @@ const struct rf_optim_ops rf_optim_adamw8bit_ops = {
     .block_rows = RF_OPTIM_TILE,
     .vector_block = RF_OPTIM_VEC_BLOCK,
     .n_states = 4,
+    .host_code = 1,
     /* read p, g (f32), m, v (a byte each); write p, m, v */
     .elem_bytes = 16,
     .matrix_elem_bytes = 0,

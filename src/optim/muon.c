@@ -138,8 +138,8 @@ static void rf_optim_muon_pack(void *ctx, int k, float *u) {
   rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
   int64_t len = hi - lo;
   float m = o->opt.muon_momentum, om = 1.0f - m;
-  const float *g = w->v.grad + (lo - w->v.begin);
-  float *buf = mu->s.m + w->v.shard_offset + (lo - w->v.begin);
+  const float *g = (const float *)rf_device_view(o->dev, w->v.grad) + (lo - w->v.begin);
+  float *buf = (float *)rf_device_view(o->dev, mu->s.m) + w->v.shard_offset + (lo - w->v.begin);
   for (int64_t i = 0; i < len; i++) {
     float b = buf[i] + om * (g[i] - buf[i]);
     buf[i] = b;
@@ -167,7 +167,7 @@ static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
   int64_t lo, hi;
   rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
   int64_t len = hi - lo;
-  float *p = w->v.master + (lo - w->v.begin);
+  float *p = (float *)rf_device_view(o->dev, w->v.master) + (lo - w->v.begin);
   float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - mu->lr * o->opt.weight_decay : 1.0f;
   float alr = mu->lr * mu->mats[k].lr_adjust;
   for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
@@ -175,6 +175,7 @@ static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
 
 static int rf_optim_muon_step(struct rf_optim *o, float lr) {
   struct rf_optim_muon *mu = o->impl;
+  rf_optim_host_sync(o); /* its stages are host code on the host thread (MPI between them) */
   rf_optim_adamw_state_step(o, &mu->s, lr);
   mu->lr = lr;
   static const struct rf_optim_owners_fns fns = {
@@ -221,6 +222,7 @@ const struct rf_optim_ops rf_optim_muon_ops = {
     .vector_block = 1,
     .n_states = 2,
     .takes_matrices = 1,
+    .host_code = 1,
     /* AdamW on the others; a matrix piece: momentum in (g, m; m, staging), update out (staging, p; p) */
     .elem_bytes = 28,
     .matrix_elem_bytes = 28,

@@ -105,6 +105,9 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
              (long long)shard_elems);
   RF_REQUIRE((unsigned)opt->kind < (unsigned)RF_OPTIM_N_KINDS, "optim: unknown kind %d", (int)opt->kind);
   RF_REQUIRE(flags || n == 0, "optim: no groups (flags) given for the %d views", n);
+  RF_REQUIRE(!dev || !rf_optim_kinds[opt->kind]->host_code || rf_device_runs_host_code(dev),
+             "--optim %s: not on device %s yet (its step is host code; adamw runs there)",
+             rf_optim_kinds[opt->kind]->name, dev->backend ? dev->backend->name : dev->ops->name);
   struct rf_optim *o = rf_xcalloc(1, sizeof *o);
   o->opt = *opt;
   o->ops = rf_optim_kinds[opt->kind];
@@ -164,6 +167,10 @@ int rf_optim_measure(const struct rf_optim_options *opt, const struct rf_tensor_
   rf_optim_get_stats(o, out);
   rf_optim_free(o);
   return 0;
+}
+
+void rf_optim_host_sync(struct rf_optim *o) {
+  if (!o->dev->ops->host_memory) rf_device_stream_synchronize(o->dev, o->stream);
 }
 
 void rf_optim_hold(struct rf_optim *o) { o->holders++; }

@@ -30,6 +30,10 @@ struct rf_optim_ops {
   int64_t vector_block;
   int n_states;       /* state slabs, for checkpoints */
   int takes_matrices; /* 1: updates the views flagged MATRIX whole (else the flag is cleared) */
+  /* 1: its step is host code on device memory (launched, or on the host thread after
+   * rf_optim_host_sync), reaching it through rf_device_view: refused at create on a device that
+   * cannot run host code (CUDA) */
+  int host_code;
   /* what a step costs (rf_optim_stats.step_stream_bytes, the simulator's price):
    * bytes of memory one step reads and writes per shard element of the
    * element-wise pass, and per element of this rank's pieces of MATRIX views
@@ -85,6 +89,11 @@ struct rf_optim {
   int free_pending; /* rf_optim_free came while held: the last rf_optim_unhold frees */
 };
 
+/* Before host code of the step on the host thread (Muon's and Shampoo's stages, between which MPI
+ * moves their staging): waits for the work queued on the optimizer's stream (the gradients'
+ * finish), after which rf_device_view(o->dev, ptr) reaches device memory. On the host: nothing. */
+void rf_optim_host_sync(struct rf_optim *o);
+
 /* An async saver holds the optimizer it borrows, as rf_fsdp_hold the context. */
 void rf_optim_hold(struct rf_optim *o);
 void rf_optim_unhold(struct rf_optim *o);
@@ -129,6 +138,11 @@ int rf_optim_simd_get(void);
  * threads, simd loops; `stream` unused (the host runs it at once). */
 void rf_optim_adamw_host_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
                                float *v, int64_t len, struct rf_device_stream *stream);
+/* The host loop launched on `stream` (rf_device_launch: in stream order; the checked backend's
+ * adamw_piece): on the stream's worker it runs rf_optim_adamw_host_piece on the device's views of
+ * the four pieces, so the host's bits. Dies on a device that cannot run host code (CUDA). */
+void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g,
+                                 float *m, float *v, int64_t len, struct rf_device_stream *stream);
 /* The same update as one fused CUDA kernel over a piece in device memory (adamw_cuda.cu,
  * BACKEND=cuda builds only), queued on stream (NULL: the default stream): the macros'
  * operations in their order without FMA contraction, so the host's bits. */
@@ -191,7 +205,9 @@ struct rf_optim_owners_stats {
  * holding most of it among those whose load is within half the matrix's cost of
  * the least loaded rank (ties: lower load, lower rank): max load <= mean + 1.5 *
  * the largest cost. `overlap` 1: three staging slots (overlapped), 0: one.
- * `measure` 1: the stats only (rf_optim_measure), no staging allocated (not runnable). */
+ * `measure` 1: the stats only (rf_optim_measure), no staging allocated (not runnable).
+ * The staging is host memory (MPI moves it from the host thread; the stages are host code, run
+ * after rf_optim_host_sync), its copies counted into dev's counters; `stream` is unused. */
 void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *comm, struct rf_device *dev,
                             struct rf_device_stream *stream, const struct rf_optim_owners_matrix *mats, int n,
                             int overlap, int measure);

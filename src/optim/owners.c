@@ -16,9 +16,10 @@ struct rf_optim_owners_group {
 };
 
 struct rf_optim_owners {
-  const struct rf_comm *comm;      /* borrowed */
-  struct rf_device *dev;           /* borrowed: where the staging lives and copies count */
-  struct rf_device_stream *stream; /* borrowed: the optimizer's */
+  const struct rf_comm *comm; /* borrowed */
+  /* the host device that moves the staging (host memory: MPI moves it from the host thread; the owner's
+   * stages are host code), counting into the optimizer's device's counters */
+  struct rf_device host;
   int rank, world;
   int n;
   struct rf_optim_owners_matrix *mats; /* owned copy (starts borrowed) */
@@ -120,8 +121,8 @@ void rf_optim_owners_create(struct rf_optim_owners **out, const struct rf_comm *
                             struct rf_device_stream *stream, const struct rf_optim_owners_matrix *mats, int n,
                             int overlap, int measure) {
   struct rf_optim_owners *t = rf_xcalloc(1, sizeof *t);
-  t->dev = dev;
-  t->stream = stream;
+  (void)stream;
+  rf_device_host_init(&t->host, dev->counters);
   size_t nn = (size_t)(n > 0 ? n : 1);
   t->comm = comm;
   t->rank = comm->rank;
@@ -282,13 +283,13 @@ static void rf_optim_owners_compute(struct rf_optim_owners *t, int g, const stru
     if (t->owner[x] != t->rank) continue;
     const int64_t *st = t->mats[x].starts;
     for (int s = 0; s < world; s++)
-      rf_move_copy(t->dev, t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float),
-                   t->stream);
+      rf_move_copy(&t->host, t->full + st[s], rcv + t->cursor[s], (size_t)(st[s + 1] - st[s]) * sizeof(float),
+                   NULL);
     fns->compute(ctx, x, t->full, t->full + t->mats[x].rows * t->mats[x].cols,
                  t->n_slots > 1 ? rf_optim_owners_poll : NULL, t);
     for (int s = 0; s < world; s++) {
-      rf_move_copy(t->dev, rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float),
-                   t->stream);
+      rf_move_copy(&t->host, rcv + t->cursor[s], t->full + st[s], (size_t)(st[s + 1] - st[s]) * sizeof(float),
+                   NULL);
       t->cursor[s] += st[s + 1] - st[s];
     }
   }

@@ -155,12 +155,19 @@ static void rf_optim_shampoo_phases(struct rf_optim_shampoo *sh, int64_t every, 
   free(load);
 }
 
-/* The owned matrices' state: m and v zero, factors zero, roots identity. */
-static void rf_optim_shampoo_state_init(struct rf_optim_shampoo *sh) {
+/* The owned matrices' state: m and v zero, factors zero (the allocation's zeroes), roots identity;
+ * host code launched on the optimizer's stream, on the device's view of the slab. */
+struct rf_optim_shampoo_init {
+  const struct rf_optim_shampoo *sh;
+};
+
+static void rf_optim_shampoo_state_init(void *arg) {
+  const struct rf_optim_shampoo *sh = ((const struct rf_optim_shampoo_init *)arg)->sh;
+  float *precond = rf_device_view(sh->o->dev, sh->precond);
   for (int k = 0; k < sh->n_mats; k++) {
     const struct rf_optim_shampoo_matrix *x = &sh->mats[k];
     if (x->state_off < 0) continue;
-    float *st = sh->precond + x->state_off;
+    float *st = precond + x->state_off;
     for (int j = 0; j < x->n_blocks; j++) {
       const struct rf_optim_shampoo_block *bl = &sh->blocks[x->first_block + j];
       for (int i = 0; i < bl->a; i++) st[bl->lroot + (int64_t)i * bl->a + i] = 1.0f;
@@ -253,7 +260,9 @@ static int rf_optim_shampoo_create(struct rf_optim *o) {
   }
   if (!o->measure) {
     sh->precond = rf_device_alloc(o->dev, (size_t)rf_max_i64(sh->precond_elems, 1) * sizeof(float), 64);
-    rf_optim_shampoo_state_init(sh);
+    struct rf_optim_shampoo_init arg = {sh};
+    rf_device_launch(o->dev, o->stream, "--optim shampoo (its state)", rf_optim_shampoo_state_init, &arg,
+                     sizeof arg);
   }
   rf_optim_shampoo_scratch(sh, o);
   o->stats.state_bytes += sh->precond_elems * (int64_t)sizeof(float);
@@ -383,7 +392,7 @@ static int rf_optim_shampoo_due(const struct rf_optim *o, const struct rf_optim_
 static void rf_optim_shampoo_pack(void *ctx, int k, float *u) {
   struct rf_optim_shampoo *sh = ctx;
   const struct rf_optim_view *w = &sh->o->views[sh->mats[k].view];
-  memcpy(u, w->v.grad, (size_t)(w->v.end - w->v.begin) * sizeof(float));
+  memcpy(u, rf_device_view(sh->o->dev, w->v.grad), (size_t)(w->v.end - w->v.begin) * sizeof(float));
 }
 
 static void rf_optim_shampoo_compute(void *ctx, int k, float *x, float *work, void (*poll)(void *),
@@ -394,8 +403,9 @@ static void rf_optim_shampoo_compute(void *ctx, int k, float *x, float *work, vo
   RF_ASSERT(mat->state_off >= 0);
   uint64_t t0 = rf_time_ns();
   int refresh = rf_optim_shampoo_due(sh->o, mat);
+  float *precond = rf_device_view(sh->o->dev, sh->precond);
   for (int j = 0; j < mat->n_blocks; j++)
-    rf_optim_shampoo_block_step(sh, mat, &sh->blocks[mat->first_block + j], sh->precond + mat->state_off, x,
+    rf_optim_shampoo_block_step(sh, mat, &sh->blocks[mat->first_block + j], precond + mat->state_off, x,
                                 refresh, poll, poll_arg);
   mat->refreshes += refresh;
   sh->o->stats.shampoo_precond_ns += rf_time_ns() - t0;
@@ -407,13 +417,14 @@ static void rf_optim_shampoo_unpack(void *ctx, int k, const float *u) {
   const struct rf_optim *o = sh->o;
   const struct rf_optim_view *w = &o->views[sh->mats[k].view];
   int64_t len = w->v.end - w->v.begin;
-  float *p = w->v.master;
+  float *p = rf_device_view(o->dev, w->v.master);
   float wd = (w->flags & RF_OPTIM_FLAG_DECAY) ? o->opt.weight_decay : 0.0f, lr = sh->lr;
   for (int64_t i = 0; i < len; i++) p[i] = p[i] - lr * (u[i] + wd * p[i]);
 }
 
 static int rf_optim_shampoo_step(struct rf_optim *o, float lr) {
   struct rf_optim_shampoo *sh = o->impl;
+  rf_optim_host_sync(o); /* its stages are host code on the host thread, MPI between them */
   rf_optim_adamw_state_step(o, &sh->s, lr);
   sh->lr = lr;
   sh->fail = INT64_MAX;
@@ -508,6 +519,7 @@ const struct rf_optim_ops rf_optim_shampoo_ops = {
     .vector_block = 1,
     .n_states = 3,
     .takes_matrices = 1,
+    .host_code = 1,
     /* AdamW on the others; a matrix piece: g to the staging, the update into p (the owner's m, v: stats) */
     .elem_bytes = 28,
     .matrix_elem_bytes = 20,
