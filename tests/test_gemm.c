@@ -3,13 +3,15 @@
  * padded leading dimensions (the attention products read heads out of [T, heads*hd]
  * rows), alpha, accumulation, both operand dtypes, the shapes the model uses; the
  * products run from inside an OpenMP parallel region (one per thread, as attention
- * does); a second run of a shape creates no primitive and allocates nothing.
+ * does) and from two host threads at once (each its own product, 300 times); a second
+ * run of a shape creates no primitive and allocates nothing.
  *
  * Tolerance: with operands exactly representable (bf16 operands are rounded
  * first, the reference uses the rounded values), each product a*b is exact in f32
  * and the error is the f32 summation's: |c - ref| <= gamma_k * sum_k |a||b| with
  * gamma_k = k u / (1 - k u), u = 2^-24 (f32 unit roundoff), plus one rounding of
  * the result and of the accumulated C (2u relative). The check uses that bound. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +212,46 @@ static void check_threads(void) {
   }
 }
 
+/* Two host threads (not one OpenMP team: the main thread and a stream's worker) running the
+ * same shape on their own operands at once: each gets its own product, every time. */
+struct host_job {
+  struct case_ *c;
+  int bad;
+};
+
+static void *host_thread(void *arg) {
+  struct host_job *j = arg;
+  size_t bytes = (size_t)j->c->d.m * j->c->d.ldc * sizeof(float);
+  float *first = rf_xmalloc(bytes);
+  rf_gemm_run(&j->c->d, j->c->a, j->c->b, j->c->c);
+  memcpy(first, j->c->c, bytes);
+  for (int rep = 0; rep < 300; rep++) {
+    rf_gemm_run(&j->c->d, j->c->a, j->c->b, j->c->c);
+    j->bad += memcmp(first, j->c->c, bytes) != 0;
+  }
+  free(first);
+  return NULL;
+}
+
+static void check_host_threads(void) {
+  enum { JOBS = 2 };
+  struct case_ cs[JOBS];
+  struct host_job jobs[JOBS];
+  pthread_t th[JOBS];
+  for (int j = 0; j < JOBS; j++) {
+    struct rf_gemm_desc d = desc(96, 80, 72, 0, 1, 0, RF_DTYPE_F32, 1.0f, 0.0f);
+    case_init(&cs[j], &d, 700 + (uint64_t)j);
+    jobs[j] = (struct host_job){&cs[j], 0};
+  }
+  for (int j = 0; j < JOBS; j++) RF_ASSERT(pthread_create(&th[j], NULL, host_thread, &jobs[j]) == 0);
+  for (int j = 0; j < JOBS; j++) pthread_join(th[j], NULL);
+  for (int j = 0; j < JOBS; j++) {
+    RF_CHECK(jobs[j].bad == 0, "host thread %d: %d of 300 products differ from its first", j, jobs[j].bad);
+    case_check(&cs[j], "two host threads at once");
+    case_free(&cs[j]);
+  }
+}
+
 /* The second run of a shape creates no primitive and allocates nothing. */
 static void check_cache(void) {
   struct rf_gemm_desc d = desc(40, 24, 56, 1, 0, 3, RF_DTYPE_BF16, 1.0f, 1);
@@ -233,6 +275,7 @@ int main(void) {
   check_combinations();
   check_model_shapes();
   check_threads();
+  check_host_threads();
   check_cache();
   return rf_test_finish("test_gemm");
 }

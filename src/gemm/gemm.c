@@ -56,6 +56,7 @@ static struct {
   dnnl_engine_t engine;
   dnnl_stream_t *streams;          /* [n_threads] */
   struct rf_gemm_widen_buf *widen; /* [n_threads] */
+  pthread_mutex_t *slots;          /* [n_threads]: held while a product uses that thread's state */
   int n_threads;
   struct rf_gemm_entry *table[RF_GEMM_CACHE_SLOTS];
   int64_t primitives, products;
@@ -84,8 +85,11 @@ static void gemm_init_engine(void) {
   rf_gemm.n_threads = gemm_max_threads();
   rf_gemm.streams = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(dnnl_stream_t));
   rf_gemm.widen = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(*rf_gemm.widen));
-  for (int t = 0; t < rf_gemm.n_threads; t++)
+  rf_gemm.slots = rf_xcalloc((size_t)rf_gemm.n_threads, sizeof(*rf_gemm.slots));
+  for (int t = 0; t < rf_gemm.n_threads; t++) {
     RF_GEMM_CHECK(dnnl_stream_create(&rf_gemm.streams[t], rf_gemm.engine, dnnl_stream_default_flags));
+    pthread_mutex_init(&rf_gemm.slots[t], NULL);
+  }
 }
 
 static void gemm_check_desc(const struct rf_gemm_desc *d) {
@@ -240,6 +244,11 @@ void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, flo
     RF_DIE("gemm: called from thread %d, but the OpenMP budget was %d threads at the first product", t,
            e->n_threads);
   struct rf_gemm_thread *th = &e->threads[t];
+  /* Slot t's state (memory objects, scratchpad, stream, widened copies) is one thread's at a
+   * time: the threads of one team each have their own slot (uncontended), but two host threads
+   * outside a parallel region (the main thread and a checked device's stream worker) share slot 0:
+   * the second waits instead of racing. */
+  pthread_mutex_lock(&rf_gemm.slots[t]);
   if (e->widen) {
     struct rf_gemm_widen_buf *w = &rf_gemm.widen[t];
     a = gemm_widen(a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k, d->lda, &w->a, &w->cap_a);
@@ -254,6 +263,7 @@ void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, flo
                             {DNNL_ARG_DST, th->c},
                             {DNNL_ARG_SCRATCHPAD, th->scratch}};
   RF_GEMM_CHECK(dnnl_primitive_execute(e->prim, rf_gemm.streams[t], 4, args));
+  pthread_mutex_unlock(&rf_gemm.slots[t]);
   __atomic_add_fetch(&rf_gemm.products, 1, __ATOMIC_RELAXED);
 }
 

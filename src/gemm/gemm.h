@@ -17,9 +17,10 @@
  * Threads: a product called outside an OpenMP parallel region runs on
  * omp_get_max_threads() threads (the caller sets the rank's core budget with
  * omp_set_num_threads before the first product); called from inside a parallel
- * region (attention's per-head jobs), it runs on the calling thread alone. Products
- * from several threads at once must come from one OpenMP team (each thread has its
- * own slot by omp_get_thread_num()). */
+ * region (attention's per-head jobs), it runs on the calling thread alone. Each thread
+ * of a team has its own slot of state (omp_get_thread_num()); products from several host
+ * threads outside a parallel region (the main thread and a checked device's stream
+ * worker) share slot 0 and run one at a time (a lock per slot, uncontended in a team). */
 #ifndef RF_GEMM_H
 #define RF_GEMM_H
 
