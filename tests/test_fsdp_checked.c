@@ -16,7 +16,10 @@
  * gather), and at W = 4 HSDP 2 x 2 with a bf16 reduce. Then an FP8 tensor holding NaN on its
  * owner fails the gather on both, with the same message (the NaN scales written through the
  * device, read back by a copy). Each rule the checked device enforces makes a dropped event
- * wait or a host read of device memory show here: scripts/mutations plants them. */
+ * wait or a host read of device memory show here: scripts/mutations plants them. And on a device
+ * that cannot run host code (a host table without launch, named cuda: what the CUDA backend is to
+ * the optimizers) 8-bit AdamW, Muon and Shampoo are refused at creation naming the option, while
+ * AdamW (the backend's adamw_piece) is made. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -274,8 +277,39 @@ static void run(const struct variant *va, MPI_Comm shard, MPI_Comm replicate) {
   free(host);
 }
 
+static void check_refusals(void) {
+  struct rf_device host;
+  rf_device_host_init(&host, NULL);
+  struct rf_device_ops ops = *host.ops;
+  ops.launch = NULL; /* as the CUDA table: its kernels, not host code */
+  ops.view = NULL;
+  struct rf_backend cuda = rf_backend_cpu;
+  cuda.name = "cuda";
+  struct rf_device dev = host;
+  dev.ops = &ops;
+  dev.backend = &cuda;
+  struct rf_device_stream *stream = rf_device_stream_create(&dev);
+  for (int k = 0; k < 4; k++) {
+    struct rf_optim_options oo;
+    rf_optim_options_default(&oo);
+    oo.kind = (enum rf_optim_kind)k;
+    struct rf_optim *o = NULL;
+    int rc = rf_optim_create_on(&o, &oo, NULL, NULL, 0, 0, NULL, &dev, stream);
+    char want[96];
+    snprintf(want, sizeof want, "--optim %s: not on device cuda yet", rf_optim_kind_name(oo.kind));
+    if (oo.kind == RF_OPTIM_KIND_ADAMW)
+      RF_CHECK(rc == 0 && o, "adamw made on a device without host code: %s", rc ? rf_error_msg() : "");
+    else
+      RF_CHECK(rc != 0 && !o && strstr(rf_error_msg(), want), "%s refused: %s", want,
+               rc ? rf_error_msg() : "(made)");
+    rf_optim_free(o);
+  }
+  rf_device_stream_free(&dev, stream);
+}
+
 int main(int argc, char **argv) {
   g_rank = rf_test_mpi_init(&argc, &argv, &g_world);
+  check_refusals();
   for (int i = 0; i < N_VARIANTS; i++) {
     const struct variant *va = &variants[i];
     MPI_Comm shard = MPI_COMM_WORLD, replicate = MPI_COMM_SELF;
