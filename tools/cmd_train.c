@@ -681,8 +681,8 @@ int rf_cmd_train(int argc, char **argv) {
       {"no-reshard", RF_OPTION_KIND_FLAG, &a.no_reshard, "keep parameters gathered from forward to backward",
        NULL, 0},
       {"device", RF_OPTION_KIND_CHOICE, &a.device,
-       "where the step runs: cpu; checked (the CPU twin of a GPU) and cuda are refused, naming what is not "
-       "wired yet (docs/gpu.md)",
+       "where the step runs: cpu; checked (the CPU twin of a GPU: device memory the host cannot read, late "
+       "streams; the cpu run's bits); cuda is refused, naming what is not wired yet (docs/gpu.md)",
        "cpu|checked|cuda", 0},
       {"compute-dtype", RF_OPTION_KIND_CHOICE, &a.compute_dtype,
        "operands of the linear layers' GEMMs (f32 accumulation and outputs either way)", "f32|bf16", 0},

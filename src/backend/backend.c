@@ -21,20 +21,13 @@ const struct rf_backend rf_backend_cpu = {
     .adamw_piece = rf_optim_adamw_host_piece,
 };
 
-/* The checked device (src/device/device_checked.c) is built and tested (tests/test_device_checked.c);
- * the runtime's collectives, DBuffers and optimizers run on it (tests/test_fsdp_checked.c), but the
- * model's step still has host code on device memory, which its reservation would fault on: training
- * refuses it until those places go through the device (docs/gpu.md lists them). */
-static const char *rf_backend_checked_train_refused(void) {
-  return "the training step still reads device memory on the host (the linear layers' GEMMs and staging, "
-         "renorm, the RoPE tables, checkpoints): the checked device runs the runtime only so far "
-         "(docs/gpu.md)";
-}
-
+/* The checked device (src/device/device_checked.c): the GPU's strict twin on the CPU. The whole
+ * step runs on it (the model's checked kernel table, the runtime's collectives and optimizers on
+ * device buffers, checkpoints through host staging): `rfsdp train --device checked` gives the cpu
+ * run's losses, norms and checkpoint files bit for bit (tests/test_train_checked.c). */
 static const struct rf_backend rf_backend_checked = {
     .name = "checked",
     .unavailable = rf_backend_cpu_unavailable,
-    .train_refused = rf_backend_checked_train_refused,
     .open = rf_device_checked_init,
     .model = &rf_model_kernels_checked,
     .adamw_piece = rf_optim_adamw_launch_piece,

@@ -10,8 +10,8 @@
  *
  * "cpu" is in every build. "cuda" is listed in every build; a CPU build, or a CUDA
  * build on a machine without a GPU, says why it cannot be used (unavailable). "checked" (the
- * strict twin of a GPU on the CPU, src/device/device_checked.c) is listed; the runtime opens it, and
- * training refuses it until the step's host code on device memory is gone (train_refused says where).
+ * strict twin of a GPU on the CPU, src/device/device_checked.c) is listed and trains (a backend
+ * whose step still has host code on device memory says where in train_refused; none does now).
  *
  * This header names the tables' types only (forward declarations): src/device,
  * src/model and src/optim include it without including each other. */
