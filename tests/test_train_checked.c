@@ -6,7 +6,8 @@
  *    checkpoints of steps 2 and 4 (rank files, indexes, meta.json), identical: AdamW, 8-bit
  *    AdamW, Muon, --fp8 block, a MoE model (mixtral, with the load-balancing loss) and
  *    --async-save, each at W = 1, 2, 3; 2 x 2 HSDP (--replicate 2) at W = 4; --init from a
- *    safetensors export with --sample (the sampled text identical too) at W = 2;
+ *    safetensors export with --sample (the sampled text identical too) and --eval-every 2 (the
+ *    validation losses identical too) at W = 2;
  *  - a checked-device checkpoint (W = 2, step 2) resumed with --device cpu at W = 3 gives the
  *    losses of the same resume from the cpu run's checkpoint, bit for bit, and the cpu W = 3
  *    run's within 1e-4 relative (the runs' equivalence across W); a cpu checkpoint (W = 3)
@@ -66,6 +67,15 @@ static int same_log(const char *a, const char *b, int n, char *why, size_t cap) 
         return 0;
       }
   }
+  double va[2 * STEPS], vb[2 * STEPS]; /* the validation losses, on the steps evaluated */
+  int na = rf_cli_log_field(a, "\"val_loss\":", va, 2 * STEPS),
+      nb = rf_cli_log_field(b, "\"val_loss\":", vb, 2 * STEPS);
+  for (int s = 0; s < na || s < nb; s++)
+    if (na != nb || va[s] != vb[s]) {
+      snprintf(why, cap, "validation losses: %d and %d logged, the %dth %.9g vs %.9g", na, nb, s + 1,
+               s < na ? va[s] : NAN, s < nb ? vb[s] : NAN);
+      return 0;
+    }
   return 1;
 }
 
@@ -217,7 +227,7 @@ int main(void) {
   rc = rf_cli_run(out, sizeof out, "ckpt export %s/adamw-2-cpu/step-%08d --out %s", dir, STEPS, weights);
   RF_CHECK(rc == 0, "export: %s", out);
   char init[512];
-  snprintf(init, sizeof init, "--init %s --sample 24", weights);
+  snprintf(init, sizeof init, "--init %s --sample 24 --eval-every 2 --eval-batches 2", weights);
   check_case(&(struct checked_case){"init", llama, init, 2, 2});
   check_resumes();
   char cmd[128];
