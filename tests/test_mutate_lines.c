@@ -1,4 +1,4 @@
-/* rf-test: timeout=30
+/* rf-test: timeout=120
  * scripts/mutations stays alive: every mutation's line is found exactly once under its
  * folder (scripts/mutate --check), so a change that moves or rewrites a line a mutation
  * names fails here, in make test, instead of silently dropping the planted bug from

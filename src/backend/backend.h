@@ -24,6 +24,7 @@
 
 struct rf_model_kernels; /* model/kernels.h */
 struct rf_optim_hyper;   /* optim/optim.h */
+struct rf_comm;          /* comm/comm.h */
 
 struct rf_backend {
   const char *name; /* as --device spells it */
@@ -40,6 +41,11 @@ struct rf_backend {
   /* How many devices of this kind the process sees (GPU: cudaGetDeviceCount); NULL: one (the host). */
   int (*devices)(void);
   const struct rf_model_kernels *model; /* the model's compute on activations */
+  /* The communicator the runtime's collectives on this device's memory go through, over `comm` (an
+   * MPI communicator, borrowed: it must outlive out), collective over comm; released by
+   * rf_comm_free. NULL: a view of comm (rf_comm_on_device: MPI reaches the bytes; nothing to free).
+   * CUDA: NCCL (src/comm/comm_nccl.c), host memory still on MPI. */
+  void (*comm_open)(struct rf_comm *out, const struct rf_comm *comm, struct rf_device *dev);
   /* AdamW over one piece in device memory on `stream`, bit for bit the host loop (src/optim/adamw.c,
    * the cpu backend's). */
   void (*adamw_piece)(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m, float *v,

@@ -1,9 +1,21 @@
 /* The CUDA backend (make BACKEND=cuda, or cuda-emu on the CPU stand-in): the device of
  * device_cuda.c, the model's kernels of kernels_cuda.cu, AdamW fused in adamw_cuda.cu. */
 #include "backend/backend.h"
+#include "comm/comm_nccl.h"
 #include "device/device_cuda.h"
 #include "model/kernels.h"
 #include "optim/optim.h"
+
+/* NCCL over comm's ranks on dev's GPU; first NCCL_HOSTID per rank where a node has more ranks
+ * than GPUs (rf_comm_nccl_local_device), before any NCCL communicator exists (lanes are made
+ * when first used). Counts where comm counts. */
+static void rf_backend_cuda_comm_open(struct rf_comm *out, const struct rf_comm *comm,
+                                      struct rf_device *dev) {
+  (void)rf_comm_nccl_local_device(comm);
+  rf_comm_nccl_init(out, comm, dev);
+  out->counters = comm->counters;
+  out->across_groups = comm->across_groups;
+}
 
 const struct rf_backend rf_backend_cuda = {
     .name = "cuda",
@@ -12,4 +24,5 @@ const struct rf_backend rf_backend_cuda = {
     .devices = rf_device_cuda_count,
     .model = &rf_model_kernels_cuda,
     .adamw_piece = rf_optim_adamw_cuda_piece,
+    .comm_open = rf_backend_cuda_comm_open,
 };

@@ -251,9 +251,7 @@ const char *rf_device_cuda_unavailable(void) {
              rc != cudaSuccess ? cudaGetErrorString(rc) : "none visible");
     return why;
   }
-  return "training on the GPU is not wired yet: the device, comm and GEMM tables are, the runtime's step and "
-         "the "
-         "model are not (docs/gpu.md)";
+  return NULL;
 }
 
 int rf_device_cuda_count(void) {

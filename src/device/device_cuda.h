@@ -65,8 +65,8 @@ cudaError_t rf_cuda_fp8_quantize(const float *x, int64_t rows, int64_t cols, int
 /* The GPUs this process sees (cudaGetDeviceCount; 0 when the runtime has none). */
 int rf_device_cuda_count(void);
 void rf_device_cuda_init(struct rf_device *dev, int ordinal, struct rf_counters *counters);
-/* Why this program cannot train on a CUDA device ("no CUDA device", or what is not wired yet);
- * NULL when it can. Static storage (the backend's `unavailable`, src/backend). */
+/* Why this program cannot train on a CUDA device ("no CUDA device"); NULL when it can. Static storage (the
+ * backend's `unavailable`, src/backend). */
 const char *rf_device_cuda_unavailable(void);
 /* What the device did that a step must not do: cudaMalloc and cudaMallocHost calls
  * (its own scratch included) and host waits (see device_cuda.c), since init. */

@@ -84,8 +84,13 @@ int rf_fsdp_create_on(struct rf_fsdp **out, struct rf_comm_mesh *mesh, const str
   rf_device_event_create(f->device, &f->mark);
   f->mesh.shard.counters = &f->counters;
   f->mesh.replicate.counters = &f->counters;
-  rf_comm_on_device(&f->dmesh.shard, &f->mesh.shard, f->device);
-  rf_comm_on_device(&f->dmesh.replicate, &f->mesh.replicate, f->device);
+  if (backend->comm_open) { /* its own communicators (NCCL) */
+    backend->comm_open(&f->dmesh.shard, &f->mesh.shard, f->device);
+    backend->comm_open(&f->dmesh.replicate, &f->mesh.replicate, f->device);
+  } else {
+    rf_comm_on_device(&f->dmesh.shard, &f->mesh.shard, f->device);
+    rf_comm_on_device(&f->dmesh.replicate, &f->mesh.replicate, f->device);
+  }
   f->at_create = rf_fsdp_counters_now(f);
   *out = f;
   return 0;
@@ -148,6 +153,10 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->pslot_unit);
   free(f->gslot_unit);
   rf_arena_free(&f->arena);
+  if (f->device->backend->comm_open) { /* owned (NCCL): finalized before the device goes */
+    rf_comm_free(&f->dmesh.shard);
+    rf_comm_free(&f->dmesh.replicate);
+  }
   rf_device_event_free(f->device, &f->mark);
   for (int s = 0; s < RF_FSDP_STREAM_COUNT; s++) rf_device_stream_free(f->device, f->stream[s]);
   rf_device_free(f->device);

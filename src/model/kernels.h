@@ -133,6 +133,8 @@ struct rf_model_kernels {
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
+/* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model. */
+const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k, const struct rf_model_config *cfg);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */
 extern const struct rf_model_kernels rf_model_kernels_host;

@@ -30,6 +30,7 @@
  * (rf_die) naming the kernel. scripts/cuda-emu runs these kernels on the CPU
  * (tests/gpu/emu), as far as an emulation can check them. */
 #include "model/kernels_cuda.cuh"
+#include "model/linear_cuda.h"
 
 /* ---- column sums: out[j] += sum over rows of a[r, j] (* b[r, j] * c[r]) ---- */
 
@@ -232,6 +233,23 @@ static void cuda_rope_apply(float *x, int batch, int seq, int n_heads, int hd, c
   rope_kernel<<<kc_blocks((size_t)rows * n_heads * (hd / 2)), RF_KC_THREADS, 0, kc_stream(stream)>>>(
       x, rows, seq, n_heads, hd, cos_t, sin_t, inverse ? -1.0f : 1.0f);
   RF_CUDA_LAUNCHED("rope");
+}
+
+/* ---- RMSNorm applied again (the backward's recomputed normalized input) ---- */
+
+/* out = x * rstd[row] * w, multiplied in the host's order (rf_model_rmsnorm_apply): the same bits. */
+__global__ void rmsnorm_apply_kernel(float *out, const float *x, const float *rstd, const float *w, size_t n,
+                                     int dim) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = __fmul_rn(__fmul_rn(x[i], rstd[i / (size_t)dim]), w[i % (size_t)dim]);
+}
+
+static void cuda_rmsnorm_apply(float *out, const float *x, const float *rstd, const float *w, int n_rows,
+                               int dim, struct rf_device_stream *stream) {
+  size_t n = (size_t)n_rows * (size_t)dim;
+  if (n == 0) return;
+  rmsnorm_apply_kernel<<<kc_blocks(n), RF_KC_THREADS, 0, kc_stream(stream)>>>(out, x, rstd, w, n, dim);
+  RF_CUDA_LAUNCHED("rmsnorm apply");
 }
 
 /* ---- SwiGLU ---- */
@@ -481,12 +499,12 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     cuda_cross_entropy_backward,
     cuda_router_forward,
     cuda_router_backward,
-    /* not on the device yet (a workspace refuses the table, naming the first): linear_forward,
-     * linear_backward, rmsnorm_apply, moe_stats, moe_group, moe_combine,
-     * moe_combine_weights_backward, moe_scatter, moe_gather */
-    NULL,
-    NULL,
-    NULL,
+    rf_model_cuda_linear_forward, /* linear_cuda.c: cuBLASLt */
+    rf_model_cuda_linear_backward,
+    cuda_rmsnorm_apply,
+    /* not on the device yet (a workspace refuses the table, naming the first): moe_stats,
+     * moe_group, moe_combine, moe_combine_weights_backward, moe_scatter, moe_gather
+     * (moe_cuda.cu has the kernels; not wired) */
     NULL,
     NULL,
     NULL,

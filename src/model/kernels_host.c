@@ -208,7 +208,8 @@ static void host_moe_gather(float *dxn, const float *dyg, const int32_t *pos, in
   rf_model_moe_gather(dxn, dyg, pos, n, k, hidden);
 }
 
-const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
+/* The first entry k lacks; the router's and the MoE layer's only when moe. */
+static const char *missing_entry(const struct rf_model_kernels *k, int moe) {
 #define RF_KERNEL_ENTRY(e) \
   { #e, (const void *)k->e }
   const struct {
@@ -240,9 +241,18 @@ const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
                  RF_KERNEL_ENTRY(moe_scatter),
                  RF_KERNEL_ENTRY(moe_gather)};
 #undef RF_KERNEL_ENTRY
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
-    if (!entries[i].fn) return entries[i].name;
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+    int moe_only = strncmp(entries[i].name, "moe_", 4) == 0 || strncmp(entries[i].name, "router_", 7) == 0;
+    if (!entries[i].fn && (moe || !moe_only)) return entries[i].name;
+  }
   return NULL;
+}
+
+const char *rf_model_kernels_missing(const struct rf_model_kernels *k) { return missing_entry(k, 1); }
+
+const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
+                                         const struct rf_model_config *cfg) {
+  return missing_entry(k, rf_model_config_is_moe(cfg));
 }
 
 const struct rf_model_kernels rf_model_kernels_host = {

@@ -175,7 +175,7 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   ws->dev = dev;
   ws->stream = stream;
   ws->kern = dev->backend->model; /* the compute on activations comes with the device's backend */
-  const char *missing = rf_model_kernels_missing(ws->kern);
+  const char *missing = rf_model_kernels_missing_for(ws->kern, cfg);
   RF_REQUIRE(!missing, "device %s: the model's %s (kernel table %s: no %s) are not on this device yet",
              dev->ops->name, rf_model_kernels_what(missing), ws->kern->name, missing);
   RF_REQUIRE(dev->ops->host_memory || !ws->kern->host_memory,
@@ -311,10 +311,15 @@ size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int s
   return (2 * act + weight) * sizeof(uint16_t) + (2 * tiles + work) * sizeof(float);
 }
 
-void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
+int rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
+  /* the FP8 products are host code (ops.c on e4m3 codes): a device that runs host code only */
+  RF_REQUIRE(
+      rf_device_runs_host_code(ws->dev),
+      "--fp8 block: the FP8 linear layers are not on device %s yet (--device cpu or checked runs them)",
+      ws->dev->ops->name);
   struct rf_model_fp8_stage *q = &ws->stage.fp8;
   q->pow2 = pow2;
-  if (q->work) return;
+  if (q->work) return 0;
   size_t act = 0, weight = 0, tiles = 0, work = 0;
   fp8_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight, &tiles, &work);
   q->a = ws_halves(ws, act);
@@ -323,6 +328,7 @@ void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
   q->sa = ws_floats(ws, tiles);
   q->sb = ws_floats(ws, tiles);
   q->work = ws_floats(ws, work);
+  return 0;
 }
 
 void rf_model_ws_free(struct rf_model_ws *ws) {

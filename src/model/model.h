@@ -474,7 +474,7 @@ size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, i
 /* FP8 block mode: allocates the linear layers' FP8 staging (counted in ws->bytes),
  * used by the linears whose weight comes as codes; pow2: power-of-two scales for
  * the activations and output gradients too. Call at set-up. */
-void rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2);
+int rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2); /* -1: a device without the FP8 products (CUDA) */
 /* The bytes rf_model_ws_set_fp8 adds for a workspace of batch x seq. */
 size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int seq);
 /* Uses the first b sequences of t tokens of the capacity (e.g. a growing prefix

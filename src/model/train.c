@@ -61,8 +61,8 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   RF_TRY(
       rf_model_ws_init_on(&m->gen_ws, m->fsdp->device, m->fsdp->stream[RF_FSDP_STREAM_COMPUTE], cfg, 1, seq));
   if (opt->fp8) {
-    rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2);
-    rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2);
+    RF_TRY(rf_model_ws_set_fp8(&m->ws, opt->fp8_pow2));
+    RF_TRY(rf_model_ws_set_fp8(&m->gen_ws, opt->fp8_pow2));
   }
   /* MPI advances the prefetches only inside MPI calls: poll after every matmul */
   m->ws.stage.progress = m->gen_ws.stage.progress = rf_train_model_poll;

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "device/device_cuda.h"
 #include "gpu/gpu_timing.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -43,6 +44,7 @@
 /* Every launch names a stream (the CUDA tables refuse NULL): one blocking stream, so that
  * the cudaMemcpy reads on the legacy stream wait for its kernels. */
 static struct rf_device_stream ks_stream;
+static struct rf_device ks_device; /* the stream's device: the linear layers cast through its table */
 #define KS (&ks_stream)
 
 #define U (1.0 / 16777216.0) /* 2^-24 */
@@ -154,6 +156,79 @@ static struct scratch scratch_make(const struct rf_model_config *c, int batch, i
 static void scratch_free(struct scratch *s) {
   free(s->h);
   CK(cudaFree(s->d));
+}
+
+/* ---- linear layers (linear_cuda.c: cuBLASLt) and RMSNorm applied again ---- */
+
+/* host and device stages of one compute dtype for products up to [rows, wide] and weights
+ * [out, in] */
+struct stages {
+  struct rf_model_stage h, d;
+};
+static struct stages stages_make(enum rf_dtype compute, size_t rows, size_t wide, size_t out, size_t in) {
+  struct stages s = {{.compute = compute}, {.compute = compute}};
+  size_t act = rows * wide, wt = out * in, band = (size_t)RF_MODEL_STAGE_ROWS * in;
+  s.h.act = rf_xmalloc(act * 2), s.h.act2 = rf_xmalloc(act * 2), s.h.wbf16 = rf_xmalloc(wt * 2);
+  s.h.wf32 = rf_xmalloc(band * 4);
+  s.d.act = dalloc(act * 2), s.d.act2 = dalloc(act * 2), s.d.wbf16 = dalloc(wt * 2);
+  s.d.wf32 = dalloc(band * 4);
+  return s;
+}
+static void stages_free(struct stages *s) {
+  free(s->h.act), free(s->h.act2), free(s->h.wbf16), free(s->h.wf32);
+  CK(cudaFree(s->d.act)), CK(cudaFree(s->d.act2)), CK(cudaFree(s->d.wbf16)), CK(cudaFree(s->d.wf32));
+}
+
+/* y = x W^T + beta y, dx = dy W + beta dx, dw += dy^T x, on [n, in] x [out, in], as the host's
+ * linear ops: f32 weights in f32 compute, f32 weights in bf16 compute (rounded into the
+ * stage), bf16 weights in f32 compute (widened 256 rows at a time: out > 256 crosses a band).
+ * cuBLASLt sums in another order than oneDNN: within k * 4 u of max |ref| (k the summed
+ * length; both sides use the same bf16-rounded operands). */
+static void test_linear(int n, int in, int out, enum rf_dtype compute, int bf16_weight, float beta) {
+  size_t nx = (size_t)n * in, ny = (size_t)n * out, nw = (size_t)out * in;
+  float *x = rand_buf(nx, 1.0f), *w = rand_buf(nw, 0.5f), *y = rand_buf(ny, 1.0f), *dy = rand_buf(ny, 1.0f);
+  float *dx = rand_buf(nx, 1.0f), *dw = rand_buf(nw, 1.0f);
+  uint16_t *wb = rf_xmalloc(nw * 2);
+  for (size_t i = 0; i < nw; i++) wb[i] = rf_bf16_from_f32(w[i]);
+  float *d_x = dput(x, nx * 4), *d_w = dput(w, nw * 4), *d_y = dput(y, ny * 4), *d_dy = dput(dy, ny * 4);
+  float *d_dx = dput(dx, nx * 4), *d_dw = dput(dw, nw * 4);
+  uint16_t *d_wb = dput(wb, nw * 2);
+  struct rf_model_weight hw = {0}, dwt = {0};
+  if (bf16_weight)
+    hw.bf16 = wb, dwt.bf16 = d_wb;
+  else
+    hw.f32 = w, dwt.f32 = d_w;
+  size_t wide = (size_t)(in > out ? in : out);
+  struct stages st = stages_make(compute, (size_t)n, wide, (size_t)out, (size_t)in);
+  char what[128];
+  const char *form = bf16_weight ? "bf16 weight" : compute == RF_DTYPE_BF16 ? "bf16 compute" : "f32";
+  H->linear_forward(y, x, &hw, n, in, out, beta, &st.h, KS);
+  D->linear_forward(d_y, d_x, &dwt, n, in, out, beta, &st.d, KS);
+  snprintf(what, sizeof what, "linear forward %dx%dx%d %s beta %g", n, in, out, form, (double)beta);
+  check_rel(what, d_y, y, ny, 4.0 * in);
+  H->linear_backward(dx, dw, dy, x, &hw, n, in, out, beta, &st.h, KS);
+  D->linear_backward(d_dx, d_dw, d_dy, d_x, &dwt, n, in, out, beta, &st.d, KS);
+  snprintf(what, sizeof what, "linear backward dx %s", form);
+  check_rel(what, d_dx, dx, nx, 4.0 * out);
+  snprintf(what, sizeof what, "linear backward dw (adds) %s", form);
+  check_rel(what, d_dw, dw, nw, 4.0 * n);
+  stages_free(&st);
+  free(x), free(w), free(y), free(dy), free(dx), free(dw), free(wb);
+  CK(cudaFree(d_x)), CK(cudaFree(d_w)), CK(cudaFree(d_y)), CK(cudaFree(d_dy)), CK(cudaFree(d_dx)),
+      CK(cudaFree(d_dw)), CK(cudaFree(d_wb));
+}
+
+static void test_rmsnorm_apply(int rows, int dim) {
+  size_t n = (size_t)rows * dim;
+  float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *rstd = rand_buf(rows, 1.0f);
+  float *out = rf_xmalloc(n * 4);
+  float *d_x = dput(x, n * 4), *d_w = dput(w, (size_t)dim * 4), *d_r = dput(rstd, (size_t)rows * 4);
+  float *d_out = dnan(n);
+  H->rmsnorm_apply(out, x, rstd, w, rows, dim, KS);
+  D->rmsnorm_apply(d_out, d_x, d_r, d_w, rows, dim, KS);
+  check_bits("rmsnorm apply (the backward's recomputation)", d_out, out, n);
+  free(x), free(w), free(rstd), free(out);
+  CK(cudaFree(d_x)), CK(cudaFree(d_w)), CK(cudaFree(d_r)), CK(cudaFree(d_out));
 }
 
 /* ---- elementwise and row ops ---- */
@@ -571,6 +646,8 @@ int main(void) {
   cudaStream_t ks;
   CK(cudaStreamCreate(&ks));
   ks_stream.handle = ks;
+  rf_device_cuda_init(&ks_device, 0, NULL);
+  ks_stream.dev = &ks_device;
   printf("test_kernels_cuda on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
          prop.multiProcessorCount);
   RF_CHECK(strcmp(D->name, "cuda") == 0 && D->host_memory == 0, "the CUDA table names itself");
@@ -601,6 +678,11 @@ int main(void) {
   test_attention(1, 65, 2, 2, 32);
   test_attention(1, 70, 2, 1, 256);
   test_adamw();
+  test_rmsnorm_apply(37, 300);
+  test_linear(37, 64, 300, RF_DTYPE_F32, 0, 0.0f);
+  test_linear(37, 64, 300, RF_DTYPE_F32, 0, 1.0f);
+  test_linear(40, 96, 272, RF_DTYPE_BF16, 0, 1.0f);
+  test_linear(24, 48, 300, RF_DTYPE_F32, 1, 0.0f);
   if (rf_test_failures == 0 && !emu) timing_table(prop.name);
   return rf_test_finish("test_kernels_cuda");
 }
