@@ -5,6 +5,7 @@
 
 #include <ftw.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -335,4 +336,17 @@ double rf_cli_worst_absolute(const double *got, const double *ref, int n, int *m
       worst = fabs(got[i] - ref[i]);
   }
   return worst;
+}
+
+void rf_cli_build_dir(char *out, size_t size) {
+  char self[4096], real[PATH_MAX], cwd[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  RF_ASSERT(n > 0);
+  self[n] = 0;
+  *strrchr(self, '/') = 0; /* BUILD/tests */
+  *strrchr(self, '/') = 0; /* BUILD */
+  RF_ASSERT(realpath(self, real) && getcwd(cwd, sizeof cwd));
+  size_t c = strlen(cwd);
+  const char *rel = strncmp(real, cwd, c) == 0 && real[c] == '/' ? real + c + 1 : real;
+  snprintf(out, size, "%s", rel);
 }

@@ -59,6 +59,11 @@ double rf_cli_last_seconds(void);
 
 /* The path of the rfsdp binary (static storage). */
 const char *rf_cli_binary(void);
+/* The build folder of the running test (BUILD of BUILD/tests/NAME) as make spells it from the
+ * repository root, the tests' working folder: "build", not "/repo/build/tests/..". A `make
+ * BUILD=...` run by a test then writes the same dependency (.d) targets as `make all`, whose header
+ * dependencies a spelling of its own would hide (an object left stale after a header change). */
+void rf_cli_build_dir(char *out, size_t size);
 
 /* Writes the tiny llama config the CLI tests train to `path` (26240 parameters: embedding
  * 256x32, 2 layers, final norm, head 256x32); aborts when it cannot. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "rf_cli.h"
 #include "rf_test.h"
 
 static char dir[64] = "/tmp/rf_test_example.XXXXXX";
@@ -76,11 +77,8 @@ static void check_optim(const char *bin, const char *optim) {
 
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
-  char self[4096], build[4096], out[16384], path[4400], bin[4400];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  RF_ASSERT(n > 0);
-  self[n] = 0;
-  snprintf(build, sizeof build, "%s/..", dirname(self)); /* BUILD/tests/.. */
+  char build[4096], out[16384], path[4400], bin[4400];
+  rf_cli_build_dir(build, sizeof build); /* "build": the .d targets make all writes */
   int rc = run(out, sizeof out,
                "env -u MAKEFLAGS -u MAKELEVEL make -s --no-print-directory install BUILD=%s PREFIX=%s", build,
                dir);

@@ -57,11 +57,8 @@ static void check_files(const char *a, const char *b, int world, const char *wha
 int main(void) {
   RF_ASSERT(mkdtemp(dir));
   static char out[32768];
-  char self[4096], build[4096], bin[4400], model[256], data[256], text[256];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  RF_ASSERT(n > 0);
-  self[n] = 0;
-  snprintf(build, sizeof build, "%s/..", dirname(self)); /* BUILD/tests/.. */
+  char build[4096], bin[4400], model[256], data[256], text[256];
+  rf_cli_build_dir(build, sizeof build); /* "build": the .d targets make all writes */
   int rc = rf_cli_sh(out, sizeof out,
                      "env -u MAKEFLAGS -u MAKELEVEL make -s --no-print-directory install BUILD=%s PREFIX=%s",
                      build, dir);
