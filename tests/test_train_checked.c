@@ -12,6 +12,11 @@
  *    losses of the same resume from the cpu run's checkpoint, bit for bit, and the cpu W = 3
  *    run's within 1e-4 relative (the runs' equivalence across W); a cpu checkpoint (W = 3)
  *    resumed on the checked device at W = 2 gives the cpu resume's losses and final checkpoint.
+ *  - the host waits for the device (the log's "host_syncs": copies to the host, the norm, stream
+ *    and event synchronizations, counted by the device table) the same number of times in each
+ *    step on both devices: the checked device's streams run late, so a wait the cpu run does
+ *    not count would be a wait the GPU makes that nothing measures (not with --async-save: the
+ *    writer thread's copies count in whichever step is running when they happen, or after the last).
  * A host read of device memory in any of these faults (SIGSEGV: the run fails), a missing event
  * wait reads stale bytes (the files or losses differ): scripts/mutations plants both. */
 #include <math.h>
@@ -134,8 +139,20 @@ static void check_case(const struct checked_case *c) {
   for (int step = 2; step <= STEPS; step += 2)
     RF_CHECK(same_checkpoint(a, b, step, c->writers, why, sizeof why), "%s at W=%d: %s", c->name, c->world,
              why);
-  printf("%s at W=%d: %d steps, losses, norms and checkpoints identical on the checked device\n", c->name,
-         c->world, STEPS);
+  double sa[2 * STEPS], sb[2 * STEPS];
+  snprintf(a, sizeof a, "%s/%s-checked.jsonl", dir, c->name);
+  snprintf(b, sizeof b, "%s/%s-cpu.jsonl", dir, c->name);
+  int na = rf_cli_log_field(a, "\"host_syncs\":", sa, 2 * STEPS),
+      nb = rf_cli_log_field(b, "\"host_syncs\":", sb, 2 * STEPS);
+  int same = na == STEPS && nb == STEPS;
+  /* --async-save: the writer thread's copies count in whichever step is running, or after the last */
+  for (int s = 0; same && !strstr(c->args, "--async-save") && s < STEPS; s++) same = sa[s] == sb[s];
+  RF_CHECK(same, "%s at W=%d: host waits per step differ (checked %d steps, cpu %d; step 1: %g, %g)", c->name,
+           c->world, na, nb, sa[0], sb[0]);
+  printf(
+      "%s at W=%d: %d steps, losses, norms and checkpoints identical on the checked device; host waits per "
+      "step %g %g %g %g on both\n",
+      c->name, c->world, STEPS, sa[0], sa[1], sa[2], sa[3]);
 }
 
 /* Resumes SERIES/step-2 at W with DEVICE for steps 3..4 (log and series NAME). */

@@ -155,6 +155,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
       .own_shard_bytes = d->bytes_own_shard,
       .padding_bytes = d->bytes_padding,
       .allocs = d->allocations,
+      .host_syncs = d->host_syncs,
       .skipped = skipped,
   };
   if (s->rank != 0) return 0;

@@ -51,16 +51,18 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
   rf_train_json_number(f, "mfu", rec->mfu);
   fprintf(f, ",\"mfu_peak\":\"onednn-%s\"", rec->mfu_dtype);
   rf_train_json_number(f, "rss_mb", rec->rss_mb);
-  fprintf(f,
-          ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"alltoall_bytes\":%llu,\"intra_bytes\":%llu,"
-          "\"inter_bytes\":%llu,"
-          "\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
-          "\"own_shard_bytes\":%llu,\"padding_bytes\":%llu,\"allocs\":%llu,\"skipped\":%d",
-          (unsigned long long)rec->gather_bytes, (unsigned long long)rec->reduce_bytes,
-          (unsigned long long)rec->alltoall_bytes, (unsigned long long)rec->intra_bytes,
-          (unsigned long long)rec->inter_bytes, (unsigned long long)rec->copy_bytes,
-          (unsigned long long)rec->cast_bytes, (unsigned long long)rec->own_shard_bytes,
-          (unsigned long long)rec->padding_bytes, (unsigned long long)rec->allocs, rec->skipped);
+  fprintf(
+      f,
+      ",\"gather_bytes\":%llu,\"reduce_bytes\":%llu,\"alltoall_bytes\":%llu,\"intra_bytes\":%llu,"
+      "\"inter_bytes\":%llu,"
+      "\"copy_bytes\":%llu,\"cast_bytes\":%llu,"
+      "\"own_shard_bytes\":%llu,\"padding_bytes\":%llu,\"allocs\":%llu,\"host_syncs\":%llu,\"skipped\":%d",
+      (unsigned long long)rec->gather_bytes, (unsigned long long)rec->reduce_bytes,
+      (unsigned long long)rec->alltoall_bytes, (unsigned long long)rec->intra_bytes,
+      (unsigned long long)rec->inter_bytes, (unsigned long long)rec->copy_bytes,
+      (unsigned long long)rec->cast_bytes, (unsigned long long)rec->own_shard_bytes,
+      (unsigned long long)rec->padding_bytes, (unsigned long long)rec->allocs,
+      (unsigned long long)rec->host_syncs, rec->skipped);
   if (!isnan(rec->val_loss)) rf_train_json_number(f, "val_loss", rec->val_loss);
   fputs("}\n", f);
   RF_REQUIRE(fflush(f) == 0 && !ferror(f), "--log %s: cannot write step %d: %s", log->path, rec->step,

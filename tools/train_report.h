@@ -18,6 +18,7 @@ struct rf_train_record {
                   * time other jobs held the cores, on a shared machine */
   uint64_t gather_bytes, reduce_bytes, alltoall_bytes, intra_bytes, inter_bytes, copy_bytes, cast_bytes,
       own_shard_bytes, padding_bytes, allocs;
+  uint64_t host_syncs;   /* times the host waited for the device in the step (rf_counters.host_syncs) */
   int skipped;           /* 1 when the step was skipped (non-finite gradients on some rank) */
   const char *mfu_dtype; /* mfu is against the oneDNN GEMM peak of this dtype (borrowed) */
 };
