@@ -38,6 +38,24 @@ struct rf_gemm_desc {
   float beta; /* 0: C is only written (its old contents may be anything, NaN included) */
 };
 
+/* C [m, n] = op(A) op(B) + beta C with A and B stored whole (lda = ta ? m : k, ldb = tb ? k : n),
+ * C's rows ldc apart, alpha 1: the linear layers' products (src/model, host and CUDA). */
+static inline struct rf_gemm_desc rf_gemm_desc_whole(enum rf_dtype dtype, int ta, int tb, int m, int n, int k,
+                                                     float beta, int ldc) {
+  struct rf_gemm_desc d = {.m = m,
+                           .n = n,
+                           .k = k,
+                           .trans_a = ta,
+                           .trans_b = tb,
+                           .lda = ta ? m : k,
+                           .ldb = tb ? k : n,
+                           .ldc = ldc,
+                           .dtype = dtype,
+                           .alpha = 1.0f,
+                           .beta = beta};
+  return d;
+}
+
 /* The product described by d (a, b: f32 or uint16_t bf16 as d->dtype says). Dies
  * on a bad description (sizes, leading dimensions, dtype) or a oneDNN failure. */
 void rf_gemm_run(const struct rf_gemm_desc *d, const void *a, const void *b, float *c);

@@ -26,17 +26,7 @@ static struct rf_gemm_cuda *linear_ctx(const struct rf_device_stream *stream) {
 /* c [m, n] = op(a) op(b) + beta c, row-major, as ops.c's lin_gemm. */
 static void lin_gemm(struct rf_device_stream *stream, enum rf_dtype dt, int ta, int tb, int m, int n, int k,
                      const void *a, const void *b, float beta, float *c, int ldc) {
-  struct rf_gemm_desc d = {.m = m,
-                           .n = n,
-                           .k = k,
-                           .trans_a = ta,
-                           .trans_b = tb,
-                           .lda = ta ? m : k,
-                           .ldb = tb ? k : n,
-                           .ldc = ldc,
-                           .dtype = dt,
-                           .alpha = 1.0f,
-                           .beta = beta};
+  struct rf_gemm_desc d = rf_gemm_desc_whole(dt, ta, tb, m, n, k, beta, ldc);
   rf_gemm_cuda_run(linear_ctx(stream), &d, a, b, c, RF_DTYPE_F32, rf_device_cuda_stream(stream->dev, stream));
 }
 

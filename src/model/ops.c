@@ -399,17 +399,7 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t n) {
 /* C [m, n] = op(A) op(B) + beta C, row-major, dense rows. */
 static void lin_gemm(enum rf_dtype dt, int ta, int tb, int m, int n, int k, const void *a, const void *b,
                      float beta, float *c, int ldc) {
-  struct rf_gemm_desc d = {.m = m,
-                           .n = n,
-                           .k = k,
-                           .trans_a = ta,
-                           .trans_b = tb,
-                           .lda = ta ? m : k,
-                           .ldb = tb ? k : n,
-                           .ldc = ldc,
-                           .dtype = dt,
-                           .alpha = 1.0f,
-                           .beta = beta};
+  struct rf_gemm_desc d = rf_gemm_desc_whole(dt, ta, tb, m, n, k, beta, ldc);
   rf_gemm_run(&d, a, b, c);
 }
 
