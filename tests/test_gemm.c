@@ -82,7 +82,7 @@ static void case_init(struct case_ *c, const struct rf_gemm_desc *d, uint64_t se
       double u = 0x1.0p-24, g = d->k * u / (1.0 - d->k * u);
       c->ref[(size_t)i * d->n + j] = d->alpha * s + prev;
       c->bound[(size_t)i * d->n + j] =
-          (g * fabs(d->alpha) * sa + 2 * u * (fabs(d->alpha * s) + fabs(prev))) * 1.01;
+          (g * fabs((double)d->alpha) * sa + 2 * u * (fabs((double)d->alpha * s) + fabs(prev))) * 1.01;
     }
 }
 
