@@ -5,7 +5,11 @@
  * sentence lists for DIR (a folder allowed in one file only, "(and X in `FILE`
  * only ...)", is allowed there only). A folder of src/ the sentence does not name
  * fails, and so does a planted include that breaks the chain (checked on a line
- * written here). */
+ * written here).
+ * The headers under src/ (.h, .cuh) include each other without a circle (a planted
+ * circle is caught), and no file under src/ includes the umbrella model/model.h (it is
+ * for tests and benches; src/model's files include config.h, desc.h, ops.h,
+ * workspace.h, the pieces they use). */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdlib.h>
@@ -113,6 +117,64 @@ static int check_file(const struct rule *r, const char *path) {
   return bad;
 }
 
+/* The header graph of src/: node i is a header "DIR/NAME" (as #include names it), its
+ * edges the headers it includes. */
+#define MAX_HEADERS 256
+static char hname[MAX_HEADERS][128];
+static int n_headers;
+static unsigned char edge[MAX_HEADERS][MAX_HEADERS];
+
+static int header_id(const char *name) {
+  for (int i = 0; i < n_headers; i++)
+    if (strcmp(hname[i], name) == 0) return i;
+  RF_ASSERT(n_headers < MAX_HEADERS);
+  snprintf(hname[n_headers], sizeof hname[0], "%s", name);
+  return n_headers++;
+}
+
+/* 1 when a circle is reachable from node i (state: 0 unseen, 1 on the path, 2 done);
+ * the circle's nodes are printed. */
+static int circle_from(int i, unsigned char *state) {
+  state[i] = 1;
+  for (int j = 0; j < n_headers; j++) {
+    if (!edge[i][j]) continue;
+    if (state[j] == 1 || (state[j] == 0 && circle_from(j, state))) {
+      printf("  in a circle: %s includes %s\n", hname[i], hname[j]);
+      return 1;
+    }
+  }
+  state[i] = 2;
+  return 0;
+}
+
+static int header_circles(void) {
+  unsigned char state[MAX_HEADERS] = {0};
+  for (int i = 0; i < n_headers; i++)
+    if (state[i] == 0 && circle_from(i, state)) return 1;
+  return 0;
+}
+
+/* Adds the includes of src/DIR/NAME (a header) to the graph; counts includes of the
+ * umbrella model/model.h by any file of src/ but the umbrella itself. */
+static int read_includes(const char *dir, const char *name, int is_header) {
+  char path[700], line[1024], inc[128];
+  snprintf(path, sizeof path, "src/%s/%s", dir, name);
+  FILE *f = rf_test_fopen(path, "r");
+  char self[300];
+  snprintf(self, sizeof self, "%s/%s", dir, name);
+  int from = is_header ? header_id(self) : -1, umbrella = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, " #include \"%127[^\"]\"", inc) != 1 || !strchr(inc, '/')) continue;
+    if (strcmp(inc, "model/model.h") == 0 && strcmp(self, "model/model.h") != 0) {
+      RF_CHECK(0, "%s includes the umbrella model/model.h (include the pieces it uses)", path);
+      umbrella++;
+    }
+    if (from >= 0) edge[from][header_id(inc)] = 1;
+  }
+  fclose(f);
+  return umbrella;
+}
+
 int main(void) {
   char *doc = NULL;
   size_t bytes = 0;
@@ -139,7 +201,7 @@ int main(void) {
   DIR *src = opendir("src");
   RF_ASSERT(src);
   struct dirent *e;
-  int files = 0, bad = 0;
+  int files = 0, bad = 0, umbrella = 0;
   while ((e = readdir(src))) {
     if (e->d_name[0] == '.') continue;
     char dir[300];
@@ -156,6 +218,11 @@ int main(void) {
     struct dirent *g;
     while ((g = readdir(d))) {
       size_t len = strlen(g->d_name);
+      int header = (len > 2 && strcmp(g->d_name + len - 2, ".h") == 0) ||
+                   (len > 4 && strcmp(g->d_name + len - 4, ".cuh") == 0);
+      if (header || (len > 3 && strcmp(g->d_name + len - 3, ".cu") == 0) ||
+          (len > 2 && strcmp(g->d_name + len - 2, ".c") == 0))
+        umbrella += read_includes(e->d_name, g->d_name, header);
       if (len < 3 || (strcmp(g->d_name + len - 2, ".c") != 0 && strcmp(g->d_name + len - 2, ".h") != 0))
         continue;
       char path[700];
@@ -166,7 +233,18 @@ int main(void) {
     closedir(d);
   }
   closedir(src);
-  printf("%d folders, %d files under src/ checked, %d includes against the chain\n", n_rules, files, bad);
+  int headers = n_headers, circle = header_circles();
+  RF_CHECK(!circle, "the headers under src/ include each other in a circle (printed above)");
+  RF_CHECK(umbrella == 0, "%d file(s) under src/ include model/model.h", umbrella);
+  RF_CHECK(headers > 30, "%d headers in the include graph", headers);
+  /* the check itself catches a planted circle: a.h -> b.h -> c.h -> a.h */
+  int a = header_id("planted/a.h"), b = header_id("planted/b.h"), c = header_id("planted/c.h");
+  edge[a][b] = edge[b][c] = 1;
+  RF_CHECK(!header_circles(), "a chain is not a circle");
+  edge[c][a] = 1;
+  RF_CHECK(header_circles(), "a planted circle of three headers is caught");
+  printf("%d folders, %d files under src/ checked, %d includes against the chain; %d headers, %s\n", n_rules,
+         files, bad, headers, circle ? "a circle" : "no circle");
   RF_CHECK(files > 50, "%d files checked", files);
   free(doc);
   return rf_test_finish("test_layers");

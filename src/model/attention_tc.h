@@ -1,5 +1,5 @@
 /* Causal grouped-query attention on tensor cores (attention_tc.cu, BACKEND=cuda and
- * cuda-emu only): the semantics of rf_model_attention_forward / _backward (model.h:
+ * cuda-emu only): the semantics of rf_model_attention_forward / _backward (ops.h:
  * q [B*T, nh*hd], k and v [B*T, nkv*hd], y like q, lse [B, nh, T], scale 1/sqrt(hd);
  * the backward overwrites dq, dk, dv) with bf16 operands and f32 accumulation:
  * q, k, v and dy are rounded to bf16 (nearest even) as they are loaded, as are the

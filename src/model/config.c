@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "model/model.h"
+#include "model/config.h"
 #include "rfsdp_model.h"
 
 static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "model/model.h"
+#include "model/desc.h"
 #include "rfsdp_types.h"
 
 /* Routed experts a token meets: num_experts_per_tok of every MoE family (gpt_oss

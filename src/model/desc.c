@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "model/model.h"
+#include "model/desc.h"
 
 /* What a tensor is, which sets its initialization, weight decay and Muon. */
 enum rf_model_desc_kind {
@@ -436,4 +436,9 @@ int64_t rf_model_n_matmul_params(const struct rf_model_config *cfg) {
     }
   rf_model_desc_free(&d);
   return n;
+}
+
+double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq) {
+  return 6.0 * (double)rf_model_n_matmul_params(cfg) +
+         6.0 * cfg->num_hidden_layers * cfg->num_attention_heads * cfg->head_dim * (double)(seq + 1);
 }

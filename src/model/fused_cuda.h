@@ -5,7 +5,7 @@
  * rf_bf16_from_f32: round to nearest even, NaN stays NaN). The residual stream, RMSNorm's
  * weights, rstd and the optimizer state stay f32.
  *
- * Semantics are the host ops' of model.h / optim.h / fsdp's grads.c on the bf16 values
+ * Semantics are the host ops' of model/ops.h / optim.h / fsdp's grads.c on the bf16 values
  * widened to f32, with each bf16 output the host's f32 result rounded once;
  * tests/gpu/test_fused_cuda.c checks each against them (tolerances there, in units of
  * bf16's roundoff). Element-wise work (RoPE, SwiGLU, the cross-entropy's gradient,

@@ -13,7 +13,7 @@
  * rf_model_ws: kern, stream, scratch).
  *
  * Semantics. Every entry has the semantics of the host op of the same name in
- * model.h (shapes, layouts, what is overwritten and what is added into), with
+ * ops.h (shapes, layouts, what is overwritten and what is added into), with
  * these differences of form only:
  *   - every pointer is device memory of the table's backend (host_memory 1: the
  *     heap); a struct rf_model_weight or rf_model_stage is read at the call (a table
@@ -45,9 +45,9 @@
 extern "C" {
 #endif
 
-struct rf_model_config;  /* model.h */
-struct rf_model_weight;  /* model.h */
-struct rf_model_stage;   /* model.h */
+struct rf_model_config;  /* config.h */
+struct rf_model_weight;  /* ops.h */
+struct rf_model_stage;   /* ops.h */
 struct rf_device_stream; /* device/device.h (a CUDA backend reads its handle: a cudaStream_t) */
 
 struct rf_model_kernels {

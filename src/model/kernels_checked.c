@@ -14,7 +14,8 @@
 
 #include "core/core.h"
 #include "device/device.h"
-#include "model/model.h"
+#include "model/config.h"
+#include "model/ops.h"
 
 #ifdef _OPENMP
 #include <omp.h>

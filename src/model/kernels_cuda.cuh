@@ -14,7 +14,8 @@ extern "C" {
 #include "core/core.h"
 #include "device/device.h"
 #include "model/kernels.h"
-#include "model/model.h"
+#include "model/config.h"
+#include "model/ops.h"
 }
 #include "model/cuda_common.cuh"
 

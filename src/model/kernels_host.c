@@ -5,7 +5,8 @@
 #include "model/kernels.h"
 
 #include "core/core.h"
-#include "model/model.h"
+#include "model/config.h"
+#include "model/ops.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -5,7 +5,7 @@
 
 #include "device/device_cuda.h"
 #include "gemm/gemm_cuda.h"
-#include "model/model.h"
+#include "model/ops.h"
 
 #define RF_LINEAR_CUDA_GPUS 64
 

@@ -6,17 +6,11 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
-#include "model/model.h"
+#include "model/workspace.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-/* ---- cost -------------------------------------------------------------------------------- */
-double rf_model_flops_per_token(const struct rf_model_config *cfg, int seq) {
-  return 6.0 * (double)rf_model_n_matmul_params(cfg) +
-         6.0 * cfg->num_hidden_layers * cfg->num_attention_heads * cfg->head_dim * (double)(seq + 1);
-}
 
 /* ---- workspace --------------------------------------------------------------------------- */
 

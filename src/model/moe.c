@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "model/model.h"
+#include "model/workspace.h"
 
 void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
                              int k, int renorm) {

@@ -7,7 +7,7 @@
 
 #include "core/core.h"
 #include "gemm/gemm.h"
-#include "model/model.h"
+#include "model/ops.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -16,7 +16,7 @@
 #include "core/core.h"
 #include "fsdp/fsdp.h"
 #include "model/cost.h"
-#include "model/model.h"
+#include "model/desc.h"
 #include "plan/plan.h"
 #include "rfsdp_optim.h"
 #include "sim/sim.h"

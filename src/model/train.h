@@ -10,7 +10,8 @@
 
 #include <stdint.h>
 
-#include "model/model.h"
+#include "model/desc.h"
+#include "model/workspace.h"
 #include "rfsdp_model.h"
 
 struct rf_comm_mesh; /* src/comm */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "model/model.h"
+#include "model/desc.h"
 
 /* A positive integer (exact in a double, below 2^40). */
 static int rf_model_units_positive(const cJSON *v, int64_t *out) {

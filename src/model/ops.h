@@ -1,0 +1,158 @@
+/* src/model: the host ops of the decoder (ops.c; the MoE router and token
+ * movement in moe.c): RMSNorm, rotary embedding, causal grouped-query attention,
+ * SwiGLU, the linear layers (src/gemm) with their compute dtype and staging,
+ * cross-entropy, embedding, bias, each forward and backward, on host memory.
+ * The host kernel table (kernels_host.c) wraps them; tests check them against
+ * references. struct rf_model_weight (a tensor's weights as the runtime gives
+ * them) and struct rf_model_stage (how the linear layers multiply) are the
+ * arguments they share with the kernel tables (kernels.h). */
+#ifndef RF_MODEL_OPS_H
+#define RF_MODEL_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rfsdp_types.h" /* enum rf_dtype */
+
+/* One tensor's weights as the runtime gives them: exactly one of f32, bf16 and fp8
+ * is non-NULL (bf16 when parameters are gathered in bf16; fp8: a linear weight's
+ * e4m3 codes [out, in] with one scale per 128x128 tile, row-major over the tiles,
+ * in FP8 block mode). Borrowed. */
+struct rf_model_weight {
+  const float *f32;
+  const uint16_t *bf16;
+  const uint8_t *fp8;
+  const float *fp8_scales;
+};
+
+/* Expert e's slice of a fused expert tensor [E, rows, cols] (src/model/moe.c): its
+ * values, or in FP8 block mode its codes and its own 128x128 tiles' scales, the scales
+ * expert-major as src/dbuffer lays them out after a gather (each expert tiled on its
+ * own: ceil(rows / 128) x ceil(cols / 128) tiles each). Borrowed views into w. */
+struct rf_model_weight rf_model_moe_expert_weight(const struct rf_model_weight *w, int e, int rows, int cols);
+
+/* How the linear layers multiply, and their staging. compute RF_DTYPE_F32: f32
+ * products; bf16 weights are widened into wf32 RF_MODEL_STAGE_ROWS rows at a time.
+ * compute RF_DTYPE_BF16: act and act2 hold the activation and output-gradient
+ * operands rounded to bf16 ([n, max(hidden, inter, heads*hd, vocab)] each), wbf16
+ * an f32 weight rounded to bf16 (gathered bf16 weights are used in place). Buffers
+ * borrowed (the workspace owns them; NULL when the compute dtype does not use them). */
+#define RF_MODEL_STAGE_ROWS 256
+/* FP8 block mode (rf_model_ws_set_fp8): a linear whose weight comes as e4m3 codes
+ * quantizes its activation and output-gradient operands (1 x 128 tiles; 128 x 1
+ * along the tokens for the weight gradient dW = dY^T X, as DeepSeek-V3 does) and
+ * multiplies on codes held as bf16 (rf_gemm_fp8_run). a, b: two operands' codes
+ * as bf16 (rf_fp8_quantize_bf16); w: the weight's codes as bf16; sa, sb:
+ * their scales; work: the product's. Sized at set-up for the largest linear. */
+struct rf_model_fp8_stage {
+  int pow2; /* power-of-two scales */
+  int seq;  /* tokens per sequence: dW's token tiles restart at each (0: one run) */
+  uint16_t *a, *b, *w;
+  float *sa, *sb, *work;
+};
+struct rf_model_stage {
+  enum rf_dtype compute;
+  uint16_t *act, *act2, *wbf16;
+  float *wf32;
+  struct rf_model_fp8_stage fp8; /* allocated by rf_model_ws_set_fp8 (work NULL: not) */
+  /* Called after every linear op's matmuls when set (the trainer drives MPI
+   * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
+  void (*progress)(void *ctx);
+  void *progress_ctx;
+};
+
+/* The router's top-k on logits [n, E]: probs = softmax, the top k by probability
+ * (ties: the lower expert), their weights: the probabilities, renormalized to sum 1
+ * when renorm (mixtral; qwen3_moe's norm_topk_prob). */
+void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
+                             int k, int renorm);
+/* dlogits [n, E] from d(topw) [n, k] and dprobs_extra [E] (added to every row's
+ * d(prob), e.g. the load-balancing loss's; NULL: none). Overwrites dlogits. */
+void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
+                              const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
+                              int renorm);
+/* The MoE layer's token movement (the host ops of the kernel table's moe_ entries; every array in
+ * the layout of struct rf_model_moe_acts):
+ *   stats: count[top[r, j]] += 1, psum[e] += probs[r, e] over the n rows (f64 sums);
+ *   group: the n*k choices grouped by expert (expert e's rows [off[e], off[e+1]), its tokens in
+ *     token order, padded with tok -1 to a multiple of `rows`; pos[r, j] the row of each choice;
+ *     xg [off[E], hidden] the tokens' xn rows, zero rows for padding); dies past cap rows;
+ *   combine: out[r] += sum_j topw[r, j] * ey[pos[r, j]] (choices in rank order);
+ *   combine_weights_backward: dtopw[r, j] = dout[r] . ey[pos[r, j]];
+ *   scatter: dyg[pos[r, j]] = topw[r, j] * dout[r], padding rows (tok < 0, below off[E]) zero;
+ *   gather: dxn[r] += sum_j dyg[pos[r, j]]. */
+void rf_model_moe_stats(double *count, double *psum, const int32_t *top, const float *probs, int n,
+                        int n_experts, int k);
+void rf_model_moe_group(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top,
+                        const float *xn, int n, int n_experts, int k, int hidden, int rows, int cap);
+void rf_model_moe_combine(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                          int hidden);
+void rf_model_moe_combine_weights_backward(float *dtopw, const float *dout, const float *ey,
+                                           const int32_t *pos, int n, int k, int hidden);
+void rf_model_moe_scatter(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                          const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden);
+void rf_model_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden);
+
+/* ---- ops (the pieces above; exposed for tests) -------------------------------------------- */
+
+/* out[n] = x[n] * rstd[n] * w, rstd[n] = 1/sqrt(mean(x[n]^2) + eps); x, out [n_rows, dim]. */
+void rf_model_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n_rows, int dim,
+                              float eps);
+/* dx += d/dx, dw += d/dw, given dout. */
+void rf_model_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+                               const float *w, int n_rows, int dim);
+/* In place on x [batch*seq, n_heads*hd]: HF rotate_half with pairs (i, i + hd/2);
+ * cos/sin [seq, hd/2]. inverse = 1 applies the transpose (the backward). */
+void rf_model_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
+                         const float *sin_t, int inverse);
+/* out [n, dim] = x[n] * rstd[n] * w: rmsnorm_forward's output from its saved 1/rms (the backward
+ * recomputes the normalized activations). */
+void rf_model_rmsnorm_apply(float *out, const float *x, const float *rstd, const float *w, int n_rows,
+                            int dim);
+/* Fills cos/sin [seq, hd/2] with inv_freq_i = theta^(-2i/hd). */
+void rf_model_rope_tables(float *cos_t, float *sin_t, int seq, int hd, double theta);
+/* Causal grouped-query attention. q [B*T, nh*hd], k/v [B*T, nkv*hd] ->
+ * y [B*T, nh*hd] and lse [B, nh, T] (each row's log-sum-exp; the probabilities
+ * are recomputed in the backward). Scale 1/sqrt(hd). Query rows go in blocks of
+ * RF_MODEL_ATT_BLOCK that see keys up to the block's end only. scratch:
+ * [n_scratch, 2, RF_MODEL_ATT_BLOCK, T] (one slice per OpenMP thread). */
+#define RF_MODEL_ATT_BLOCK 64
+void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch);
+/* dq, dk, dv are overwritten (not accumulated). */
+void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
+                                 const float *q, const float *k, const float *v, int batch, int seq, int nh,
+                                 int nkv, int hd, float *scratch, int n_scratch);
+/* The exp() of the softmax and SiLU loops (vectorizable; relative error < 2e-7). */
+float rf_model_expf(float x);
+/* h = silu(gate) * up; backward overwrites dgate, dup. */
+void rf_model_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
+void rf_model_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                              size_t n);
+/* y [n, out] = x [n, in] W^T + beta * y (beta 0 or 1), W [out, in] f32, bf16 or
+ * FP8 codes (then x is quantized per 1 x 128 tile and the product runs on codes;
+ * a non-finite x makes y NaN); st: the compute dtype and staging (NULL: f32
+ * compute with f32 weights). */
+void rf_model_linear_forward(float *y, const float *x, const struct rf_model_weight *w, int n, int in,
+                             int out, float beta, const struct rf_model_stage *st);
+/* dx [n, in] = dy W + beta * dx (beta 0 or 1; skipped when dx is NULL); dw [out, in] += dy^T x
+ * (skipped when dw is NULL). FP8 weights: dy quantized per 1 x 128 tile for dx, dy and
+ * x per 128 x 1 tile (along the n rows) for dw, products on codes. */
+void rf_model_linear_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const struct rf_model_weight *w, int n, int in, int out, float beta,
+                              const struct rf_model_stage *st);
+/* Sum over rows with target >= 0 of lse - logit[target]; lse [n] filled. */
+double rf_model_cross_entropy_forward(float *lse, const float *logits, const int32_t *targets, int n,
+                                      int vocab);
+/* logits -> scale * (softmax - onehot) in place (rows with target < 0 -> 0). */
+void rf_model_cross_entropy_backward(float *logits, const float *lse, const int32_t *targets, int n,
+                                     int vocab, float scale);
+/* out [n, dim] = table rows (f32 or bf16); backward: dtable[tok] += dout row. */
+void rf_model_embedding_forward(float *out, const struct rf_model_weight *table, const int32_t *tokens, int n,
+                                int dim);
+void rf_model_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n, int dim);
+/* y [n, out] += b (every row); backward: db [out] += the column sums of dy. */
+void rf_model_bias_forward(float *y, const float *b, int n, int out);
+void rf_model_bias_backward(float *db, const float *dy, int n, int out);
+
+#endif
