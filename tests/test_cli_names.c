@@ -79,10 +79,10 @@ int main(void) {
            "%d optimizers in the table, shampoo among them", kinds);
 
   int trainable = 0;
-  for (int f = 0; f < RF_MODEL_FAMILY_COUNT; f++) {
-    const char *name = rf_model_family_name((enum rf_model_family)f);
+  for (int f = 0; f < rf_model_family_count(); f++) {
+    const char *name = rf_model_family_name(rf_model_family_at(f));
     RF_CHECK(has_name(plan_model, name), "plan's --model lacks family %s: %s", name, plan_model);
-    int t = rf_model_family_trainable((enum rf_model_family)f);
+    int t = rf_model_family_trainable(rf_model_family_at(f));
     trainable += t;
     RF_CHECK(has_name(train_model, name) == t, "train's --model %s family %s (trainable %d): %s",
              t ? "lacks" : "names the planned-only", name, t, train_model);
@@ -104,6 +104,6 @@ int main(void) {
   closedir(d);
   RF_CHECK(profiles >= 3, "%d profiles in configs/network", profiles);
   printf("%d optimizers, %d families (%d trainable), %d machine profiles: all in the help\n", kinds,
-         RF_MODEL_FAMILY_COUNT, trainable, profiles);
+         rf_model_family_count(), trainable, profiles);
   return rf_test_finish("test_cli_names");
 }

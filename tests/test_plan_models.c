@@ -265,7 +265,7 @@ int main(void) {
   expect_error(
       "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 8, \"intermediate_size\": 8, "
       "\"moe_intermediate_size\": 4, \"n_routed_experts\": 4, \"n_shared_experts\": 1, "
-      "\"num_hidden_layers\": 2}",
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"vocab_size\": 16}",
       "'first_k_dense_replace'");
   expect_error("{\"units\": []}", "'units' must be a non-empty array");
   expect_error("{\"units\": [{\"name\": \"a\", \"tensors\": [{\"name\": \"w\", \"shape\": [4, 0]}]}]}",

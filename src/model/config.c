@@ -1,5 +1,6 @@
 /* The one reader of a Hugging Face config.json, for every model family
- * (llama, qwen2, gpt_oss, deepseek_v3, mixtral, qwen3_moe): the planner's descriptions and the trainable
+ * (families.c): the fields every family shares are read here, then the family's
+ * own (its `read`, in its file); the planner's descriptions and the trainable
  * model both read their configuration here. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -8,28 +9,17 @@
 
 #include "core/core.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "rfsdp_model.h"
-
-static const char *const rf_model_family_names[RF_MODEL_FAMILY_COUNT] = {
-    "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe"};
-
-const char *rf_model_family_name(enum rf_model_family family) {
-  RF_ASSERT(family >= 0 && family < RF_MODEL_FAMILY_COUNT);
-  return rf_model_family_names[family];
-}
-
-int rf_model_family_trainable(enum rf_model_family family) {
-  return family == RF_MODEL_FAMILY_LLAMA || family == RF_MODEL_FAMILY_QWEN2 ||
-         family == RF_MODEL_FAMILY_MIXTRAL || family == RF_MODEL_FAMILY_QWEN3_MOE;
-}
 
 int rf_train_model_families(char *out, size_t size, int trainable, const char *sep) {
   RF_REQUIRE(out && size > 0 && sep, "rf_train_model_families: no buffer or separator");
   size_t at = 0;
   out[0] = 0;
-  for (int f = 0; f < RF_MODEL_FAMILY_COUNT; f++) {
-    if (trainable && !rf_model_family_trainable((enum rf_model_family)f)) continue;
-    int n = snprintf(out + at, size - at, "%s%s", at ? sep : "", rf_model_family_names[f]);
+  for (int f = 0; f < rf_model_family_count(); f++) {
+    const struct rf_model_family *family = rf_model_family_at(f);
+    if (trainable && !family->trainable) continue;
+    int n = snprintf(out + at, size - at, "%s%s", at ? sep : "", family->name);
     RF_REQUIRE(n >= 0 && (size_t)n < size - at, "rf_train_model_families: a buffer of %zu bytes is too small",
                size);
     at += (size_t)n;
@@ -38,7 +28,8 @@ int rf_train_model_families(char *out, size_t size, int trainable, const char *s
 }
 
 int rf_model_config_is_moe(const struct rf_model_config *cfg) {
-  return cfg->family == RF_MODEL_FAMILY_MIXTRAL || cfg->family == RF_MODEL_FAMILY_QWEN3_MOE;
+  return rf_model_config_family(cfg)->trainable &&
+         rf_model_config_family(cfg)->router != RF_MODEL_ROUTER_NONE;
 }
 
 int rf_model_config_moe_layers(const struct rf_model_config *cfg) {
@@ -61,11 +52,11 @@ static int rf_model_config_check_moe(const struct rf_model_config *cfg, const ch
 }
 
 int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
-  if (!rf_model_family_trainable(cfg->family)) {
+  if (!rf_model_family_trainable(rf_model_config_family(cfg))) {
     char names[256];
     RF_TRY(rf_train_model_families(names, sizeof names, 1, ", "));
     RF_FAIL("%s: field 'model_type': only %s models can be trained (%s can be planned)", what, names,
-            rf_model_family_name(cfg->family));
+            rf_model_family_name(rf_model_config_family(cfg)));
   }
   if (rf_model_config_is_moe(cfg)) RF_TRY(rf_model_config_check_moe(cfg, what));
   const struct {
@@ -113,17 +104,10 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
   return 0;
 }
 
-/* A config being read: the JSON object and the file it came from. */
-struct rf_model_config_json {
-  const cJSON *root;
-  const char *path;
-  const char *assumed; /* appended to "missing" messages (a config without model_type) */
-};
-
 /* Integer field `name`, a positive integer below 2^31 (zero too when zero_ok);
  * absent or null: *out = dflt, or an error when dflt < 0. */
-static int rf_model_json_int(const struct rf_model_config_json *j, const char *name, int dflt, int zero_ok,
-                             int *out) {
+int rf_model_json_int(const struct rf_model_config_json *j, const char *name, int dflt, int zero_ok,
+                      int *out) {
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
   if (!it || cJSON_IsNull(it)) {
     RF_REQUIRE(dflt >= 0, "%s: field '%s' is missing%s", j->path, name, j->assumed);
@@ -138,8 +122,8 @@ static int rf_model_json_int(const struct rf_model_config_json *j, const char *n
 }
 
 /* A positive finite number; absent or null: dflt. */
-static int rf_model_json_double(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
-                                double dflt, double *out) {
+int rf_model_json_double(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
+                         double dflt, double *out) {
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
   if (!it || cJSON_IsNull(it)) {
     *out = dflt;
@@ -153,8 +137,7 @@ static int rf_model_json_double(const struct rf_model_config_json *j, const cJSO
 }
 
 /* A finite number >= 0; absent or null: dflt. */
-static int rf_model_json_nonneg(const struct rf_model_config_json *j, const char *name, double dflt,
-                                double *out) {
+int rf_model_json_nonneg(const struct rf_model_config_json *j, const char *name, double dflt, double *out) {
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
   *out = dflt;
   if (!it || cJSON_IsNull(it)) return 0;
@@ -165,7 +148,7 @@ static int rf_model_json_nonneg(const struct rf_model_config_json *j, const char
 }
 
 /* true or false; absent or null: dflt. */
-static int rf_model_json_bool(const struct rf_model_config_json *j, const char *name, int dflt, int *out) {
+int rf_model_json_bool(const struct rf_model_config_json *j, const char *name, int dflt, int *out) {
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(j->root, name);
   if (!it || cJSON_IsNull(it)) {
     *out = dflt;
@@ -177,8 +160,8 @@ static int rf_model_json_bool(const struct rf_model_config_json *j, const char *
 }
 
 /* A string into buf (size RF_MODEL_CONFIG_WORD); absent or null: dflt. */
-static int rf_model_json_word(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
-                              const char *dflt, char *buf) {
+int rf_model_json_word(const struct rf_model_config_json *j, const cJSON *obj, const char *name,
+                       const char *dflt, char *buf) {
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
   const char *s = dflt;
   if (it && !cJSON_IsNull(it)) {
@@ -217,131 +200,8 @@ static int rf_model_config_rope(const struct rf_model_config_json *j, struct rf_
   return rf_model_json_double(j, j->root, "rope_theta", 10000.0, &cfg->rope_theta);
 }
 
-static int rf_model_config_gpt_oss(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  RF_TRY(rf_model_json_int(j, "head_dim", -1, 0, &cfg->head_dim));
-  RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->gpt_oss.num_local_experts));
-  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 0, 1, &cfg->gpt_oss.num_experts_per_tok));
-  return rf_model_json_bool(j, "attention_bias", 1, &cfg->attention_bias);
-}
-
-static int rf_model_config_deepseek_v3(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  struct rf_model_config_deepseek_v3 *d = &cfg->deepseek_v3;
-  RF_TRY(rf_model_json_int(j, "moe_intermediate_size", -1, 0, &d->moe_intermediate_size));
-  RF_TRY(rf_model_json_int(j, "n_routed_experts", -1, 0, &d->n_routed_experts));
-  RF_TRY(rf_model_json_int(j, "n_shared_experts", -1, 0, &d->n_shared_experts));
-  RF_TRY(rf_model_json_int(j, "first_k_dense_replace", -1, 1, &d->first_k_dense_replace));
-  RF_TRY(rf_model_json_int(j, "moe_layer_freq", 1, 0, &d->moe_layer_freq));
-  RF_TRY(rf_model_json_int(j, "q_lora_rank", 0, 0, &d->q_lora_rank)); /* null or absent: no low-rank q */
-  RF_TRY(rf_model_json_int(j, "kv_lora_rank", -1, 0, &d->kv_lora_rank));
-  RF_TRY(rf_model_json_int(j, "qk_nope_head_dim", -1, 0, &d->qk_nope_head_dim));
-  RF_TRY(rf_model_json_int(j, "qk_rope_head_dim", -1, 0, &d->qk_rope_head_dim));
-  RF_TRY(rf_model_json_int(j, "v_head_dim", -1, 0, &d->v_head_dim));
-  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 0, 1, &d->num_experts_per_tok));
-  cfg->head_dim = d->qk_nope_head_dim + d->qk_rope_head_dim;
-  return 0;
-}
-
-/* The llama fields: head_dim defaults to hidden_size / num_attention_heads. */
-static int rf_model_config_llama(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  int dflt =
-      cfg->hidden_size % cfg->num_attention_heads == 0 ? cfg->hidden_size / cfg->num_attention_heads : -1;
-  const cJSON *hd = cJSON_GetObjectItemCaseSensitive(j->root, "head_dim");
-  RF_REQUIRE(dflt > 0 || (hd && !cJSON_IsNull(hd)),
-             "%s: num_attention_heads (%d) does not divide hidden_size (%d) and there is no field 'head_dim'",
-             j->path, cfg->num_attention_heads, cfg->hidden_size);
-  RF_TRY(rf_model_json_int(j, "head_dim", dflt, 0, &cfg->head_dim));
-  RF_TRY(rf_model_json_bool(j, "attention_bias", 0, &cfg->attention_bias));
-  return rf_model_json_bool(j, "mlp_bias", 0, &cfg->mlp_bias);
-}
-
-/* qwen2: the llama fields (head_dim, mlp_bias), q, k, v biases always; sliding-window
- * attention recorded (layer_types other than full_attention, or use_sliding_window). */
-static int rf_model_config_qwen2(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  RF_TRY(rf_model_config_llama(j, cfg));
-  cfg->attention_bias = 1;
-  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j->root, "layer_types");
-  if (lt && !cJSON_IsNull(lt)) {
-    RF_REQUIRE(cJSON_IsArray(lt), "%s: field 'layer_types' must be an array", j->path);
-    for (const cJSON *x = lt->child; x; x = x->next)
-      if (!cJSON_IsString(x) || strcmp(x->valuestring, "full_attention") != 0)
-        cfg->sliding_field = "layer_types";
-    return 0;
-  }
-  int sliding = 0;
-  RF_TRY(rf_model_json_bool(j, "use_sliding_window", 0, &sliding));
-  if (sliding) cfg->sliding_field = "use_sliding_window";
-  return 0;
-}
-
-/* mixtral: the llama fields without biases, the experts and the router; a
- * sliding_window shorter than max_position_embeddings is recorded (not implemented). */
-static int rf_model_config_mixtral(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  RF_TRY(rf_model_config_llama(j, cfg));
-  RF_REQUIRE(!cfg->attention_bias && !cfg->mlp_bias, "%s: field '%s': mixtral has no biases", j->path,
-             cfg->attention_bias ? "attention_bias" : "mlp_bias");
-  RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->moe.num_local_experts));
-  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 2, 0, &cfg->moe.num_experts_per_tok));
-  cfg->moe.experts_field = "num_local_experts";
-  cfg->moe.topk_given = cJSON_GetObjectItemCaseSensitive(j->root, "num_experts_per_tok") != NULL;
-  RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
-  RF_TRY(rf_model_json_nonneg(j, "router_jitter_noise", 0.0, &cfg->moe.router_jitter_noise));
-  RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
-  int window = 0;
-  RF_TRY(rf_model_json_int(j, "sliding_window", 0, 0, &window));
-  if (window > 0 && window < cfg->max_position_embeddings) cfg->sliding_field = "sliding_window";
-  /* what qwen3_moe reads, as mixtral has it: every layer's experts of intermediate_size, renormalized */
-  cfg->moe.moe_intermediate_size = cfg->intermediate_size;
-  cfg->moe.decoder_sparse_step = 1;
-  cfg->moe.norm_topk_prob = 1;
-  return 0;
-}
-
-/* qwen3_moe: the llama fields, q/k norms (always), the experts (num_experts, or
- * num_local_experts as transformers 5 names it), the dense layers. */
-static int rf_model_config_qwen3_moe(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  RF_TRY(rf_model_config_llama(j, cfg));
-  RF_REQUIRE(!cfg->attention_bias && !cfg->mlp_bias,
-             "%s: field '%s': biases in qwen3_moe are not implemented", j->path,
-             cfg->attention_bias ? "attention_bias" : "mlp_bias");
-  int sliding = 0;
-  RF_TRY(rf_model_json_bool(j, "use_sliding_window", 0, &sliding));
-  if (sliding) cfg->sliding_field = "use_sliding_window";
-  /* its own spelling, unless only transformers 5's is there */
-  const char *experts = !cJSON_GetObjectItemCaseSensitive(j->root, "num_experts") &&
-                                cJSON_GetObjectItemCaseSensitive(j->root, "num_local_experts")
-                            ? "num_local_experts"
-                            : "num_experts";
-  RF_TRY(rf_model_json_int(j, experts, -1, 0, &cfg->moe.num_local_experts));
-  RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 8, 0, &cfg->moe.num_experts_per_tok));
-  cfg->moe.experts_field = experts;
-  cfg->moe.topk_given = cJSON_GetObjectItemCaseSensitive(j->root, "num_experts_per_tok") != NULL;
-  RF_TRY(rf_model_json_int(j, "moe_intermediate_size", -1, 0, &cfg->moe.moe_intermediate_size));
-  RF_TRY(rf_model_json_int(j, "decoder_sparse_step", 1, 0, &cfg->moe.decoder_sparse_step));
-  RF_TRY(rf_model_json_bool(j, "norm_topk_prob", 0, &cfg->moe.norm_topk_prob));
-  RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
-  RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
-  const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j->root, "mlp_only_layers");
-  if (dense && !cJSON_IsNull(dense)) {
-    RF_REQUIRE(cJSON_IsArray(dense), "%s: field 'mlp_only_layers' must be an array of layer numbers",
-               j->path);
-    for (const cJSON *x = dense->child; x; x = x->next) {
-      RF_REQUIRE(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < cfg->num_hidden_layers &&
-                     floor(x->valuedouble) == x->valuedouble,
-                 "%s: field 'mlp_only_layers': %g is not a layer number", j->path,
-                 cJSON_IsNumber(x) ? x->valuedouble : -1.0);
-      RF_REQUIRE(x->valuedouble < 64, "%s: field 'mlp_only_layers': layer %g (only layers below 64 here)",
-                 j->path, x->valuedouble);
-      cfg->moe.dense_mask |= UINT64_C(1) << (int)x->valuedouble;
-    }
-  }
-  return 0;
-}
-
 int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l) {
-  if (cfg->family == RF_MODEL_FAMILY_MIXTRAL) return 1;
-  if (cfg->family != RF_MODEL_FAMILY_QWEN3_MOE) return 0;
-  int listed = l < 64 && ((cfg->moe.dense_mask >> l) & 1);
-  return !listed && cfg->moe.num_local_experts > 0 && (l + 1) % cfg->moe.decoder_sparse_step == 0;
+  return rf_model_config_family(cfg)->layer_is_moe ? rf_model_config_family(cfg)->layer_is_moe(cfg, l) : 0;
 }
 
 int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, const char *path) {
@@ -352,22 +212,19 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
   if (!mt || cJSON_IsNull(mt)) {
     j.assumed = " (there is no field 'model_type': read as a llama config)";
-    cfg->family = RF_MODEL_FAMILY_LLAMA;
+    cfg->family = rf_model_family_find("llama");
   } else {
     RF_REQUIRE(cJSON_IsString(mt), "%s: field 'model_type' must be a string", path);
-    int f = 0;
-    while (f < RF_MODEL_FAMILY_COUNT && strcmp(mt->valuestring, rf_model_family_names[f]) != 0) f++;
-    if (f == RF_MODEL_FAMILY_COUNT) {
+    cfg->family = rf_model_family_find(mt->valuestring);
+    if (!cfg->family) {
       char names[256];
       RF_TRY(rf_train_model_families(names, sizeof names, 0, ", "));
       RF_FAIL("%s: field 'model_type': unknown model type '%s' (known: %s)", path, mt->valuestring, names);
     }
-    cfg->family = (enum rf_model_family)f;
   }
   RF_TRY(rf_model_json_int(&j, "hidden_size", -1, 0, &cfg->hidden_size));
   RF_TRY(rf_model_json_int(&j, "intermediate_size", -1, 0, &cfg->intermediate_size));
   RF_TRY(rf_model_json_int(&j, "num_hidden_layers", -1, 0, &cfg->num_hidden_layers));
-  if (cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3) RF_TRY(rf_model_config_deepseek_v3(&j, cfg));
   RF_TRY(rf_model_json_int(&j, "num_attention_heads", -1, 0, &cfg->num_attention_heads));
   RF_TRY(
       rf_model_json_int(&j, "num_key_value_heads", cfg->num_attention_heads, 0, &cfg->num_key_value_heads));
@@ -381,23 +238,7 @@ int rf_model_config_from_json(struct rf_model_config *cfg, const cJSON *root, co
   RF_TRY(rf_model_json_word(&j, root, "hidden_act", "silu", cfg->hidden_act));
   RF_TRY(rf_model_json_nonneg(&j, "attention_dropout", 0.0, &cfg->attention_dropout));
   RF_TRY(rf_model_json_nonneg(&j, "partial_rotary_factor", 1.0, &cfg->partial_rotary_factor));
-  switch (cfg->family) {
-    case RF_MODEL_FAMILY_LLAMA:
-      return rf_model_config_llama(&j, cfg);
-    case RF_MODEL_FAMILY_QWEN2:
-      return rf_model_config_qwen2(&j, cfg);
-    case RF_MODEL_FAMILY_GPT_OSS:
-      return rf_model_config_gpt_oss(&j, cfg);
-    case RF_MODEL_FAMILY_DEEPSEEK_V3: /* read above */
-      return 0;
-    case RF_MODEL_FAMILY_MIXTRAL:
-      return rf_model_config_mixtral(&j, cfg);
-    case RF_MODEL_FAMILY_QWEN3_MOE:
-      return rf_model_config_qwen3_moe(&j, cfg);
-    case RF_MODEL_FAMILY_COUNT:
-      break;
-  }
-  RF_FAIL("%s: bad model family", path);
+  return rf_model_config_family(cfg)->read(&j, cfg);
 }
 
 cJSON *rf_model_json_parse(const char *text, size_t n, const char *path) {

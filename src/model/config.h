@@ -13,23 +13,23 @@ struct cJSON;
 
 /* ---- configuration (config.c) ----------------------------------------------- */
 
-/* The model families a Hugging Face config.json may name (model_type). llama
- * and qwen2 are trainable; every family can be described (and planned). */
-enum rf_model_family {
-  RF_MODEL_FAMILY_LLAMA = 0,
-  RF_MODEL_FAMILY_QWEN2,       /* llama with q, k, v biases (no o bias) */
-  RF_MODEL_FAMILY_GPT_OSS,     /* fused experts, attention sinks */
-  RF_MODEL_FAMILY_DEEPSEEK_V3, /* multi-head latent attention, routed and shared experts */
-  RF_MODEL_FAMILY_MIXTRAL,     /* llama attention, a router and fused SwiGLU experts (trainable) */
-  RF_MODEL_FAMILY_QWEN3_MOE,   /* mixtral's experts, q/k norms, dense layers (mlp_only_layers) */
-  RF_MODEL_FAMILY_COUNT
-};
+/* The model families a Hugging Face config.json may name (model_type): each is a
+ * table of per-family operations in a file of its own (family.h), listed once in
+ * families.c. llama, qwen2, mixtral and qwen3_moe are trainable; every family can
+ * be described (and planned). */
+struct rf_model_family;
 
+/* The number of families, and the name (model_type) and trainability of each. */
+int rf_model_family_count(void);
 /* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
-const char *rf_model_family_name(enum rf_model_family family);
+const char *rf_model_family_name(const struct rf_model_family *family);
 /* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe); the others are planned only.
  * The name lists of messages and --help come from these (rf_train_model_families). */
-int rf_model_family_trainable(enum rf_model_family family);
+int rf_model_family_trainable(const struct rf_model_family *family);
+/* The i-th family of the list (0 <= i < rf_model_family_count()). */
+const struct rf_model_family *rf_model_family_at(int i);
+/* The family of a model_type ("llama", ...), or NULL. */
+const struct rf_model_family *rf_model_family_find(const char *model_type);
 
 #define RF_MODEL_CONFIG_WORD 32
 
@@ -42,7 +42,7 @@ struct rf_model_config_deepseek_v3 {
 
 /* Hugging Face config.json fields. */
 struct rf_model_config {
-  enum rf_model_family family;
+  const struct rf_model_family *family; /* static (families.c's list) */
   int hidden_size;
   int intermediate_size;
   int num_hidden_layers;
@@ -84,6 +84,10 @@ struct rf_model_config {
     uint64_t dense_mask;
   } moe;
 };
+
+/* The config's family; a config written by hand and zeroed (family NULL) is a
+ * llama, as a config.json without model_type is. */
+const struct rf_model_family *rf_model_config_family(const struct rf_model_config *cfg);
 
 /* Layer l of a model with routed experts (mixtral, qwen3_moe) has them (1) or a dense MLP (0). */
 int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l);

@@ -5,21 +5,13 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/family.h"
 #include "model/train.h"
 #include "rfsdp_optim.h"
 
 int rf_model_experts_per_token(const struct rf_model_config *cfg) {
-  switch (cfg->family) {
-    case RF_MODEL_FAMILY_MIXTRAL:
-    case RF_MODEL_FAMILY_QWEN3_MOE:
-      return cfg->moe.num_experts_per_tok;
-    case RF_MODEL_FAMILY_GPT_OSS:
-      return cfg->gpt_oss.num_experts_per_tok;
-    case RF_MODEL_FAMILY_DEEPSEEK_V3:
-      return cfg->deepseek_v3.num_experts_per_tok;
-    default:
-      return 0;
-  }
+  return rf_model_config_family(cfg)->experts_per_token ? rf_model_config_family(cfg)->experts_per_token(cfg)
+                                                        : 0;
 }
 
 /* Matmul weights of experts a token does not meet (planned-only families). */
@@ -27,7 +19,8 @@ static double rf_model_inactive_elems(const struct rf_model_desc *d, const struc
   double inactive = 0;
   if (rf_model_config_is_moe(cfg)) return 0;
   int k = rf_model_experts_per_token(cfg);
-  int routed = cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3 ? cfg->deepseek_v3.n_routed_experts : 0;
+  int routed =
+      rf_model_config_family(cfg)->separate_experts ? rf_model_config_family(cfg)->separate_experts(cfg) : 0;
   for (int u = 0; u < d->n_units; u++)
     for (int i = 0; i < d->units[u].n_tensors; i++) {
       const struct rf_model_tensor *t = &d->units[u].tensors[i];

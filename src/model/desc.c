@@ -1,6 +1,8 @@
-/* Model descriptions: every family's units and tensors (names and shapes as in
- * its Hugging Face checkpoints), the one source of both the planner's tensor
- * list and the trainer's declared tensors. */
+/* Model descriptions: the units every family shares (the embedding, a unit per
+ * layer, the head) around each family's layers (its describe_layer, in its file),
+ * names and shapes as in its Hugging Face checkpoints; the one source of both the
+ * planner's tensor list and the trainer's declared tensors. Also the builder the
+ * family files describe their layers with (family.h). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,23 +11,7 @@
 
 #include "core/core.h"
 #include "model/desc.h"
-
-/* What a tensor is, which sets its initialization, weight decay and Muon. */
-enum rf_model_desc_kind {
-  RF_MODEL_DESC_KIND_NORM = 0, /* a norm's scale: const 1 */
-  RF_MODEL_DESC_KIND_BIAS,     /* a bias, sinks: zeros */
-  RF_MODEL_DESC_KIND_EMBED,    /* the token embedding: normal, no decay */
-  RF_MODEL_DESC_KIND_OUTPUT,   /* lm_head: normal, decay, not orthogonalized */
-  RF_MODEL_DESC_KIND_LINEAR,   /* a linear weight between hidden states: normal, decay, Muon, FP8 */
-  RF_MODEL_DESC_KIND_ROUTER,   /* an MoE router: as a linear weight, but kept in high precision under FP8 */
-  RF_MODEL_DESC_KIND_RESIDUAL, /* one writing into the residual stream: normal / sqrt(2 layers) */
-  RF_MODEL_DESC_KIND_EXPERTS   /* fused experts (3-D): normal, decay, Muon per expert matrix */
-};
-
-struct rf_model_desc_builder {
-  struct rf_model_desc *d;
-  float std_res; /* the residual projections' std */
-};
+#include "model/family.h"
 
 static char *rf_model_desc_strdup(const char *s) {
   size_t n = strlen(s) + 1;
@@ -87,12 +73,8 @@ static void rf_model_desc_unit(struct rf_model_desc_builder *b, const char *fmt,
 }
 
 /* Adds a tensor of `kind` with ndim dims, named by a format. */
-static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b,
-                                                 enum rf_model_desc_kind kind, int ndim, const int64_t *shape,
-                                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b,
-                                                 enum rf_model_desc_kind kind, int ndim, const int64_t *shape,
-                                                 const char *fmt, ...) {
+struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b, enum rf_model_desc_kind kind,
+                                          int ndim, const int64_t *shape, const char *fmt, ...) {
   char name[256];
   va_list ap;
   va_start(ap, fmt);
@@ -130,19 +112,16 @@ static struct rf_model_tensor *rf_model_desc_add(struct rf_model_desc_builder *b
   return t;
 }
 
-#define RF_MODEL_DESC_V(...) ((const int64_t[]){__VA_ARGS__})
-
 /* A linear layer [out, in] under prefix, and its bias [out] when `bias`. */
-static void rf_model_desc_linear(struct rf_model_desc_builder *b, enum rf_model_desc_kind kind, int64_t out,
-                                 int64_t in, int bias, const char *prefix, const char *name) {
+void rf_model_desc_linear(struct rf_model_desc_builder *b, enum rf_model_desc_kind kind, int64_t out,
+                          int64_t in, int bias, const char *prefix, const char *name) {
   rf_model_desc_add(b, kind, 2, RF_MODEL_DESC_V(out, in), "%s.%s.weight", prefix, name);
   if (bias)
     rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(out), "%s.%s.bias", prefix, name);
 }
 
 /* The input norm and grouped-query attention of a layer (llama, gpt_oss). */
-static void rf_model_desc_gqa(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                              const char *p) {
+void rf_model_desc_gqa(struct rf_model_desc_builder *b, const struct rf_model_config *c, const char *p) {
   int64_t h = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim;
   int64_t kd = (int64_t)c->num_key_value_heads * c->head_dim;
   int bias = c->attention_bias;
@@ -154,8 +133,7 @@ static void rf_model_desc_gqa(struct rf_model_desc_builder *b, const struct rf_m
 }
 
 /* A SwiGLU MLP (gate, up: [f, h]; down: [h, f]) under prefix. */
-static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_t f, int bias,
-                              const char *prefix) {
+void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_t f, int bias, const char *prefix) {
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, f, h, bias, prefix, "gate_proj");
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_LINEAR, f, h, bias, prefix, "up_proj");
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, f, bias, prefix, "down_proj");
@@ -164,30 +142,21 @@ static void rf_model_desc_mlp(struct rf_model_desc_builder *b, int64_t h, int64_
 int rf_model_layer_slot(const struct rf_model_config *cfg, int layer, enum rf_model_layer_tensor t) {
   RF_ASSERT(t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT);
   RF_ASSERT(layer >= 0 && layer < cfg->num_hidden_layers);
+  return rf_model_config_family(cfg)->layer_slot ? rf_model_config_family(cfg)->layer_slot(cfg, layer, t)
+                                                 : -1;
+}
+
+int rf_model_moe_layer_slot(const struct rf_model_config *cfg, int layer, enum rf_model_layer_tensor t) {
   if (t <= RF_MODEL_LAYER_TENSOR_POST_NORM) return (int)t; /* every family's first six */
-  if (rf_model_config_is_moe(cfg)) {                       /* mixtral, qwen3_moe */
-    int moe = rf_model_config_layer_is_moe(cfg, layer), qk = cfg->family == RF_MODEL_FAMILY_QWEN3_MOE;
-    const int mlp = RF_MODEL_LAYER_TENSOR_POST_NORM + 1; /* where the MLP's three tensors start */
-    if (t >= RF_MODEL_LAYER_TENSOR_GATE && t <= RF_MODEL_LAYER_TENSOR_DOWN)
-      return moe ? -1 : mlp + (int)(t - RF_MODEL_LAYER_TENSOR_GATE);
-    if (t >= RF_MODEL_LAYER_TENSOR_ROUTER && t <= RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)
-      return moe ? mlp + (int)(t - RF_MODEL_LAYER_TENSOR_ROUTER) : -1;
-    if (t == RF_MODEL_LAYER_TENSOR_Q_NORM || t == RF_MODEL_LAYER_TENSOR_K_NORM)
-      return qk ? mlp + 3 + (int)(t - RF_MODEL_LAYER_TENSOR_Q_NORM) : -1;
-    return -1; /* no biases */
-  }
-  if (t > RF_MODEL_LAYER_TENSOR_DOWN_BIAS) return -1; /* llama, qwen2: no router, experts or q/k norms */
-  int slot = 0;
-  for (int i = 0; i <= (int)t; i++) {
-    int present =
-        i <= RF_MODEL_LAYER_TENSOR_DOWN ||
-        (i < RF_MODEL_LAYER_TENSOR_O_BIAS    ? cfg->attention_bias
-         : i == RF_MODEL_LAYER_TENSOR_O_BIAS ? cfg->attention_bias && cfg->family != RF_MODEL_FAMILY_QWEN2
-                                             : cfg->mlp_bias);
-    if (i == (int)t) return present ? slot : -1;
-    slot += present;
-  }
-  return -1;
+  int moe = rf_model_config_layer_is_moe(cfg, layer), qk = rf_model_config_family(cfg)->qk_norm;
+  const int mlp = RF_MODEL_LAYER_TENSOR_POST_NORM + 1; /* where the MLP's three tensors start */
+  if (t >= RF_MODEL_LAYER_TENSOR_GATE && t <= RF_MODEL_LAYER_TENSOR_DOWN)
+    return moe ? -1 : mlp + (int)(t - RF_MODEL_LAYER_TENSOR_GATE);
+  if (t >= RF_MODEL_LAYER_TENSOR_ROUTER && t <= RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)
+    return moe ? mlp + (int)(t - RF_MODEL_LAYER_TENSOR_ROUTER) : -1;
+  if (t == RF_MODEL_LAYER_TENSOR_Q_NORM || t == RF_MODEL_LAYER_TENSOR_K_NORM)
+    return qk ? mlp + 3 + (int)(t - RF_MODEL_LAYER_TENSOR_Q_NORM) : -1;
+  return -1; /* no biases */
 }
 
 void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_units *out) {
@@ -198,61 +167,10 @@ void rf_model_units_find(const struct rf_model_config *cfg, struct rf_model_unit
   out->embed_tensor = tied ? RF_MODEL_HEAD_TENSOR_LM_HEAD : 0;
 }
 
-/* A llama layer: its tensors in the order of enum rf_model_layer_tensor. */
-static void rf_model_desc_llama_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c, int l,
-                                      const char *p) {
-  int64_t h = c->hidden_size, f = c->intermediate_size, qd = (int64_t)c->num_attention_heads * c->head_dim;
-  int64_t kd = (int64_t)c->num_key_value_heads * c->head_dim;
-  static const char *const names[RF_MODEL_LAYER_MAX_TENSORS] = {
-      "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
-      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
-      "self_attn.o_proj.bias",   "mlp.gate_proj.bias",      "mlp.up_proj.bias",
-      "mlp.down_proj.bias"};
-  const int64_t rows[RF_MODEL_LAYER_MAX_TENSORS] = {h, qd, kd, kd, h, h, f, f, h, qd, kd, kd, h, f, f, h};
-  const int64_t cols[RF_MODEL_LAYER_MAX_TENSORS] = {0, h, h, h, qd, 0, h, h, f};
-  for (int t = 0; t <= RF_MODEL_LAYER_TENSOR_DOWN_BIAS; t++) {
-    if (rf_model_layer_slot(c, l, (enum rf_model_layer_tensor)t) < 0) continue;
-    enum rf_model_desc_kind kind = cols[t] == 0 ? RF_MODEL_DESC_KIND_BIAS
-                                   : t == RF_MODEL_LAYER_TENSOR_O || t == RF_MODEL_LAYER_TENSOR_DOWN
-                                       ? RF_MODEL_DESC_KIND_RESIDUAL
-                                       : RF_MODEL_DESC_KIND_LINEAR;
-    if (t == RF_MODEL_LAYER_TENSOR_INPUT_NORM || t == RF_MODEL_LAYER_TENSOR_POST_NORM)
-      kind = RF_MODEL_DESC_KIND_NORM;
-    if (cols[t] == 0)
-      rf_model_desc_add(b, kind, 1, RF_MODEL_DESC_V(rows[t]), "%s.%s", p, names[t]);
-    else
-      rf_model_desc_add(b, kind, 2, RF_MODEL_DESC_V(rows[t], cols[t]), "%s.%s", p, names[t]);
-  }
-}
-
-static void rf_model_desc_gpt_oss_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                                        const char *p) {
-  int64_t h = c->hidden_size, inter = c->intermediate_size, x = c->gpt_oss.num_local_experts;
-  rf_model_desc_gqa(b, c, p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(c->num_attention_heads),
-                    "%s.self_attn.sinks", p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
-                    p);
-  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_ROUTER, x, h, 1, p, "mlp.router");
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter),
-                    "%s.mlp.experts.gate_up_proj", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, 2 * inter),
-                    "%s.mlp.experts.gate_up_proj_bias", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, inter, h),
-                    "%s.mlp.experts.down_proj", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.experts.down_proj_bias", p)
-      ->sub_count = x;
-}
-
 /* The router and the fused experts of f rows (mixtral, qwen3_moe:
  * RF_MODEL_LAYER_TENSOR_ROUTER, _EXPERTS_GATE_UP, _EXPERTS_DOWN), each expert's rows one block. */
-static void rf_model_desc_experts(struct rf_model_desc_builder *b, const struct rf_model_config *c, int64_t f,
-                                  const char *p) {
+void rf_model_desc_experts(struct rf_model_desc_builder *b, const struct rf_model_config *c, int64_t f,
+                           const char *p) {
   int64_t h = c->hidden_size, x = c->moe.num_local_experts;
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_OUTPUT, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.gate.weight", p);
   struct rf_model_tensor *gu = rf_model_desc_add(
@@ -266,82 +184,9 @@ static void rf_model_desc_experts(struct rf_model_desc_builder *b, const struct 
   down->init.value = b->std_res;
 }
 
-/* A mixtral layer: llama attention (no biases), the post-attention norm, the experts. */
-static void rf_model_desc_mixtral_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                                        const char *p) {
-  rf_model_desc_gqa(b, c, p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V((int64_t)c->hidden_size),
-                    "%s.post_attention_layernorm.weight", p);
-  rf_model_desc_experts(b, c, c->intermediate_size, p);
-}
-
-/* Layer l of a qwen3_moe: llama attention with q/k norms, then routed experts of
- * moe_intermediate_size (as mixtral's) or a dense MLP (mlp_only_layers, decoder_sparse_step). */
-static void rf_model_desc_qwen3_moe_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                                          int l, const char *p) {
-  int64_t h = c->hidden_size;
-  rf_model_desc_gqa(b, c, p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
-                    p);
-  if (!rf_model_config_layer_is_moe(c, l)) {
-    char e[192];
-    snprintf(e, sizeof e, "%s.mlp", p);
-    rf_model_desc_mlp(b, h, c->intermediate_size, 0, e);
-  } else {
-    rf_model_desc_experts(b, c, c->moe.moe_intermediate_size, p);
-  }
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->head_dim), "%s.self_attn.q_norm.weight",
-                    p);
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(c->head_dim), "%s.self_attn.k_norm.weight",
-                    p);
-}
-
-/* Layer l of DeepSeek-V3: multi-head latent attention, then a dense MLP (the
- * first first_k_dense_replace layers and those off moe_layer_freq) or routed
- * experts with shared ones. */
-static void rf_model_desc_deepseek_v3_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c,
-                                            int l, const char *p) {
-  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
-  int64_t h = c->hidden_size, heads = c->num_attention_heads, rope = d->qk_rope_head_dim;
-  int64_t qk = d->qk_nope_head_dim + rope, kv = d->kv_lora_rank;
-  const enum rf_model_desc_kind lin = RF_MODEL_DESC_KIND_LINEAR;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.input_layernorm.weight", p);
-  if (d->q_lora_rank) {
-    rf_model_desc_linear(b, lin, d->q_lora_rank, h, 0, p, "self_attn.q_a_proj");
-    rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(d->q_lora_rank),
-                      "%s.self_attn.q_a_layernorm.weight", p);
-    rf_model_desc_linear(b, lin, heads * qk, d->q_lora_rank, 0, p, "self_attn.q_b_proj");
-  } else {
-    rf_model_desc_linear(b, lin, heads * qk, h, 0, p, "self_attn.q_proj");
-  }
-  rf_model_desc_linear(b, lin, kv + rope, h, 0, p, "self_attn.kv_a_proj_with_mqa");
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(kv), "%s.self_attn.kv_a_layernorm.weight",
-                    p);
-  rf_model_desc_linear(b, lin, heads * (d->qk_nope_head_dim + d->v_head_dim), kv, 0, p,
-                       "self_attn.kv_b_proj");
-  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_RESIDUAL, h, heads * d->v_head_dim, 0, p, "self_attn.o_proj");
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
-                    p);
-  char e[192];
-  if (l < d->first_k_dense_replace || l % d->moe_layer_freq != 0) {
-    snprintf(e, sizeof e, "%s.mlp", p);
-    rf_model_desc_mlp(b, h, c->intermediate_size, 0, e);
-    return;
-  }
-  rf_model_desc_linear(b, RF_MODEL_DESC_KIND_ROUTER, d->n_routed_experts, h, 0, p, "mlp.gate");
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 1, RF_MODEL_DESC_V(d->n_routed_experts),
-                    "%s.mlp.gate.e_score_correction_bias", p);
-  for (int x = 0; x < d->n_routed_experts && !b->d->too_large; x++) {
-    snprintf(e, sizeof e, "%s.mlp.experts.%d", p, x);
-    rf_model_desc_mlp(b, h, d->moe_intermediate_size, 0, e);
-  }
-  snprintf(e, sizeof e, "%s.mlp.shared_experts", p);
-  rf_model_desc_mlp(b, h, (int64_t)d->moe_intermediate_size * d->n_shared_experts, 0, e);
-}
-
 void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc *out) {
   memset(out, 0, sizeof *out);
-  out->model_type = rf_model_desc_strdup(rf_model_family_name(cfg->family));
+  out->model_type = rf_model_desc_strdup(rf_model_config_family(cfg)->name);
   struct rf_model_desc_builder b = {out, 0.02f / sqrtf(2.0f * (float)cfg->num_hidden_layers)};
   int64_t h = cfg->hidden_size, v = cfg->vocab_size;
   /* tied: the embedding is the head's output matrix (rf_model_units_find) */
@@ -356,16 +201,7 @@ void rf_model_desc_make(const struct rf_model_config *cfg, struct rf_model_desc 
     rf_model_desc_unit(&b, "layers.%d", l);
     char p[64];
     snprintf(p, sizeof p, "model.layers.%d", l);
-    if (cfg->family == RF_MODEL_FAMILY_GPT_OSS)
-      rf_model_desc_gpt_oss_layer(&b, cfg, p);
-    else if (cfg->family == RF_MODEL_FAMILY_DEEPSEEK_V3)
-      rf_model_desc_deepseek_v3_layer(&b, cfg, l, p);
-    else if (cfg->family == RF_MODEL_FAMILY_MIXTRAL)
-      rf_model_desc_mixtral_layer(&b, cfg, p);
-    else if (cfg->family == RF_MODEL_FAMILY_QWEN3_MOE)
-      rf_model_desc_qwen3_moe_layer(&b, cfg, l, p);
-    else
-      rf_model_desc_llama_layer(&b, cfg, l, p);
+    rf_model_config_family(cfg)->describe_layer(&b, cfg, l, p);
   }
   rf_model_desc_unit(&b, "head");
   rf_model_desc_add(&b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "model.norm.weight");

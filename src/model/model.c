@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "model/family.h"
 #include "model/workspace.h"
 
 #ifdef _OPENMP
@@ -71,8 +72,8 @@ static size_t stage_wide(const struct rf_model_config *c) {
   return wide;
 }
 
-/* q and k normalized per head before the rotary embedding (qwen3_moe). */
-static int has_qk_norm(const struct rf_model_config *c) { return c->family == RF_MODEL_FAMILY_QWEN3_MOE; }
+/* q and k normalized per head before the rotary embedding (the family's choice: qwen3_moe). */
+static int has_qk_norm(const struct rf_model_config *c) { return rf_model_config_family(c)->qk_norm; }
 
 /* Must add up what rf_model_ws_init allocates (test_model_ref checks it). */
 size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
