@@ -3,6 +3,9 @@
  *  - the shipped configs expand to the published parameter totals exactly
  *    (Hugging Face checkpoints of LLaMA-3-8B/70B, GPT-OSS-120B, DeepSeek-V3,
  *    Qwen2-0.5B);
+ *  - a tiny gpt_oss config's description holds exactly the tensors, names and
+ *    shapes, of transformers' GptOssForCausalLM (tests/ref_family_names.py wrote
+ *    them to tests/data/gpt_oss_names.txt);
  *  - bad files (malformed JSON, unknown model_type, a missing or non-positive
  *    dimension, bad generic fields) fail with the file and the field named;
  *  - the peers' padding agrees with the numbers computed from their published
@@ -230,6 +233,61 @@ static void check_memo(const char *path, int world, enum rf_shard_mode mode, int
   rf_model_desc_free(&m);
 }
 
+/* The description of tests/data/NAME_names_config.json against the state_dict names and
+ * shapes transformers gave (tests/data/NAME_names.txt, "name dim0 dim1 ..." per line):
+ * the same set of lines, in any order. */
+static int cmp_lines(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void check_names(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "tests/data/%s_names_config.json", name);
+  struct rf_model_desc m;
+  RF_ASSERT(rf_model_desc_load(path, &m) == 0);
+  char **ours = rf_xcalloc((size_t)m.n_tensors, sizeof *ours);
+  int n = 0;
+  for (int u = 0; u < m.n_units; u++)
+    for (int t = 0; t < m.units[u].n_tensors; t++) {
+      const struct rf_model_tensor *x = &m.units[u].tensors[t];
+      char line[512];
+      int at = snprintf(line, sizeof line, "%s", x->name);
+      for (int d = 0; d < x->ndim; d++)
+        at += snprintf(line + at, sizeof line - (size_t)at, " %lld", (long long)x->shape[d]);
+      ours[n++] = strdup(line);
+    }
+  snprintf(path, sizeof path, "tests/data/%s_names.txt", name);
+  char *text = NULL;
+  size_t bytes = 0;
+  RF_ASSERT(rf_file_read_all(path, &text, &bytes) == 0);
+  char **theirs = rf_xcalloc(bytes + 1, sizeof *theirs);
+  int k = 0;
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    theirs[k++] = l;
+  qsort(ours, (size_t)n, sizeof *ours, cmp_lines);
+  qsort(theirs, (size_t)k, sizeof *theirs, cmp_lines);
+  int i = 0, j = 0, bad = 0;
+  while (i < n || j < k) {
+    int c = i == n ? 1 : j == k ? -1 : strcmp(ours[i], theirs[j]);
+    if (c == 0) {
+      i++, j++;
+      continue;
+    }
+    RF_CHECK(0, "%s: %s '%s'", name,
+             c < 0 ? "rfsdp describes, transformers lacks" : "transformers has, rfsdp lacks",
+             c < 0 ? ours[i] : theirs[j]);
+    bad++;
+    if (c < 0)
+      i++;
+    else
+      j++;
+  }
+  printf("  %s: %d tensors, %d as transformers names and shapes them\n", name, n, n - bad);
+  RF_CHECK(bad == 0 && n == k && n > 0, "%s: %d tensors described, %d in transformers' state_dict", name, n,
+           k);
+  for (i = 0; i < n; i++) free(ours[i]);
+  free(ours), free(theirs), free(text);
+  rf_model_desc_free(&m);
+}
+
 int main(void) {
   /* published totals (../shared/models/README.md) */
   check_total("configs/llama-3-8b.json", INT64_C(8030261248), 34);
@@ -242,6 +300,7 @@ int main(void) {
    * q/k norms): the totals of their Hugging Face checkpoints (safetensors total_size / 2) */
   check_total("configs/mixtral-8x7b.json", INT64_C(46702792704), 34);
   check_total("configs/qwen3-235b-a22b.json", INT64_C(235093634560), 96);
+  check_names("gpt_oss");
 
   struct rf_model_desc m;
   int rc = rf_model_desc_load("configs/nonexistent.json", &m);
