@@ -5,15 +5,23 @@
  * build/rfsdp train --device cpu on a tiny LLaMA:
  *   - W = 1; W = 2 on two emulated GPUs (a GPU per rank); W = 3 on one GPU shared by the
  *     three ranks (NCCL_HOSTID per rank), all f32;
- *   - W = 2 with --compute-dtype bf16 (bf16 operands, f32 accumulation).
+ *   - W = 2 with --compute-dtype bf16 (bf16 operands, f32 accumulation);
+ *   - MoE (moe_cuda.cu's grouping, combine and backward through the kernel table): a tiny
+ *     Mixtral (4 experts, top-2, the load-balancing loss on) at W = 1 and W = 2 (a GPU per
+ *     rank), and a tiny Qwen3-MoE (32 experts, top-2 not renormalized, a dense layer by
+ *     mlp_only_layers) at W = 3 on one shared GPU with 8 tokens per rank: at most 16 of the
+ *     32 experts get a token, so at least half of each MoE layer's experts stay idle (an
+ *     empty range: no product, gradient exactly zero) on every rank.
  * Tolerance: the GPU sums its products (cuBLASLt), norms and losses in another order than
  * oneDNN and the host loops, a few f32 units of roundoff per value (tests/gpu/
  * test_kernels_cuda.c measures each kernel); over 4 AdamW steps of lr 1e-3 that stays
  * under 1e-5 relative in the loss and 1e-4 in the gradient norm (measured: printed). bf16
  * compute rounds the operands to bf16 on both sides, so the same bound holds unless a
- * roundoff flips a bf16 rounding: 1e-3 there (bf16's unit is 3.9e-3).
+ * roundoff flips a bf16 rounding: 1e-3 there (bf16's unit is 3.9e-3). MoE: the token
+ * movement gives moe.c's bits but for the routing weights' gradients (a fixed-order dot,
+ * within h f32 units): the dense bounds (no router choice flips in 4 steps; measured: printed).
  * What the CUDA build cannot run yet is refused before the first step, naming the option:
- * --optim muon, --fp8 block, a MoE model. */
+ * --optim muon, --fp8 block. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,17 +45,20 @@ static void read_log(const char *log, double *loss, double *norm) {
   RF_CHECK(n == STEPS && m == STEPS, "%s: %d losses and %d norms (want %d)", log, n, m, STEPS);
 }
 
-static void same_run(const char *env, int world, const char *args, double loss_tol, double norm_tol) {
+/* The run of model_path (shape: "--batch B --seq T") on --device cuda against --device cpu. */
+static void same_run_of(const char *env, int world, const char *model_path, const char *shape,
+                        const char *args, double loss_tol, double norm_tol) {
+  static int runs;
   char ref_log[320], gpu_log[320], cmd[1024];
-  snprintf(ref_log, sizeof ref_log, "%s/cpu-%d-%zu.jsonl", dir, world, strlen(args));
-  snprintf(gpu_log, sizeof gpu_log, "%s/cuda-%d-%zu.jsonl", dir, world, strlen(args));
+  snprintf(ref_log, sizeof ref_log, "%s/cpu-%d-%d.jsonl", dir, world, runs);
+  snprintf(gpu_log, sizeof gpu_log, "%s/cuda-%d-%d.jsonl", dir, world, runs++);
   char common[64];
-  snprintf(common, sizeof common, "--steps %d --batch 6 --seq 32", STEPS);
+  snprintf(common, sizeof common, "--steps %d %s", STEPS, shape);
   int rc =
       rf_cli_run_mpi(out, sizeof out, world, 120, "train --device cpu --model %s --data %s %s %s --log %s",
-                     model, data, common, args, ref_log);
+                     model_path, data, common, args, ref_log);
   RF_CHECK(rc == 0, "cpu W=%d %s: exit %d\n%s", world, args, rc, out);
-  snprintf(cmd, sizeof cmd, "rfsdp train --device cuda --model %s --data %s %s %s --log %s", model, data,
+  snprintf(cmd, sizeof cmd, "rfsdp train --device cuda --model %s --data %s %s %s --log %s", model_path, data,
            common, args, gpu_log);
   rc = rf_cuda_emu_run(out, sizeof out, env, world, 300, cmd);
   RF_CHECK(rc == 0, "cuda W=%d %s %s: exit %d\n%s", world, env, args, rc, out);
@@ -57,11 +68,20 @@ static void same_run(const char *env, int world, const char *args, double loss_t
   read_log(gpu_log, loss, norm);
   double wl = rf_cli_worst_relative(loss, ref_loss, STEPS), wn = rf_cli_worst_relative(norm, ref_norm, STEPS);
   printf(
-      "--device cuda W=%d %s%s%s: losses within %.2g of --device cpu (tolerance %.0e), norms within %.2g "
+      "--device cuda %s W=%d %s%s%s: losses within %.2g of --device cpu (tolerance %.0e), norms within %.2g "
       "(%.0e)\n",
-      world, env, env[0] ? " " : "", args, wl, loss_tol, wn, norm_tol);
-  RF_CHECK(wl <= loss_tol && wn <= norm_tol, "cuda W=%d %s: losses %.3g, norms %.3g from the cpu run", world,
-           args, wl, wn);
+      model_path, world, env, env[0] ? " " : "", args, wl, loss_tol, wn, norm_tol);
+  RF_CHECK(wl <= loss_tol && wn <= norm_tol, "cuda %s W=%d %s: losses %.3g, norms %.3g from the cpu run",
+           model_path, world, args, wl, wn);
+}
+
+static void same_run(const char *env, int world, const char *args, double loss_tol, double norm_tol) {
+  same_run_of(env, world, model, "--batch 6 --seq 32", args, loss_tol, norm_tol);
+}
+
+static void write_json(char *path, size_t path_size, const char *name, const char *text) {
+  snprintf(path, path_size, "%s/%s", dir, name);
+  RF_ASSERT(rf_file_write_all(path, text, strlen(text)) == 0);
 }
 
 static void refused(const char *what, const char *args, const char *model_path, const char *want) {
@@ -88,19 +108,23 @@ int main(void) {
   refused("--optim muon", "--optim muon", model, "--optim muon: not on device cuda yet");
   refused("--fp8 block", "--fp8 block", model,
           "--fp8 block: the FP8 linear layers are not on device cuda yet");
-  char moe[300];
-  snprintf(moe, sizeof moe, "%s/moe.json", dir);
-  FILE *f = fopen(moe, "w");
-  RF_ASSERT(f);
-  fputs(
-      "{\"model_type\": \"mixtral\", \"hidden_size\": 32, \"intermediate_size\": 40, \"num_hidden_layers\": "
-      "2, "
-      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, "
-      "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"num_local_experts\": 4, "
-      "\"num_experts_per_tok\": 2}",
-      f);
-  fclose(f);
-  refused("a MoE model", "", moe, "MoE token movement");
+  char mixtral[300], qwen[300];
+  write_json(mixtral, sizeof mixtral, "mixtral.json",
+             "{\"model_type\": \"mixtral\", \"hidden_size\": 32, \"intermediate_size\": 24, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+             "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, "
+             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, "
+             "\"router_aux_loss_coef\": 0.02}");
+  same_run_of("", 1, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4);
+  same_run_of("RF_EMU_DEVICES=2", 2, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4);
+  write_json(qwen, sizeof qwen, "qwen3_moe.json",
+             "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+             "\"moe_intermediate_size\": 16, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": 256, "
+             "\"max_position_embeddings\": 64, \"num_experts\": 32, \"num_experts_per_tok\": 2, "
+             "\"norm_topk_prob\": false, \"mlp_only_layers\": [1], \"output_router_logits\": true, "
+             "\"router_aux_loss_coef\": 0.02}");
+  same_run_of("", 3, qwen, "--batch 3 --seq 8", "", 1e-5, 1e-4); /* 8 tokens, 16 choices of 32 per rank */
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");

@@ -24,13 +24,18 @@
  *     block, no atomics), after D = rowsum(dY * Y). Deterministic; within f32
  *     roundoff of the host. Any head_dim up to 256 (32-lane slices, masked);
  *   - the MoE router: a thread per row, moe.c's loops in f64 in its order (the
- *     GPU's f64 exp against glibc's: within an ulp of f64 before the rounding to f32).
+ *     GPU's f64 exp against glibc's: within an ulp of f64 before the rounding to f32);
+ *   - the MoE layer's statistics, grouping, combine and backward: moe_cuda.cu's kernels
+ *     (tests/gpu/test_moe_cuda.c), moe.c's bits but for the routing weights' gradients.
  * The table's stream is the device's struct rf_device_stream, whose handle is a
  * cudaStream_t (NULL: refused, an error, not CUDA's legacy stream). A failed launch stops every rank
  * (rf_die) naming the kernel. scripts/cuda-emu runs these kernels on the CPU
  * (tests/gpu/emu), as far as an emulation can check them. */
+#include <limits.h>
+
 #include "model/kernels_cuda.cuh"
 #include "model/linear_cuda.h"
+#include "model/moe_cuda.h"
 
 /* ---- column sums: out[j] += sum over rows of a[r, j] (* b[r, j] * c[r]) ---- */
 
@@ -454,6 +459,50 @@ static void cuda_router_backward(float *dlogits, const float *dtopw, const float
   RF_CUDA_LAUNCHED("router backward");
 }
 
+/* ---- MoE token movement (moe_cuda.cu) ---- */
+
+/* moe.c's host statistics, grouping, combine and their backward on the device, the same
+ * bits (the routing weights' gradients: a fixed-order dot, within h f32 units). The
+ * grouping keeps its per-expert counts in off[1..ne] (the entry takes no scratch) and
+ * writes off[ne] = the rows needed even past cap: moe.c reads the offsets back and stops
+ * on off[ne] > cap (nothing past cap is written), so an overflow is an error, never a
+ * truncation; the scatter then runs over off[ne] rows. */
+static void cuda_moe_stats(double *count, double *psum, const int32_t *top, const float *probs, int n,
+                           int n_experts, int k, struct rf_device_stream *stream) {
+  rf_moe_cuda_stats(count, psum, top, probs, n, k, n_experts, kc_stream(stream));
+}
+
+static void cuda_moe_group(int32_t *off, int32_t *tok, int32_t *pos, float *xg, const int32_t *top,
+                           const float *xn, int n, int n_experts, int k, int hidden, int rows, int cap,
+                           struct rf_device_stream *stream) {
+  cudaStream_t st = kc_stream(stream);
+  rf_moe_cuda_group(off, tok, pos, NULL, NULL, top, n, k, n_experts, rows, cap, NULL, 0, st);
+  rf_moe_cuda_gather(xg, xn, tok, off, n_experts, cap, hidden, st);
+}
+
+static void cuda_moe_combine(float *out, const float *ey, const int32_t *pos, const float *topw, int n, int k,
+                             int hidden, struct rf_device_stream *stream) {
+  rf_moe_cuda_combine(out, ey, pos, topw, n, k, hidden, kc_stream(stream));
+}
+
+static void cuda_moe_combine_weights_backward(float *dtopw, const float *dout, const float *ey,
+                                              const int32_t *pos, int n, int k, int hidden,
+                                              struct rf_device_stream *stream) {
+  rf_moe_cuda_dtopw(dtopw, dout, ey, pos, n, k, hidden, kc_stream(stream));
+}
+
+static void cuda_moe_scatter(float *dyg, const float *dout, const int32_t *pos, const int32_t *tok,
+                             const int32_t *off, const float *topw, int n, int n_experts, int k, int hidden,
+                             struct rf_device_stream *stream) {
+  rf_moe_cuda_scatter_grad(dyg, dout, pos, topw, tok, off, n_experts, INT_MAX, n, k, hidden,
+                           kc_stream(stream));
+}
+
+static void cuda_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden,
+                            struct rf_device_stream *stream) {
+  rf_moe_cuda_sum_back(dxn, dyg, pos, n, k, hidden, kc_stream(stream));
+}
+
 /* ---- scratch ---- */
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -502,13 +551,10 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     rf_model_cuda_linear_forward, /* linear_cuda.c: cuBLASLt */
     rf_model_cuda_linear_backward,
     cuda_rmsnorm_apply,
-    /* not on the device yet (a workspace refuses the table, naming the first): moe_stats,
-     * moe_group, moe_combine, moe_combine_weights_backward, moe_scatter, moe_gather
-     * (moe_cuda.cu has the kernels; not wired) */
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
+    cuda_moe_stats, /* moe_cuda.cu */
+    cuda_moe_group,
+    cuda_moe_combine,
+    cuda_moe_combine_weights_backward,
+    cuda_moe_scatter,
+    cuda_moe_gather,
 };

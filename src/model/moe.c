@@ -199,6 +199,9 @@ static const int32_t *moe_group(struct rf_model_ws *ws, struct rf_model_moe_acts
                       c->hidden_size, ws->expert_rows, ws->moe_cap, ws->stream);
   rf_device_copy(ws->dev, ws->moe_off, a->off, sizeof(int32_t) * (size_t)(ne + 1),
                  RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+  /* a device table writes nothing past cap but the rows needed into off[ne]: stop, never truncate */
+  if (ws->moe_off[ne] > ws->moe_cap)
+    RF_DIE("MoE layer: %d grouped rows exceed the workspace's %d (moe_cap)", ws->moe_off[ne], ws->moe_cap);
   return ws->moe_off;
 }
 

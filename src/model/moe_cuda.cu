@@ -46,11 +46,12 @@ __global__ void moe_count_kernel(int32_t *cnt, double *counts, const int32_t *to
   for (int i = threadIdx.x; i < nk; i += blockDim.x) c = __fadd_rn(c, top[i] == e ? 1.0f : 0.0f);
   c = block_sum(c, sh);
   if (threadIdx.x == 0) {
-    cnt[e] = (int32_t)c;
+    if (cnt) cnt[e] = (int32_t)c;
     if (counts) counts[e] += (double)(int32_t)c;
   }
 }
 
+/* cnt may be off + 1 (each count read before its offset replaces it) */
 __global__ void moe_offsets_kernel(int32_t *off, int *overflow, const int32_t *cnt, int ne, int rows,
                                    int cap) {
   int32_t at = 0;
@@ -105,11 +106,11 @@ extern "C" void rf_moe_cuda_group(int32_t *off, int32_t *tok, int32_t *pos, doub
                                   const int32_t *top, int n, int k, int ne, int rows, int cap, void *scratch,
                                   size_t scratch_bytes, cudaStream_t stream) {
   if (ne <= 0 || rows <= 0) RF_DIE("MoE grouping: %d experts, %d rows per chunk", ne, rows);
-  if (scratch_bytes < rf_moe_cuda_group_scratch_bytes(ne))
+  if (scratch && scratch_bytes < rf_moe_cuda_group_scratch_bytes(ne))
     RF_DIE("MoE grouping needs %zu bytes of scratch, given %zu", rf_moe_cuda_group_scratch_bytes(ne),
            scratch_bytes);
   int nk = n > 0 && k > 0 ? n * k : 0;
-  int32_t *cnt = (int32_t *)scratch;
+  int32_t *cnt = scratch ? (int32_t *)scratch : off + 1; /* no scratch: the counts in off until replaced */
   moe_count_kernel<<<(unsigned)ne, RF_MOE_THREADS, 0, stream>>>(cnt, counts, top, nk);
   RF_MOE_LAUNCHED("MoE count");
   moe_offsets_kernel<<<1, 1, 0, stream>>>(off, overflow, cnt, ne, rows, cap);
@@ -124,6 +125,14 @@ __global__ void moe_prob_sums_kernel(double *psum, const float *probs, int n, in
   double acc = psum[e];
   for (int r = 0; r < n; r++) acc += (double)probs[(size_t)r * ne + e];
   psum[e] = acc;
+}
+
+extern "C" void rf_moe_cuda_stats(double *counts, double *psum, const int32_t *top, const float *probs, int n,
+                                  int k, int ne, cudaStream_t stream) {
+  if (ne <= 0 || n <= 0 || k <= 0) return;
+  moe_count_kernel<<<(unsigned)ne, RF_MOE_THREADS, 0, stream>>>((int32_t *)NULL, counts, top, n * k);
+  RF_MOE_LAUNCHED("MoE counts");
+  rf_moe_cuda_prob_sums(psum, probs, n, ne, stream);
 }
 
 extern "C" void rf_moe_cuda_prob_sums(double *psum, const float *probs, int n, int ne, cudaStream_t stream) {
@@ -215,10 +224,12 @@ __global__ void moe_scatter_grad_kernel(float *dyg, const float *dout, const int
 extern "C" void rf_moe_cuda_scatter_grad(float *dyg, const float *dout, const int32_t *pos, const float *topw,
                                          const int32_t *tok, const int32_t *off, int ne, int cap, int n,
                                          int k, int h, cudaStream_t stream) {
-  (void)n;
   if (cap <= 0 || h <= 0) return;
-  moe_scatter_grad_kernel<<<moe_blocks((size_t)cap * h), RF_MOE_THREADS, 0, stream>>>(
-      dyg, dout, pos, topw, tok, off, ne, cap, k, h);
+  /* the grid strides over off[ne] rows (read on the device): sized by the choices when fewer than cap */
+  size_t launch = (size_t)cap;
+  if (n > 0 && k > 0 && (size_t)n * (size_t)k < launch) launch = (size_t)n * (size_t)k;
+  moe_scatter_grad_kernel<<<moe_blocks(launch * h), RF_MOE_THREADS, 0, stream>>>(dyg, dout, pos, topw, tok,
+                                                                                 off, ne, cap, k, h);
   RF_MOE_LAUNCHED("MoE gradient scatter");
 }
 

@@ -28,12 +28,18 @@ extern "C" {
  * += the choices per expert, as moe.c's statistics. Rows past off[ne] up to cap are left
  * alone; when the grouped rows would exceed cap, *overflow (device int, may be NULL) is
  * set to the rows needed and nothing past cap is written (the caller sizes cap for the
- * worst case, n * k rounded per expert, or checks it after the step). scratch:
- * rf_moe_cuda_group_scratch_bytes(ne). */
+ * worst case, n * k rounded per expert, or checks it after the step; off[ne] is always
+ * the rows needed, so a caller that reads off back checks off[ne] <= cap: the kernel
+ * table's moe_group, moe.c). scratch: rf_moe_cuda_group_scratch_bytes(ne), or NULL (the
+ * counts are kept in off[1..ne] until the offsets replace them). */
 void rf_moe_cuda_group(int32_t *off, int32_t *tok, int32_t *pos, double *counts, int *overflow,
                        const int32_t *top, int n, int k, int ne, int rows, int cap, void *scratch,
                        size_t scratch_bytes, cudaStream_t stream);
 size_t rf_moe_cuda_group_scratch_bytes(int ne);
+/* moe.c's statistics (rf_model_moe_stats): counts [ne] += the choices of each expert (f64,
+ * exact), psum [ne] += the probabilities' sums (rf_moe_cuda_prob_sums); the same bits. */
+void rf_moe_cuda_stats(double *counts, double *psum, const int32_t *top, const float *probs, int n, int k,
+                       int ne, cudaStream_t stream);
 /* psum [ne] += the sum over rows of probs [n, ne], in row order per expert (f64: moe.c's
  * statistics, the same bits). */
 void rf_moe_cuda_prob_sums(double *psum, const float *probs, int n, int ne, cudaStream_t stream);
@@ -50,7 +56,7 @@ void rf_moe_cuda_combine(float *out, const float *ey, const int32_t *pos, const 
 void rf_moe_cuda_dtopw(float *dtopw, const float *dout, const float *ey, const int32_t *pos, int n, int k,
                        int h, cudaStream_t stream);
 /* dyg [cap_rows, h]: row pos[r, j] = topw[r, j] * dout[r]; padding rows (tok < 0, below
- * off[ne]) zero. */
+ * off[ne]) zero; rows min(off[ne], cap) (cap INT_MAX: off[ne] alone, checked by the caller). */
 void rf_moe_cuda_scatter_grad(float *dyg, const float *dout, const int32_t *pos, const float *topw,
                               const int32_t *tok, const int32_t *off, int ne, int cap, int n, int k, int h,
                               cudaStream_t stream);

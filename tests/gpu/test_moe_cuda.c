@@ -8,8 +8,10 @@
  *   - the routing weights' gradients (a dot of h terms reduced in another order) within
  *     8 h u of the sum of the terms' magnitudes (u = 2^-24);
  *   - idle experts: an expert no token chose has off[e] = off[e+1], and nothing is written
- *     for it; all tokens on one expert; a cap too small: the overflow flag holds the rows
- *     needed and nothing past cap is written (sentinels).
+ *     for it; all tokens on one expert; a cap too small: the overflow flag and off[ne] hold
+ *     the rows needed and nothing past cap is written (sentinels);
+ *   - the kernel table's calls (kernels_cuda.cu): the grouping without scratch (the counts
+ *     kept in off), the statistics (rf_moe_cuda_stats: counts and sums added, the same bits).
  * Shapes: 300 tokens top-2 of 8 experts (expert 5 idle), chunks of 16 rows; 1000 tokens
  * top-8 of 64 (a 128-expert model's shard of experts) with a chunk of 1; 40 tokens all on
  * expert 2 of 4. */
@@ -131,6 +133,18 @@ static void test_moe(int n, int k, int ne, int rows, int idle, int only) {
   check_same("  counts (added)", dcounts, counts, sizeof(double) * ne);
   int zero = 0;
   check_same("  no overflow", doverflow, &zero, sizeof(int));
+  { /* the kernel table's call: no scratch (the counts kept in off until replaced), no flag */
+    int32_t *doff2 = dfill(sizeof(int32_t) * (ne + 1), 0xff), *dpos2 = dfill(sizeof(int32_t) * nk, 0xff);
+    int32_t *t7 = rf_xmalloc(sizeof(int32_t) * cap);
+    for (int r = 0; r < cap; r++) t7[r] = -7;
+    int32_t *dtok2 = dput(t7, sizeof(int32_t) * cap);
+    rf_moe_cuda_group(doff2, dtok2, dpos2, NULL, NULL, dtop, n, k, ne, rows, cap, NULL, 0, g_st);
+    check_same("  without scratch: off", doff2, off, sizeof(int32_t) * (ne + 1));
+    check_same("  without scratch: tok", dtok2, tok, sizeof(int32_t) * cap);
+    check_same("  without scratch: pos", dpos2, pos, sizeof(int32_t) * nk);
+    free(t7);
+    CK(cudaFree(doff2)), CK(cudaFree(dpos2)), CK(cudaFree(dtok2));
+  }
 
   /* the probabilities' sums, f64 in row order */
   float *probs = rand_f32((size_t)n * ne);
@@ -142,6 +156,13 @@ static void test_moe(int n, int k, int ne, int rows, int idle, int only) {
     for (int e = 0; e < ne; e++) psum[e] += probs[(size_t)r * ne + e];
   rf_moe_cuda_prob_sums(dpsum, dprobs, n, ne, g_st);
   check_same("  probability sums", dpsum, psum, sizeof(double) * ne);
+  /* moe.c's statistics (the kernel table's moe_stats): the counts added again, the sums again */
+  for (int e = 0; e < ne; e++) counts[e] += counts[e] - 3.0;
+  for (int r = 0; r < n; r++)
+    for (int e = 0; e < ne; e++) psum[e] += probs[(size_t)r * ne + e];
+  rf_moe_cuda_stats(dcounts, dpsum, dtop, dprobs, n, k, ne, g_st);
+  check_same("  statistics: counts (added)", dcounts, counts, sizeof(double) * ne);
+  check_same("  statistics: probability sums", dpsum, psum, sizeof(double) * ne);
 
   /* gather */
   float *x = rand_f32((size_t)n * h), *xg = rf_xmalloc(sizeof(float) * cap * h);
@@ -215,20 +236,27 @@ static void test_moe(int n, int k, int ne, int rows, int idle, int only) {
   rf_moe_cuda_sum_back(ddxn, dey, dpos, n, k, h, g_st);
   check_same("  backward sums (adds, j in order)", ddxn, dxn, sizeof(float) * n * h);
 
-  /* a cap too small: the rows needed reported, nothing past cap written */
+  /* a cap too small: the rows needed reported (the flag, and off[ne], which moe.c checks
+   * against its cap: without scratch, as the kernel table calls it), nothing past cap written */
   if (total > rows) {
     int small = total - rows;
-    int32_t *dtok2 = dfill(sizeof(int32_t) * cap, 0x7f);
-    rf_moe_cuda_group(doff, dtok2, dpos, NULL, doverflow, dtop, n, k, ne, rows, small, scratch, sb, g_st);
-    int *ov = dget(doverflow, sizeof(int));
-    int32_t *t2 = dget(dtok2, sizeof(int32_t) * cap);
-    int untouched = 1;
-    for (int r = small; r < cap; r++) untouched &= t2[r] == 0x7f7f7f7f;
-    printf("  %-52s overflow %d (want %d), past cap untouched: %s\n", "cap too small", *ov, total,
-           untouched ? "yes" : "NO");
-    RF_CHECK(*ov == total && untouched, "MoE grouping past its cap: overflow %d, want %d", *ov, total);
-    free(ov), free(t2);
-    CK(cudaFree(dtok2));
+    for (int pass = 0; pass < 2; pass++) {
+      int32_t *dtok2 = dfill(sizeof(int32_t) * cap, 0x7f);
+      rf_moe_cuda_group(doff, dtok2, dpos, NULL, doverflow, dtop, n, k, ne, rows, small,
+                        pass ? NULL : scratch, pass ? 0 : sb, g_st);
+      int *ov = dget(doverflow, sizeof(int));
+      int32_t *o2 = dget(doff, sizeof(int32_t) * (ne + 1));
+      int32_t *t2 = dget(dtok2, sizeof(int32_t) * cap);
+      int untouched = 1;
+      for (int r = small; r < cap; r++) untouched &= t2[r] == 0x7f7f7f7f;
+      printf("  %-52s overflow %d, off[ne] %d (want %d), past cap untouched: %s\n",
+             pass ? "cap too small (no scratch)" : "cap too small", *ov, o2[ne], total,
+             untouched ? "yes" : "NO");
+      RF_CHECK(*ov == total && o2[ne] == total && untouched,
+               "MoE grouping past its cap: overflow %d, off[ne] %d, want %d", *ov, o2[ne], total);
+      free(ov), free(o2), free(t2);
+      CK(cudaFree(dtok2));
+    }
   }
   free(top), free(off), free(tok), free(pos), free(counts), free(c3), free(probs), free(psum), free(x),
       free(xg);
