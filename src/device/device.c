@@ -54,6 +54,12 @@ double rf_device_sum_squares(struct rf_device *dev, const float *x, int64_t n,
   return dev->ops->sum_squares(dev, x, n, stream);
 }
 
+void rf_device_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                               struct rf_device_stream *stream) {
+  RF_ASSERT(n >= 0 && acc);
+  if (n) dev->ops->sum_squares_add(dev, acc, x, n, stream);
+}
+
 int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
                            const char *name, uint8_t *codes, float *scales, struct rf_device_stream *stream) {
   RF_ASSERT(g->rows >= 0 && g->cols >= 0 && g->tile_rows > 0 && g->tile_cols > 0);

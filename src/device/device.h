@@ -80,6 +80,10 @@ struct rf_device_ops {
   /* The sum of x[i]^2 in f64 (a NaN or an infinity makes it non-finite); returns to the host, so it
    * waits for the stream's work. */
   double (*sum_squares)(struct rf_device *dev, const float *x, int64_t n, struct rf_device_stream *stream);
+  /* *acc (one f64 of device memory) += that sum, on the stream: nothing returns to the host, so it
+   * does not wait (the gradient norm adds every piece, then copies the total once). */
+  void (*sum_squares_add)(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                          struct rf_device_stream *stream);
   /* rf_fp8_quantize (src/core/fp8.c) on device memory: codes and one scale per tile of g; -1 (naming
    * `name` and the element) when x holds a NaN or an infinity. */
   int (*fp8_quantize)(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
@@ -142,6 +146,8 @@ void rf_device_cast(struct rf_device *dev, void *dst, enum rf_dtype dst_dtype, c
 void rf_device_scale(struct rf_device *dev, float *x, int64_t n, float s, struct rf_device_stream *stream);
 double rf_device_sum_squares(struct rf_device *dev, const float *x, int64_t n,
                              struct rf_device_stream *stream);
+void rf_device_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                               struct rf_device_stream *stream); /* not a wait */
 int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
                            const char *name, uint8_t *codes, float *scales, struct rf_device_stream *stream);
 

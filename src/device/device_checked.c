@@ -314,6 +314,30 @@ static double rf_checked_sum_squares(struct rf_device *dev, const float *x, int6
   return host->ops->sum_squares(host, rf_device_checked_view(dev, x), n, NULL);
 }
 
+struct rf_checked_sumsq {
+  struct rf_device *host;
+  double *acc;
+  const float *x;
+  int64_t n;
+};
+
+static void rf_checked_run_sum_squares_add(void *arg) {
+  struct rf_checked_sumsq *a = arg;
+  a->host->ops->sum_squares_add(a->host, a->acc, a->x, a->n, NULL);
+}
+
+/* On the stream's worker, on the views: the host's sum added into the device's f64. */
+static void rf_checked_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                                       struct rf_device_stream *stream) {
+  struct rf_checked_stream *s = rf_checked_stream_of(dev, stream, "sum_squares_add");
+  struct rf_checked_sumsq *a = rf_xcalloc(1, sizeof *a);
+  *a = (struct rf_checked_sumsq){.host = &rf_checked_of(dev)->host,
+                                 .acc = rf_device_checked_view(dev, acc),
+                                 .x = rf_device_checked_view(dev, x),
+                                 .n = n};
+  rf_checked_queue(s, rf_checked_run_sum_squares_add, a);
+}
+
 static int rf_checked_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
                                    int pow2, const char *name, uint8_t *codes, float *scales,
                                    struct rf_device_stream *stream) {
@@ -431,6 +455,7 @@ static const struct rf_device_ops rf_device_checked_ops = {
     .cast = rf_checked_cast,
     .scale = rf_checked_scale,
     .sum_squares = rf_checked_sum_squares,
+    .sum_squares_add = rf_checked_sum_squares_add,
     .fp8_quantize = rf_checked_fp8_quantize,
     .stream_create = rf_checked_stream_create,
     .stream_free = rf_checked_stream_free,

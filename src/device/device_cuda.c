@@ -134,6 +134,12 @@ static double rf_device_cuda_sum_squares(struct rf_device *dev, const float *x, 
   return c->pinned->sum;
 }
 
+static void rf_device_cuda_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                                           struct rf_device_stream *stream) {
+  struct rf_device_cuda *c = rf_device_cuda_of(dev);
+  RF_CUDA_CHECK(rf_cuda_sum_squares_add(x, n, c->partial, acc, rf_device_cuda_stream(dev, stream)));
+}
+
 /* The kernel, then the first bad element's index read back: -1 with fp8.c's message
  * (the same element, "NaN" or "an infinity") when there is one. */
 static int rf_device_cuda_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
@@ -230,6 +236,7 @@ static const struct rf_device_ops rf_device_cuda_ops = {
     .cast = rf_device_cuda_cast,
     .scale = rf_device_cuda_scale,
     .sum_squares = rf_device_cuda_sum_squares,
+    .sum_squares_add = rf_device_cuda_sum_squares_add,
     .fp8_quantize = rf_device_cuda_fp8_quantize,
     .stream_create = rf_device_cuda_stream_create,
     .stream_free = rf_device_cuda_stream_free,

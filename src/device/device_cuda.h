@@ -42,6 +42,9 @@ cudaError_t rf_cuda_scale(float *x, int64_t n, float s, cudaStream_t stream);
 /* *out (device) = the sum of x[i]^2 in f64 (deterministic); partial holds
  * RF_CUDA_SUMSQ_BLOCKS doubles. */
 cudaError_t rf_cuda_sum_squares(const float *x, int64_t n, double *partial, double *out, cudaStream_t stream);
+/* *acc += the sum of squares (the same sum as rf_cuda_sum_squares'), on the stream. */
+cudaError_t rf_cuda_sum_squares_add(const float *x, int64_t n, double *partial, double *acc,
+                                    cudaStream_t stream);
 /* rf_fp8_quantize (src/core/fp8.c) of the row-major [rows, cols] x in tiles of
  * tile_rows x tile_cols: codes and one scale per tile, bit for bit the host's.
  * *bad (device, set to INT64_MAX before the call by the launcher) gets the first

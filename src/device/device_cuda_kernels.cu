@@ -75,13 +75,14 @@ __global__ void rf_cuda_sumsq_kernel(const float *x, int64_t n, double *partial)
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void rf_cuda_sumsq_final_kernel(const double *partial, double *out) {
+/* *out = the sum (add: *out += it) */
+__global__ void rf_cuda_sumsq_final_kernel(const double *partial, double *out, int add) {
   __shared__ double shared[RF_CUDA_THREADS];
   double acc = 0.0;
   for (int i = (int)threadIdx.x; i < RF_CUDA_SUMSQ_BLOCKS; i += RF_CUDA_THREADS)
     acc = __dadd_rn(acc, partial[i]);
   double s = rf_cuda_block_sum(acc, shared);
-  if (threadIdx.x == 0) *out = s;
+  if (threadIdx.x == 0) *out = add ? __dadd_rn(*out, s) : s;
 }
 
 /* One block per tile of tile_cols > 1: the amax on the magnitudes' bits (a NaN or an
@@ -169,7 +170,14 @@ extern "C" cudaError_t rf_cuda_scale(float *x, int64_t n, float s, cudaStream_t 
 extern "C" cudaError_t rf_cuda_sum_squares(const float *x, int64_t n, double *partial, double *out,
                                            cudaStream_t stream) {
   rf_cuda_sumsq_kernel<<<RF_CUDA_SUMSQ_BLOCKS, RF_CUDA_THREADS, 0, stream>>>(x, n, partial);
-  rf_cuda_sumsq_final_kernel<<<1, RF_CUDA_THREADS, 0, stream>>>(partial, out);
+  rf_cuda_sumsq_final_kernel<<<1, RF_CUDA_THREADS, 0, stream>>>(partial, out, 0);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t rf_cuda_sum_squares_add(const float *x, int64_t n, double *partial, double *acc,
+                                               cudaStream_t stream) {
+  rf_cuda_sumsq_kernel<<<RF_CUDA_SUMSQ_BLOCKS, RF_CUDA_THREADS, 0, stream>>>(x, n, partial);
+  rf_cuda_sumsq_final_kernel<<<1, RF_CUDA_THREADS, 0, stream>>>(partial, acc, 1);
   return cudaGetLastError();
 }
 

@@ -87,6 +87,11 @@ static double rf_device_host_sum_squares(struct rf_device *dev, const float *x, 
   return acc;
 }
 
+static void rf_device_host_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
+                                           struct rf_device_stream *stream) {
+  *acc += rf_device_host_sum_squares(dev, x, n, stream);
+}
+
 static int rf_device_host_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
                                        int pow2, const char *name, uint8_t *codes, float *scales,
                                        struct rf_device_stream *stream) {
@@ -160,6 +165,7 @@ static const struct rf_device_ops rf_device_host_ops = {
     .cast = rf_device_host_cast,
     .scale = rf_device_host_scale,
     .sum_squares = rf_device_host_sum_squares,
+    .sum_squares_add = rf_device_host_sum_squares_add,
     .fp8_quantize = rf_device_host_fp8_quantize,
     .stream_create = rf_device_host_stream_create,
     .stream_free = rf_device_host_stream_free,

@@ -147,6 +147,7 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   free(f->views);
   rf_device_release(f->device, f->master);
   rf_device_release(f->device, f->grad);
+  rf_device_release(f->device, f->sumsq);
   if (f->grad_across) rf_device_release(f->device, f->grad_across);
   free(f->pslots);
   free(f->gslots);
@@ -326,6 +327,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   /* zero-filled by the device */
   f->master = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
   f->grad = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
+  f->sumsq = rf_device_alloc(f->device, sizeof(double), 64);
   /* HSDP in bf16: the replica all-reduce carries the shard in bf16 (half the bytes across groups) */
   if (f->mesh.replicate.world > 1 && f->opt.reduce_dtype == RF_DTYPE_BF16)
     f->grad_across = rf_device_alloc(f->device, (size_t)f->shard_elems * rf_dtype_size(RF_DTYPE_BF16), 64);

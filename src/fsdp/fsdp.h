@@ -97,6 +97,7 @@ struct rf_fsdp {
   float *grad;                  /* owned slab, shard_elems */
   void
       *grad_across; /* owned, shard_elems bf16: HSDP's replica all-reduce with reduce_dtype bf16, else NULL */
+  double *sumsq;    /* owned, one f64 of device memory: the gradient norm's sum of squares (grads.c) */
   struct rf_device *device; /* owned: where the slabs and slots live; moves, quantizes, norms (host today) */
   /* owned: the runtime's streams, named (FSDP2's comm context): compute (the model, the optimizer,
    * the gradients' scaling and norm, every gather's and reduce's finish), gather (the own-shard

@@ -18,7 +18,8 @@ struct rf_fsdp_piece_ctx {
   struct rf_device *dev;
   struct rf_device_stream *stream; /* compute */
   float scale;
-  double sq;
+  double *sq; /* device memory */
+  int pieces;
 };
 
 static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
@@ -28,7 +29,8 @@ static void rf_fsdp_scale_piece(float *g, int64_t n, void *ctx) {
 
 static void rf_fsdp_square_piece(float *g, int64_t n, void *ctx) {
   struct rf_fsdp_piece_ctx *c = ctx;
-  c->sq += rf_device_sum_squares(c->dev, g, n, c->stream);
+  rf_device_sum_squares_add(c->dev, c->sq, g, n, c->stream);
+  c->pieces++;
 }
 
 void rf_fsdp_scale_grads(struct rf_fsdp *f, float scale) {
@@ -37,10 +39,16 @@ void rf_fsdp_scale_grads(struct rf_fsdp *f, float scale) {
   rf_fsdp_for_pieces(f, rf_fsdp_scale_piece, &c);
 }
 
+/* The pieces' sums added in tensor order into one f64 on the device (0 + s0 + s1 ...: the bits of
+ * the host's running sum), copied to the host once: one wait for the whole norm, none without a
+ * piece. */
 double rf_fsdp_grad_norm(struct rf_fsdp *f) {
-  struct rf_fsdp_piece_ctx c = {.dev = f->device, .stream = f->stream[RF_FSDP_STREAM_COMPUTE]};
+  struct rf_fsdp_piece_ctx c = {
+      .dev = f->device, .stream = f->stream[RF_FSDP_STREAM_COMPUTE], .sq = f->sumsq};
+  rf_device_memset(f->device, f->sumsq, 0, sizeof(double), c.stream);
   rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
-  double sq = c.sq;
+  double sq = 0.0;
+  if (c.pieces) rf_device_copy(f->device, &sq, f->sumsq, sizeof sq, RF_DEVICE_COPY_DEVICE_TO_HOST, c.stream);
   /* a NaN or Inf on any rank makes the sum non-finite on every rank */
   rf_comm_allreduce(&f->mesh.shard, &sq, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   return sqrt(sq);
