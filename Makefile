@@ -106,7 +106,7 @@ else ifeq ($(BACKEND),cuda-emu)
 # the same, and the stand-in's own test (tests/gpu/emu/selftest.cu)
 all: $(BUILD)/librfsdp.a $(BUILD)/rfsdp $(GPU_TEST_BIN) $(BUILD)/tests/gpu/emu_selftest
 else
-all: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp $(TEST_BIN) $(BENCH_BIN)
+all: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp $(BUILD)/rfsdp-release $(TEST_BIN) $(BENCH_BIN)
 endif
 
 help:
@@ -191,6 +191,22 @@ $(BUILD)/rfsdp: $(TOOL_OBJ) $(BUILD)/librfsdp.a
 	@echo "  LD      $@"
 	@$(CC) $(TOOL_OBJ) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
 
+# Test hooks (docs/architecture.md): build/rfsdp, the command the tests run, is linked with
+# tools/test_hooks.c compiled with -DRF_TEST_HOOKS (it reads the RF_TEST_* variables);
+# build/rfsdp-release, what `make install` installs, with the same file compiled without it
+# (it reads none: tests/test_boundary.c looks for the names in it)
+$(OBJ_DIR)/tools/test_hooks.o: CFLAGS_ALL += -DRF_TEST_HOOKS
+RELEASE_TOOL_OBJ := $(filter-out $(OBJ_DIR)/tools/test_hooks.o,$(TOOL_OBJ)) $(OBJ_DIR)/tools/test_hooks.release.o
+$(OBJ_DIR)/tools/test_hooks.release.o: tools/test_hooks.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (release: no test hooks)"
+	@$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+-include $(OBJ_DIR)/tools/test_hooks.release.d
+
+$(BUILD)/rfsdp-release: $(RELEASE_TOOL_OBJ) $(BUILD)/librfsdp.a
+	@echo "  LD      $@"
+	@$(CC) $(RELEASE_TOOL_OBJ) $(BUILD)/librfsdp.a $(LDLIBS_ALL) -o $@
+
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/librfsdp.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
@@ -256,12 +272,12 @@ demo-moe: setup
 	@$(MAKE) --no-print-directory all
 	@DEMO_MODEL=configs/demo-moe.json DEMO_OUT=$${DEMO_OUT:-runs/demo-moe} scripts/demo $(BUILD)
 
-install: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp
+install: $(BUILD)/librfsdp.a $(BUILD)/librfsdp.so $(BUILD)/rfsdp-release
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/librfsdp.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/librfsdp.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/rfsdp $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/rfsdp-release $(DESTDIR)$(PREFIX)/bin/rfsdp
 	install -d $(DESTDIR)$(PREFIX)/share/rfsdp/network
 	install -m 644 configs/network/*.json $(DESTDIR)$(PREFIX)/share/rfsdp/network/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES@|$(PKGS)|' rfsdp.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rfsdp.pc

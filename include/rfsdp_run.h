@@ -267,18 +267,4 @@ int rf_run_trace_summary(const struct rf_fsdp *f, struct rf_run_trace_summary *o
 int rf_run_trace_write(const struct rf_fsdp *f, const char *path);
 void rf_run_trace_stop(void); /* frees the spans; local */
 
-/* ---- testing hooks ---------------------------------------------------------- */
-
-/* From now on, the last rank of the shard group exits abruptly (status 137) inside
- * the save of step `step`, after writing its rank files and before anyone writes
- * the COMPLETE marker: a crash in the middle of a checkpoint. -1 (the default):
- * never. `rfsdp train` sets it from the environment variable RF_TEST_DIE_IN_SAVE. */
-void rf_run_test_die_in_save(int64_t step);
-/* From now on (1), an asynchronous save's thread copies the state into staging only
- * once the next optimizer step has reached its fence (or the save is awaited): the
- * latest a snapshot can be taken, so that step must wait for the copy (a snapshot
- * taken after it began would hold its changes; rf_run_async_stats counts both). 0
- * (the default): at once. `rfsdp train` sets it from RF_TEST_ASYNC_COPY_LATE=1. */
-void rf_run_test_late_async_copy(int late);
-
 #endif

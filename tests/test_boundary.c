@@ -4,7 +4,10 @@
  *  - <mpi.h> is included by include/rfsdp_mpi.h and src/comm/comm_mpi.h only;
  *  - tools/ calls no MPI function and no model layer function (the model through
  *    the binding of src/model/train.c);
- *  - no getenv of an RF_TEST_ variable in src/ (test hooks are setters);
+ *  - no getenv of an RF_TEST_ variable in src/ (test hooks are setters, declared in the internal
+ *    src/run/test_control.h, none in include/); the variables are named in tools/test_hooks.c alone,
+ *    and the release command (BUILD/rfsdp-release, what `make install` installs) holds none of
+ *    their names, while the tests' BUILD/rfsdp holds them (the check can see them);
  *  - `rfsdp plan` is a client of include/: tools/cmd_plan.c and every tools/
  *    header it includes, followed down, include only public headers (include/)
  *    and system headers, never a src/ folder's (the porch parses and prints). */
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "rf_cli.h"
 #include "rf_test.h"
 
 /* Each line of a shell command's output to fn. */
@@ -24,7 +28,7 @@ static int each_line(const char *cmd, void (*fn)(const char *line, void *ctx), v
   int n = 0;
   while (fgets(line, sizeof line, p)) {
     line[strcspn(line, "\n")] = 0;
-    fn(line, ctx);
+    if (fn) fn(line, ctx);
     n++;
   }
   pclose(p);
@@ -80,6 +84,19 @@ int main(void) {
   each_line("grep -rnE 'rf_model_(layer|embed|head|moe|linear|attention|rmsnorm)_[a-z_]+ *\\(' tools",
             must_be_empty, "tools/ calls a model layer function");
   each_line("grep -rn 'getenv(\"RF_TEST_' src", must_be_empty, "src/ reads a test hook from the environment");
+  each_line("grep -rn '\"RF_TEST_' src tools | grep -v '^tools/test_hooks\\.c:'", must_be_empty,
+            "an RF_TEST_ variable named outside tools/test_hooks.c");
+  each_line("grep -rn 'rf_run_test_' include", must_be_empty, "a test hook in the public API");
+  char build[4096], cmd[8800], bin[4400];
+  rf_cli_build_dir(build, sizeof build);
+  snprintf(bin, sizeof bin, "%s/rfsdp-release", build);
+  RF_CHECK(access(bin, X_OK) == 0, "%s: no release command (make all builds it)", bin);
+  snprintf(cmd, sizeof cmd, "strings %s | grep RF_TEST_", bin);
+  each_line(cmd, must_be_empty, "the release command names a test hook");
+  snprintf(cmd, sizeof cmd,
+           "strings %s/rfsdp | grep -E '^RF_TEST_(DIE_IN_SAVE|ASYNC_COPY_LATE|START_PAUSE)$'", build);
+  int hooks = each_line(cmd, NULL, NULL);
+  RF_CHECK(hooks == 3, "the tests' %s/rfsdp names %d of the 3 test hooks", build, hooks);
   /* the check catches a planted internal include */
   char planted[] = "/tmp/rf_test_boundary_porch.XXXXXX";
   int fd = mkstemp(planted);
@@ -93,6 +110,7 @@ int main(void) {
   RF_CHECK(porch_bad == 0, "tools/cmd_plan.c: %d internal include(s)", porch_bad);
   printf(
       "<mpi.h> in include/rfsdp_mpi.h alone; tools/ free of MPI and model layers; no getenv hooks in src/; "
+      "RF_TEST_* read by tools/test_hooks.c alone, none in rfsdp-release; "
       "rfsdp plan a client of include/\n");
   return rf_test_finish("test_boundary");
 }

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "options.h"
 #include "rfsdp_plan.h"
+#include "test_hooks.h"
 #include "train.h"
 
 /* 1: the run stopped on an option's mistake found after the start (exit 2, as
@@ -421,24 +422,6 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
   return 0;
 }
 
-/* Testing hook RF_TEST_START_PAUSE=FILE:MS (tests/test_train_stop.c): a start-up
- * that takes MS milliseconds longer, FILE created by rank 0 when it begins, so a
- * signal can be sent while the job is surely starting. */
-static void rf_train_test_start_pause(const struct rf_comm *comm, const char *hook) {
-  const char *colon = hook ? strrchr(hook, ':') : NULL;
-  if (!colon) return;
-  char path[RF_FILE_PATH_MAX];
-  snprintf(path, sizeof path, "%.*s", (int)(colon - hook), hook);
-  rf_comm_barrier(comm);
-  if (comm->rank == 0) {
-    FILE *f = fopen(path, "w");
-    if (f) fclose(f);
-  }
-  uint64_t ms = (uint64_t)atoll(colon + 1);
-  struct timespec pause = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&pause, &pause) != 0) continue;
-}
-
 /* A SIGTERM or SIGINT that came during start-up, on any rank (agreed): the run
  * stops before step `next` (0: before it knows where it resumes), having trained
  * and saved nothing; the exit status is 128 + the signal. 1 when it stops. */
@@ -754,11 +737,7 @@ int rf_cmd_train(int argc, char **argv) {
     rf_comm_mpi_finalize();
     return 0;
   }
-  const char *die = getenv("RF_TEST_DIE_IN_SAVE"); /* a rank killed mid-save (tests/test_train.c) */
-  if (die && *die) rf_run_test_die_in_save(atoll(die));
-  const char *late = getenv("RF_TEST_ASYNC_COPY_LATE"); /* a late snapshot (tests/test_train_async.c) */
-  if (late && *late) rf_run_test_late_async_copy(atoi(late));
-  rf_train_test_start_pause(&s.comm, getenv("RF_TEST_START_PAUSE")); /* tests/test_train_stop.c */
+  rf_train_test_hooks(&s.comm); /* the test build's RF_TEST_* (tools/test_hooks.c); none in a release */
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "run/run.h"
+#include "run/test_control.h"
 
 /* Where the writer thread is. */
 enum rf_run_async_state {

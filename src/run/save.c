@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "run/run.h"
+#include "run/test_control.h"
 
 /* The agreement of a save or a load: a checked all-reduce on the context's comm.
  * A save is written by the first replica group only (the others hold the same
