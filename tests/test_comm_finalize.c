@@ -1,5 +1,5 @@
 /* rf-test: timeout=90
- * The finalize guard (src/comm/comm_mpi.c) keeps a failing run's status: a job
+ * The finalize guard (src/comm/finalize_guard.c) keeps a failing run's status: a job
  * whose ranks set exit status 3 (rf_comm_mpi_exit_status, as `rfsdp train` does
  * after a failure) and then hang in rf_comm_mpi_finalize (the testing hook: a spin
  * in user space before MPI_Finalize, as a rank stuck in UCX's endpoint close)

@@ -80,7 +80,7 @@ static void check_mesh(const char *model, const char *data, const double *ref, i
                             "train --model %s --data %s %s --steps %d --replicate %s --log %s", model, data,
                             common, STEPS, replicate, log);
   RF_CHECK(rc == 0, "%d hosts x %d: rc %d\n%s", hosts, per, rc, out);
-  /* MPICH/UCX's teardown can hang; the finalize guard (src/comm/comm_mpi.c) then
+  /* MPICH/UCX's teardown can hang; the finalize guard (src/comm/finalize_guard.c) then
    * finishes the launcher's protocol for the stuck rank. Leaving without it (its
    * fallback) is what hydra may report as a crash (rc 255, docs/multihost.md). */
   RF_CHECK(strstr(out, "did not answer") == NULL && strstr(out, "still waiting in the launcher") == NULL,

@@ -12,6 +12,24 @@
 #include "comm/comm.h"
 #include "rfsdp_mpi.h" /* <mpi.h>, rf_comm_mpi_init, rf_comm_create_mpi */
 
+/* Checks the return code of an MPI call; an error stops every rank with MPI's
+ * description of it, the file and the line. */
+#define RF_MPI_CHECK(call)                                                            \
+  do {                                                                                \
+    int rf_mpi_rc_ = (call);                                                          \
+    if (rf_mpi_rc_ != MPI_SUCCESS) {                                                  \
+      char rf_mpi_text_[MPI_MAX_ERROR_STRING];                                        \
+      int rf_mpi_len_ = 0;                                                            \
+      if (MPI_Error_string(rf_mpi_rc_, rf_mpi_text_, &rf_mpi_len_) != MPI_SUCCESS)    \
+        snprintf(rf_mpi_text_, sizeof rf_mpi_text_, "MPI error code %d", rf_mpi_rc_); \
+      RF_DIE("%s failed: %s", #call, rf_mpi_text_);                                   \
+    }                                                                                 \
+  } while (0)
+
+/* Reads hydra's PMI socket (PMI_FD), which the finalize guard speaks on; called by
+ * rf_comm_mpi_init before MPI_Init (finalize_guard.c). */
+void rf_comm_finalize_guard_init(void);
+
 /* Testing hook: the largest count passed to MPI in one argument (default and
  * maximum INT_MAX). Lowering it exercises the large-count paths on small buffers. */
 void rf_comm_set_count_limit(int64_t limit);
