@@ -215,6 +215,33 @@ static inline int64_t rf_round_up(int64_t a, int64_t m) { return rf_ceil_div(a, 
 static inline int64_t rf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t rf_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 int64_t rf_gcd_i64(int64_t a, int64_t b);
+
+/* The param slot's memory-sizing rule, one for the DBuffer that lays a slot out
+ * (src/dbuffer/layout.c) and the simulator that sizes it (src/sim/simulate.c): from
+ * byte `at`, each piece is placed at `at` and `at` moves past it to the next multiple
+ * of `align` bytes (the alignment of the element offsets times the param dtype's
+ * size). In order: every buffer (elements times their width: the param dtype's size,
+ * 1 for FP8), then per FP8 tensor its codes (a byte per element, only when quantized
+ * after the gather: `after`; the widest 128-row band noted in *band) and its f32 tile
+ * scales, then with a param dtype narrower than f32 the f32 scratch of that band
+ * (rf_slot_band, nothing when *band is 0). Each returns the piece's first byte. */
+static inline int64_t rf_slot_place(int64_t *at, int64_t bytes, int64_t align) {
+  int64_t first = *at;
+  *at = rf_round_up(*at + bytes, align);
+  return first;
+}
+static inline int64_t rf_slot_fp8_codes(int64_t *at, int64_t *band, int64_t numel, int64_t rows, int64_t cols,
+                                        int64_t align) {
+  *band = rf_max_i64(*band, rf_min_i64(RF_FP8_TILE, rows) * cols);
+  return rf_slot_place(at, numel, align);
+}
+static inline int64_t rf_slot_fp8_scales(int64_t *at, int64_t tiles, int64_t align) {
+  return rf_slot_place(at, tiles * (int64_t)sizeof(float), align);
+}
+static inline int64_t rf_slot_band(int64_t *at, int64_t band, int64_t param_size, int64_t align) {
+  if (param_size == (int64_t)sizeof(float) || band <= 0) return -1;
+  return rf_slot_place(at, band * (int64_t)sizeof(float), align);
+}
 /* lcm, or -1 when it would exceed `cap`. */
 int64_t rf_lcm_i64_capped(int64_t a, int64_t b, int64_t cap);
 

@@ -169,8 +169,7 @@ static void rf_dbuffer_slot_bytes(struct rf_dbuffer *db, enum rf_dtype param_dty
   } else {
     for (int b = 0; b < db->n_buffers; b++) {
       struct rf_dbuffer_buf *buf = &db->bufs[b];
-      buf->slot_byte = at;
-      at = rf_round_up(at + buf->total * (buf->fp8 ? 1 : ps), align * ps);
+      buf->slot_byte = rf_slot_place(&at, buf->total * (buf->fp8 ? 1 : ps), align * ps);
     }
     for (int t = 0; t < db->n_tensors; t++) {
       struct rf_dbuffer_tensor *x = &db->tensors[t];
@@ -182,18 +181,11 @@ static void rf_dbuffer_slot_bytes(struct rf_dbuffer *db, enum rf_dtype param_dty
     struct rf_dbuffer_tensor *x = &db->tensors[t];
     if (!x->fp8) continue;
     x->code_byte = x->view_byte;
-    if (db->fp8_after) {
-      x->code_byte = at;
-      at = rf_round_up(at + x->numel, align * ps);
-      band = rf_max_i64(band, rf_min_i64(RF_FP8_TILE, x->rows) * x->cols);
-    }
-    x->scale_byte = at;
-    at = rf_round_up(at + x->tiles * (int64_t)sizeof(float), align * ps);
+    if (db->fp8_after) x->code_byte = rf_slot_fp8_codes(&at, &band, x->numel, x->rows, x->cols, align * ps);
+    x->scale_byte = rf_slot_fp8_scales(&at, x->tiles, align * ps);
   }
-  if (param_dtype != RF_DTYPE_F32 && band > 0) {
-    db->band_byte = at;
-    at = rf_round_up(at + band * (int64_t)sizeof(float), align * ps);
-  }
+  int64_t band_byte = rf_slot_band(&at, band, ps, align * ps); /* (the core rule) */
+  if (band_byte >= 0) db->band_byte = band_byte;
   db->slot_bytes = (size_t)at;
 }
 

@@ -51,7 +51,8 @@ static int64_t rf_sim_tile_at(const struct rf_plan_tensor_in *t, int64_t at) {
   return (at / per * rf_ceil_div(rows, RF_FP8_TILE) + at % per / band) * tc;
 }
 
-/* A unit's param slot in bytes (src/dbuffer/layout.c rf_dbuffer_slot_bytes):
+/* A unit's param slot in bytes by the core's slot rule (rf_slot_place, as
+ * src/dbuffer/layout.c rf_dbuffer_slot_bytes lays it out):
  * `slot` elements of the param dtype; under FP8 block, planned: every buffer in
  * its dtype (FP8: a byte per element) on the alignment, then each FP8 tensor's
  * f32 tile scales; fsdp2 and flat (quantized after the gather): the slot, then
@@ -66,20 +67,16 @@ static int64_t rf_sim_slot_bytes(const struct rf_plan_policy *p, const struct rf
   int64_t at = after ? slot * ps : 0, band = 0;
   for (int g = 0; g < sp->n_groups && !after; g++)
     for (int k = 0; k < sp->layout[g].plan.n_buffers; k++)
-      at = rf_round_up(at + sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
+      rf_slot_place(&at, sp->layout[g].plan.buffers[k].total_elems * (sp->fp8[g] ? 1 : ps), align * ps);
   for (int g = 0; g < sp->n_groups; g++)
     for (int k = 0; k < sp->in[g].n_tensors; k++) {
       const struct rf_plan_tensor_in *t = &sp->in[g].tensors[k];
       if (!(after ? t->fp8 : sp->fp8[g])) continue;
-      if (after) { /* the codes every rank quantizes after the gather */
-        int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
-        at = rf_round_up(at + t->numel, align * ps);
-        band = rf_max_i64(band, rf_min_i64(RF_FP8_TILE, rows) * cols);
-      }
-      at = rf_round_up(at + rf_sim_tile_at(t, t->numel) * (int64_t)sizeof(float), align * ps);
+      if (after) /* the codes every rank quantizes after the gather */
+        rf_slot_fp8_codes(&at, &band, t->numel, t->shape[t->ndim - 2], t->shape[t->ndim - 1], align * ps);
+      rf_slot_fp8_scales(&at, rf_sim_tile_at(t, t->numel), align * ps);
     }
-  if (ps != (int64_t)sizeof(float) && band > 0)
-    at = rf_round_up(at + band * (int64_t)sizeof(float), align * ps);
+  rf_slot_band(&at, band, ps, align * ps);
   return at;
 }
 
