@@ -129,6 +129,18 @@ struct rf_model_kernels {
                       struct rf_device_stream *stream);
   void (*moe_gather)(float *dxn, const float *dyg, const int32_t *pos, int n, int k, int hidden,
                      struct rf_device_stream *stream);
+  /* ---- optional (never "missing"): attention for bf16 compute (rf_model_ws_set_compute), the
+   * semantics of attention_forward/_backward with q, k, v, dy, P and dS rounded to bf16 and every
+   * product summed in f32 (the CUDA table: tensor cores, attention_tc.cu, where the head_dim is
+   * one it takes, else its f32 kernels). NULL (the host and checked tables): bf16 compute runs the
+   * f32 attention, as the host always has. */
+  void (*attention_bf16_forward)(float *y, float *lse, const float *q, const float *k, const float *v,
+                                 int batch, int seq, int nh, int nkv, int hd, void *scratch,
+                                 size_t scratch_bytes, struct rf_device_stream *stream);
+  void (*attention_bf16_backward)(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                  const float *lse, const float *q, const float *k, const float *v, int batch,
+                                  int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                                  struct rf_device_stream *stream);
 };
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */

@@ -33,6 +33,7 @@
  * (tests/gpu/emu), as far as an emulation can check them. */
 #include <limits.h>
 
+#include "model/attention_tc.h"
 #include "model/kernels_cuda.cuh"
 #include "model/linear_cuda.h"
 #include "model/moe_cuda.h"
@@ -529,6 +530,35 @@ static size_t cuda_scratch_bytes(const struct rf_model_config *cfg, int batch, i
   return (bytes + 255) / 256 * 256;
 }
 
+/* bf16 compute's attention: the tensor-core kernels (attention_tc.cu) where they take the
+ * head_dim, else the f32 kernels. The backward's rows' dY . Y in the scratch (batch * nh * seq
+ * floats, as the f32 backward's). */
+static void cuda_attention_bf16_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                        int batch, int seq, int nh, int nkv, int hd, void *scratch,
+                                        size_t scratch_bytes, struct rf_device_stream *stream) {
+  if (!rf_attention_tc_supports(hd)) {
+    cuda_attention_forward(y, lse, q, k, v, batch, seq, nh, nkv, hd, scratch, scratch_bytes, stream);
+    return;
+  }
+  if (batch <= 0 || seq <= 0 || nh <= 0) return;
+  rf_attention_tc_forward(y, lse, q, k, v, batch, seq, nh, nkv, hd, kc_stream(stream));
+}
+
+static void cuda_attention_bf16_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                         const float *lse, const float *q, const float *k, const float *v,
+                                         int batch, int seq, int nh, int nkv, int hd, void *scratch,
+                                         size_t scratch_bytes, struct rf_device_stream *stream) {
+  if (!rf_attention_tc_supports(hd)) {
+    cuda_attention_backward(dq, dk, dv, dy, y, lse, q, k, v, batch, seq, nh, nkv, hd, scratch, scratch_bytes,
+                            stream);
+    return;
+  }
+  if (batch <= 0 || seq <= 0 || nh <= 0) return;
+  kc_need(sizeof(float) * (size_t)batch * nh * seq, scratch_bytes, "attention backward (tensor cores)");
+  rf_attention_tc_backward(dq, dk, dv, dy, y, lse, q, k, v, batch, seq, nh, nkv, hd, (float *)scratch,
+                           kc_stream(stream));
+}
+
 extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     "cuda",
     0,
@@ -557,4 +587,6 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     cuda_moe_combine_weights_backward,
     cuda_moe_scatter,
     cuda_moe_gather,
+    cuda_attention_bf16_forward, /* attention_tc.cu: tensor cores */
+    cuda_attention_bf16_backward,
 };

@@ -430,6 +430,33 @@ static void bias_grad(struct rf_model_ws *ws, const struct rf_model_layer_acts *
     ws->kern->bias_backward(grads[a->slot[t]], dy, n, out, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
+/* Attention through the table: its bf16 entries in bf16 compute where it has them (kernels.h). */
+static int ws_attention_bf16(const struct rf_model_ws *ws) {
+  return ws->stage.compute == RF_DTYPE_BF16 && ws->kern->attention_bf16_forward &&
+         ws->kern->attention_bf16_backward;
+}
+
+static void ws_attention_forward(struct rf_model_ws *ws, float *y, float *lse, const float *q, const float *k,
+                                 const float *v, int nh, int nkv, int hd) {
+  if (ws_attention_bf16(ws))
+    ws->kern->attention_bf16_forward(y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
+                                     ws->scratch_bytes, ws->stream);
+  else
+    ws->kern->attention_forward(y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch, ws->scratch_bytes,
+                                ws->stream);
+}
+
+static void ws_attention_backward(struct rf_model_ws *ws, float *dq, float *dk, float *dv, const float *dy,
+                                  const float *y, const float *lse, const float *q, const float *k,
+                                  const float *v, int nh, int nkv, int hd) {
+  if (ws_attention_bf16(ws))
+    ws->kern->attention_bf16_backward(dq, dk, dv, dy, y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
+                                      ws->scratch_bytes, ws->stream);
+  else
+    ws->kern->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
+                                 ws->scratch_bytes, ws->stream);
+}
+
 static float *layer_output(struct rf_model_ws *ws, int layer) {
   return layer + 1 < ws->cfg.num_hidden_layers ? ws->layers[layer + 1].x : ws->xf;
 }
@@ -486,8 +513,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
   ws->kern->rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
   ws->kern->rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
-  ws->kern->attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
-                              ws->scratch_bytes, ws->stream);
+  ws_attention_forward(ws, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
   rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
                  ws->stream);
   rf_model_ws_linear_forward(ws, a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
@@ -610,8 +636,7 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   rf_model_ws_linear_backward(ws, ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
                               lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  ws->kern->attention_backward(dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh,
-                               nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
+  ws_attention_backward(ws, dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
   ws->kern->rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   ws->kern->rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */
