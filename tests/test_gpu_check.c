@@ -45,9 +45,9 @@ int main(void) {
     RF_CHECK(sum && strstr(sum, "benchmark, both at ") && strstr(sum, "tiny.json 4x32 tokens per step") &&
                  strstr(sum, "rfsdp --device cuda ") && strstr(sum, "PyTorch FSDP2 "),
              "gpu-check --dry: the benchmark table names its one shape, for rfsdp and for PyTorch");
-    const char *parts[] = {"train_gpu_w1", "train_gpu_w2_equal", "train_gpu_w2_ragged",
-                           "resume_gpu_ckpt_on_cpu_w2", "bench_rfsdp 4x32",
-                           "bench_rfsdp_bf16 4x32"};
+    const char *parts[] = {"train_gpu_w1",        "train_gpu_w2_equal",
+                           "train_gpu_w2_ragged", "resume_gpu_ckpt_on_cpu_w2",
+                           "bench_rfsdp 4x32",    "bench_rfsdp_bf16 4x32"};
     for (int i = 0; sum && i < (int)(sizeof parts / sizeof *parts); i++) {
       char ok[64];
       snprintf(ok, sizeof ok, "ok    %s", parts[i]);
