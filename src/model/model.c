@@ -438,23 +438,15 @@ static int ws_attention_bf16(const struct rf_model_ws *ws) {
 
 static void ws_attention_forward(struct rf_model_ws *ws, float *y, float *lse, const float *q, const float *k,
                                  const float *v, int nh, int nkv, int hd) {
-  if (ws_attention_bf16(ws))
-    ws->kern->attention_bf16_forward(y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
-                                     ws->scratch_bytes, ws->stream);
-  else
-    ws->kern->attention_forward(y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch, ws->scratch_bytes,
-                                ws->stream);
+  (ws_attention_bf16(ws) ? ws->kern->attention_bf16_forward : ws->kern->attention_forward)(
+      y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
 static void ws_attention_backward(struct rf_model_ws *ws, float *dq, float *dk, float *dv, const float *dy,
                                   const float *y, const float *lse, const float *q, const float *k,
                                   const float *v, int nh, int nkv, int hd) {
-  if (ws_attention_bf16(ws))
-    ws->kern->attention_bf16_backward(dq, dk, dv, dy, y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
-                                      ws->scratch_bytes, ws->stream);
-  else
-    ws->kern->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch,
-                                 ws->scratch_bytes, ws->stream);
+  (ws_attention_bf16(ws) ? ws->kern->attention_bf16_backward : ws->kern->attention_backward)(
+      dq, dk, dv, dy, y, lse, q, k, v, ws->b, ws->t, nh, nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
 static float *layer_output(struct rf_model_ws *ws, int layer) {
