@@ -2,9 +2,9 @@
  * Face config.json (model_type llama, qwen2, mixtral, qwen3_moe) declared to an
  * rfsdp context, and its forward and backward over the units with the runtime's
  * gather, prefetch, reshard and reduce around each. A program that trains one
- * keeps its data, its loop and its optimizer (rfsdp_optim.h), and saves and
- * resumes through rfsdp_run.h; docs/example/llama.c is one, `rfsdp train` another.
- * MPI-free: the communicator comes from rfsdp_mpi.h.
+ * keeps its data, its loop and its optimizer (rfsdp_optim.h), runs each step
+ * through rf_train_model_step, and saves and resumes through rfsdp_run.h; docs/example/llama.c is one, `rfsdp
+ * train` another. MPI-free: the communicator comes from rfsdp_mpi.h.
  *
  * Ownership: struct rf_train_model is opaque and owns its runtime context (borrowed
  * by rf_train_model_fsdp) and workspaces; it borrows the communicator it was
@@ -56,6 +56,43 @@ void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags);
  * Collective: every rank calls it for every micro-batch. */
 double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
                                  float grad_scale);
+/* ---- one optimizer step ---------------------------------------------------------- */
+
+struct rf_optim; /* rfsdp_optim.h */
+
+/* What rf_train_model_step does one step with. The caller supplies the data: `batch` fills
+ * this rank's micro-batch `micro` (0 .. accum - 1) of the step into tokens and targets
+ * (batch * seq local rows each, the sizes given at rf_train_model_create; e.g.
+ * rf_token_data_batch with part micro * W + rank of W * accum, as `rfsdp train` does) and
+ * returns 0, or -1 with rf_fsdp_error() set. */
+struct rf_train_step_args {
+  int64_t step; /* counted from 0: the watchdog's notes name step + 1 */
+  int accum;    /* micro-batches (>= 1) */
+  double scale; /* the loss's scale: 1 / (the step's tokens over every rank); grad_scale = (float)scale */
+  float lr;     /* the optimizer's learning rate for this step */
+  double clip;  /* clip the global gradient norm to this (0: off) */
+  int32_t *tokens, *targets; /* the caller's buffers that `batch` fills */
+  int (*batch)(void *ctx, int micro, int32_t *tokens, int32_t *targets);
+  void *ctx;
+};
+
+struct rf_train_step_result {
+  double loss; /* the step's loss per token: every rank's loss sums added, times scale */
+  double norm; /* the global gradient norm before clipping (non-finite: the update was skipped) */
+};
+
+/* One optimizer step, the sequence `rfsdp train` and docs/example/llama.c share: the
+ * gradients zeroed; per micro-batch the data (`batch`, a "batch" span on the trace's data
+ * lane) and rf_train_model_micro_step (the last one marked for HSDP's replica all-reduces,
+ * rf_fsdp_set_last_micro_batch); then rf_optim_step_fsdp (gradients finished, the norm,
+ * clip, update) with `o` (created by rf_optim_create_fsdp on this model's context) and the
+ * loss sums all-reduced over every rank (a "loss all-reduce" span). The collective
+ * watchdog's phase notes name the step. Collective. Returns 0, 1 when the update was
+ * skipped (a non-finite norm, the same on every rank), -1 with rf_fsdp_error() (a failed
+ * batch: this rank only; a failed optimizer step: every rank). */
+int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const struct rf_train_step_args *a,
+                        struct rf_train_step_result *out);
+
 /* Forward only: this rank's loss sum. */
 double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets);
 /* Extends tokens[0..len) to tokens[0..total) by sampling (every rank computes the

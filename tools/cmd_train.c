@@ -184,32 +184,36 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
   return s->log.file ? rf_train_log_write(&s->log, &rec) : 0;
 }
 
-/* One optimizer step: accum micro-batches, reduce, norm, clip, update. */
+/* rf_train_model_step's data: micro-batch m of rank r is part m * W + r of W * accum. */
+struct rf_train_batch_ctx {
+  struct rf_train_state *s;
+  int64_t step;
+};
+
+static int rf_train_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
+  const struct rf_train_batch_ctx *c = ctx;
+  const struct rf_train_args *a = c->s->args;
+  return rf_data_loader_batch(&c->s->train, a->seed, c->step, a->batch, a->seq,
+                              micro * c->s->world + c->s->rank, c->s->world * a->accum, tokens, targets);
+}
+
+/* One optimizer step (rf_train_model_step): accum micro-batches, reduce, norm, clip, update. */
 static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_out, double *norm_out) {
   const struct rf_train_args *a = s->args;
-  struct rf_fsdp *f = s->model.fsdp;
-  double scale = 1.0 / ((double)a->batch * (double)a->seq);
-  double loss = 0;
-  rf_comm_watchdog_note(step + 1, "forward and backward");
-  rf_fsdp_zero_grad(f);
-  for (int m = 0; m < a->accum; m++) {
-    uint64_t t_data = rf_run_trace_now();
-    RF_TRY(rf_data_loader_batch(&s->train, a->seed, step, a->batch, a->seq, m * s->world + s->rank,
-                                s->world * a->accum, s->tokens, s->targets));
-    rf_run_trace_span(RF_TRACE_LANE_DATA, "batch", t_data);
-    /* HSDP: the replica all-reduces start during the last micro-batch's backward */
-    if (m == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
-    loss += rf_train_model_micro_step(&s->model, s->tokens, s->targets, (float)scale);
-  }
-  rf_comm_watchdog_note(step + 1, "gradients, norm and optimizer");
-  double norm = NAN;
-  int rc = rf_optim_step_fsdp(s->optim, f, (float)rf_train_lr(a, step), a->clip, &norm);
-  if (rc < 0) return -1; /* the same on every rank */
-  uint64_t t = rf_run_trace_now();
-  rf_comm_allreduce(&s->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
-  rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "loss all-reduce", t);
-  *loss_out = loss * scale;
-  *norm_out = norm;
+  struct rf_train_batch_ctx ctx = {s, step};
+  struct rf_train_step_args sa = {.step = step,
+                                  .accum = a->accum,
+                                  .scale = 1.0 / ((double)a->batch * (double)a->seq),
+                                  .lr = (float)rf_train_lr(a, step),
+                                  .clip = a->clip,
+                                  .tokens = s->tokens,
+                                  .targets = s->targets,
+                                  .batch = rf_train_batch,
+                                  .ctx = &ctx};
+  struct rf_train_step_result r;
+  int rc = rf_train_model_step(&s->model, s->optim, &sa, &r);
+  *loss_out = r.loss;
+  *norm_out = r.norm;
   return rc; /* 1: skipped (a non-finite norm) */
 }
 

@@ -8,10 +8,10 @@
  *   mpirun -np 2 ./llama --model config.json --data /tmp/text --steps 4 --save /tmp/ck4
  *   mpirun -np 3 ./llama --model config.json --data /tmp/text --steps 8 --resume /tmp/ck4
  *
- * Its step is `rfsdp train`'s (global batch split over the ranks, loss scaled by
- * 1/tokens, norm, clip at 1, AdamW with weight decay 0.1) at a constant learning
- * rate: `rfsdp train --min-lr-ratio 1` prints the same losses and writes the same
- * checkpoint files, bit for bit (tests/test_example_llama.c). */
+ * Its step is `rfsdp train`'s, the library's rf_train_model_step (global batch split
+ * over the ranks, loss scaled by 1/tokens, norm, clip at 1, AdamW with weight decay
+ * 0.1), at a constant learning rate: `rfsdp train --min-lr-ratio 1` prints the same losses and writes the
+ * same checkpoint files, bit for bit (tests/test_example_llama.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +27,20 @@ static int check(const struct rf_fsdp *f, int rc, const char *what) {
   if (rf_run_agree(f, rc) == 0) return 0;
   fprintf(stderr, "llama: %s: %s\n", what, rc ? rf_fsdp_error() : "another rank failed");
   return -1;
+}
+
+/* The step's data: this rank's share of the global batch of (seed, step). */
+struct batch_ctx {
+  const struct rf_token_data *d;
+  uint64_t seed;
+  int64_t step, batch, seq;
+  int rank, world;
+};
+
+static int batch_of(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
+  const struct batch_ctx *c = ctx;
+  return rf_token_data_batch(c->d, c->seed, c->step, c->batch, c->seq, micro * c->world + c->rank, c->world,
+                             tokens, targets);
 }
 
 static int train(struct rf_comm *comm, char **argv, int argc) {
@@ -89,19 +103,24 @@ static int train(struct rf_comm *comm, char **argv, int argc) {
     if (check(f, rf_run_resume(&run, resume, NULL, 0, NULL), resume)) goto out;
     if (rank == 0) printf("resumed from %s at step %lld\n", resume, (long long)run.step);
   }
-  double scale = 1.0 / ((double)batch * (double)seq);
+  struct batch_ctx bc = {d, (uint64_t)seed, 0, batch, seq, rank, world};
+  struct rf_train_step_args sa = {.accum = 1, /* one micro-batch per step */
+                                  .scale = 1.0 / ((double)batch * (double)seq),
+                                  .lr = (float)lr,
+                                  .clip = 1.0,
+                                  .tokens = tokens,
+                                  .targets = targets,
+                                  .batch = batch_of,
+                                  .ctx = &bc};
   for (int64_t step = run.step; step < steps; step++) {
-    rf_fsdp_zero_grad(f);
-    if (check(f, rf_token_data_batch(d, (uint64_t)seed, step, batch, seq, rank, world, tokens, targets),
-              path))
-      goto out;
-    double loss = rf_train_model_micro_step(m, tokens, targets, (float)scale), norm = 0;
-    /* gradients finished, norm, clip at 1, AdamW: 1 (skipped) when the norm is not finite */
-    int skipped = rf_optim_step_fsdp(o, f, (float)lr, 1.0, &norm);
-    if (check(f, skipped < 0 ? -1 : 0, "optimizer step")) goto out;
-    loss = rf_comm_sum(comm, loss) * scale;
+    bc.step = sa.step = step;
+    /* zero, forward and backward, gradients finished, norm, clip at 1, AdamW (skipped when the norm is
+     * not finite), the loss summed over the ranks */
+    struct rf_train_step_result r;
+    if (check(f, rf_train_model_step(m, o, &sa, &r) < 0 ? -1 : 0, "step")) goto out;
     run.step = run.data_pos = step + 1;
-    if (rank == 0) printf("step %lld loss %.9g norm %.6g (W=%d)\n", (long long)step + 1, loss, norm, world);
+    if (rank == 0)
+      printf("step %lld loss %.9g norm %.6g (W=%d)\n", (long long)step + 1, r.loss, r.norm, world);
   }
   if (save && check(f, rf_run_save(&run, save, NULL), save)) goto out;
   if (save && rank == 0) printf("saved %s at step %lld\n", save, (long long)run.step);

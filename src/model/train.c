@@ -12,6 +12,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "core/trace.h"
 #include "data/data.h"
 #include "fsdp/fsdp.h"
 #include "rfsdp_optim.h"
@@ -255,6 +256,37 @@ double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens
   rf_model_embed_backward(&m->ws, &gemb);
   rf_fsdp_backward_end(f, map->embed_unit);
   return loss;
+}
+
+int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const struct rf_train_step_args *a,
+                        struct rf_train_step_result *out) {
+  RF_REQUIRE(m && o && a && out && a->batch && a->tokens && a->targets && a->accum >= 1,
+             "rf_train_model_step: no model, optimizer, arguments, result, batch function or buffers, or "
+             "accum %d < 1",
+             a ? a->accum : 0);
+  struct rf_fsdp *f = m->fsdp;
+  out->loss = out->norm = NAN;
+  double loss = 0;
+  rf_comm_watchdog_note(a->step + 1, "forward and backward");
+  rf_fsdp_zero_grad(f);
+  for (int micro = 0; micro < a->accum; micro++) {
+    uint64_t t = rf_trace_now();
+    RF_TRY(a->batch(a->ctx, micro, a->tokens, a->targets));
+    if (t) rf_trace_span(RF_TRACE_LANE_DATA, "batch", t, rf_time_ns(), -1, -1);
+    /* HSDP: the replica all-reduces start during the last micro-batch's backward */
+    if (micro == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
+    loss += rf_train_model_micro_step(m, a->tokens, a->targets, (float)a->scale);
+  }
+  rf_comm_watchdog_note(a->step + 1, "gradients, norm and optimizer");
+  double norm = NAN;
+  int rc = rf_optim_step_fsdp(o, f, a->lr, a->clip, &norm);
+  if (rc < 0) return -1; /* the same on every rank */
+  uint64_t t = rf_trace_now();
+  rf_comm_allreduce(m->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "loss all-reduce", t, rf_time_ns(), -1, -1);
+  out->loss = loss * a->scale;
+  out->norm = norm;
+  return rc; /* 1: skipped (a non-finite norm) */
 }
 
 double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets) {
