@@ -73,6 +73,10 @@ int rf_comm_rank(const struct rf_comm *comm);
 int rf_comm_size(const struct rf_comm *comm);
 /* The sum of x over the ranks, on every rank (collective; checked). */
 double rf_comm_sum(const struct rf_comm *comm, double x);
+/* The ranks of `comm` on this rank's node (a shared-memory node: MPI_COMM_TYPE_SHARED) into
+ * *group, when every node runs as many: the shard group of HSDP by node (`--replicate node`).
+ * Collective; the same on every rank: 0, or -1 on every rank when the nodes differ. */
+int rf_comm_node_group(const struct rf_comm *comm, int *group);
 /* Releases a communicator made by a constructor (rf_comm_create_mpi). */
 void rf_comm_destroy(struct rf_comm *comm);
 
@@ -83,6 +87,10 @@ struct rf_fsdp;
 void rf_fsdp_free(struct rf_fsdp *f);
 /* The last error message of this thread. */
 const char *rf_fsdp_error(void);
+/* Records "file:line: message" (printf's format) as this thread's last error, the one
+ * rf_fsdp_error() returns, and returns -1: a program built on the library reports its
+ * own failures as the library does (the rfsdp command's RF_FAIL, tools/porch.h). */
+int rf_fsdp_error_set(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Declares a unit; returns its index (units are used in declaration order as the
  * forward order), or -1. */

@@ -111,6 +111,13 @@ const float *rf_train_model_logits(const struct rf_train_model *m, int row);
  * the model's first product. */
 int rf_train_set_threads(const struct rf_comm *comm);
 
+/* The oneDNN GEMM rate of this machine in `dtype` (f32 or bf16 operands, f32
+ * accumulation) on `threads` threads (OpenMP's count, set before), in GFLOP/s, for
+ * MFU: a 2048^3 product, read from the cache
+ * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/onednn-<dtype>-peak-<isa>-<threads>, else
+ * measured (a few seconds) and cached. Local; at set-up. */
+double rf_gemm_peak_gflops(enum rf_dtype dtype, int threads);
+
 /* ---- token files (written by `rfsdp prepare`) --------------------------------- */
 
 struct rf_token_data;
@@ -124,5 +131,33 @@ void rf_token_data_close(struct rf_token_data *d);
  * micro-batch m of rank r part m * W + r of W * accum. 0, or -1 with a message. */
 int rf_token_data_batch(const struct rf_token_data *d, uint64_t seed, int64_t step, int64_t batch,
                         int64_t seq, int part, int parts, int32_t *tokens, int32_t *targets);
+
+/* ---- preparing token files (`rfsdp prepare`) ---------------------------------- */
+
+struct rf_data_prepare_options {
+  double val_fraction; /* in [0, 1) */
+  int bpe_vocab;       /* 0: byte-level; else train a BPE of this many ids (> 256) on the input */
+  int progress;        /* print a line to stderr every 10% of inputs larger than 16 MiB */
+};
+
+/* What rf_data_prepare wrote. */
+struct rf_data_prepare_stats {
+  int64_t input_bytes;
+  int64_t train_tokens;
+  int64_t val_tokens;
+  int vocab_size;
+  int64_t chunk_bytes; /* the split's chunk size: 16 KiB, smaller for a small input */
+  double val_fraction; /* the split's fraction: larger than asked for a small input */
+};
+
+/* Tokenizes the text file `input` into "<prefix>.train.tok" and "<prefix>.val.tok"
+ * and writes the tokenizer to "<prefix>.tokenizer.json": all three under temporary
+ * names, renamed into place only when all three are complete (a failure changes
+ * no existing file). Byte-level
+ * streams the input; BPE holds it in memory (training needs all of it). Each chunk
+ * is tokenized on its own (BPE words are cut at chunk boundaries). Local (one
+ * process); 0, or -1 with rf_fsdp_error() naming the file and the problem. */
+int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_prepare_options *opt,
+                    struct rf_data_prepare_stats *stats);
 
 #endif

@@ -50,6 +50,22 @@ struct rf_run {
  * before any branch that a failure seen by one rank could take. */
 int rf_run_agree(const struct rf_fsdp *f, int status);
 
+/* rf_run_agree over the ranks of any communicator (a program's own agreements, made
+ * before or beside the context's: outputs opened, a config read): 0 on every rank
+ * when every rank passed 0. A rank that passed 0 while another failed is marked,
+ * so that rf_run_exit_status lets the rank that saw the problem speak. */
+int rf_run_agree_comm(const struct rf_comm *comm, int status);
+/* A program's exit status after every rank's result rc (its last collective over
+ * `comm`): 0 when every rank passed, else 1, and one rank prints its message
+ * (rf_fsdp_error()) once to stderr, prefixed by `command`: the lowest rank that saw
+ * a problem itself, else the lowest that stopped because of another. */
+int rf_run_exit_status(const struct rf_comm *comm, int rc, const char *command);
+/* Every rank fills its pieces of the context's master weights from a safetensors
+ * file (read into host staging, copied to the context's device), then the ranks of
+ * `comm` agree: 0 on every rank, or -1 on every rank (the message names the file).
+ * A start from exported weights (`rfsdp train --init`). */
+int rf_run_import(struct rf_fsdp *f, const struct rf_comm *comm, const char *path);
+
 /* Saves the whole state into `dir` (created with its parents; it must not hold a
  * complete checkpoint). `program_json` (NULL: none) is a JSON object of the
  * program's own that is stored with it and handed back by rf_run_resume. */

@@ -8,9 +8,12 @@
  *    src/run/test_control.h, none in include/); the variables are named in tools/test_hooks.c alone,
  *    and the release command (BUILD/rfsdp-release, what `make install` installs) holds none of
  *    their names, while the tests' BUILD/rfsdp holds them (the check can see them);
- *  - `rfsdp plan` is a client of include/: tools/cmd_plan.c and every tools/
- *    header it includes, followed down, include only public headers (include/)
- *    and system headers, never a src/ folder's (the porch parses and prints). */
+ *  - the command is a client of include/ (the porch parses and prints): every file
+ *    of tools/ and every tools/ header it includes, followed down, include only public
+ *    headers (include/) and system headers, never a src/ folder's, except the files of
+ *    `rf_porch_allowed` below, each with its reason; a listed file that no longer
+ *    includes an internal header fails too (the list only shrinks), and so does a
+ *    file outside the list that includes one of the listed headers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +46,33 @@ static void mpi_header(const char *line, void *ctx) {
            "%s includes <mpi.h> (only include/rfsdp_mpi.h and src/comm/comm_mpi.h may)", line);
 }
 
+/* The tools/ files that still include internal headers, and why. */
+static const struct {
+  const char *file, *why;
+} rf_porch_allowed[] = {
+    {"tools/test_hooks.c",
+     "the test door: src/run/test_control.h's setters, built into BUILD/rfsdp only, never into the installed "
+     "rfsdp-release"},
+    {"tools/cmd_train.c",
+     "its optimizer step (rf_train_step) reads the internal state until one library "
+     "function replaces it (issue 39 item 1)"},
+    {"tools/train.h",
+     "the train state holds the internal structs rf_train_step reads (the model, the loader, "
+     "the communicator by value)"},
+    {"tools/train_ckpt.c", "reads the train state (tools/train.h)"},
+    {"tools/cmd_logits.c", "not yet converted: the model's config read before the model"},
+    {"tools/cmd_ckpt.c", "not yet converted: checkpoint export and import through src/ckpt"},
+};
+
+static const char *porch_allowed(const char *path) {
+  for (size_t i = 0; i < sizeof rf_porch_allowed / sizeof rf_porch_allowed[0]; i++)
+    if (strcmp(rf_porch_allowed[i].file, path) == 0) return rf_porch_allowed[i].why;
+  return NULL;
+}
+
 /* The violations of the porch `path` (a tools/ file): an #include "DIR/..." of a
- * src/ folder, or of a header that is neither in include/ nor in tools/ (whose
- * own are followed, at most `depth` deep). */
+ * src/ folder, of a header that is neither in include/ nor in tools/, or of a tools/
+ * header allowed internal includes (tools/ headers are followed, at most `depth` deep). */
 static int porch_includes(const char *path, int depth, int report) {
   FILE *f = fopen(path, "r");
   RF_CHECK(f != NULL, "%s: cannot open", path);
@@ -67,7 +94,14 @@ static int porch_includes(const char *path, int depth, int report) {
       fclose(x);
     } else if ((x = fopen(own, "r"))) {
       fclose(x);
-      if (depth > 0) bad += porch_includes(own, depth - 1, report);
+      if (porch_allowed(own)) {
+        if (report)
+          RF_CHECK(0, "%s includes \"%s\", a header with internal includes (%s)", path, name,
+                   porch_allowed(own));
+        bad++;
+      } else if (depth > 0) {
+        bad += porch_includes(own, depth - 1, report);
+      }
     } else {
       if (report) RF_CHECK(0, "%s includes \"%s\", found in neither include/ nor tools/", path, name);
       bad++;
@@ -106,11 +140,30 @@ int main(void) {
   close(fd);
   RF_CHECK(porch_includes(planted, 4, 0) == 1, "a planted include of model/model.h is found");
   unlink(planted);
-  int porch_bad = porch_includes("tools/cmd_plan.c", 4, 1);
-  RF_CHECK(porch_bad == 0, "tools/cmd_plan.c: %d internal include(s)", porch_bad);
+  /* every file of tools/ but the allowed; the allowed still need it */
+  FILE *ls = popen("ls tools/*.c tools/*.h", "r");
+  RF_ASSERT(ls);
+  char path[512];
+  int files = 0, clients = 0;
+  while (fgets(path, sizeof path, ls)) {
+    path[strcspn(path, "\n")] = 0;
+    files++;
+    if (porch_allowed(path)) {
+      RF_CHECK(porch_includes(path, 0, 0) > 0,
+               "%s is listed as including internal headers (%s) but includes none: take it off the list",
+               path, porch_allowed(path));
+      continue;
+    }
+    clients++;
+    int porch_bad = porch_includes(path, 4, 1);
+    RF_CHECK(porch_bad == 0, "%s: %d internal include(s)", path, porch_bad);
+  }
+  pclose(ls);
+  RF_CHECK(clients >= 10 && porch_allowed("tools/cmd_plan.c") == NULL, "%d of %d tools/ files checked",
+           clients, files);
   printf(
       "<mpi.h> in include/rfsdp_mpi.h alone; tools/ free of MPI and model layers; no getenv hooks in src/; "
       "RF_TEST_* read by tools/test_hooks.c alone, none in rfsdp-release; "
-      "rfsdp plan a client of include/\n");
+      "tools/ a client of include/ but the listed files\n");
   return rf_test_finish("test_boundary");
 }

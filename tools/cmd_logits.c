@@ -8,8 +8,9 @@
 
 #include "comm/comm_mpi.h"
 #include "commands.h"
+#include "model/train.h"
 #include "options.h"
-#include "train_model.h"
+#include "rfsdp_run.h"
 
 /* The config and the tokens (every rank reads them; the caller agrees). */
 static int rf_logits_read(const char *model, const char *tokens_path, int64_t seq,
@@ -30,7 +31,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   struct rf_model_config cfg;
   char *bytes = NULL;
   size_t n = 0;
-  if (rf_train_agree(comm, rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
+  if (rf_run_agree_comm(comm, rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
     free(bytes);
     return -1;
   }
@@ -42,7 +43,7 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   struct rf_comm_mesh mesh; /* 1-D: every rank shards */
   rf_comm_mesh_split(&mesh, comm, comm->world, 0);
   int rc = rf_train_model_init(&m, &cfg, &fo, comm, &mesh, batch, (int)seq);
-  if (rc == 0) rc = rf_train_model_import(&m, comm, weights);
+  if (rc == 0) rc = rf_run_import(m.fsdp, comm, weights);
   if (rc == 0) {
     double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
     if (bad != bad)
@@ -87,7 +88,7 @@ int rf_cmd_logits(int argc, char **argv) {
   int status = rc == 1 ? 0 : 2;
   if (rc == 0)
     status =
-        rf_train_exit_status(&comm, rf_logits_run(model, weights, tokens, seq, out, &comm), "rfsdp logits");
+        rf_run_exit_status(&comm, rf_logits_run(model, weights, tokens, seq, out, &comm), "rfsdp logits");
   else if (rc < 0 && rank == 0)
     fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
   rf_comm_free(&comm);

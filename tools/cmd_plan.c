@@ -12,7 +12,7 @@
 #include "options.h"
 #include "plan_args.h"
 #include "plan_sim.h"
-#include "rfsdp_model.h"
+#include "rfsdp_model.h" /* rf_train_model_families: the --model help */
 #include "rfsdp_plan.h"
 
 #define RF_PLAN_CMD_MAX_WORLDS 64

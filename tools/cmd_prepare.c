@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "commands.h"
-#include "data/data.h"
 #include "options.h"
+#include "porch.h"
+#include "rfsdp_model.h"
 
 int rf_cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokenizer = "byte";
@@ -25,7 +26,7 @@ int rf_cmd_prepare(int argc, char **argv) {
                             "[--tokenizer byte|bpe] [--bpe-vocab 1024]");
   if (rc == 1) return 0;
   if (rc != 0) {
-    fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
+    fprintf(stderr, "rfsdp prepare: %s\n", rf_fsdp_error());
     return 2;
   }
   for (int k = 0; k < 3 && rc == 0; k++) { /* an output must not be the input it is made from */
@@ -35,7 +36,7 @@ int rf_cmd_prepare(int argc, char **argv) {
     rc = rf_option_check_distinct("out", path, "--input", input);
   }
   if (rc != 0) {
-    fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
+    fprintf(stderr, "rfsdp prepare: %s\n", rf_fsdp_error());
     return 2;
   }
   struct rf_data_prepare_options opt = {.val_fraction = val_fraction,
@@ -43,7 +44,7 @@ int rf_cmd_prepare(int argc, char **argv) {
                                         .progress = 1};
   struct rf_data_prepare_stats stats;
   if (rf_data_prepare(input, out, &opt, &stats) != 0) {
-    fprintf(stderr, "rfsdp prepare: %s\n", rf_error_msg());
+    fprintf(stderr, "rfsdp prepare: %s\n", rf_fsdp_error());
     return 1;
   }
   if (stats.val_fraction > val_fraction)

@@ -451,19 +451,19 @@ static int rf_train_run(struct rf_train_state *s) {
   int32_t busy = rf_train_lock_busy; /* rank 0's: --ckpt-dir held by another job is a usage error */
   rf_comm_allreduce(&s->comm, &busy, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
   rf_train_usage_error = busy != 0;
-  RF_TRY(rf_train_agree(&s->comm, opened));
+  RF_TRY(rf_run_agree_comm(&s->comm, opened));
   int threads = rf_train_set_threads(&s->comm);
   enum rf_dtype compute = RF_DTYPE_F32;
   RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
   struct rf_model_config cfg;
-  RF_TRY(rf_train_agree(&s->comm, rf_model_config_load(&cfg, a->model)));
+  RF_TRY(rf_run_agree_comm(&s->comm, rf_model_config_load(&cfg, a->model)));
   /* an option's mistake, as rfsdp plan finds it: exit 2 (the config is the same on every rank) */
   rf_train_usage_error = rf_plan_check_seq(a->seq, cfg.max_position_embeddings, a->model) != 0;
   RF_TRY(-rf_train_usage_error);
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_train_agree(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &s->group)));
+  RF_TRY(rf_run_agree_comm(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &s->group)));
   s->replicas = s->world / s->group;
   struct rf_comm_mesh mesh; /* also marks s->comm as crossing the shard groups when replicas > 1 */
   rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_PLAN_MESH_NODE);
@@ -472,7 +472,7 @@ static int rf_train_run(struct rf_train_state *s) {
   RF_TRY(rf_train_model_set_compute(&s->model, compute));
   s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  RF_TRY(rf_train_agree(&s->comm, rf_train_open_data(s)));
+  RF_TRY(rf_run_agree_comm(&s->comm, rf_train_open_data(s)));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
@@ -496,7 +496,7 @@ static int rf_train_run(struct rf_train_state *s) {
 
   s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
-  if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_train_gemm_peak(compute, threads);
+  if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_gemm_peak_gflops(compute, threads);
   rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
     printf(
@@ -526,7 +526,7 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
                                 (int64_t)s->model.ws.bytes};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
-  if (a->trace) RF_TRY(rf_train_agree(&s->comm, rf_train_trace_begin(s)));
+  if (a->trace) RF_TRY(rf_run_agree_comm(&s->comm, rf_train_trace_begin(s)));
   if (s->tb && logged == 0)
     logged = rf_run_tensorboard_begin(s->tb, a->resume ? s->start_step : -1, rf_train_wall_s());
   for (int64_t step = s->start_step; step < a->steps; step++) {
@@ -540,7 +540,7 @@ static int rf_train_run(struct rf_train_state *s) {
     int skipped = rf_train_step(s, step, &loss, &norm);
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
     uint64_t t_agree = rf_run_trace_now();
-    if (rf_train_agree(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
+    if (rf_run_agree_comm(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step agreement", t_agree);
     rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step", t_step);
     double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
@@ -561,7 +561,7 @@ static int rf_train_run(struct rf_train_state *s) {
     int sig = rf_run_stop_signal(s->model.fsdp);
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
-  RF_TRY(rf_train_agree(&s->comm, logged));
+  RF_TRY(rf_run_agree_comm(&s->comm, logged));
   RF_TRY(rf_train_trace_end(s));
   if (bad_in_a_row > 0 && s->rank == 0) /* fewer than the 5 that stop a run: said, not silent */
     printf(
@@ -750,7 +750,7 @@ int rf_cmd_train(int argc, char **argv) {
   } else {
     if (a.collective_timeout > 0) rf_comm_watchdog_hosts(&s.comm);
     rf_comm_watchdog_start(a.collective_timeout);
-    status = rf_train_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
+    status = rf_run_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
     if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
     if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT, 129 SIGHUP */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/core.h"
+#include "porch.h"
 
 static int rf_option_in_choices(const char *value, const char *choices) {
   size_t n = strlen(value);

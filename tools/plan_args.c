@@ -4,13 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
 #include "plan_sim.h"
+#include "porch.h"
 #include "rfsdp_optim.h"
 
 const char *rf_plan_args_optim_choices(void) {
   static _Thread_local char names[128];
-  if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_DIE("%s", rf_error_msg());
+  if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_DIE("%s", rf_fsdp_error());
   return names;
 }
 

@@ -33,7 +33,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   int resumed_here = 0;
   if (a->init) {
-    RF_TRY(rf_train_model_import(&s->model, &s->comm, a->init));
+    RF_TRY(rf_run_import(s->model.fsdp, &s->comm, a->init));
     if (s->rank == 0) printf("initialized from %s\n", a->init);
   }
   if (a->resume) {

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porch.h"
 #include "rfsdp_plan.h"
-#include "train.h"
+#include "train_args.h"
 
 int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate) {
   const char *text = a->replicate;
@@ -49,13 +50,14 @@ static int rf_train_mesh_auto(const struct rf_train_args *a, int world, int *gro
 int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const struct rf_comm *comm,
                         int *group) {
   if (replicate == RF_PLAN_MESH_NODE) {
-    if (rf_comm_mesh_node_group(comm, group) == 0) return 0;
+    if (rf_comm_node_group(comm, group) == 0) return 0;
     char why[512];
-    snprintf(why, sizeof why, "%s", rf_error_msg());
+    snprintf(why, sizeof why, "%s", rf_fsdp_error());
     RF_FAIL("--replicate node: %s: give --replicate R", why);
   }
-  if (replicate == RF_PLAN_MESH_AUTO) return rf_train_mesh_auto(a, comm->world, group);
-  RF_ASSERT(replicate >= 1 && comm->world % replicate == 0);
-  *group = comm->world / replicate;
+  if (replicate == RF_PLAN_MESH_AUTO) return rf_train_mesh_auto(a, rf_comm_size(comm), group);
+  int world = rf_comm_size(comm);
+  RF_ASSERT(replicate >= 1 && world % replicate == 0);
+  *group = world / replicate;
   return 0;
 }

@@ -12,8 +12,7 @@
 #ifndef RF_TOOLS_TRAIN_MESH_H
 #define RF_TOOLS_TRAIN_MESH_H
 
-#include "comm/comm.h"
-#include "rfsdp.h"
+#include "rfsdp.h" /* struct rf_comm: opaque */
 
 struct rf_train_args;
 

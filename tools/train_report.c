@@ -12,8 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "gemm/gemm.h"
+#include "porch.h"
 
 int rf_train_log_open(struct rf_train_log *log, const char *path) {
   log->path = path;
@@ -201,7 +200,7 @@ int rf_train_plot_timeline(const char *trace_path, const char *png_path, const c
   fseek(in, 0, SEEK_END);
   long size = ftell(in);
   fseek(in, 0, SEEK_SET);
-  char *text = rf_xmalloc((size_t)size + 1);
+  char *text = rf_tool_calloc(1, (size_t)size + 1);
   size_t got = fread(text, 1, (size_t)size, in);
   fclose(in);
   text[got] = 0;
@@ -277,35 +276,6 @@ double rf_train_cpu_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-double rf_train_gemm_peak(enum rf_dtype dtype, int threads) {
-  char dir[2048], path[2200];
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (xdg && *xdg)
-    snprintf(dir, sizeof dir, "%s/rfsdp", xdg);
-  else
-    snprintf(dir, sizeof dir, "%s/.cache/rfsdp", home ? home : "/tmp");
-  snprintf(path, sizeof path, "%s/onednn-%s-peak-%s-%d", dir, rf_dtype_name(dtype), rf_gemm_cpu_name(),
-           threads);
-  FILE *f = fopen(path, "r");
-  double peak = 0.0;
-  if (f) {
-    if (fscanf(f, "%lf", &peak) != 1) peak = 0.0;
-    fclose(f);
-    if (peak > 0.0) return peak;
-  }
-  peak = rf_gemm_measure_gflops(dtype, RF_TRAIN_PEAK_N, 5);
-  char parent[2100];
-  snprintf(parent, sizeof parent, "%s/.cache", home ? home : "/tmp");
-  mkdir(parent, 0755);
-  mkdir(dir, 0755);
-  f = fopen(path, "w");
-  if (f) {
-    fprintf(f, "%.1f\n", peak);
-    fclose(f);
-  }
-  return peak;
 }
 
 static double rf_train_status_kb(const char *key) {

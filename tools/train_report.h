@@ -1,6 +1,6 @@
 /* What `rfsdp train` reports: the progress line on rank 0, the JSONL log (one
- * object per step), the loss curve drawn by gnuplot, the machine's GEMM peak
- * for MFU (measured once and cached) and the process's memory. */
+ * object per step), the loss curve drawn by gnuplot and the process's memory
+ * (the GEMM peak for MFU is the library's: rf_gemm_peak_gflops, rfsdp_model.h). */
 #ifndef RF_TOOLS_TRAIN_REPORT_H
 #define RF_TOOLS_TRAIN_REPORT_H
 
@@ -62,14 +62,6 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
 /* Draws the timeline of a trace (rf_run_trace_write's file) into a PNG with gnuplot: per rank its compute,
  * gather, reduce and replica all-reduce lanes, the waits for collectives in red. */
 int rf_train_plot_timeline(const char *trace_path, const char *png_path, const char *title);
-
-/* The oneDNN GEMM rate of this machine in `dtype` (f32 or bf16 operands, f32
- * accumulation) on `threads` threads (OpenMP's count, set before), in GFLOP/s: a
- * RF_TRAIN_PEAK_N^3 product (rf_gemm_measure_gflops), read from the cache
- * ($XDG_CACHE_HOME or ~/.cache)/rfsdp/onednn-<dtype>-peak-<cpu>-<threads>, else
- * measured (a few seconds) and cached. */
-#define RF_TRAIN_PEAK_N 2048
-double rf_train_gemm_peak(enum rf_dtype dtype, int threads);
 
 /* Process CPU time (all threads) in milliseconds. */
 double rf_train_cpu_ms(void);

@@ -347,6 +347,12 @@ double rf_comm_sum(const struct rf_comm *comm, double x) {
   return x;
 }
 
+int rf_comm_node_group(const struct rf_comm *comm, int *group) {
+  RF_REQUIRE_ARG("rf_comm_node_group", comm);
+  RF_REQUIRE_ARG("rf_comm_node_group", group);
+  return rf_comm_mesh_node_group(comm, group);
+}
+
 void rf_comm_destroy(struct rf_comm *comm) {
   if (!comm) return;
   rf_comm_free(comm);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "rfsdp_model.h" /* struct rf_data_prepare_options, rf_data_prepare */
 
 /* ---- tokenizers ------------------------------------------------------------ */
 
@@ -166,22 +167,6 @@ int64_t rf_data_loader_offset(const struct rf_data_loader *loader, uint64_t seed
 #define RF_DATA_VAL_MIN_CHUNKS 4
 #define RF_DATA_VAL_MIN_BYTES 4096
 
-struct rf_data_prepare_options {
-  double val_fraction; /* in [0, 1) */
-  int bpe_vocab;       /* 0: byte-level; else train a BPE of this many ids (> 256) on the input */
-  int progress;        /* print a line to stderr every 10% of inputs larger than 16 MiB */
-};
-
-/* What rf_data_prepare wrote. */
-struct rf_data_prepare_stats {
-  int64_t input_bytes;
-  int64_t train_tokens;
-  int64_t val_tokens;
-  int vocab_size;
-  int64_t chunk_bytes; /* the split's chunk size (rf_data_split_plan) */
-  double val_fraction; /* the split's fraction: larger than asked for a small input */
-};
-
 /* 1 when chunk `index` belongs to the validation split of fraction `val_fraction`. */
 int rf_data_split_is_val(int64_t index, double val_fraction);
 /* The chunk size and fraction of the split of a `total`-byte input (0: unknown size)
@@ -189,13 +174,6 @@ int rf_data_split_is_val(int64_t index, double val_fraction);
  * fraction for a small input (see RF_DATA_SPLIT_MIN_CHUNK_BYTES). */
 void rf_data_split_plan(int64_t total, double val_fraction, int64_t *chunk_bytes, double *fraction);
 
-/* Tokenizes the text file `input` into "<prefix>.train.tok" and "<prefix>.val.tok"
- * and writes the tokenizer to "<prefix>.tokenizer.json": all three under temporary
- * names, renamed into place only when all three are complete (a failure changes
- * no existing file). Byte-level
- * streams the input; BPE holds it in memory (training needs all of it). Each chunk
- * is tokenized on its own (BPE words are cut at chunk boundaries). */
-int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_prepare_options *opt,
-                    struct rf_data_prepare_stats *stats);
+/* rf_data_prepare and its options: include/rfsdp_model.h (the rfsdp prepare command's). */
 
 #endif

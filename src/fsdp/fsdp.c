@@ -1,4 +1,6 @@
 /* The context: declarations, finalize, views, shards and stats. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,15 @@ void rf_fsdp_options_default(struct rf_fsdp_options *opt) {
 }
 
 const char *rf_fsdp_error(void) { return rf_error_msg(); }
+
+int rf_fsdp_error_set(const char *file, int line, const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  return rf_error_set(file, line, "%s", text);
+}
 
 const struct rf_comm *rf_fsdp_shard_comm(const struct rf_fsdp *f) { return &f->mesh.shard; }
 
