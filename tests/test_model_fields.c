@@ -467,8 +467,10 @@ static void test_refused(void) {
                "\"num_local_experts\": 4}");
     struct rf_model_config c;
     RF_CHECK(rf_model_config_read(&c, path) == 0, "gpt_oss reads: %s", rf_error_msg());
-    RF_CHECK(rf_model_config_load(&c, path) == -1 && strstr(rf_error_msg(), "model_type"),
-             "gpt_oss is planned, not trained: %s", rf_error_msg());
+    RF_CHECK(rf_model_config_load(&c, path) == 0 && c.moe.num_experts_per_tok == 4 && c.sliding_mask == 1 &&
+                 c.sliding_window == 128,
+             "gpt_oss is trained (transformers' defaults: top-4, sliding window 128 on even layers): %s",
+             rf_error_msg());
     unlink(path);
   }
   rmdir(dir);

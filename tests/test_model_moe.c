@@ -171,8 +171,16 @@ static void test_reference(const char *family) {
         double e = rf_test_max_abs_diff(g[i], r.g[i], ne) / (amax > 0 ? amax : 1.0);
         worst = rf_test_max(worst, e);
         RF_CHECK(amax > 0, "%s: the reference gradient is zero", r.desc.units[u].tensors[t].name);
-        RF_CHECK(e <= tg, "%s %s: gradient rel err %.3g > %g", rf_dtype_name(dts[d]),
-                 r.desc.units[u].tensors[t].name, e, tg);
+        /* gpt_oss in bf16: a third of the SwiGLU inputs clamped (rounding moves some across the
+         * limit) and gradients that are sums of nearly cancelling terms (the sinks', the router
+         * bias's, the k bias's: zero without sinks) come out noisier than 8u: 16u, 32u for those */
+        const char *name = r.desc.units[u].tensors[t].name;
+        double tt = tg;
+        if (d && strstr(family, "gpt_oss"))
+          tt = (strstr(name, "sinks") || strstr(name, "router.bias") || strstr(name, "k_proj.bias") ? 32
+                                                                                                    : 16) *
+               BF16_U;
+        RF_CHECK(e <= tt, "%s %s: gradient rel err %.3g > %g", rf_dtype_name(dts[d]), name, e, tt);
         /* an expert that no token chose: its gradient is exactly zero, here as in the reference */
         const struct rf_model_tensor *x = &r.desc.units[u].tensors[t];
         for (int64_t k = 0; x->sub_count > 1 && k < x->sub_count; k++) {
@@ -422,15 +430,17 @@ static void test_bad_configs(void) {
  * q_norm in qwen3_moe: the two are different names, never one value read two ways. */
 static void test_slots(void) {
   static const char *const suffix[RF_MODEL_LAYER_TENSOR_COUNT] = {
-      "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
-      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
-      "self_attn.o_proj.bias",   "mlp.gate_proj.bias",      "mlp.up_proj.bias",
-      "mlp.down_proj.bias",      "mlp.gate.weight",         "mlp.experts.gate_up_proj",
-      "mlp.experts.down_proj",   "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
-  static const char *const configs[] = {"llama_ref", "llama_bias", "qwen2_tied", "mixtral_ref",
-                                        "qwen3_moe_ref"};
+      "input_layernorm.weight",    "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight",   "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+      "mlp.gate_proj.weight",      "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "self_attn.q_proj.bias",     "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+      "self_attn.o_proj.bias",     "mlp.gate_proj.bias",      "mlp.up_proj.bias",
+      "mlp.down_proj.bias",        "mlp.gate.weight",         "mlp.experts.gate_up_proj",
+      "mlp.experts.down_proj",     "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+      "self_attn.sinks",           "mlp.router.bias",         "mlp.experts.gate_up_proj_bias",
+      "mlp.experts.down_proj_bias"};
+  static const char *const configs[] = {"llama_ref",   "llama_bias",    "qwen2_tied",
+                                        "mixtral_ref", "qwen3_moe_ref", "gpt_oss_ref"};
   for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
     char path[256];
     snprintf(path, sizeof path, "tests/data/%s_config.json", configs[k]);
@@ -452,7 +462,9 @@ static void test_slots(void) {
         RF_ASSERT(s < u->n_tensors);
         claimed[s]++;
         char want[128];
-        snprintf(want, sizeof want, "model.layers.%d.%s", l, suffix[t]);
+        snprintf(want, sizeof want, "model.layers.%d.%s", l,
+                 t == RF_MODEL_LAYER_TENSOR_ROUTER && strstr(configs[k], "gpt_oss") ? "mlp.router.weight"
+                                                                                    : suffix[t]);
         RF_CHECK(strcmp(u->tensors[s].name, want) == 0, "%s layer %d slot %d: %s, expected %s", configs[k], l,
                  s, u->tensors[s].name, want);
         checked++;
@@ -473,6 +485,8 @@ int main(void) {
   test_reference("mixtral");
   test_reference("qwen3_moe");
   test_reference("mixtral_zero");
+  printf("gpt_oss against transformers:\n");
+  test_reference("gpt_oss");
   printf("finite differences:\n");
   test_router_fd(1);
   test_router_fd(0);

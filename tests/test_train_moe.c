@@ -18,6 +18,9 @@
  *    W = 3, each against its one-rank run;
  *  - qwen3_moe (q/k norms, experts of 16 not renormalized, layer 1 dense, 3 layers):
  *    W = 3 planned/ragged with AdamW and W = 5 fsdp2 with Muon against the one-rank runs;
+ *  - gpt_oss (sinks, a sliding layer with window 4 < seq 8, YaRN, biased router, [in, out]
+ *    experts with biases, swiglu_limit 0.02 so that the clamp acts at init): W = 2
+ *    planned/ragged and W = 3 fsdp2 with AdamW against the one-rank run;
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -39,8 +42,10 @@
 
 #define STEPS 4
 static char dir[64] = "/tmp/rf_test_train_moe.XXXXXX";
-static char model[256], qwen[256], data[200];
+static char model[256], qwen[256], oss[256], data[200];
 static const char *cur = model; /* the model check_world runs */
+
+static const char *cur_name(void) { return cur == model ? "mixtral" : cur == qwen ? "qwen3" : "gpt_oss"; }
 
 static int run(char *out, int out_size, int world, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -58,8 +63,7 @@ static const char *common = "--steps 4 --seq 8 --lr 3e-3 --seed 7 --peak-gflops 
 /* The one-rank run of global batch `batch` in `dtype`; its losses in ref. */
 static void reference(int batch, const char *dtype, const char *optim, double *ref) {
   char out[16384], log[256];
-  snprintf(log, sizeof log, "%s/ref-%d-%s-%s-%s.jsonl", dir, batch, dtype, optim,
-           cur == model ? "mixtral" : "qwen3");
+  snprintf(log, sizeof log, "%s/ref-%d-%s-%s-%s.jsonl", dir, batch, dtype, optim, cur_name());
   int rc =
       run(out, sizeof out, 1,
           "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --optim %s --log %s",
@@ -73,8 +77,7 @@ static void check_world(const char *layout, const char *shard, int w, const char
   double ref[STEPS] = {0}, got[STEPS] = {0}, pad[STEPS] = {0}, copy[STEPS] = {0}, allocs[STEPS] = {0};
   reference(batch, dtype, optim, ref);
   char out[16384], log[256];
-  snprintf(log, sizeof log, "%s/%s-%s-%d-%s-%s-%s.jsonl", dir, layout, shard, w, dtype, optim,
-           cur == model ? "mixtral" : "qwen3");
+  snprintf(log, sizeof log, "%s/%s-%s-%d-%s-%s-%s.jsonl", dir, layout, shard, w, dtype, optim, cur_name());
   int rc = run(out, sizeof out, w,
                "train --model %s --data %s %s --batch %d --compute-dtype %s --param-dtype %s --optim %s "
                "--layout %s --shard %s --log %s",
@@ -114,6 +117,9 @@ static void check_invariance(void) {
   cur = qwen;
   check_world("planned", "ragged", 3, "f32", "adamw");
   check_world("fsdp2", "equal", 5, "f32", "muon");
+  cur = oss;
+  check_world("planned", "ragged", 2, "f32", "adamw");
+  check_world("fsdp2", "equal", 3, "f32", "adamw");
   cur = model;
 }
 
@@ -241,6 +247,16 @@ int main(void) {
       "\"norm_topk_prob\": false, \"mlp_only_layers\": [1], \"output_router_logits\": true, "
       "\"router_aux_loss_coef\": 0.02}";
   RF_ASSERT(rf_file_write_all(qwen, q, strlen(q)) == 0);
+  snprintf(oss, sizeof oss, "%s/gpt_oss.json", dir);
+  const char *o =
+      "{\"model_type\": \"gpt_oss\", \"hidden_size\": 32, \"intermediate_size\": 16, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+      "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"num_local_experts\": 8, "
+      "\"num_experts_per_tok\": 2, \"sliding_window\": 4, \"swiglu_limit\": 0.02, "
+      "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 150000.0, \"factor\": 4.0, "
+      "\"truncate\": false, \"original_max_position_embeddings\": 16}, \"output_router_logits\": true, "
+      "\"router_aux_loss_coef\": 0.02}";
+  RF_ASSERT(rf_file_write_all(oss, o, strlen(o)) == 0);
 
   check_invariance();
   check_resume(2, 2, "adamw");

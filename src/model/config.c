@@ -88,7 +88,8 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
              "%s: field 'rms_norm_eps' must be positive", what);
   RF_REQUIRE(cfg->rope_theta > 0.0 && isfinite(cfg->rope_theta), "%s: field 'rope_theta' must be positive",
              what);
-  RF_REQUIRE(!cfg->rope_type[0] || strcmp(cfg->rope_type, "default") == 0,
+  RF_REQUIRE(!cfg->rope_type[0] || strcmp(cfg->rope_type, "default") == 0 ||
+                 (strcmp(cfg->rope_type, "yarn") == 0 && cfg->yarn.factor > 0),
              "%s: field '%s': rope_type '%s' is not implemented (only 'default')", what, cfg->rope_field,
              cfg->rope_type);
   RF_REQUIRE(!cfg->hidden_act[0] || strcmp(cfg->hidden_act, "silu") == 0,

@@ -15,7 +15,7 @@ struct cJSON;
 
 /* The model families a Hugging Face config.json may name (model_type): each is a
  * table of per-family operations in a file of its own (family.h), listed once in
- * families.c. llama, qwen2, mixtral and qwen3_moe are trainable; every family can
+ * families.c. llama, qwen2, mixtral, qwen3_moe and gpt_oss are trainable; every family can
  * be described (and planned). */
 struct rf_model_family;
 
@@ -23,7 +23,7 @@ struct rf_model_family;
 int rf_model_family_count(void);
 /* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
 const char *rf_model_family_name(const struct rf_model_family *family);
-/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe); the others are planned only.
+/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe, gpt_oss); deepseek_v3 is planned only.
  * The name lists of messages and --help come from these (rf_train_model_families). */
 int rf_model_family_trainable(const struct rf_model_family *family);
 /* The i-th family of the list (0 <= i < rf_model_family_count()). */
@@ -38,6 +38,12 @@ struct rf_model_config_deepseek_v3 {
   int q_lora_rank; /* 0: no low-rank query projection */
   int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   int num_experts_per_tok; /* routed experts per token; 0 when the config leaves it out */
+};
+
+/* YaRN rotary embeddings (rope_type "yarn"): transformers' _compute_yarn_parameters. */
+struct rf_model_yarn {
+  double factor, beta_fast, beta_slow, original_max, attention_factor;
+  int truncate;
 };
 
 /* Hugging Face config.json fields. */
@@ -62,8 +68,15 @@ struct rf_model_config {
   double partial_rotary_factor;          /* 1 unless given (0: unset, as 1) */
   struct {
     int num_local_experts;
-    int num_experts_per_tok; /* 0 when the config leaves it out */
+    int num_experts_per_tok;           /* 0 when the config leaves it out */
+    double swiglu_alpha, swiglu_limit; /* the clamped SwiGLU (1.702, 7) */
   } gpt_oss;
+  /* gpt_oss: layer l < 64 attends to the last sliding_window keys when bit l of sliding_mask is
+   * set (layer_types' "sliding_attention"), else to every earlier key */
+  int sliding_window;
+  uint64_t sliding_mask;
+  /* rope_type "yarn" (read by a family that implements it: gpt_oss); factor 0: none */
+  struct rf_model_yarn yarn;
   struct rf_model_config_deepseek_v3 deepseek_v3;
   /* mixtral: num_local_experts experts of intermediate_size, num_experts_per_tok of
    * them per token; the load-balancing loss (router_aux_loss_coef) is part of the

@@ -95,6 +95,12 @@ struct rf_plan_unit_in *rf_model_desc_plan_units(const struct rf_model_desc *des
  *       mlp.experts.down_proj        [E, hidden, inter]     EXPERTS_DOWN
  *     described with sub_count E and block_rows = one expert's rows, so that a
  *     layout keeping blocks whole keeps every expert on one rank.
+ *   gpt_oss: input norm, q, q bias, k, k bias, v, v bias, o, o bias (no biases without
+ *     attention_bias), SINKS [heads], post-attention norm, then
+ *       mlp.router.weight, .bias           [E, hidden], [E]      ROUTER, ROUTER_BIAS
+ *       mlp.experts.gate_up_proj, _bias    [E, hidden, 2*inter], [E, 2*inter]  (gate even
+ *                                          columns, up odd: [in, out])
+ *       mlp.experts.down_proj, _bias       [E, inter, hidden], [E, hidden]
  *   qwen3_moe: as mixtral with experts of moe_intermediate_size, or (a dense layer:
  *     mlp_only_layers, decoder_sparse_step) GATE, UP, DOWN in their place; then
  *     Q_NORM and K_NORM (RMSNorm over each head's head_dim, before the rotary
@@ -121,11 +127,15 @@ enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN,
   RF_MODEL_LAYER_TENSOR_Q_NORM,
   RF_MODEL_LAYER_TENSOR_K_NORM,
+  RF_MODEL_LAYER_TENSOR_SINKS,
+  RF_MODEL_LAYER_TENSOR_ROUTER_BIAS,
+  RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS,
+  RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS,
   RF_MODEL_LAYER_TENSOR_COUNT
 };
-/* The most tensors one layer unit holds (a llama with every bias): the size of a
- * unit's weight and gradient arrays. */
-#define RF_MODEL_LAYER_MAX_TENSORS 16
+/* The most tensors one layer unit holds (gpt_oss: 17; a llama with every bias: 16): the size
+ * of a unit's weight and gradient arrays. */
+#define RF_MODEL_LAYER_MAX_TENSORS 17
 
 /* Where tensor t is in layer `layer`'s unit of this config, or -1 when that layer
  * has none (a llama has no router; a qwen3_moe dense layer has no experts). */

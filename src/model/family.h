@@ -10,7 +10,7 @@
  * The families are listed once, in families.c (RF_MODEL_FAMILIES: their order is
  * the order of the names in messages and --help). Each lives in its own file:
  * family_llama.c (llama, and qwen2: q, k, v biases), family_mixtral.c,
- * family_qwen3_moe.c, and the planned-only family_gpt_oss.c and
+ * family_qwen3_moe.c, family_gpt_oss.c and the planned-only
  * family_deepseek_v3.c. docs/model.md walks through adding one.
  *
  * The rest of this header is what a family file builds with: the config.json
@@ -33,6 +33,10 @@ enum rf_model_router {
   RF_MODEL_ROUTER_SOFTMAX_TOPK, /* softmax over the experts, the top num_experts_per_tok, their
                                  * probabilities renormalized when moe.norm_topk_prob; fused SwiGLU
                                  * experts (mlp.experts.gate_up_proj, down_proj) */
+  RF_MODEL_ROUTER_TOPK_SOFTMAX, /* GPT-OSS: a router with a bias, softmax over the top
+                                 * num_experts_per_tok logits (the same weights and gradients as
+                                 * SOFTMAX_TOPK renormalized); fused experts [in, out] with biases,
+                                 * gate and up interleaved, the clamped SwiGLU (moe.c) */
 };
 
 struct rf_model_family {
@@ -43,6 +47,8 @@ struct rf_model_family {
   enum rf_model_router router; /* MoE layers' router (which layers: layer_is_moe) */
   int qk_norm;                 /* q and k RMS-normalized per head over head_dim before the rotary */
   int o_bias;                  /* attention_bias puts a bias on o_proj too (llama; qwen2: q, k, v only) */
+  int attention_sinks;         /* a learned logit per head in the softmax (self_attn.sinks) and the layers'
+                                * sliding windows (cfg->sliding_window, sliding_mask): GPT-OSS */
   /* Reads the family's own config.json fields into cfg, after the shared ones
    * (config.c: sizes, heads, vocab, rope, tie_word_embeddings, ...). Errors name
    * the file and the field. */

@@ -1,14 +1,89 @@
-/* The gpt_oss family (transformers' GptOssForCausalLM), described and planned
- * only (not trainable yet: attention sinks, sliding-window layers, the clamped
- * SwiGLU and YaRN rotary are not in model.c): its fields and tensors. */
+/* The gpt_oss family (transformers' GptOssForCausalLM): attention with biases, a learned
+ * sink logit per head and sliding-window attention on the layers layer_types names, YaRN
+ * rotary embeddings, then in every layer a router with a bias (softmax over the top-k
+ * logits) and all experts in one [in, out] tensor each with biases, gate and up
+ * interleaved, through the clamped SwiGLU (model.c, moe.c; docs/model.md). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
 #include "core/core.h"
 #include "model/family.h"
+
+/* rope_parameters (or rope_scaling) naming "yarn": factor, beta_fast (32), beta_slow (1),
+ * original_max_position_embeddings, truncate (true), attention_factor (0.1 ln(factor) + 1). */
+static int gpt_oss_read_yarn(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  if (strcmp(cfg->rope_type, "yarn") != 0) return 0;
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(j->root, cfg->rope_field);
+  struct rf_model_yarn *y = &cfg->yarn;
+  RF_TRY(rf_model_json_double(j, o, "factor", 0.0, &y->factor));
+  RF_REQUIRE(y->factor > 0, "%s: field '%s': yarn without 'factor'", j->path, cfg->rope_field);
+  RF_TRY(rf_model_json_double(j, o, "beta_fast", 32.0, &y->beta_fast));
+  RF_TRY(rf_model_json_double(j, o, "beta_slow", 1.0, &y->beta_slow));
+  RF_TRY(rf_model_json_double(j, o, "original_max_position_embeddings", 0.0, &y->original_max));
+  RF_REQUIRE(y->original_max > 0, "%s: field '%s': yarn without 'original_max_position_embeddings'", j->path,
+             cfg->rope_field);
+  RF_TRY(rf_model_json_double(j, o, "attention_factor", y->factor <= 1 ? 1.0 : 0.1 * log(y->factor) + 1.0,
+                              &y->attention_factor));
+  RF_REQUIRE(!cJSON_GetObjectItemCaseSensitive(o, "mscale") &&
+                 !cJSON_GetObjectItemCaseSensitive(o, "mscale_all_dim"),
+             "%s: field '%s': yarn's mscale is not implemented", j->path, cfg->rope_field);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncate");
+  RF_REQUIRE(!t || cJSON_IsBool(t), "%s: field 'truncate' must be true or false", j->path);
+  y->truncate = !t || cJSON_IsTrue(t);
+  return 0;
+}
+
+/* layer_types (default: sliding on even layers, transformers' GptOssConfig) and sliding_window. */
+static int gpt_oss_read_layers(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
+  RF_TRY(rf_model_json_int(j, "sliding_window", 128, 0, &cfg->sliding_window));
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j->root, "layer_types");
+  int L = cfg->num_hidden_layers;
+  if (lt && !cJSON_IsNull(lt))
+    RF_REQUIRE(cJSON_IsArray(lt) && cJSON_GetArraySize(lt) == L,
+               "%s: field 'layer_types' must be an array of num_hidden_layers (%d) strings", j->path, L);
+  for (int l = 0; l < L; l++) {
+    int sliding = (l + 1) % 2;
+    if (lt && !cJSON_IsNull(lt)) {
+      const cJSON *it = cJSON_GetArrayItem(lt, l);
+      RF_REQUIRE(cJSON_IsString(it) && (strcmp(it->valuestring, "sliding_attention") == 0 ||
+                                        strcmp(it->valuestring, "full_attention") == 0),
+                 "%s: field 'layer_types': entry %d is not \"sliding_attention\" or \"full_attention\"",
+                 j->path, l);
+      sliding = strcmp(it->valuestring, "sliding_attention") == 0;
+    }
+    if (!sliding || cfg->sliding_window == 0) continue;
+    RF_REQUIRE(l < 64, "%s: field 'layer_types': sliding attention on layer %d (only layers < 64)", j->path,
+               l);
+    cfg->sliding_mask |= UINT64_C(1) << l;
+  }
+  return 0;
+}
 
 static int gpt_oss_read(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
   RF_TRY(rf_model_json_int(j, "head_dim", -1, 0, &cfg->head_dim));
   RF_TRY(rf_model_json_int(j, "num_local_experts", -1, 0, &cfg->gpt_oss.num_local_experts));
   RF_TRY(rf_model_json_int(j, "num_experts_per_tok", 0, 1, &cfg->gpt_oss.num_experts_per_tok));
-  return rf_model_json_bool(j, "attention_bias", 1, &cfg->attention_bias);
+  RF_TRY(rf_model_json_bool(j, "attention_bias", 1, &cfg->attention_bias));
+  RF_TRY(rf_model_json_double(j, j->root, "swiglu_alpha", 1.702, &cfg->gpt_oss.swiglu_alpha));
+  RF_TRY(rf_model_json_double(j, j->root, "swiglu_limit", 7.0, &cfg->gpt_oss.swiglu_limit));
+  /* the experts as moe.c runs them (transformers' defaults: 4 per token, coefficient 0.001) */
+  cfg->moe.num_local_experts = cfg->gpt_oss.num_local_experts;
+  cfg->moe.num_experts_per_tok = cfg->gpt_oss.num_experts_per_tok ? cfg->gpt_oss.num_experts_per_tok : 4;
+  cfg->moe.experts_field = "num_local_experts";
+  cfg->moe.topk_given = cfg->gpt_oss.num_experts_per_tok != 0;
+  RF_TRY(rf_model_json_nonneg(j, "router_aux_loss_coef", 0.001, &cfg->moe.router_aux_loss_coef));
+  RF_TRY(rf_model_json_bool(j, "output_router_logits", 0, &cfg->moe.output_router_logits));
+  cfg->moe.moe_intermediate_size = cfg->intermediate_size;
+  cfg->moe.decoder_sparse_step = 1;
+  cfg->moe.norm_topk_prob = 1; /* softmax over the top-k logits = the top-k probabilities renormalized */
+  RF_TRY(gpt_oss_read_layers(j, cfg));
+  return gpt_oss_read_yarn(j, cfg);
+}
+
+static int gpt_oss_layer_is_moe(const struct rf_model_config *cfg, int l) {
+  (void)cfg, (void)l;
+  return 1;
 }
 
 static int gpt_oss_experts_per_token(const struct rf_model_config *cfg) {
@@ -16,7 +91,7 @@ static int gpt_oss_experts_per_token(const struct rf_model_config *cfg) {
 }
 
 /* Attention with biases and sinks, the router (with its bias) and all experts of
- * the layer in one fused tensor each, with their biases. */
+ * the layer in one fused tensor each, with their biases; each expert's rows one block. */
 static void gpt_oss_describe_layer(struct rf_model_desc_builder *b, const struct rf_model_config *c, int l,
                                    const char *p) {
   (void)l;
@@ -27,23 +102,79 @@ static void gpt_oss_describe_layer(struct rf_model_desc_builder *b, const struct
   rf_model_desc_add(b, RF_MODEL_DESC_KIND_NORM, 1, RF_MODEL_DESC_V(h), "%s.post_attention_layernorm.weight",
                     p);
   rf_model_desc_linear(b, RF_MODEL_DESC_KIND_ROUTER, x, h, 1, p, "mlp.router");
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter),
-                    "%s.mlp.experts.gate_up_proj", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, 2 * inter),
-                    "%s.mlp.experts.gate_up_proj_bias", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, inter, h),
-                    "%s.mlp.experts.down_proj", p)
-      ->sub_count = x;
-  rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.experts.down_proj_bias", p)
-      ->sub_count = x;
+  struct rf_model_tensor *t = rf_model_desc_add(
+      b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter), "%s.mlp.experts.gate_up_proj", p);
+  t->sub_count = x;
+  t->block_rows = h;
+  t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, 2 * inter),
+                        "%s.mlp.experts.gate_up_proj_bias", p);
+  t->sub_count = x;
+  t->block_rows = 1;
+  t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, inter, h),
+                        "%s.mlp.experts.down_proj", p);
+  t->sub_count = x;
+  t->block_rows = inter;
+  t->init.value = b->std_res;
+  t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.experts.down_proj_bias",
+                        p);
+  t->sub_count = x;
+  t->block_rows = 1;
+}
+
+/* The order of gpt_oss_describe_layer: each attention weight followed by its bias. */
+static int gpt_oss_layer_slot(const struct rf_model_config *cfg, int l, enum rf_model_layer_tensor t) {
+  (void)l;
+  int b = cfg->attention_bias ? 1 : 0;
+  switch (t) {
+    case RF_MODEL_LAYER_TENSOR_INPUT_NORM:
+      return 0;
+    case RF_MODEL_LAYER_TENSOR_Q:
+      return 1;
+    case RF_MODEL_LAYER_TENSOR_Q_BIAS:
+      return b ? 2 : -1;
+    case RF_MODEL_LAYER_TENSOR_K:
+      return 2 + b;
+    case RF_MODEL_LAYER_TENSOR_K_BIAS:
+      return b ? 4 : -1;
+    case RF_MODEL_LAYER_TENSOR_V:
+      return 3 + 2 * b;
+    case RF_MODEL_LAYER_TENSOR_V_BIAS:
+      return b ? 6 : -1;
+    case RF_MODEL_LAYER_TENSOR_O:
+      return 4 + 3 * b;
+    case RF_MODEL_LAYER_TENSOR_O_BIAS:
+      return b ? 8 : -1;
+    case RF_MODEL_LAYER_TENSOR_SINKS:
+      return 5 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_POST_NORM:
+      return 6 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_ROUTER:
+      return 7 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_ROUTER_BIAS:
+      return 8 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP:
+      return 9 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS:
+      return 10 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN:
+      return 11 + 4 * b;
+    case RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS:
+      return 12 + 4 * b;
+    default:
+      return -1;
+  }
 }
 
 const struct rf_model_family rf_model_family_gpt_oss = {
     .name = "gpt_oss",
-    .trainable = 0,
+    .trainable = 1,
+    .router = RF_MODEL_ROUTER_TOPK_SOFTMAX,
+    .qk_norm = 0,
+    .o_bias = 1,
+    .attention_sinks = 1,
     .read = gpt_oss_read,
+    .layer_is_moe = gpt_oss_layer_is_moe,
     .describe_layer = gpt_oss_describe_layer,
+    .layer_slot = gpt_oss_layer_slot,
     .experts_per_token = gpt_oss_experts_per_token,
 };

@@ -141,11 +141,31 @@ struct rf_model_kernels {
                                   const float *lse, const float *q, const float *k, const float *v, int batch,
                                   int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
                                   struct rf_device_stream *stream);
+  /* ---- GPT-OSS's (rf_model_kernels_missing_for asks for them of a config whose family has
+   * attention sinks, resp. GPT-OSS's experts, only; the CUDA table leaves them NULL). ---- */
+  /* rf_model_attention_sink_forward, _backward (sinks: f32 device memory; dsinks added into). */
+  void (*attention_sink_forward)(float *y, float *lse, const float *q, const float *k, const float *v,
+                                 const float *sinks, int window, int batch, int seq, int nh, int nkv, int hd,
+                                 void *scratch, size_t scratch_bytes, struct rf_device_stream *stream);
+  void (*attention_sink_backward)(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                  const float *y, const float *lse, const float *q, const float *k,
+                                  const float *v, const float *sinks, int window, int batch, int seq, int nh,
+                                  int nkv, int hd, void *scratch, size_t scratch_bytes,
+                                  struct rf_device_stream *stream);
+  /* rf_model_swiglu_clamp_forward, _backward; rf_model_weight_transpose, rf_model_transpose_add. */
+  void (*swiglu_clamp_forward)(float *h, const float *gu, size_t n, float alpha, float limit,
+                               struct rf_device_stream *stream);
+  void (*swiglu_clamp_backward)(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                float limit, struct rf_device_stream *stream);
+  void (*weight_transpose)(float *dst, const struct rf_model_weight *w, int rows, int cols,
+                           struct rf_device_stream *stream);
+  void (*transpose_add)(float *dst, const float *src, int rows, int cols, struct rf_device_stream *stream);
 };
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
-/* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model. */
+/* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model, the
+ * attention_sink_ ones for a family with sinks, swiglu_clamp_ and the transposes for GPT-OSS's experts. */
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k, const struct rf_model_config *cfg);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */

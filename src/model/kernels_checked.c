@@ -686,6 +686,160 @@ static void ck_moe_gather(float *dxn, const float *dyg, const int32_t *pos, int 
   LAUNCH("moe_gather", run_moe_gather, a);
 }
 
+/* ---- GPT-OSS: attention with sinks, the clamped SwiGLU, the transposes ---- */
+
+struct ck_sink {
+  struct ck_head h;
+  float *y, *lse_out, *dq, *dk, *dv, *dsinks;
+  const float *dy, *yf, *lse, *q, *k, *v, *sinks;
+  int window, batch, seq, nh, nkv, hd;
+  void *scratch;
+  size_t scratch_bytes;
+};
+
+static void run_attention_sink_forward(void *arg) {
+  struct ck_sink *a = arg;
+  ck_enter(&a->h);
+  HOST.attention_sink_forward(V(a->y), V(a->lse_out), V(a->q), V(a->k), V(a->v), V(a->sinks), a->window,
+                              a->batch, a->seq, a->nh, a->nkv, a->hd, V(a->scratch), a->scratch_bytes, NULL);
+}
+
+static void ck_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                      const float *sinks, int window, int batch, int seq, int nh, int nkv,
+                                      int hd, void *scratch, size_t scratch_bytes,
+                                      struct rf_device_stream *stream) {
+  struct ck_sink a = {.h = ck_head(stream, "attention_sink_forward"),
+                      .y = y,
+                      .lse_out = lse,
+                      .q = q,
+                      .k = k,
+                      .v = v,
+                      .sinks = sinks,
+                      .window = window,
+                      .batch = batch,
+                      .seq = seq,
+                      .nh = nh,
+                      .nkv = nkv,
+                      .hd = hd,
+                      .scratch = scratch,
+                      .scratch_bytes = scratch_bytes};
+  LAUNCH("attention_sink_forward", run_attention_sink_forward, a);
+}
+
+static void run_attention_sink_backward(void *arg) {
+  struct ck_sink *a = arg;
+  ck_enter(&a->h);
+  HOST.attention_sink_backward(V(a->dq), V(a->dk), V(a->dv), V(a->dsinks), V(a->dy), V(a->yf), V(a->lse),
+                               V(a->q), V(a->k), V(a->v), V(a->sinks), a->window, a->batch, a->seq, a->nh,
+                               a->nkv, a->hd, V(a->scratch), a->scratch_bytes, NULL);
+}
+
+static void ck_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                       const float *y, const float *lse, const float *q, const float *k,
+                                       const float *v, const float *sinks, int window, int batch, int seq,
+                                       int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                                       struct rf_device_stream *stream) {
+  struct ck_sink a = {.h = ck_head(stream, "attention_sink_backward"),
+                      .dq = dq,
+                      .dk = dk,
+                      .dv = dv,
+                      .dsinks = dsinks,
+                      .dy = dy,
+                      .yf = y,
+                      .lse = lse,
+                      .q = q,
+                      .k = k,
+                      .v = v,
+                      .sinks = sinks,
+                      .window = window,
+                      .batch = batch,
+                      .seq = seq,
+                      .nh = nh,
+                      .nkv = nkv,
+                      .hd = hd,
+                      .scratch = scratch,
+                      .scratch_bytes = scratch_bytes};
+  LAUNCH("attention_sink_backward", run_attention_sink_backward, a);
+}
+
+struct ck_clamp {
+  struct ck_head h;
+  float *out;
+  const float *dh, *gu;
+  size_t n;
+  float alpha, limit;
+};
+
+static void run_swiglu_clamp_forward(void *arg) {
+  struct ck_clamp *a = arg;
+  ck_enter(&a->h);
+  HOST.swiglu_clamp_forward(V(a->out), V(a->gu), a->n, a->alpha, a->limit, NULL);
+}
+
+static void ck_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit,
+                                    struct rf_device_stream *stream) {
+  struct ck_clamp a = {.h = ck_head(stream, "swiglu_clamp_forward"),
+                       .out = h,
+                       .gu = gu,
+                       .n = n,
+                       .alpha = alpha,
+                       .limit = limit};
+  LAUNCH("swiglu_clamp_forward", run_swiglu_clamp_forward, a);
+}
+
+static void run_swiglu_clamp_backward(void *arg) {
+  struct ck_clamp *a = arg;
+  ck_enter(&a->h);
+  HOST.swiglu_clamp_backward(V(a->out), V(a->dh), V(a->gu), a->n, a->alpha, a->limit, NULL);
+}
+
+static void ck_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                     float limit, struct rf_device_stream *stream) {
+  struct ck_clamp a = {.h = ck_head(stream, "swiglu_clamp_backward"),
+                       .out = dgu,
+                       .dh = dh,
+                       .gu = gu,
+                       .n = n,
+                       .alpha = alpha,
+                       .limit = limit};
+  LAUNCH("swiglu_clamp_backward", run_swiglu_clamp_backward, a);
+}
+
+struct ck_transpose {
+  struct ck_head h;
+  float *dst;
+  const float *src;
+  struct rf_model_weight w;
+  int rows, cols;
+};
+
+static void run_weight_transpose(void *arg) {
+  struct ck_transpose *a = arg;
+  ck_enter(&a->h);
+  struct rf_model_weight w = ck_weight(a->h.s, &a->w);
+  HOST.weight_transpose(V(a->dst), &w, a->rows, a->cols, NULL);
+}
+
+static void ck_weight_transpose(float *dst, const struct rf_model_weight *w, int rows, int cols,
+                                struct rf_device_stream *stream) {
+  struct ck_transpose a = {
+      .h = ck_head(stream, "weight_transpose"), .dst = dst, .w = *w, .rows = rows, .cols = cols};
+  LAUNCH("weight_transpose", run_weight_transpose, a);
+}
+
+static void run_transpose_add(void *arg) {
+  struct ck_transpose *a = arg;
+  ck_enter(&a->h);
+  HOST.transpose_add(V(a->dst), V(a->src), a->rows, a->cols, NULL);
+}
+
+static void ck_transpose_add(float *dst, const float *src, int rows, int cols,
+                             struct rf_device_stream *stream) {
+  struct ck_transpose a = {
+      .h = ck_head(stream, "transpose_add"), .dst = dst, .src = src, .rows = rows, .cols = cols};
+  LAUNCH("transpose_add", run_transpose_add, a);
+}
+
 const struct rf_model_kernels rf_model_kernels_checked = {
     .name = "checked",
     .host_memory = 0,
@@ -714,4 +868,10 @@ const struct rf_model_kernels rf_model_kernels_checked = {
     .moe_combine_weights_backward = ck_moe_combine_weights_backward,
     .moe_scatter = ck_moe_scatter,
     .moe_gather = ck_moe_gather,
+    .attention_sink_forward = ck_attention_sink_forward,
+    .attention_sink_backward = ck_attention_sink_backward,
+    .swiglu_clamp_forward = ck_swiglu_clamp_forward,
+    .swiglu_clamp_backward = ck_swiglu_clamp_backward,
+    .weight_transpose = ck_weight_transpose,
+    .transpose_add = ck_transpose_add,
 };

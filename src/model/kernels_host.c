@@ -4,8 +4,11 @@
  * [2, RF_MODEL_ATT_BLOCK, seq] floats per OpenMP thread, as the workspace sizes it. */
 #include "model/kernels.h"
 
+#include <string.h>
+
 #include "core/core.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "model/ops.h"
 
 #ifdef _OPENMP
@@ -209,8 +212,55 @@ static void host_moe_gather(float *dxn, const float *dyg, const int32_t *pos, in
   rf_model_moe_gather(dxn, dyg, pos, n, k, hidden);
 }
 
-/* The first entry k lacks; the router's and the MoE layer's only when moe. */
-static const char *missing_entry(const struct rf_model_kernels *k, int moe) {
+static void host_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                        const float *sinks, int window, int batch, int seq, int nh, int nkv,
+                                        int hd, void *scratch, size_t scratch_bytes,
+                                        struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_attention_sink_forward(y, lse, q, k, v, sinks, window, batch, seq, nh, nkv, hd, scratch,
+                                  host_att_slices(scratch_bytes, seq));
+}
+
+static void host_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                         const float *y, const float *lse, const float *q, const float *k,
+                                         const float *v, const float *sinks, int window, int batch, int seq,
+                                         int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
+                                         struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_attention_sink_backward(dq, dk, dv, dsinks, dy, y, lse, q, k, v, sinks, window, batch, seq, nh,
+                                   nkv, hd, scratch, host_att_slices(scratch_bytes, seq));
+}
+
+static void host_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit,
+                                      struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_swiglu_clamp_forward(h, gu, n, alpha, limit);
+}
+
+static void host_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                       float limit, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_swiglu_clamp_backward(dgu, dh, gu, n, alpha, limit);
+}
+
+static void host_weight_transpose(float *dst, const struct rf_model_weight *w, int rows, int cols,
+                                  struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_weight_transpose(dst, w, rows, cols);
+}
+
+static void host_transpose_add(float *dst, const float *src, int rows, int cols,
+                               struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_transpose_add(dst, src, rows, cols);
+}
+
+/* What a model needs of a table (bits of missing_entry's `needs`). */
+enum { NEED_MOE = 1, NEED_SINKS = 2, NEED_OSS_EXPERTS = 4 };
+
+/* The first entry k lacks; the router's and the MoE layer's only when needs has NEED_MOE, the
+ * sinks' and GPT-OSS experts' only when it has theirs. */
+static const char *missing_entry(const struct rf_model_kernels *k, int needs) {
 #define RF_KERNEL_ENTRY(e) \
   { #e, (const void *)k->e }
   const struct {
@@ -240,20 +290,35 @@ static const char *missing_entry(const struct rf_model_kernels *k, int moe) {
                  RF_KERNEL_ENTRY(moe_combine),
                  RF_KERNEL_ENTRY(moe_combine_weights_backward),
                  RF_KERNEL_ENTRY(moe_scatter),
-                 RF_KERNEL_ENTRY(moe_gather)};
+                 RF_KERNEL_ENTRY(moe_gather),
+                 RF_KERNEL_ENTRY(attention_sink_forward),
+                 RF_KERNEL_ENTRY(attention_sink_backward),
+                 RF_KERNEL_ENTRY(swiglu_clamp_forward),
+                 RF_KERNEL_ENTRY(swiglu_clamp_backward),
+                 RF_KERNEL_ENTRY(weight_transpose),
+                 RF_KERNEL_ENTRY(transpose_add)};
 #undef RF_KERNEL_ENTRY
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-    int moe_only = strncmp(entries[i].name, "moe_", 4) == 0 || strncmp(entries[i].name, "router_", 7) == 0;
-    if (!entries[i].fn && (moe || !moe_only)) return entries[i].name;
+    const char *e = entries[i].name;
+    int need = strncmp(e, "moe_", 4) == 0 || strncmp(e, "router_", 7) == 0      ? NEED_MOE
+               : strncmp(e, "attention_sink_", 15) == 0                         ? NEED_SINKS
+               : strncmp(e, "swiglu_clamp_", 13) == 0 || strstr(e, "transpose") ? NEED_OSS_EXPERTS
+                                                                                : 0;
+    if (!entries[i].fn && (!need || (needs & need))) return e;
   }
   return NULL;
 }
 
-const char *rf_model_kernels_missing(const struct rf_model_kernels *k) { return missing_entry(k, 1); }
+const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
+  return missing_entry(k, NEED_MOE | NEED_SINKS | NEED_OSS_EXPERTS);
+}
 
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
                                          const struct rf_model_config *cfg) {
-  return missing_entry(k, rf_model_config_is_moe(cfg));
+  const struct rf_model_family *f = rf_model_config_family(cfg);
+  int moe = rf_model_config_is_moe(cfg);
+  return missing_entry(k, (moe ? NEED_MOE : 0) | (f->attention_sinks ? NEED_SINKS : 0) |
+                              (moe && f->router == RF_MODEL_ROUTER_TOPK_SOFTMAX ? NEED_OSS_EXPERTS : 0));
 }
 
 const struct rf_model_kernels rf_model_kernels_host = {
@@ -284,4 +349,10 @@ const struct rf_model_kernels rf_model_kernels_host = {
     .moe_combine_weights_backward = host_moe_combine_weights_backward,
     .moe_scatter = host_moe_scatter,
     .moe_gather = host_moe_gather,
+    .attention_sink_forward = host_attention_sink_forward,
+    .attention_sink_backward = host_attention_sink_backward,
+    .swiglu_clamp_forward = host_swiglu_clamp_forward,
+    .swiglu_clamp_backward = host_swiglu_clamp_backward,
+    .weight_transpose = host_weight_transpose,
+    .transpose_add = host_transpose_add,
 };

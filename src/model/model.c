@@ -62,6 +62,11 @@ static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
   return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
 }
 
+/* GPT-OSS's experts: [in, out] with biases, the clamped SwiGLU (moe.c). */
+static int oss_experts(const struct rf_model_config *c) {
+  return rf_model_config_is_moe(c) && rf_model_config_family(c)->router == RF_MODEL_ROUTER_TOPK_SOFTMAX;
+}
+
 /* The widest row of a weight or bias: hidden, intermediate, heads * head_dim, the experts'. */
 static size_t stage_wide(const struct rf_model_config *c) {
   size_t wide = (size_t)c->hidden_size, qd = (size_t)c->num_attention_heads * c->head_dim;
@@ -69,7 +74,18 @@ static size_t stage_wide(const struct rf_model_config *c) {
   wide = wide > qd ? wide : qd;
   if (rf_model_config_is_moe(c) && (size_t)c->moe.moe_intermediate_size > wide)
     wide = (size_t)c->moe.moe_intermediate_size;
+  if (oss_experts(c) && 2 * (size_t)c->intermediate_size > wide) wide = 2 * (size_t)c->intermediate_size;
   return wide;
+}
+
+/* A converted bias is staged (s_bias): biases, sinks, GPT-OSS's experts' biases. */
+static int has_s_bias(const struct rf_model_config *c) {
+  return c->attention_bias || c->mlp_bias || rf_model_config_family(c)->attention_sinks || oss_experts(c);
+}
+
+/* Floats of s_wt and of s_gwt (GPT-OSS's experts, [in, out]: one expert's two matrices). */
+static size_t oss_stage_words(const struct rf_model_config *c) {
+  return oss_experts(c) ? 3 * (size_t)c->intermediate_size * (size_t)c->hidden_size : 0;
 }
 
 /* q and k normalized per head before the rotary embedding (the family's choice: qwen3_moe). */
@@ -94,7 +110,8 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
   bytes += rf_model_kernels_host.scratch_bytes(c, batch, seq) + sizeof(double); /* scratch, loss */
   bytes += f * (h + (size_t)RF_MODEL_STAGE_ROWS * wide);
-  if (c->attention_bias || c->mlp_bias) bytes += f * wide; /* s_bias */
+  if (has_s_bias(c)) bytes += f * wide; /* s_bias */
+  bytes += 2 * f * oss_stage_words(c);  /* s_wt, s_gwt */
   if (moe_rows(c, n)) bytes += moe_scratch_bytes(c, n);
   return bytes;
 }
@@ -136,7 +153,10 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
 static void rope_upload(struct rf_model_ws *ws, int seq, int hd) {
   size_t bytes = sizeof(float) * (size_t)seq * (size_t)hd / 2;
   float *cos_t = rf_xmalloc(bytes ? bytes : 1), *sin_t = rf_xmalloc(bytes ? bytes : 1);
-  rf_model_rope_tables(cos_t, sin_t, seq, hd, ws->cfg.rope_theta);
+  if (ws->cfg.yarn.factor > 0)
+    rf_model_rope_tables_yarn(cos_t, sin_t, seq, hd, ws->cfg.rope_theta, &ws->cfg.yarn);
+  else
+    rf_model_rope_tables(cos_t, sin_t, seq, hd, ws->cfg.rope_theta);
   rf_device_copy(ws->dev, ws->rope_cos, cos_t, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, ws->stream);
   rf_device_copy(ws->dev, ws->rope_sin, sin_t, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, ws->stream);
   free(cos_t);
@@ -241,7 +261,11 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   ws->s_normw = ws_floats(ws, h);
   size_t wide = stage_wide(c);
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
-  if (c->attention_bias || c->mlp_bias) ws->s_bias = ws_floats(ws, wide);
+  if (has_s_bias(c)) ws->s_bias = ws_floats(ws, wide);
+  if (oss_stage_words(c)) {
+    ws->s_wt = ws_floats(ws, oss_stage_words(c));
+    ws->s_gwt = ws_floats(ws, oss_stage_words(c));
+  }
   if (ws->expert_rows) ws_moe_scratch(ws, n);
   if (qk) ws->s_qkn = ws_floats(ws, n * (qd + kd));
   ws->stage.compute = RF_DTYPE_F32;
@@ -307,6 +331,7 @@ size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int s
 }
 
 int rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
+  RF_REQUIRE(!oss_experts(&ws->cfg), "--fp8 block: GPT-OSS's [in, out] experts are not quantized yet");
   /* the FP8 products are host code (ops.c on e4m3 codes): a device that runs host code only */
   RF_REQUIRE(
       rf_device_runs_host_code(ws->dev),
@@ -430,6 +455,18 @@ static void bias_grad(struct rf_model_ws *ws, const struct rf_model_layer_acts *
     ws->kern->bias_backward(grads[a->slot[t]], dy, n, out, ws->scratch, ws->scratch_bytes, ws->stream);
 }
 
+const float *rf_model_ws_bias_f32(struct rf_model_ws *ws, const struct rf_model_weight *w, size_t off,
+                                  int n) {
+  if (w->f32) return w->f32 + off;
+  rf_device_cast(ws->dev, ws->s_bias, RF_DTYPE_F32, w->bf16 + off, RF_DTYPE_BF16, (size_t)n, 0, ws->stream);
+  return ws->s_bias;
+}
+
+/* A family with attention sinks: layer l's window (cfg->sliding_window on its sliding layers, else 0). */
+static int layer_window(const struct rf_model_config *c, int l) {
+  return l < 64 && (c->sliding_mask >> l & 1) ? c->sliding_window : 0;
+}
+
 /* Attention through the table: its bf16 entries in bf16 compute where it has them (kernels.h). */
 static int ws_attention_bf16(const struct rf_model_ws *ws) {
   return ws->stage.compute == RF_DTYPE_BF16 && ws->kern->attention_bf16_forward &&
@@ -505,7 +542,13 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
   ws->kern->rope_apply(a->q, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
   ws->kern->rope_apply(a->k, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 0, ws->stream);
-  ws_attention_forward(ws, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
+  if (rf_model_config_family(c)->attention_sinks) /* the sinks' entry in any compute dtype */
+    ws->kern->attention_sink_forward(a->atty, a->lse, a->q, a->k, a->v,
+                                     rf_model_ws_bias_f32(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_SINKS), 0, nh),
+                                     layer_window(c, layer), ws->b, ws->t, nh, nkv, hd, ws->scratch,
+                                     ws->scratch_bytes, ws->stream);
+  else
+    ws_attention_forward(ws, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
   rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
                  ws->stream);
   rf_model_ws_linear_forward(ws, a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
@@ -628,7 +671,13 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
   rf_model_ws_linear_backward(ws, ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
                               lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 0.0f, sb);
   float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dv = dk + (size_t)n * kd;
-  ws_attention_backward(ws, dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
+  if (rf_model_config_family(c)->attention_sinks)
+    ws->kern->attention_sink_backward(
+        dq, dk, dv, lg(a, grads, RF_MODEL_LAYER_TENSOR_SINKS), ws->s_att, a->atty, a->lse, a->q, a->k, a->v,
+        rf_model_ws_bias_f32(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_SINKS), 0, nh), layer_window(c, layer), ws->b,
+        ws->t, nh, nkv, hd, ws->scratch, ws->scratch_bytes, ws->stream);
+  else
+    ws_attention_backward(ws, dq, dk, dv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, nh, nkv, hd);
   ws->kern->rope_apply(dq, ws->b, ws->t, nh, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   ws->kern->rope_apply(dk, ws->b, ws->t, nkv, hd, ws->rope_cos, ws->rope_sin, 1, ws->stream);
   if (has_qk_norm(c)) { /* through the q/k norms: dq, dk before them */

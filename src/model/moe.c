@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/family.h"
 #include "model/workspace.h"
 
 void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *logits, int n, int n_experts,
@@ -212,6 +213,94 @@ static void moe_swiglu(const struct rf_model_ws *ws, float *hg, const float *gu,
                              gu + (size_t)r * 2 * inter + inter, (size_t)inter, ws->stream);
 }
 
+/* ---- GPT-OSS's experts: [in, out] weights with biases, gate and up interleaved, the clamped
+ * SwiGLU. Each expert's two matrices are transposed into ws->s_wt ([out, in], as the linear
+ * ops take them; bf16 widened), its gradients gathered [out, in] in ws->s_gwt and added
+ * transposed at the end of its rows. */
+
+static int oss(const struct rf_model_ws *ws) {
+  return rf_model_config_family(&ws->cfg)->router == RF_MODEL_ROUTER_TOPK_SOFTMAX;
+}
+
+/* Expert e's weights, transposed into s_wt: gate_up [2*inter, h] then down [h, inter]. */
+static void oss_expert_weights(struct rf_model_ws *ws, const struct rf_model_weight *w, const int8_t *slot,
+                               int e, struct rf_model_weight *wgu, struct rf_model_weight *wd) {
+  int h = ws->cfg.hidden_size, inter = ws->cfg.moe.moe_intermediate_size;
+  struct rf_model_weight gu =
+      rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]], e, h, 2 * inter);
+  struct rf_model_weight dn =
+      rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]], e, inter, h);
+  float *tgu = ws->s_wt, *td = ws->s_wt + (size_t)2 * inter * h;
+  ws->kern->weight_transpose(tgu, &gu, h, 2 * inter, ws->stream);
+  ws->kern->weight_transpose(td, &dn, inter, h, ws->stream);
+  *wgu = (struct rf_model_weight){.f32 = tgu};
+  *wd = (struct rf_model_weight){.f32 = td};
+}
+
+/* Adds expert e's bias of tensor t (n per expert) to rows of y. */
+static void oss_bias(struct rf_model_ws *ws, const struct rf_model_weight *w, const int8_t *slot,
+                     enum rf_model_layer_tensor t, int e, float *y, int rows, int n) {
+  const float *b = rf_model_ws_bias_f32(ws, &w[slot[t]], (size_t)e * n, n);
+  ws->kern->bias_forward(y, b, rows, n, ws->stream);
+}
+
+static void oss_experts_forward(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const int8_t *slot,
+                                const struct rf_model_weight *w, const int32_t *off) {
+  const struct rf_model_config *c = &ws->cfg;
+  int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
+  float alpha = (float)c->gpt_oss.swiglu_alpha, limit = (float)c->gpt_oss.swiglu_limit;
+  for (int e = 0; e < c->moe.num_local_experts; e++) {
+    if (off[e] == off[e + 1]) continue;
+    struct rf_model_weight wgu, wd;
+    oss_expert_weights(ws, w, slot, e, &wgu, &wd);
+    for (int r = off[e]; r < off[e + 1]; r += rows) {
+      float *gu = a->gu + (size_t)r * 2 * inter, *hg = ws->s_hg + (size_t)r * inter,
+            *ey = a->ey + (size_t)r * h;
+      rf_model_ws_linear_forward(ws, gu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f,
+                                 &ws->stage);
+      oss_bias(ws, w, slot, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS, e, gu, rows, 2 * inter);
+      ws->kern->swiglu_clamp_forward(hg, gu, (size_t)rows * inter, alpha, limit, ws->stream);
+      rf_model_ws_linear_forward(ws, ey, hg, &wd, rows, inter, h, 0.0f, &ws->stage);
+      oss_bias(ws, w, slot, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS, e, ey, rows, h);
+    }
+  }
+}
+
+/* dyg: the grouped output gradients (padding rows zero), overwritten with d(xg). */
+static void oss_experts_backward(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const int8_t *slot,
+                                 const struct rf_model_weight *w, float *const *grads, const int32_t *off,
+                                 float *dyg) {
+  const struct rf_model_config *c = &ws->cfg;
+  int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
+  float alpha = (float)c->gpt_oss.swiglu_alpha, limit = (float)c->gpt_oss.swiglu_limit;
+  size_t per_gu = (size_t)2 * inter * h;
+  float *ggu = ws->s_gwt, *gd = ws->s_gwt + per_gu;
+  for (int e = 0; e < c->moe.num_local_experts; e++) {
+    if (off[e] == off[e + 1]) continue;
+    struct rf_model_weight wgu, wd;
+    oss_expert_weights(ws, w, slot, e, &wgu, &wd);
+    rf_device_memset(ws->dev, ws->s_gwt, 0, sizeof(float) * 3 * per_gu / 2, ws->stream);
+    float *gbgu = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS]] + (size_t)e * 2 * inter;
+    float *gbd = grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS]] + (size_t)e * h;
+    for (int r = off[e]; r < off[e + 1]; r += rows) {
+      float *hg = ws->s_hg + (size_t)r * inter, *dy = dyg + (size_t)r * h;
+      float *gu = a->gu + (size_t)r * 2 * inter, *dgu = ws->s_dgu + (size_t)r * 2 * inter;
+      ws->kern->swiglu_clamp_forward(hg, gu, (size_t)rows * inter, alpha, limit, ws->stream);
+      ws->kern->bias_backward(gbd, dy, rows, h, ws->scratch, ws->scratch_bytes, ws->stream);
+      rf_model_ws_linear_backward(ws, NULL, gd, dy, hg, &wd, rows, inter, h, 0.0f, &ws->stage);
+      rf_model_ws_linear_backward(ws, hg, NULL, dy, NULL, &wd, rows, inter, h, 0.0f, &ws->stage); /* dh */
+      ws->kern->swiglu_clamp_backward(dgu, hg, gu, (size_t)rows * inter, alpha, limit, ws->stream);
+      ws->kern->bias_backward(gbgu, dgu, rows, 2 * inter, ws->scratch, ws->scratch_bytes, ws->stream);
+      rf_model_ws_linear_backward(ws, dy, ggu, dgu, ws->s_xg + (size_t)r * h, &wgu, rows, h, 2 * inter, 0.0f,
+                                  &ws->stage);
+    }
+    ws->kern->transpose_add(grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]] + (size_t)e * per_gu, ggu,
+                            2 * inter, h, ws->stream);
+    ws->kern->transpose_add(grads[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN]] + (size_t)e * inter * h, gd, h,
+                            inter, ws->stream);
+  }
+}
+
 void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
                           float *out) {
   const struct rf_model_config *c = &ws->cfg;
@@ -222,10 +311,19 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
   rf_model_ws_linear_forward(ws, ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f,
                              st);
+  if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
+    ws->kern->bias_forward(ws->s_dprobs,
+                           rf_model_ws_bias_f32(ws, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], 0, ne), n,
+                           ne, ws->stream);
   ws->kern->router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob,
                            ws->stream);
   ws->kern->moe_stats(ws->moe_count, ws->moe_psum, a->top, a->probs, n, ne, k, ws->stream);
   const int32_t *off = moe_group(ws, a, xn, n);
+  if (oss(ws)) {
+    oss_experts_forward(ws, a, slot, w, off);
+    ws->kern->moe_combine(out, a->ey, a->pos, a->topw, n, k, h, ws->stream);
+    return;
+  }
   for (int e = 0; e < ne; e++) {
     struct rf_model_weight wgu =
         rf_model_moe_expert_weight(&w[slot[RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP]], e, 2 * inter, h);
@@ -255,12 +353,20 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
   ws->kern->moe_combine_weights_backward(dtopw, dout, a->ey, a->pos, n, k, h, ws->stream);
   ws->kern->router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
                             c->moe.norm_topk_prob, ws->stream);
+  if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
+    ws->kern->bias_backward(grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], ws->s_dprobs, n, ne, ws->scratch,
+                            ws->scratch_bytes, ws->stream);
   rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
                               &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
   const int32_t *off = moe_group(ws, a, xn, n);
   float *dyg = ws->s_dxg;
   ws->kern->moe_scatter(dyg, dout, a->pos, a->tok, a->off, a->topw, n, ne, k, h, ws->stream);
+  if (oss(ws)) {
+    oss_experts_backward(ws, a, slot, w, grads, off, dyg);
+    ws->kern->moe_gather(dxn, dyg, a->pos, n, k, h, ws->stream);
+    return;
+  }
   size_t per_gu = (size_t)2 * inter * h, per_down = (size_t)h * inter;
   /* an expert's rows are the tokens routed to it, from any sequence: its FP8 dW tiles run
    * over them whole (128 of them at a time, as the rank's micro-batch groups them) */

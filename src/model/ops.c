@@ -7,6 +7,7 @@
 
 #include "core/core.h"
 #include "gemm/gemm.h"
+#include "model/config.h"
 #include "model/ops.h"
 
 #ifdef _OPENMP
@@ -637,6 +638,216 @@ void rf_model_bias_backward(float *db, const float *dy, int n, int out) {
       const float *g = dy + (size_t)r * out;
 #pragma omp simd
       for (int j = j0; j < j1; j++) db[j] += g[j];
+    }
+  }
+}
+
+/* ---- GPT-OSS: attention with sinks and a sliding window, the clamped SwiGLU, [in, out] weights ---- */
+
+/* The keys query row i sees: [lo, i], lo = i - window + 1 (window > 0; 0: every earlier key). */
+static int att_lo(int i, int window) { return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0; }
+
+void rf_model_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                     const float *sinks, int window, int batch, int seq, int nh, int nkv,
+                                     int hd, float *scratch, int n_scratch) {
+  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
+  float scale = 1.0f / sqrtf((float)hd);
+  int n_jobs = batch * nh;
+  int nt = attention_threads();
+  if (nt > n_scratch) nt = n_scratch;
+  (void)nt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
+  for (int job = 0; job < n_jobs; job++) {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
+    int b = job / nh, h = job % nh, g = h / rep;
+    const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
+    const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
+    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
+    float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
+    float *lb = lse + (size_t)job * seq;
+    for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
+      int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
+      int c0 = att_lo(i0, window), cols = i0 + rows - c0; /* keys [c0, i0 + rows) */
+      att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb + (size_t)c0 * ks, ks, 0.0f, p,
+               cols);
+      for (int r = 0; r < rows; r++) {
+        int i = i0 + r, lo = att_lo(i, window) - c0, hi = i - c0;
+        float *row = p + (size_t)r * cols;
+        float mx = sinks ? sinks[h] : row[lo];
+        for (int j = lo; j <= hi; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = sinks ? fast_expf(sinks[h] - mx) : 0.0f;
+        for (int j = 0; j < lo; j++) row[j] = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = lo; j <= hi; j++) {
+          row[j] = fast_expf(row[j] - mx);
+          sum += row[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = lo; j <= hi; j++) row[j] *= inv;
+        for (int j = hi + 1; j < cols; j++) row[j] = 0.0f;
+        lb[i] = mx + logf(sum);
+      }
+      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb + (size_t)c0 * ks, ks, 0.0f, yb + (size_t)i0 * qs, qs);
+    }
+  }
+}
+
+/* As rf_model_attention_backward over each row's window; the sinks' gradient afterwards:
+ * d sink_h = -sum over rows of P_sink * (dY . Y), P_sink = exp(sink_h - lse). */
+void rf_model_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                      const float *y, const float *lse, const float *q, const float *k,
+                                      const float *v, const float *sinks, int window, int batch, int seq,
+                                      int nh, int nkv, int hd, float *scratch, int n_scratch) {
+  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
+  float scale = 1.0f / sqrtf((float)hd);
+  int n_jobs = batch * nkv;
+  int nt = attention_threads();
+  if (nt > n_scratch) nt = n_scratch;
+  (void)nt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
+  for (int job = 0; job < n_jobs; job++) {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
+    float *dp = p + (size_t)RF_MODEL_ATT_BLOCK * seq;
+    int b = job / nkv, g = job % nkv;
+    const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
+    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
+    float *dkb = dk + (size_t)b * seq * ks + (size_t)g * hd;
+    float *dvb = dv + (size_t)b * seq * ks + (size_t)g * hd;
+    for (int t = 0; t < seq; t++) {
+      memset(dkb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
+      memset(dvb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
+    }
+    for (int r = 0; r < rep; r++) {
+      int h = g * rep + r;
+      const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
+      const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
+      float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
+      const float *lb = lse + ((size_t)b * nh + h) * seq;
+      for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
+        int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
+        int c0 = att_lo(i0, window), cols = i0 + rows - c0;
+        const float *dyi = dyb + (size_t)i0 * qs, *kc = kb + (size_t)c0 * ks, *vc = vb + (size_t)c0 * ks;
+        att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kc, ks, 0.0f, p, cols);
+        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vc, ks, 0.0f, dp, cols);
+        for (int rr = 0; rr < rows; rr++) {
+          int i = i0 + rr, lo = att_lo(i, window) - c0, hi = i - c0;
+          float *pr = p + (size_t)rr * cols;
+          float *d = dp + (size_t)rr * cols;
+          float m = lb[i];
+          for (int j = 0; j < lo; j++) pr[j] = d[j] = 0.0f;
+#pragma omp simd
+          for (int j = lo; j <= hi; j++) pr[j] = fast_expf(pr[j] - m);
+          for (int j = hi + 1; j < cols; j++) pr[j] = 0.0f;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int j = lo; j <= hi; j++) dot += pr[j] * d[j];
+#pragma omp simd
+          for (int j = lo; j <= hi; j++) d[j] = pr[j] * (d[j] - dot) * scale;
+          for (int j = hi + 1; j < cols; j++) d[j] = 0.0f;
+        }
+        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f, dvb + (size_t)c0 * ks, ks);
+        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kc, ks, 0.0f, dqb + (size_t)i0 * qs, qs);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1.0f, dkb + (size_t)c0 * ks,
+                 ks);
+      }
+    }
+  }
+  if (!sinks || !dsinks) return;
+  for (int h = 0; h < nh; h++) {
+    double acc = 0.0;
+    for (int b = 0; b < batch; b++)
+      for (int i = 0; i < seq; i++) {
+        const float *yr = y + ((size_t)b * seq + i) * qs + (size_t)h * hd;
+        const float *gr = dy + ((size_t)b * seq + i) * qs + (size_t)h * hd;
+        double dot = 0.0;
+        for (int c = 0; c < hd; c++) dot += (double)yr[c] * gr[c];
+        acc += exp((double)sinks[h] - lse[((size_t)b * nh + h) * seq + i]) * dot;
+      }
+    dsinks[h] -= (float)acc;
+  }
+}
+
+/* g = min(gate, limit), u = clamp(up, -limit, limit): h = (u + 1) * g * sigmoid(alpha g). */
+void rf_model_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit) {
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+  for (size_t i = 0; i < n; i++) {
+    float g = gu[2 * i] < limit ? gu[2 * i] : limit;
+    float u = gu[2 * i + 1] < -limit ? -limit : gu[2 * i + 1] > limit ? limit : gu[2 * i + 1];
+    h[i] = (u + 1.0f) * g * sigmoidf_(alpha * g);
+  }
+}
+
+/* d/dg [g s(alpha g)] = s + alpha g s (1 - s); a clamped input passes no gradient (torch's
+ * clamp: the bound itself passes it). */
+void rf_model_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                    float limit) {
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+  for (size_t i = 0; i < n; i++) {
+    float graw = gu[2 * i], uraw = gu[2 * i + 1];
+    float g = graw < limit ? graw : limit;
+    float u = uraw < -limit ? -limit : uraw > limit ? limit : uraw;
+    float s = sigmoidf_(alpha * g), d = dh[i];
+    dgu[2 * i] = graw <= limit ? d * (u + 1.0f) * (s + alpha * g * s * (1.0f - s)) : 0.0f;
+    dgu[2 * i + 1] = uraw >= -limit && uraw <= limit ? d * g * s : 0.0f;
+  }
+}
+
+void rf_model_weight_transpose(float *dst, const struct rf_model_weight *w, int rows, int cols) {
+  RF_ASSERT(w->f32 || w->bf16);
+#pragma omp parallel for schedule(static) if ((long)rows * cols >= RF_MODEL_PAR_MIN)
+  for (int c = 0; c < cols; c++) {
+    float *d = dst + (size_t)c * rows;
+    if (w->f32)
+      for (int r = 0; r < rows; r++) d[r] = w->f32[(size_t)r * cols + c];
+    else
+      for (int r = 0; r < rows; r++) d[r] = rf_f32_from_bf16(w->bf16[(size_t)r * cols + c]);
+  }
+}
+
+void rf_model_transpose_add(float *dst, const float *src, int rows, int cols) {
+#pragma omp parallel for schedule(static) if ((long)rows * cols >= RF_MODEL_PAR_MIN)
+  for (int c = 0; c < cols; c++) {
+    float *d = dst + (size_t)c * rows;
+    for (int r = 0; r < rows; r++) d[r] += src[(size_t)r * cols + c];
+  }
+}
+
+/* transformers' _compute_yarn_parameters (float32 as there), then the angle t * inv_freq in
+ * float32 and cos/sin of it times the attention factor. */
+void rf_model_rope_tables_yarn(float *cos_t, float *sin_t, int seq, int hd, double theta,
+                               const struct rf_model_yarn *y) {
+  int half = hd / 2;
+  double lo = hd * log(y->original_max / (y->beta_fast * 2 * 3.14159265358979323846)) / (2 * log(theta));
+  double hi = hd * log(y->original_max / (y->beta_slow * 2 * 3.14159265358979323846)) / (2 * log(theta));
+  if (y->truncate) {
+    lo = floor(lo);
+    hi = ceil(hi);
+  }
+  lo = lo > 0 ? lo : 0;
+  hi = hi < hd - 1 ? hi : hd - 1;
+  if (lo == hi) hi += 0.001;
+  float att = (float)y->attention_factor;
+  for (int i = 0; i < half; i++) {
+    float e = (float)(2 * i) / (float)hd;
+    float pos = (float)pow(theta, (double)e);
+    float extra = 1.0f / pos, inter = 1.0f / ((float)y->factor * pos);
+    float ramp = (float)(((double)(float)i - lo) / (hi - lo));
+    ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+    float ef = 1.0f - ramp;
+    float inv_freq = inter * (1.0f - ef) + extra * ef;
+    for (int t = 0; t < seq; t++) {
+      float a = (float)t * inv_freq;
+      cos_t[(size_t)t * half + i] = (float)cos((double)a) * att;
+      sin_t[(size_t)t * half + i] = (float)sin((double)a) * att;
     }
   }
 }

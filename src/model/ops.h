@@ -155,4 +155,35 @@ void rf_model_embedding_backward(float *dtable, const float *dout, const int32_t
 void rf_model_bias_forward(float *y, const float *b, int n, int out);
 void rf_model_bias_backward(float *db, const float *dy, int n, int out);
 
+/* ---- GPT-OSS (transformers' GptOssForCausalLM) ---------------------------------------------- */
+
+/* Attention as rf_model_attention_forward with a learned logit per query head in each row's
+ * softmax denominator (sinks [nh]; NULL: none): P_j = exp(s_j) / (sum_j exp(s_j) + exp(sink_h)),
+ * lse [B, nh, T] including the sink; and a sliding window (window > 0: row i sees keys
+ * (i - window, i], transformers' kv_idx > q_idx - sliding_window; 0: every earlier key). */
+void rf_model_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                     const float *sinks, int window, int batch, int seq, int nh, int nkv,
+                                     int hd, float *scratch, int n_scratch);
+/* dq, dk, dv overwritten; dsinks [nh] += d/d(sinks) = -sum over rows of exp(sink - lse) (dY . Y)
+ * (y: the forward's output; skipped when sinks or dsinks is NULL). */
+void rf_model_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                      const float *y, const float *lse, const float *q, const float *k,
+                                      const float *v, const float *sinks, int window, int batch, int seq,
+                                      int nh, int nkv, int hd, float *scratch, int n_scratch);
+/* GPT-OSS's clamped SwiGLU on interleaved pairs gu [n, 2] (gate even, up odd, as
+ * gate_up_proj's columns): g = min(gate, limit), u = clamp(up, -limit, limit),
+ * h[i] = (u + 1) g sigmoid(alpha g). The backward overwrites dgu [n, 2] (a clamped input: 0). */
+void rf_model_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit);
+void rf_model_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                    float limit);
+/* dst [cols, rows] = w [rows, cols] transposed (f32, or bf16 widened): an [in, out] weight as
+ * the [out, in] the linear ops take. */
+void rf_model_weight_transpose(float *dst, const struct rf_model_weight *w, int rows, int cols);
+/* dst [cols, rows] += src [rows, cols] transposed (an [out, in] gradient into an [in, out] one). */
+void rf_model_transpose_add(float *dst, const float *src, int rows, int cols);
+struct rf_model_yarn; /* config.h */
+/* rf_model_rope_tables with YaRN's inverse frequencies, cos and sin times attention_factor. */
+void rf_model_rope_tables_yarn(float *cos_t, float *sin_t, int seq, int hd, double theta,
+                               const struct rf_model_yarn *y);
+
 #endif

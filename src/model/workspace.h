@@ -72,14 +72,16 @@ struct rf_model_ws {
   float *rope_cos;                    /* [cap_t, hd/2] */
   float *rope_sin;                    /* [cap_t, hd/2] */
   /* scratch, reused by every layer */
-  float *s_norm;   /* [N, hidden] normalized activations (recomputed in backward) */
-  float *s_dnorm;  /* [N, hidden] their gradient */
-  float *s_inner;  /* [N, inter] silu(gate)*up, then dh */
-  float *s_inner2; /* [N, inter] */
-  float *s_qkv;    /* [N, (heads + 2*kv)*hd] dq, dk, dv */
-  float *s_att;    /* [N, heads*hd] */
-  float *s_normw;  /* [hidden] a norm weight converted from bf16 */
-  float *s_bias;   /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
+  float *s_norm;       /* [N, hidden] normalized activations (recomputed in backward) */
+  float *s_dnorm;      /* [N, hidden] their gradient */
+  float *s_inner;      /* [N, inter] silu(gate)*up, then dh */
+  float *s_inner2;     /* [N, inter] */
+  float *s_qkv;        /* [N, (heads + 2*kv)*hd] dq, dk, dv */
+  float *s_att;        /* [N, heads*hd] */
+  float *s_normw;      /* [hidden] a norm weight converted from bf16 */
+  float *s_bias;       /* [max(hidden, inter, heads*hd)] a bias converted from bf16 (biased configs) */
+  float *s_wt, *s_gwt; /* gpt_oss: one expert's [in, out] weights as [out, in] (gate_up [2*inter,
+                        * hidden], then down [hidden, inter]) and their gradients before the transpose */
   struct rf_model_stage stage; /* f32 compute: wf32 [RF_MODEL_STAGE_ROWS, max(hidden, inter, heads*hd)];
                                 * bf16 compute: see rf_model_ws_set_compute */
   /* MoE (mixtral): expert products take expert_rows rows at a time (fixed shapes:
@@ -196,6 +198,8 @@ double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const 
 /* The MoE block of layer l: out [n, hidden] += sum_j topw[j] * expert_top[j](xn),
  * expert(x) = down(silu(gate(x)) * up(x)); w: the router, gate_up, down tensors.
  * Adds the router statistics into ws->moe_count, moe_psum. */
+/* A bias (or sinks) of n floats at element off of w as f32: borrowed, or converted into ws->s_bias. */
+const float *rf_model_ws_bias_f32(struct rf_model_ws *ws, const struct rf_model_weight *w, size_t off, int n);
 void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
                           float *out);
 /* dxn [n, hidden] = d/dxn given dout (overwritten); grads (router, gate_up, down) added. */
