@@ -8,7 +8,10 @@
  *    exported by `rfsdp ckpt export` and run by `rfsdp logits` at W = 1 and W = 2 gives the
  *    logits transformers computed on the same export loaded strictly into MixtralForCausalLM
  *    (every name and shape), within 1e-4;
- *  - both worlds write the same bytes. */
+ *  - both worlds write the same bytes.
+ * The same for GPT-OSS (tests/ref_gpt_oss_export.py wrote tests/data/gpt_oss_export/: sinks, a
+ * sliding layer, YaRN, the biased router, [in, out] experts with biases, the clamped SwiGLU),
+ * its export loaded strictly into GptOssForCausalLM. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,7 +20,7 @@
 #include "rf_cli.h"
 #include "rf_test.h"
 
-#define REF "tests/data/mixtral_export"
+static const char *REF = "tests/data/mixtral_export";
 #define B 2
 #define T 12
 #define VOCAB 256
@@ -59,14 +62,22 @@ static void check_logits(const char *dir, const char *what, const char *weights,
 }
 
 int main(void) {
-  char dir[] = "/tmp/rf_test_ckpt_moe.XXXXXX", out[8192], model[128];
+  char dir[] = "/tmp/rf_test_ckpt_moe.XXXXXX", out[8192], model[128], in[256], want[256];
   RF_ASSERT(mkdtemp(dir));
-  check_logits(dir, "hf.safetensors", REF "/hf.safetensors", REF "/hf_logits.f32");
-  snprintf(model, sizeof model, "%s/export.safetensors", dir);
-  int rc = rf_cli_run(out, sizeof out, "ckpt export %s/step-00000002 --out %s", REF, model);
-  RF_CHECK(rc == 0, "export: %s", out);
-  check_logits(dir, "export", model, REF "/export_logits.f32");
-  unlink(model);
+  static const char *const refs[] = {"tests/data/mixtral_export", "tests/data/gpt_oss_export"};
+  for (int r = 0; r < 2; r++) {
+    REF = refs[r];
+    printf("%s:\n", REF);
+    snprintf(in, sizeof in, "%s/hf.safetensors", REF);
+    snprintf(want, sizeof want, "%s/hf_logits.f32", REF);
+    check_logits(dir, "hf.safetensors", in, want);
+    snprintf(model, sizeof model, "%s/export.safetensors", dir);
+    int rc = rf_cli_run(out, sizeof out, "ckpt export %s/step-00000002 --out %s", REF, model);
+    RF_CHECK(rc == 0, "export: %s", out);
+    snprintf(want, sizeof want, "%s/export_logits.f32", REF);
+    check_logits(dir, "export", model, want);
+    unlink(model);
+  }
   rmdir(dir);
   return rf_test_finish("test_ckpt_moe");
 }
