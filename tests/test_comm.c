@@ -9,7 +9,12 @@
  *    (f32 sum, then one rounding) once: |got - want| <= W*2^-8*S + the f32 bound.
  *    At W <= 2 the op runs once on the same two f32 values as the reference, so
  *    the result must be bit-identical (this catches truncation instead of RNE).
- * Gathers, broadcast and all-to-all move bytes and are compared exactly. */
+ * Gathers, broadcast and all-to-all move bytes and are compared exactly.
+ * Everything runs twice: on a comm whose waits spin (RF_MPI_WAIT=spin: MPI_Wait,
+ * the blocking calls) and on one that yields its core (RF_MPI_WAIT=yield: MPI_Test
+ * and sleeps, the blocking calls' non-blocking twins); and the automatic choice
+ * (unset) must yield exactly when the ranks outnumber this machine's cores. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -323,23 +328,11 @@ static void check_alltoallv(int test, int64_t scale) {
   free(recv);
 }
 
-int main(int argc, char **argv) {
-  int world = 0;
-  rf_test_mpi_init(&argc, &argv, &world);
-  RF_ASSERT(world <= 8);
-  rf_comm_init(&comm, MPI_COMM_WORLD);
-  RF_CHECK(comm.counters == NULL, "a new communicator counts nowhere");
-  comm.counters = &counters;
-  int provided = MPI_THREAD_SINGLE, rank = 0;
-  MPI_Query_thread(&provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  RF_CHECK(
-      comm.world == world && comm.rank == rank && comm.thread_multiple == (provided == MPI_THREAD_MULTIPLE),
-      "rf_comm_init fields");
-
+/* Every collective once on `comm` (test numbers from *next). */
+static void check_all(int *next, int world) {
+  int test = *next;
   static const enum rf_dtype move_types[] = {RF_DTYPE_F32, RF_DTYPE_BF16, RF_DTYPE_U8, RF_DTYPE_I64};
   static const enum rf_dtype sum_types[] = {RF_DTYPE_F32, RF_DTYPE_BF16};
-  int test = 0;
   for (int nb = 0; nb < 2; nb++) {
     for (int t = 0; t < 4; t++)
       for (int c = 0; c < N_COUNTS; c++) check_allgather(++test, move_types[t], counts_list[c], nb);
@@ -385,7 +378,47 @@ int main(int argc, char **argv) {
   check_alltoallv(++test, 24);
   rf_comm_set_count_limit(INT32_MAX);
 
+  *next = test;
+}
+
+int main(int argc, char **argv) {
+  int world = 0;
+  rf_test_mpi_init(&argc, &argv, &world);
+  RF_ASSERT(world <= 8);
+  /* RF_MPI_WAIT unset: the ranks (all on this machine) yield when they outnumber its cores. */
+  rf_comm_init(&comm, MPI_COMM_WORLD);
+  cpu_set_t cpus;
+  RF_ASSERT(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  RF_CHECK(rf_comm_mpi_yielding(&comm) == (world > CPU_COUNT(&cpus)), "%d ranks on %d cores: yielding %d",
+           world, CPU_COUNT(&cpus), rf_comm_mpi_yielding(&comm));
+  rf_comm_free(&comm); /* (a comm made later in the process yields too, unless told to spin) */
+
+  setenv("RF_MPI_WAIT", "spin", 1); /* every rank: MPI_Wait and the blocking calls */
+  rf_comm_init(&comm, MPI_COMM_WORLD);
+  RF_CHECK(!rf_comm_mpi_yielding(&comm), "RF_MPI_WAIT=spin on every rank: the comm yields");
+  RF_CHECK(comm.counters == NULL, "a new communicator counts nowhere");
+  comm.counters = &counters;
+  int provided = MPI_THREAD_SINGLE, rank = 0;
+  MPI_Query_thread(&provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  RF_CHECK(
+      comm.world == world && comm.rank == rank && comm.thread_multiple == (provided == MPI_THREAD_MULTIPLE),
+      "rf_comm_init fields");
+
+  int test = 0;
+  check_all(&test, world);
   rf_comm_barrier(&comm);
   rf_comm_free(&comm);
+
+  /* The same on a comm whose ranks yield their cores while waiting (what more ranks
+   * than cores choose): the non-blocking twins of the blocking calls, tested and slept on. */
+  setenv("RF_MPI_WAIT", "yield", 1);
+  rf_comm_init(&comm, MPI_COMM_WORLD);
+  RF_CHECK(rf_comm_mpi_yielding(&comm), "RF_MPI_WAIT=yield on every rank: the comm does not yield");
+  comm.counters = &counters;
+  check_all(&test, world);
+  rf_comm_barrier(&comm);
+  rf_comm_free(&comm);
+
   return rf_test_finish("test_comm");
 }

@@ -9,6 +9,7 @@
 #include "comm/comm_mpi.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,68 @@ struct rf_comm_mpi {
   MPI_Datatype bf16_type; /* 2 contiguous bytes */
   MPI_Op bf16_ops[3];     /* indexed by enum rf_reduce_op; f32 arithmetic, RNE */
   int *scratch;           /* 4*world ints for counts/displacements */
+  int yielding;           /* agreed by every rank of comm: rf_comm_mpi_agree_yielding */
 };
+
+/* ---- waiting on a shared core ------------------------------------------------
+ * MPICH's and Open MPI's waits spin. With more ranks on a node than cores, a rank
+ * spinning in MPI_Wait holds the core the rank it waits for needs: at 12 ranks on
+ * 2 cores a tiny Mixtral's step took 1.2 s, nearly all of it spinning. There a
+ * rank "yields" instead (as Open MPI's mpi_yield_when_idle): it waits by MPI_Test,
+ * sleeping 20 us between tests after the first few, and before each blocking
+ * collective it waits for the others at an MPI_Ibarrier the same way, so the
+ * collective itself (the same call, the same algorithm: the same bits) finds
+ * every rank there. Where each rank has a core, waits stay MPI_Wait and the
+ * blocking calls as they are. RF_MPI_WAIT=spin|yield overrides the choice. */
+static int rf_comm_mpi_yield_wait; /* 1 once a comm of this process yields */
+
+static void rf_comm_mpi_finish(MPI_Request *request) {
+  if (!__atomic_load_n(&rf_comm_mpi_yield_wait, __ATOMIC_RELAXED)) {
+    RF_MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE));
+    return;
+  }
+  for (int polls = 0;; polls++) {
+    int done = 0;
+    RF_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls >= 8) nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
+  }
+}
+
+/* A blocking collective `call`, or on a yielding comm its non-blocking twin
+ * `icall` with the same arguments, waited for by rf_comm_mpi_finish. */
+#define RF_COMM_MPI_COLLECTIVE(m, call, icall, ...)   \
+  do {                                                \
+    if ((m)->yielding) {                              \
+      MPI_Request rf_request_;                        \
+      RF_MPI_CHECK(icall(__VA_ARGS__, &rf_request_)); \
+      rf_comm_mpi_finish(&rf_request_);               \
+    } else {                                          \
+      RF_MPI_CHECK(call(__VA_ARGS__));                \
+    }                                                 \
+  } while (0)
+
+/* This rank's wish (more ranks of comm on its node than cores it may run on, or
+ * RF_MPI_WAIT), then the agreement: every rank of comm yields if one wishes to,
+ * so the barriers of rf_comm_mpi_arrive match. Collective on comm. */
+static void rf_comm_mpi_agree_yielding(struct rf_comm_mpi *m) {
+  const char *env = getenv("RF_MPI_WAIT");
+  int wish = 0;
+  if (env && strcmp(env, "yield") == 0) {
+    wish = 1;
+  } else if (!env || strcmp(env, "spin") != 0) {
+    MPI_Comm node;
+    int on_node = 1;
+    RF_MPI_CHECK(MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    RF_MPI_CHECK(MPI_Comm_size(node, &on_node));
+    RF_MPI_CHECK(MPI_Comm_free(&node));
+    cpu_set_t cpus;
+    int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    wish = on_node > cores || __atomic_load_n(&rf_comm_mpi_yield_wait, __ATOMIC_RELAXED);
+  }
+  RF_MPI_CHECK(MPI_Allreduce(&wish, &m->yielding, 1, MPI_INT, MPI_MAX, m->comm));
+  if (m->yielding) __atomic_store_n(&rf_comm_mpi_yield_wait, 1, __ATOMIC_RELAXED);
+}
 
 static const struct rf_comm_mpi *rf_comm_mpi_of(const struct rf_comm *comm) { return comm->impl; }
 
@@ -152,6 +214,7 @@ void rf_comm_init(struct rf_comm *comm, MPI_Comm parent) {
   RF_MPI_CHECK(MPI_Op_create(rf_comm_bf16_max, 1, &m->bf16_ops[RF_REDUCE_OP_MAX]));
   RF_MPI_CHECK(MPI_Op_create(rf_comm_bf16_min, 1, &m->bf16_ops[RF_REDUCE_OP_MIN]));
   m->scratch = rf_xmalloc(4 * (size_t)comm->world * sizeof(int));
+  rf_comm_mpi_agree_yielding(m);
   comm->ops = &rf_comm_mpi_ops;
   comm->impl = m;
   RF_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
@@ -175,6 +238,11 @@ struct rf_comm *rf_comm_create_mpi(MPI_Comm parent) {
 
 void rf_comm_init_world(struct rf_comm *comm) { rf_comm_init(comm, MPI_COMM_WORLD); }
 
+int rf_comm_mpi_yielding(const struct rf_comm *comm) {
+  RF_ASSERT(comm->ops == &rf_comm_mpi_ops);
+  return rf_comm_mpi_of(comm)->yielding;
+}
+
 MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm) {
   RF_ASSERT(comm->ops == &rf_comm_mpi_ops);
   return rf_comm_mpi_of(comm)->comm;
@@ -195,8 +263,9 @@ void rf_comm_watchdog_hosts(const struct rf_comm *comm) {
   uint16_t port = 0;
   if (rf_comm_watchdog_listen(&port) == 0) me.port = port;
   struct rf_comm_host_entry *all = rf_xcalloc((size_t)comm->world, sizeof *all);
-  RF_MPI_CHECK(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
-                             rf_comm_mpi_of(comm)->comm));
+  const struct rf_comm_mpi *m = rf_comm_mpi_of(comm);
+  RF_COMM_MPI_COLLECTIVE(m, MPI_Allgather, MPI_Iallgather, &me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me,
+                         MPI_BYTE, m->comm);
   RF_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   /* every other host once, by its first rank */
   const char **hosts = rf_xcalloc((size_t)comm->world, sizeof *hosts);
@@ -340,7 +409,7 @@ static void rf_comm_reduce_scatter_chunked(const struct rf_comm *comm, const voi
       int n = (int)rf_min_i64(count - done, rf_comm_count_limit);
       const char *s = (const char *)send + (size_t)(first + done) * size;
       char *d = root == comm->rank ? (char *)recv + (size_t)done * size : NULL;
-      RF_MPI_CHECK(MPI_Reduce(s, d, n, type, op, root, m->comm));
+      RF_COMM_MPI_COLLECTIVE(m, MPI_Reduce, MPI_Ireduce, s, d, n, type, op, root, m->comm);
     }
   }
 }
@@ -362,7 +431,9 @@ static void *rf_comm_mpi_buf(const struct rf_comm *comm, const void *ptr) {
 }
 
 static void rf_comm_mpi_barrier(const struct rf_comm *comm) {
-  RF_MPI_CHECK(MPI_Barrier(rf_comm_mpi_of(comm)->comm));
+  MPI_Request request;
+  RF_MPI_CHECK(MPI_Ibarrier(rf_comm_mpi_of(comm)->comm, &request));
+  rf_comm_mpi_finish(&request);
 }
 
 /* bcast and allreduce have the same count on every rank: chunks at the limit (none when count is 0). */
@@ -373,7 +444,8 @@ static void rf_comm_mpi_bcast(const struct rf_comm *comm, void *buf, int64_t cou
   buf = rf_comm_mpi_buf(comm, buf);
   for (int64_t done = 0; done < count; done += rf_comm_count_limit) {
     int n = (int)rf_min_i64(count - done, rf_comm_count_limit);
-    RF_MPI_CHECK(MPI_Bcast((char *)buf + (size_t)done * size, n, rf_comm_type(m, dtype), root, m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Bcast, MPI_Ibcast, (char *)buf + (size_t)done * size, n,
+                           rf_comm_type(m, dtype), root, m->comm);
   }
 }
 
@@ -385,8 +457,8 @@ static void rf_comm_mpi_allreduce(const struct rf_comm *comm, void *buf, int64_t
   buf = rf_comm_mpi_buf(comm, buf);
   for (int64_t done = 0; done < count; done += rf_comm_count_limit) {
     int n = (int)rf_min_i64(count - done, rf_comm_count_limit);
-    RF_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * size, n, rf_comm_type(m, dtype),
-                               mop, m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + (size_t)done * size,
+                           n, rf_comm_type(m, dtype), mop, m->comm);
   }
 }
 
@@ -417,8 +489,8 @@ static void rf_comm_mpi_allgather(const struct rf_comm *comm, void *buf, int64_t
                                 m->comm, &request));
     rf_comm_mpi_req_store(req, request);
   } else {
-    RF_MPI_CHECK(
-        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)(count / unit.k), unit.type, m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Allgather, MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf,
+                           (int)(count / unit.k), unit.type, m->comm);
   }
   rf_comm_unit_free(&unit); /* MPI keeps the type alive until the operation ends */
 }
@@ -437,7 +509,8 @@ static void rf_comm_mpi_allgatherv(const struct rf_comm *comm, void *buf, const 
                                  &request));
     rf_comm_mpi_req_store(req, request);
   } else {
-    RF_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, unit.type, m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Allgatherv, MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf,
+                           counts, displs, unit.type, m->comm);
   }
   rf_comm_unit_free(&unit);
 }
@@ -458,8 +531,8 @@ static void rf_comm_mpi_reduce_scatter_block(const struct rf_comm *comm, const v
   } else if (count > rf_comm_count_limit) {
     rf_comm_reduce_scatter_chunked(comm, send, recv, NULL, count, dtype);
   } else {
-    RF_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, rf_comm_type(m, dtype),
-                                          rf_comm_op(m, dtype, RF_REDUCE_OP_SUM), m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, send, recv, (int)count,
+                           rf_comm_type(m, dtype), rf_comm_op(m, dtype, RF_REDUCE_OP_SUM), m->comm);
   }
 }
 
@@ -482,8 +555,8 @@ static void rf_comm_mpi_reduce_scatter(const struct rf_comm *comm, const void *s
   } else {
     int *counts = m->scratch;
     rf_comm_fill_counts(counts, NULL, starts, comm->world, 1);
-    RF_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, rf_comm_type(m, dtype),
-                                    rf_comm_op(m, dtype, RF_REDUCE_OP_SUM), m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Reduce_scatter, MPI_Ireduce_scatter, send, recv, counts,
+                           rf_comm_type(m, dtype), rf_comm_op(m, dtype, RF_REDUCE_OP_SUM), m->comm);
   }
 }
 
@@ -510,7 +583,8 @@ static void rf_comm_mpi_alltoallv(const struct rf_comm *comm, const void *send, 
     RF_MPI_CHECK(MPI_Ialltoallv(send, sc, sd, su.type, recv, rc, rd, ru.type, m->comm, &request));
     rf_comm_mpi_req_store(req, request);
   } else {
-    RF_MPI_CHECK(MPI_Alltoallv(send, sc, sd, su.type, recv, rc, rd, ru.type, m->comm));
+    RF_COMM_MPI_COLLECTIVE(m, MPI_Alltoallv, MPI_Ialltoallv, send, sc, sd, su.type, recv, rc, rd, ru.type,
+                           m->comm);
   }
   rf_comm_unit_free(&su); /* MPI keeps the types alive until the operation ends */
   rf_comm_unit_free(&ru);
@@ -526,7 +600,7 @@ static int rf_comm_mpi_test(struct rf_comm_req *req) {
 
 static void rf_comm_mpi_wait(struct rf_comm_req *req) {
   MPI_Request request = rf_comm_mpi_req_load(req);
-  RF_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+  rf_comm_mpi_finish(&request);
   rf_comm_mpi_req_store(req, request);
 }
 

@@ -47,6 +47,12 @@ void rf_comm_init(struct rf_comm *comm, MPI_Comm parent);
 void rf_comm_init_world(struct rf_comm *comm);
 /* The duplicated MPI communicator (borrowed). */
 MPI_Comm rf_comm_mpi_handle(const struct rf_comm *comm);
+/* 1 when comm's ranks yield their core while they wait (agreed by all of them at
+ * rf_comm_init): some node holds more of its ranks than cores, or RF_MPI_WAIT=yield
+ * (RF_MPI_WAIT=spin: only if another rank wishes to). Then waits test and sleep
+ * instead of spinning in MPI_Wait, and blocking collectives run as their
+ * non-blocking twins waited for that way (comm_mpi.c, docs/comm.md). */
+int rf_comm_mpi_yielding(const struct rf_comm *comm);
 
 /* A mesh from two MPI communicators: the shard group and the replicate group
  * (MPI_COMM_SELF for 1-D FSDP). Both are duplicated. */
