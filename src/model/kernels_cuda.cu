@@ -589,4 +589,10 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     cuda_moe_gather,
     cuda_attention_bf16_forward, /* attention_tc.cu: tensor cores */
     cuda_attention_bf16_backward,
+    NULL, /* attention_sink_forward, _backward, swiglu_clamp_forward, _backward, weight_transpose, */
+    NULL, /* transpose_add: GPT-OSS's, not on this device yet (rf_model_kernels_missing_for names them) */
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
