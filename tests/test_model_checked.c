@@ -4,14 +4,16 @@
  * against the same model on the host (rf_model_kernels_host): one forward and backward of a
  * tiny LLaMA with every bias (tests/data/llama_bias_config.json, 2 sequences of 70 tokens:
  * attention's 64-row blocks and a partial one), a tiny Mixtral and a tiny qwen3_moe (q/k norms,
- * a dense layer; tests/data/mixtral_ref_config.json, qwen3_moe_ref_config.json, 2 sequences of 13 tokens),
+ * a dense layer; tests/data/mixtral_ref_config.json, qwen3_moe_ref_config.json, 2 sequences of 13 tokens)
+ * and a tiny gpt_oss (tests/data/gpt_oss_ref_config.json: every GPT-OSS entry of the table),
  * with the weights and the gradients in device memory (uploaded and read back by rf_device_copy). The loss,
  * the load-balancing loss, the logits and every gradient are the host's bit for bit (memcmp) in f32 and bf16
  * compute, with f32 and with bf16 weights, and with FP8 block weights (rf_model_ws_set_fp8); every gradient
  * is non-zero (so equality is not vacuous). Sampling (rf_model_generate, reading the logits by a copy) draws
  * the host's tokens. A host read of device memory anywhere in the step would fault (SIGSEGV): the test passes
  * only when there is none. The workspace refuses a kernel table missing an entry (naming the device and the
- * entry) and a host-memory table on device memory. The stage's progress callback (the trainer's
+ * entry; a table without GPT-OSS's entries, as the CUDA table is, refuses a gpt_oss config only) and a
+ * host-memory table on device memory. The stage's progress callback (the trainer's
  * MPI progress) runs on the host thread, once per linear op as on the host, never on a stream's. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -336,6 +338,22 @@ static void check_refusals(struct rf_device *checked) {
            "a table without linear layers is refused, naming the device and the entry: %s",
            rc ? rf_error_msg() : "(accepted)");
   if (rc == 0) rf_model_ws_free(&ws);
+  /* the CUDA table's gaps (it leaves GPT-OSS's entries NULL): a llama runs, a gpt_oss is refused */
+  partial = rf_model_kernels_host;
+  partial.attention_sink_forward = NULL, partial.attention_sink_backward = NULL;
+  partial.swiglu_clamp_forward = NULL, partial.swiglu_clamp_backward = NULL;
+  partial.weight_transpose = NULL, partial.transpose_add = NULL;
+  rc = rf_model_ws_init_on(&ws, &host, hs, &cfg, 1, 4);
+  RF_CHECK(rc == 0, "a llama needs none of GPT-OSS's entries: %s", rc ? rf_error_msg() : "");
+  if (rc == 0) rf_model_ws_free(&ws);
+  struct rf_model_config oss;
+  RF_ASSERT(rf_model_config_load(&oss, "tests/data/gpt_oss_ref_config.json") == 0);
+  rc = rf_model_ws_init_on(&ws, &host, hs, &oss, 1, 4);
+  RF_CHECK(
+      rc == -1 && strstr(rf_error_msg(), "device host") && strstr(rf_error_msg(), "attention_sink_forward"),
+      "a table without GPT-OSS's entries refuses gpt_oss, naming the first: %s",
+      rc ? rf_error_msg() : "(accepted)");
+  if (rc == 0) rf_model_ws_free(&ws);
   rf_device_stream_free(&host, hs);
   /* the host table on the checked device's memory */
   struct rf_backend hostly = {.name = "hostly", .model = &rf_model_kernels_host};
@@ -376,6 +394,13 @@ int main(void) {
     compare(&m, &dev, RF_DTYPE_F32, W_FP8);
     model_free(&m);
   }
+  /* gpt_oss: the sinks' attention with a window of 4 < 13, YaRN, the clamped SwiGLU, the transposes
+   * (no FP8: refused for its [in, out] experts) */
+  model_make(&m, "gpt_oss (sinks, windows, [in, out] experts)", "tests/data/gpt_oss_ref_config.json", 2, 13);
+  compare(&m, &dev, RF_DTYPE_F32, W_F32);
+  compare(&m, &dev, RF_DTYPE_BF16, W_F32);
+  compare(&m, &dev, RF_DTYPE_F32, W_BF16);
+  model_free(&m);
   rf_device_free(&dev);
   return rf_test_finish("test_model_checked");
 }
