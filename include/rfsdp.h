@@ -73,6 +73,30 @@ int rf_comm_rank(const struct rf_comm *comm);
 int rf_comm_size(const struct rf_comm *comm);
 /* The sum of x over the ranks, on every rank (collective; checked). */
 double rf_comm_sum(const struct rf_comm *comm, double x);
+/* Checked collectives for a program's own decisions (every rank calls them; an error
+ * of the backend stops every rank with its description): `count` elements of `dtype`
+ * from rank `root` to every rank, and combined in place over every rank. */
+void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
+void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
+                       enum rf_reduce_op op);
+/* Every rank's status combined: 0 on every rank when every rank passed 0, else the
+ * smallest status (e.g. -1) on every rank. A barrier: call it before any branch a
+ * failure on one rank could take (checked like every collective). */
+int rf_comm_agree(const struct rf_comm *comm, int status);
+/* The collective watchdog (src/comm/watchdog.c): a thread that ends the job when this
+ * rank waits longer than `seconds` in one collective: it prints what the rank waited
+ * in (the collective, the unit, the noted step and phase, the seconds) and stops
+ * every rank. 0: off. One per process; start once. */
+void rf_comm_watchdog_start(double seconds);
+void rf_comm_watchdog_stop(void);
+/* What the rank works on, for the watchdog's message: the step (-1: before the
+ * first) and a phase ("optimizer", borrowed: a string that outlives the note). */
+void rf_comm_watchdog_note(int64_t step, const char *phase);
+/* Across hosts: every rank of `comm` tells the others its host name and the port
+ * of a listener it opens, so that a rank passing the limit can name the hosts
+ * that no longer answer (and ranks of world rank r > 0 wait min(r, 3) s more, so
+ * that one message ends the job). Collective over `comm`; before the start. */
+void rf_comm_watchdog_hosts(const struct rf_comm *comm);
 /* The ranks of `comm` on this rank's node (a shared-memory node: MPI_COMM_TYPE_SHARED) into
  * *group, when every node runs as many: the shard group of HSDP by node (`--replicate node`).
  * Collective; the same on every rank: 0, or -1 on every rank when the nodes differ. */
@@ -87,6 +111,8 @@ struct rf_fsdp;
 void rf_fsdp_free(struct rf_fsdp *f);
 /* The last error message of this thread. */
 const char *rf_fsdp_error(void);
+/* The library's log on this process prints errors only (a program's ranks other than 0). */
+void rf_fsdp_log_errors_only(void);
 /* Records "file:line: message" (printf's format) as this thread's last error, the one
  * rf_fsdp_error() returns, and returns -1: a program built on the library reports its
  * own failures as the library does (the rfsdp command's RF_FAIL, tools/porch.h). */
@@ -212,6 +238,8 @@ void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, st
 /* The context's counters themselves (owned by the context): a caller's own communicator may count into them
  * (the rfsdp command's loss all-reduce and agreements are part of its step). */
 struct rf_counters *rf_fsdp_counters(struct rf_fsdp *f);
+/* now - before, field by field (a step's counters from two reads of rf_fsdp_get_counters). */
+struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
 
 struct rf_fsdp_stats {
   int64_t param_elems;      /* sum of the tensors' numel */

@@ -29,7 +29,8 @@ int rf_train_model_families(char *out, size_t size, int trainable, const char *s
 /* Reads the config at `config_path` and declares the model on a new runtime
  * context over the ranks of `comm` (borrowed): `replicas` groups of consecutive
  * ranks (world / replicas each) shard the parameters and are replicated across
- * (HSDP); 1: plain FSDP over every rank. Workspaces for `batch` local sequences of
+ * (HSDP); 1: plain FSDP over every rank; 0: the ranks of each node shard together
+ * (rf_comm_node_group: every node must run as many). Workspaces for `batch` local sequences of
  * `seq` tokens. Collective; returns 0, or -1 on every rank with rf_fsdp_error(). */
 int rf_train_model_create(struct rf_train_model **out, const char *config_path,
                           const struct rf_fsdp_options *opt, struct rf_comm *comm, int replicas, int batch,
@@ -39,6 +40,24 @@ void rf_train_model_destroy(struct rf_train_model *m);
 struct rf_fsdp *rf_train_model_fsdp(const struct rf_train_model *m);
 /* The config's vocab_size. */
 int rf_train_model_vocab(const struct rf_train_model *m);
+/* The model's view of the communicator it was created on (borrowed): its collectives count into
+ * the context's counters (rf_fsdp_counters), so a program's agreements in a step are the step's
+ * bytes, as the loss all-reduce of rf_train_model_step is. */
+struct rf_comm *rf_train_model_comm(const struct rf_train_model *m);
+/* The bytes of the training micro-batch's workspace (activations, on the context's device). */
+int64_t rf_train_model_workspace_bytes(const struct rf_train_model *m);
+
+/* What a config says that a program checks before it builds the model, read by the
+ * one config reader rf_train_model_create uses. */
+struct rf_train_model_config {
+  int vocab_size;
+  int max_position_embeddings;
+  double flops_per_token; /* forward and backward of a token in a `seq`-token sequence (only the
+                             experts a token meets): MFU's numerator */
+};
+/* Reads the config at `config_path` for sequences of `seq` tokens. Local; 0, or -1
+ * with rf_fsdp_error() naming the file. */
+int rf_train_model_config_read(const char *config_path, int seq, struct rf_train_model_config *out);
 /* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
 int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
 /* The optimizer groups of the model's tensors (rf_optim_flag bits: weight decay
@@ -121,16 +140,42 @@ double rf_gemm_peak_gflops(enum rf_dtype dtype, int threads);
 /* ---- token files (written by `rfsdp prepare`) --------------------------------- */
 
 struct rf_token_data;
-/* Opens a token file (PREFIX.train.tok); 0, or -1 with rf_fsdp_error() naming the
- * file and the problem. */
+/* Opens a token file (PREFIX.train.tok, PREFIX.val.tok): its header and checksum
+ * checked; 0, or -1 with rf_fsdp_error() naming the file and the problem. */
 int rf_token_data_open(struct rf_token_data **out, const char *path);
-void rf_token_data_close(struct rf_token_data *d);
+void rf_token_data_close(struct rf_token_data *d); /* NULL allowed */
+/* The file's tokens, its vocabulary size (its header's) and its path (borrowed). */
+int64_t rf_token_data_count(const struct rf_token_data *d);
+int64_t rf_token_data_vocab(const struct rf_token_data *d);
+const char *rf_token_data_path(const struct rf_token_data *d);
+/* 0 when batches can be drawn from the file (two tokens at least), else -1 naming
+ * it; rf_token_data_batch checks it too. */
+int rf_token_data_check(const struct rf_token_data *d);
 /* Part `part` of `parts` of the global batch of `step` (batch sequences of seq
  * tokens drawn by (seed, step): the same batch at any W), and the targets (the
  * same tokens shifted by one): batch / parts rows each. `rfsdp train` gives
  * micro-batch m of rank r part m * W + r of W * accum. 0, or -1 with a message. */
 int rf_token_data_batch(const struct rf_token_data *d, uint64_t seed, int64_t step, int64_t batch,
                         int64_t seq, int part, int parts, int32_t *tokens, int32_t *targets);
+
+/* ---- tokenizers (PREFIX.tokenizer.json, written by `rfsdp prepare`) ------------ */
+
+struct rf_tokenizer;
+/* Loads and validates a tokenizer file (byte-level or BPE); 0, or -1 with
+ * rf_fsdp_error() naming the file. Released by rf_tokenizer_close (NULL allowed). */
+int rf_tokenizer_open(struct rf_tokenizer **out, const char *path);
+void rf_tokenizer_close(struct rf_tokenizer *tok);
+/* Writes at most n ids (a token covers at least one byte); returns the count. */
+size_t rf_tokenizer_encode(const struct rf_tokenizer *tok, const uint8_t *text, size_t n, int32_t *ids);
+/* The bytes of n ids into out (cap bytes); *out_n: bytes written. Fails on an id
+ * outside the vocabulary or when out is too small. */
+int rf_tokenizer_decode(const struct rf_tokenizer *tok, const int32_t *ids, size_t n, uint8_t *out,
+                        size_t cap, size_t *out_n);
+/* Fails unless the token file was written with this tokenizer (read from
+ * `tokenizer_path`, named in the message): the same vocabulary size, and the same
+ * tokenizer file when the token file recorded one. */
+int rf_token_data_check_tokenizer(const struct rf_token_data *d, const struct rf_tokenizer *tok,
+                                  const char *tokenizer_path);
 
 /* ---- preparing token files (`rfsdp prepare`) ---------------------------------- */
 

@@ -72,6 +72,9 @@ struct rf_counters {
  * communicator); the library's own definition is src/comm/comm.h. */
 struct rf_comm;
 
+/* The reductions of rf_comm_allreduce (rfsdp.h). */
+enum rf_reduce_op { RF_REDUCE_OP_SUM = 0, RF_REDUCE_OP_MAX, RF_REDUCE_OP_MIN };
+
 /* The most dimensions a tensor has (plans, checkpoints, safetensors files, views). */
 #define RF_MAX_DIMS 8
 

@@ -53,13 +53,6 @@ static const struct {
     {"tools/test_hooks.c",
      "the test door: src/run/test_control.h's setters, built into BUILD/rfsdp only, never into the installed "
      "rfsdp-release"},
-    {"tools/cmd_train.c",
-     "its optimizer step (rf_train_step) reads the internal state until one library "
-     "function replaces it (issue 39 item 1)"},
-    {"tools/train.h",
-     "the train state holds the internal structs rf_train_step reads (the model, the loader, "
-     "the communicator by value)"},
-    {"tools/train_ckpt.c", "reads the train state (tools/train.h)"},
     {"tools/cmd_logits.c", "not yet converted: the model's config read before the model"},
     {"tools/cmd_ckpt.c", "not yet converted: checkpoint export and import through src/ckpt"},
 };

@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "comm/comm_mpi.h"
 #include "commands.h"
 #include "options.h"
+#include "rfsdp_mpi.h"
 #include "rfsdp_plan.h"
 #include "test_hooks.h"
 #include "train.h"
@@ -40,17 +40,17 @@ static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_opt
 }
 
 /* Loss per token over `batches` validation batches of the global batch size. */
-static double rf_train_eval(struct rf_train_state *s, const struct rf_data_loader *val, int batches) {
+static double rf_train_eval(struct rf_train_state *s, const struct rf_token_data *val, int batches) {
   const struct rf_train_args *a = s->args;
   double sum = 0;
   for (int i = 0; i < batches; i++)
     for (int m = 0; m < a->accum; m++) {
-      if (rf_data_loader_batch(val, a->seed ^ 0x5eedull, i, a->batch, a->seq, m * s->world + s->rank,
-                               s->world * a->accum, s->tokens, s->targets) != 0)
+      if (rf_token_data_batch(val, a->seed ^ 0x5eedull, i, a->batch, a->seq, m * s->world + s->rank,
+                              s->world * a->accum, s->tokens, s->targets) != 0)
         return NAN;
-      sum += rf_train_model_loss(&s->model, s->tokens, s->targets);
+      sum += rf_train_model_loss(s->model, s->tokens, s->targets);
     }
-  rf_comm_allreduce(&s->comm, &sum, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  rf_comm_allreduce(s->comm, &sum, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   return sum / ((double)batches * (double)a->batch * (double)a->seq);
 }
 
@@ -59,13 +59,13 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
   const struct rf_train_args *a = s->args;
   const char *prompt = "And God said";
   int total = (int)strlen(prompt) + a->sample;
-  int32_t *ids = rf_xcalloc((size_t)total, sizeof(int32_t));
+  int32_t *ids = rf_tool_calloc((size_t)total, sizeof(int32_t));
   int len = (int)rf_tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), ids);
   uint64_t rng = a->seed * 0x9e3779b97f4a7c15ull + 17;
   total = len + a->sample;
-  if (rf_train_model_generate(&s->model, ids, len, total, (float)a->temperature, &rng) == 0 && s->rank == 0) {
+  if (rf_train_model_generate(s->model, ids, len, total, (float)a->temperature, &rng) == 0 && s->rank == 0) {
     size_t cap = (size_t)total * 64 + 1, n = 0;
-    uint8_t *text = rf_xmalloc(cap);
+    uint8_t *text = rf_tool_calloc(cap, 1);
     if (rf_tokenizer_decode(tok, ids, (size_t)total, text, cap - 1, &n) == 0) {
       text[n] = 0;
       printf("\nsample (temperature %.2f):\n%s\n\n", a->temperature, (const char *)text);
@@ -78,7 +78,7 @@ static void rf_train_sample(struct rf_train_state *s, const struct rf_tokenizer 
 /* --trace: the window of steps (--trace-steps A:B, default 1:20 within the run). */
 static int rf_train_trace_begin(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
-  long long first = s->start_step + 1, last = rf_min_i64(a->steps, s->start_step + 20);
+  long long first = s->start_step + 1, last = a->steps < s->start_step + 20 ? a->steps : s->start_step + 20;
   if (a->trace_steps) {
     char tail = 0;
     if (sscanf(a->trace_steps, "%lld:%lld%c", &first, &last, &tail) != 2 || first < 1 || last < first)
@@ -86,7 +86,7 @@ static int rf_train_trace_begin(struct rf_train_state *s) {
   }
   s->trace_first = first;
   s->trace_last = last;
-  return rf_run_trace_start(s->model.fsdp, first, last);
+  return rf_run_trace_start(s->fsdp, first, last);
 }
 
 /* After the last step: the trace merged and written by rank 0, its summary printed, and with --plot the
@@ -96,8 +96,8 @@ static int rf_train_trace_end(struct rf_train_state *s) {
   if (!a->trace) return 0;
   rf_run_trace_step(0); /* nothing more is recorded */
   struct rf_run_trace_summary sum;
-  RF_TRY(rf_run_trace_summary(s->model.fsdp, &sum));
-  RF_TRY(rf_run_trace_write(s->model.fsdp, a->trace));
+  RF_TRY(rf_run_trace_summary(s->fsdp, &sum));
+  RF_TRY(rf_run_trace_write(s->fsdp, a->trace));
   rf_run_trace_stop();
   if (s->rank != 0) return 0;
   printf(
@@ -193,8 +193,8 @@ struct rf_train_batch_ctx {
 static int rf_train_batch(void *ctx, int micro, int32_t *tokens, int32_t *targets) {
   const struct rf_train_batch_ctx *c = ctx;
   const struct rf_train_args *a = c->s->args;
-  return rf_data_loader_batch(&c->s->train, a->seed, c->step, a->batch, a->seq,
-                              micro * c->s->world + c->s->rank, c->s->world * a->accum, tokens, targets);
+  return rf_token_data_batch(c->s->train, a->seed, c->step, a->batch, a->seq,
+                             micro * c->s->world + c->s->rank, c->s->world * a->accum, tokens, targets);
 }
 
 /* One optimizer step (rf_train_model_step): accum micro-batches, reduce, norm, clip, update. */
@@ -211,7 +211,7 @@ static int rf_train_step(struct rf_train_state *s, int64_t step, double *loss_ou
                                   .batch = rf_train_batch,
                                   .ctx = &ctx};
   struct rf_train_step_result r;
-  int rc = rf_train_model_step(&s->model, s->optim, &sa, &r);
+  int rc = rf_train_model_step(s->model, s->optim, &sa, &r);
   *loss_out = r.loss;
   *norm_out = r.norm;
   return rc; /* 1: skipped (a non-finite norm) */
@@ -223,27 +223,26 @@ static int rf_train_open_data(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   char path[RF_FILE_PATH_MAX];
   snprintf(path, sizeof path, "%s.train.tok", a->data);
-  RF_TRY(rf_token_file_open(&s->train_file, path));
-  s->train_open = 1;
+  RF_TRY(rf_token_data_open(&s->train, path));
   snprintf(path, sizeof path, "%s.val.tok", a->data);
-  RF_TRY(rf_token_file_open(&s->val_file, path));
-  s->val_open = 1;
+  RF_TRY(rf_token_data_open(&s->val, path));
   snprintf(path, sizeof path, "%s.tokenizer.json", a->data);
-  RF_TRY(rf_tokenizer_load(&s->tok, path));
-  s->tok_loaded = 1;
-  RF_TRY(rf_token_file_check_tokenizer(&s->train_file, &s->tok, path));
-  RF_REQUIRE(s->train_file.vocab_size <= s->model.cfg.vocab_size,
-             "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", s->train_file.path,
-             (long long)s->train_file.vocab_size, s->model.cfg.vocab_size, a->model);
-  RF_TRY(rf_data_loader_init(&s->train, &s->train_file));
-  RF_REQUIRE(s->train_file.n_tokens > a->seq, "%s: %lld tokens are fewer than one sequence of --seq %lld + 1",
-             s->train_file.path, (long long)s->train_file.n_tokens, (long long)a->seq);
+  RF_TRY(rf_tokenizer_open(&s->tok, path));
+  RF_TRY(rf_token_data_check_tokenizer(s->train, s->tok, path));
+  const char *train = rf_token_data_path(s->train), *val = rf_token_data_path(s->val);
+  RF_REQUIRE(rf_token_data_vocab(s->train) <= rf_train_model_vocab(s->model),
+             "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", train,
+             (long long)rf_token_data_vocab(s->train), rf_train_model_vocab(s->model), a->model);
+  RF_TRY(rf_token_data_check(s->train));
+  RF_REQUIRE(rf_token_data_count(s->train) > a->seq,
+             "%s: %lld tokens are fewer than one sequence of --seq %lld + 1", train,
+             (long long)rf_token_data_count(s->train), (long long)a->seq);
   if (a->eval_every == 0) return 0;
-  RF_REQUIRE(s->val_file.n_tokens > a->seq,
+  RF_REQUIRE(rf_token_data_count(s->val) > a->seq,
              "%s: %lld tokens are fewer than one sequence of --seq %lld + 1 for --eval-every: prepare with a "
              "larger --val-fraction, or train without --eval-every",
-             s->val_file.path, (long long)s->val_file.n_tokens, (long long)a->seq);
-  return rf_data_loader_init(&s->val, &s->val_file);
+             val, (long long)rf_token_data_count(s->val), (long long)a->seq);
+  return rf_token_data_check(s->val);
 }
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
@@ -343,11 +342,11 @@ static void rf_train_say_other_options(int rank, const struct rf_train_opt *mine
  * Collective; the same result on every rank. */
 static int rf_train_check_same_options(const struct rf_comm *comm, int argc, char **argv) {
   /* the options sorted by name, as "name\0value\0" pairs: the order given does not matter */
-  struct rf_train_opt *opts = rf_xcalloc((size_t)argc + 1, sizeof *opts);
+  struct rf_train_opt *opts = rf_tool_calloc((size_t)argc + 1, sizeof *opts);
   int n = rf_train_opts_of(argv + 1, argc - 1, opts);
   size_t len = 0;
   for (int i = 0; i < n; i++) len += strlen(opts[i].name) + strlen(opts[i].value) + 2;
-  char *mine = rf_xcalloc(len + 1, 1);
+  char *mine = rf_tool_calloc(len + 1, 1);
   for (int i = 0, at = 0; i < n; i++)
     at += snprintf(mine + at, len + 1 - (size_t)at, "%s%c%s%c", opts[i].name, 0, opts[i].value, 0);
   uint64_t h = 1469598103934665603ull;
@@ -361,10 +360,10 @@ static int rf_train_check_same_options(const struct rf_comm *comm, int argc, cha
     return 0;
   }
   /* rank 0's options to everyone; each rank finds its first difference by name */
-  int rank = comm->rank, world = comm->world;
+  int rank = rf_comm_rank(comm), world = rf_comm_size(comm);
   int64_t len0 = (int64_t)len;
   rf_comm_bcast(comm, &len0, 1, RF_DTYPE_I64, 0);
-  char *first = rf_xcalloc((size_t)len0 + 1, 1);
+  char *first = rf_tool_calloc((size_t)len0 + 1, 1);
   if (rank == 0) memcpy(first, mine, len);
   rf_comm_bcast(comm, first, len0, RF_DTYPE_U8, 0);
   int differs = len != (size_t)len0 || memcmp(mine, first, len) != 0;
@@ -373,7 +372,7 @@ static int rf_train_check_same_options(const struct rf_comm *comm, int argc, cha
   if (speaker == rank) {
     int n0 = 0;
     for (const char *p = first; p < first + len0; p += strlen(p) + 1) n0++;
-    struct rf_train_opt *opts0 = rf_xcalloc((size_t)n0 / 2 + 1, sizeof *opts0);
+    struct rf_train_opt *opts0 = rf_tool_calloc((size_t)n0 / 2 + 1, sizeof *opts0);
     const char *p = first;
     for (int j = 0; j < n0 / 2; j++) {
       snprintf(opts0[j].name, sizeof opts0[j].name, "%s", p);
@@ -430,7 +429,7 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
  * stops before step `next` (0: before it knows where it resumes), having trained
  * and saved nothing; the exit status is 128 + the signal. 1 when it stops. */
 static int rf_train_stopped_early(struct rf_train_state *s, int64_t next) {
-  int sig = -rf_comm_agree(&s->comm, -rf_run_signal_caught());
+  int sig = -rf_comm_agree(s->comm, -rf_run_signal_caught());
   if (sig == 0) return 0;
   s->stop_signal = sig;
   if (s->rank == 0) {
@@ -449,30 +448,32 @@ static int rf_train_run(struct rf_train_state *s) {
   if (rf_train_stopped_early(s, 0)) return 0;
   int opened = rf_train_open_outputs(s);
   int32_t busy = rf_train_lock_busy; /* rank 0's: --ckpt-dir held by another job is a usage error */
-  rf_comm_allreduce(&s->comm, &busy, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
+  rf_comm_allreduce(s->comm, &busy, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
   rf_train_usage_error = busy != 0;
-  RF_TRY(rf_run_agree_comm(&s->comm, opened));
-  int threads = rf_train_set_threads(&s->comm);
-  enum rf_dtype compute = RF_DTYPE_F32;
-  RF_TRY(rf_dtype_parse(a->compute_dtype, &compute));
-  struct rf_model_config cfg;
-  RF_TRY(rf_run_agree_comm(&s->comm, rf_model_config_load(&cfg, a->model)));
+  RF_TRY(rf_run_agree_comm(s->comm, opened));
+  int threads = rf_train_set_threads(s->comm);
+  /* --compute-dtype's choices are f32 and bf16 (options.c refused any other) */
+  enum rf_dtype compute = strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+  struct rf_train_model_config cfg;
+  RF_TRY(rf_run_agree_comm(s->comm, rf_train_model_config_read(a->model, (int)a->seq, &cfg)));
   /* an option's mistake, as rfsdp plan finds it: exit 2 (the config is the same on every rank) */
   rf_train_usage_error = rf_plan_check_seq(a->seq, cfg.max_position_embeddings, a->model) != 0;
   RF_TRY(-rf_train_usage_error);
   struct rf_fsdp_options fo;
   RF_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_run_agree_comm(&s->comm, rf_train_mesh_group(a, s->replicate, &s->comm, &s->group)));
+  RF_TRY(rf_run_agree_comm(s->comm, rf_train_mesh_group(a, s->replicate, s->comm, &s->group)));
   s->replicas = s->world / s->group;
-  struct rf_comm_mesh mesh; /* also marks s->comm as crossing the shard groups when replicas > 1 */
-  rf_comm_mesh_split(&mesh, &s->comm, s->group, s->replicate == RF_PLAN_MESH_NODE);
-  RF_TRY(rf_train_model_init(&s->model, &cfg, &fo, &s->comm, &mesh, local, (int)a->seq));
-  s->comm.counters = rf_fsdp_counters(s->model.fsdp); /* its loss all-reduce and agreements: part of a step */
-  RF_TRY(rf_train_model_set_compute(&s->model, compute));
-  s->tokens = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  s->targets = rf_xcalloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  RF_TRY(rf_run_agree_comm(&s->comm, rf_train_open_data(s)));
+  /* the mesh (node: the ranks of each node shard together) also marks the job's communicator as
+   * crossing the shard groups when replicas > 1 */
+  RF_TRY(rf_train_model_create(&s->model, a->model, &fo, s->job,
+                               s->replicate == RF_PLAN_MESH_NODE ? 0 : s->replicas, local, (int)a->seq));
+  s->fsdp = rf_train_model_fsdp(s->model);
+  s->comm = rf_train_model_comm(s->model); /* its loss all-reduce and agreements: part of a step */
+  RF_TRY(rf_train_model_set_compute(s->model, compute));
+  s->tokens = rf_tool_calloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
+  s->targets = rf_tool_calloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
+  RF_TRY(rf_run_agree_comm(s->comm, rf_train_open_data(s)));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
@@ -483,30 +484,30 @@ static int rf_train_run(struct rf_train_state *s) {
   oo.shampoo_beta2 = (float)a->shampoo_beta2;
   oo.shampoo_eps = (float)a->shampoo_eps;
   oo.shampoo_stagger = a->shampoo_stagger;
-  int n = rf_fsdp_n_tensors(s->model.fsdp);
-  int *flags = rf_xcalloc((size_t)n, sizeof *flags); /* the model's description says which */
-  rf_train_model_optim_flags(&s->model, flags);
-  int rc = rf_optim_create_fsdp(&s->optim, &oo, s->model.fsdp, flags,
+  int n = rf_fsdp_n_tensors(s->fsdp);
+  int *flags = rf_tool_calloc((size_t)n, sizeof *flags); /* the model's description says which */
+  rf_train_model_optim_flags(s->model, flags);
+  int rc = rf_optim_create_fsdp(&s->optim, &oo, s->fsdp, flags,
                                 NULL); /* owners (Muon, Shampoo): the shard group */
   free(flags);
   RF_TRY(rc);
   RF_TRY(rf_train_ckpt_start(s));
   struct rf_fsdp_stats st;
-  rf_fsdp_get_stats(s->model.fsdp, &st);
+  rf_fsdp_get_stats(s->fsdp, &st);
 
-  s->flops_per_token = rf_model_flops_per_token(&cfg, (int)a->seq);
+  s->flops_per_token = cfg.flops_per_token;
   s->peak_gflops = a->peak_gflops > 0 ? a->peak_gflops : 0;
   if (s->rank == 0 && s->peak_gflops <= 0) s->peak_gflops = rf_gemm_peak_gflops(compute, threads);
-  rf_comm_bcast(&s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
+  rf_comm_bcast(s->comm, &s->peak_gflops, 1, RF_DTYPE_F64, 0);
   if (s->rank == 0) {
     printf(
         "train: %s, %.2fM parameters, %d units (%d collectives per gather), W=%d (%d x %d), layout %s/%s, "
         "optim %s, batch %lld x %lld tokens, %lld steps from step %lld; padding %.3f%%; compute %s%s on %d "
         "threads per "
         "rank, MFU against the oneDNN %s GEMM peak %.0f GFLOP/s per rank and %.4g GFLOP per token\n",
-        a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->model.fsdp), st.n_buffers, s->world,
-        s->replicas, s->group, a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch,
-        (long long)a->seq, (long long)a->steps, (long long)s->start_step,
+        a->model, (double)st.param_elems / 1e6, rf_fsdp_n_units(s->fsdp), st.n_buffers, s->world, s->replicas,
+        s->group, a->plan.layout, a->plan.shard, a->plan.optim, (long long)a->batch, (long long)a->seq,
+        (long long)a->steps, (long long)s->start_step,
         100.0 * (double)(st.padded_elems - st.param_elems) / (double)st.param_elems, a->compute_dtype,
         strcmp(a->plan.fp8, "block") == 0
             ? (a->plan.fp8_pow2 ? ", FP8 block (e4m3 linear weights, power-of-2 scales)"
@@ -524,15 +525,15 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_optim_stats os;
   rf_optim_get_stats(s->optim, &os);
   struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
-                                (int64_t)s->model.ws.bytes};
+                                rf_train_model_workspace_bytes(s->model)};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
-  if (a->trace) RF_TRY(rf_run_agree_comm(&s->comm, rf_train_trace_begin(s)));
+  if (a->trace) RF_TRY(rf_run_agree_comm(s->comm, rf_train_trace_begin(s)));
   if (s->tb && logged == 0)
     logged = rf_run_tensorboard_begin(s->tb, a->resume ? s->start_step : -1, rf_train_wall_s());
   for (int64_t step = s->start_step; step < a->steps; step++) {
     struct rf_counters before, after;
-    rf_fsdp_get_counters(s->model.fsdp, &before, NULL);
-    uint64_t t0 = rf_time_ns();
+    rf_fsdp_get_counters(s->fsdp, &before, NULL);
+    uint64_t t0 = rf_train_now_ns();
     double cpu0 = rf_train_cpu_ms();
     double loss = 0, norm = 0;
     rf_run_trace_step(step + 1);
@@ -540,15 +541,15 @@ static int rf_train_run(struct rf_train_state *s) {
     int skipped = rf_train_step(s, step, &loss, &norm);
     rf_comm_watchdog_note(step + 1, "end of step: agreement, evaluation, checkpoint");
     uint64_t t_agree = rf_run_trace_now();
-    if (rf_run_agree_comm(&s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
+    if (rf_run_agree_comm(s->comm, skipped < 0 || logged != 0 ? -1 : 0) != 0) return -1;
     rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step agreement", t_agree);
     rf_run_trace_span(RF_TRACE_LANE_COMPUTE, "step", t_step);
-    double ms = (double)(rf_time_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
-    rf_fsdp_get_counters(s->model.fsdp, &after, NULL);
+    double ms = (double)(rf_train_now_ns() - t0) / 1e6, cpu_ms = (rf_train_cpu_ms() - cpu0) / threads;
+    rf_fsdp_get_counters(s->fsdp, &after, NULL);
     struct rf_counters d = rf_counters_diff(&after, &before);
     double val = NAN;
     if (a->eval_every > 0 && ((step + 1) % a->eval_every == 0 || step + 1 == a->steps))
-      val = rf_train_eval(s, &s->val, a->eval_batches);
+      val = rf_train_eval(s, s->val, a->eval_batches);
     logged = rf_train_report_step(s, step, loss, norm, rf_train_lr(a, step), ms, cpu_ms, val, &d, skipped);
     s->last_loss = loss;
     s->last_val = isnan(val) ? s->last_val : val;
@@ -558,10 +559,10 @@ static int rf_train_run(struct rf_train_state *s) {
                (long long)step + 1);
     RF_TRY(rf_train_ckpt_step(s, step + 1));
     /* SIGTERM / SIGINT on any rank, or a launcher gone (SIGHUP): everyone stops here */
-    int sig = rf_run_stop_signal(s->model.fsdp);
+    int sig = rf_run_stop_signal(s->fsdp);
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
-  RF_TRY(rf_run_agree_comm(&s->comm, logged));
+  RF_TRY(rf_run_agree_comm(s->comm, logged));
   RF_TRY(rf_train_trace_end(s));
   if (bad_in_a_row > 0 && s->rank == 0) /* fewer than the 5 that stop a run: said, not silent */
     printf(
@@ -569,7 +570,7 @@ static int rf_train_run(struct rf_train_state *s) {
         "%lld; lower --lr or check the data\n",
         bad_in_a_row, bad_in_a_row > 1 ? "s" : "", (long long)(a->steps - bad_in_a_row));
   RF_TRY(rf_train_ckpt_end(s));
-  if (a->sample > 0) rf_train_sample(s, &s->tok);
+  if (a->sample > 0) rf_train_sample(s, s->tok);
   if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
     RF_TRY(rf_train_plot(a->log, a->plot, a->model));
@@ -581,10 +582,10 @@ static int rf_train_run(struct rf_train_state *s) {
 static void rf_train_state_free(struct rf_train_state *s) {
   rf_run_async_free(s->async); /* before the optimizer and the context it borrows */
   if (s->optim) rf_optim_free(s->optim);
-  if (s->model.fsdp) rf_train_model_free(&s->model);
-  if (s->train_open) rf_token_file_close(&s->train_file);
-  if (s->val_open) rf_token_file_close(&s->val_file);
-  if (s->tok_loaded) rf_tokenizer_free(&s->tok);
+  rf_train_model_destroy(s->model);
+  rf_token_data_close(s->train);
+  rf_token_data_close(s->val);
+  rf_tokenizer_close(s->tok);
   rf_train_log_close(&s->log);
   rf_run_tensorboard_close(s->tb);
   free(s->tokens);
@@ -620,7 +621,7 @@ int rf_cmd_train(int argc, char **argv) {
       .max_padding = -1,
   };
   char families[256], model_help[320], usage[512];
-  if (rf_train_model_families(families, sizeof families, 1, ", ") != 0) RF_DIE("%s", rf_error_msg());
+  if (rf_train_model_families(families, sizeof families, 1, ", ") != 0) RF_DIE("%s", rf_fsdp_error());
   snprintf(model_help, sizeof model_help, "model config (Hugging Face config.json, model_type %s)", families);
   snprintf(
       usage, sizeof usage,
@@ -726,38 +727,38 @@ int rf_cmd_train(int argc, char **argv) {
   struct rf_train_state s;
   memset(&s, 0, sizeof s);
   s.args = &a;
-  rf_comm_init_world(&s.comm);
-  s.rank = s.comm.rank;
-  s.world = s.comm.world;
-  if (s.rank != 0) rf_log_set_level(RF_LOG_LEVEL_ERROR);
-  if (rf_train_check_same_options(&s.comm, argc, argv) != 0) {
-    rf_comm_free(&s.comm); /* (LeakSanitizer's exit 1 replaced the 2) */
+  s.job = s.comm = rf_comm_create_mpi(MPI_COMM_WORLD);
+  s.rank = rf_comm_rank(s.job);
+  s.world = rf_comm_size(s.job);
+  if (s.rank != 0) rf_fsdp_log_errors_only();
+  if (rf_train_check_same_options(s.job, argc, argv) != 0) {
+    rf_comm_destroy(s.job); /* (LeakSanitizer's exit 1 replaced the 2) */
     rf_comm_mpi_finalize();
     return 2;
   }
   int rc = rf_options_parse(argc, argv, options, (int)(sizeof options / sizeof options[0]), usage);
   if (rc == 1) {
-    rf_comm_free(&s.comm);
+    rf_comm_destroy(s.job);
     rf_comm_mpi_finalize();
     return 0;
   }
-  rf_train_test_hooks(&s.comm); /* the test build's RF_TEST_* (tools/test_hooks.c); none in a release */
+  rf_train_test_hooks(s.job); /* the test build's RF_TEST_* (tools/test_hooks.c); none in a release */
   int status = 2;
   if (rc == 0) rc = rf_train_check_args(&a, s.world, &s.replicate);
   if (rc == 0) rc = rf_train_check_optim_options(&a, argc, argv);
   if (rc != 0) {
-    if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_error_msg());
+    if (s.rank == 0) fprintf(stderr, "rfsdp train: %s\n", rf_fsdp_error());
   } else {
-    if (a.collective_timeout > 0) rf_comm_watchdog_hosts(&s.comm);
+    if (a.collective_timeout > 0) rf_comm_watchdog_hosts(s.job);
     rf_comm_watchdog_start(a.collective_timeout);
-    status = rf_run_exit_status(&s.comm, rf_train_run(&s), "rfsdp train");
+    status = rf_run_exit_status(s.comm, rf_train_run(&s), "rfsdp train");
     if (status == 1 && rf_train_usage_error) status = 2;
     rf_comm_watchdog_stop();
     if (status == 0 && s.stop_signal) status = 128 + s.stop_signal; /* 143 SIGTERM, 130 SIGINT, 129 SIGHUP */
     rf_train_state_free(&s);                                        /* the async writer done */
     rf_run_lock_release(&rf_train_lock);
   }
-  rf_comm_free(&s.comm);
+  rf_comm_destroy(s.job);
   rf_comm_mpi_exit_status(status);
   rf_comm_mpi_finalize();
   return status;

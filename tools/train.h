@@ -5,10 +5,9 @@
 
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "data/data.h"
-#include "model/train.h"
-#include "optim/optim.h"
+#include "porch.h"
+#include "rfsdp_model.h"
+#include "rfsdp_optim.h"
 #include "rfsdp_run.h"
 #include "train_args.h"
 #include "train_mesh.h"
@@ -17,18 +16,18 @@
 /* One run. Owns everything but args. */
 struct rf_train_state {
   const struct rf_train_args *args;
-  int rank, world;     /* in comm: the data's ranks */
-  int replicate;       /* parsed --replicate: R, RF_PLAN_MESH_NODE or RF_PLAN_MESH_AUTO */
-  int replicas, group; /* the mesh: R replica groups of S ranks (W = R x S) */
-  struct rf_comm comm; /* every rank of the job: the loss, evaluation and the tool's agreements */
-  struct rf_train_model model;
+  int rank, world;              /* in comm: the data's ranks */
+  int replicate;                /* parsed --replicate: R, RF_PLAN_MESH_NODE or RF_PLAN_MESH_AUTO */
+  int replicas, group;          /* the mesh: R replica groups of S ranks (W = R x S) */
+  struct rf_comm *job;          /* every rank of the job (owned: rf_comm_create_mpi of MPI_COMM_WORLD) */
+  struct rf_comm *comm;         /* the loss, evaluation and the tool's agreements: job, then the model's view
+                                   of it, counting into the context's counters (rf_train_model_comm) */
+  struct rf_train_model *model; /* owned */
+  struct rf_fsdp *fsdp;         /* the model's context (borrowed) */
   struct rf_optim *optim;
-  struct rf_tokenizer tok;
-  int tok_loaded;
-  struct rf_token_file train_file, val_file;
-  int train_open, val_open;
-  struct rf_data_loader train, val;
-  int32_t *tokens, *targets; /* one micro-batch of this rank */
+  struct rf_tokenizer *tok;          /* owned */
+  struct rf_token_data *train, *val; /* owned */
+  int32_t *tokens, *targets;         /* one micro-batch of this rank */
   struct rf_train_log log;
   struct rf_run_tensorboard *tb;   /* --tensorboard (rank 0; owned) */
   int64_t trace_first, trace_last; /* --trace: the window */

@@ -13,11 +13,8 @@
 #include "train.h"
 
 static struct rf_run rf_train_run_at(const struct rf_train_state *s, int64_t step) {
-  return (struct rf_run){.fsdp = s->model.fsdp,
-                         .optim = s->optim,
-                         .step = step,
-                         .data_pos = step,
-                         .seed = (uint64_t)s->args->seed};
+  return (struct rf_run){
+      .fsdp = s->fsdp, .optim = s->optim, .step = step, .data_pos = step, .seed = (uint64_t)s->args->seed};
 }
 
 /* 1 when checkpoint `dir` is a step of the series folder `series` (the same folder
@@ -33,7 +30,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   int resumed_here = 0;
   if (a->init) {
-    RF_TRY(rf_run_import(s->model.fsdp, &s->comm, a->init));
+    RF_TRY(rf_run_import(s->fsdp, s->comm, a->init));
     if (s->rank == 0) printf("initialized from %s\n", a->init);
   }
   if (a->resume) {
@@ -50,8 +47,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
     resumed_here = a->ckpt_dir && rf_train_same_folder(dir, a->ckpt_dir);
   }
   if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
-  int rc =
-      rf_run_series_begin(&s->series, s->model.fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
+  int rc = rf_run_series_begin(&s->series, s->fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
   RF_REQUIRE(
       rc != 1,
       "--ckpt-dir %s already holds checkpoints of another run (the latest: step %lld): to continue that "
@@ -81,7 +77,7 @@ static int rf_train_ckpt_advance(struct rf_train_state *s, int block);
 
 static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
   /* the time training waits here: with --async-save, the previous save's end and the copy */
-  uint64_t t0 = rf_time_ns();
+  uint64_t t0 = rf_train_now_ns();
   RF_TRY(rf_train_ckpt_advance(s, 1)); /* --async-save: at most one in flight */
   const struct rf_train_args *a = s->args;
   cJSON *program = cJSON_CreateObject();
@@ -94,12 +90,12 @@ static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
                     : rf_run_series_save(&s->series, &run, json);
   free(json);
   if (rc != 0) return -1;
-  s->async_started_ns = rf_time_ns();
+  s->async_started_ns = rf_train_now_ns();
   if (s->rank == 0) {
     char dir[RF_FILE_PATH_MAX];
     rf_run_series_path(dir, sizeof dir, a->ckpt_dir, done);
-    printf("checkpoint: %s (step %lld, %.0f ms%s)\n", dir, (long long)done, (double)(rf_time_ns() - t0) / 1e6,
-           s->async ? " to stage; written in the background" : "");
+    printf("checkpoint: %s (step %lld, %.0f ms%s)\n", dir, (long long)done,
+           (double)(rf_train_now_ns() - t0) / 1e6, s->async ? " to stage; written in the background" : "");
   }
   return 0;
 }
@@ -114,7 +110,7 @@ static int rf_train_ckpt_advance(struct rf_train_state *s, int block) {
     char dir[RF_FILE_PATH_MAX];
     rf_run_series_path(dir, sizeof dir, s->args->ckpt_dir, step);
     printf("checkpoint complete: %s (step %lld, %.0f ms after staging)\n", dir, (long long)step,
-           (double)(rf_time_ns() - s->async_started_ns) / 1e6);
+           (double)(rf_train_now_ns() - s->async_started_ns) / 1e6);
   }
   return 0;
 }

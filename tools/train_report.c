@@ -272,6 +272,12 @@ int rf_train_plot_timeline(const char *trace_path, const char *png_path, const c
   return 0;
 }
 
+uint64_t rf_train_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 double rf_train_cpu_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);

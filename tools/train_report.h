@@ -63,6 +63,8 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
  * gather, reduce and replica all-reduce lanes, the waits for collectives in red. */
 int rf_train_plot_timeline(const char *trace_path, const char *png_path, const char *title);
 
+/* The monotonic clock in nanoseconds (step and checkpoint times). */
+uint64_t rf_train_now_ns(void);
 /* Process CPU time (all threads) in milliseconds. */
 double rf_train_cpu_ms(void);
 

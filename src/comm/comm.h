@@ -44,8 +44,7 @@
 
 #include "core/core.h"
 #include "device/device.h"
-
-enum rf_reduce_op { RF_REDUCE_OP_SUM = 0, RF_REDUCE_OP_MAX, RF_REDUCE_OP_MIN };
+#include "rfsdp.h" /* enum rf_reduce_op; rf_comm_bcast, rf_comm_allreduce and the watchdog's entry points */
 
 struct rf_comm;
 struct rf_comm_ops;
@@ -158,13 +157,8 @@ void rf_comm_on_device(struct rf_comm *out, const struct rf_comm *comm, struct r
 int rf_comm_node_ranks(const struct rf_comm *comm);
 
 void rf_comm_barrier(const struct rf_comm *comm);
-void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
-void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
-                       enum rf_reduce_op op);
-/* Every rank's status combined: 0 on every rank when every rank passed 0, else the
- * smallest status (e.g. -1) on every rank. A barrier: call it before any branch a
- * failure on one rank could take (checked like every collective). */
-int rf_comm_agree(const struct rf_comm *comm, int status);
+/* rf_comm_bcast, rf_comm_allreduce: include/rfsdp.h. */
+/* rf_comm_agree: include/rfsdp.h. */
 
 /* In-place all-gather: rank r's data is already at buf + r*count; fills the rest. */
 void rf_comm_allgather(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype);
@@ -224,20 +218,7 @@ void rf_comm_req_trace(struct rf_comm_req *req, int lane, int unit);
 void rf_comm_wait(struct rf_comm_req *req);
 
 /* ---- the collective watchdog -------------------------------------------------
- * A thread that ends the job when this rank waits longer than `seconds` in one
- * collective (blocking, or rf_comm_wait): it prints what the rank waited in (the
- * collective, the request's label, the noted step and phase, the seconds) and
- * stops every rank through rf_die. 0: off. One per process; start once. */
-void rf_comm_watchdog_start(double seconds);
-void rf_comm_watchdog_stop(void);
-/* What the rank works on, for the watchdog's message: the step (-1: before the
- * first) and a phase ("optimizer", borrowed: a string that outlives the note). */
-void rf_comm_watchdog_note(int64_t step, const char *phase);
-/* Across hosts: every rank of `comm` tells the others its host name and the port
- * of a listener it opens, so that a rank passing the limit can name the hosts
- * that no longer answer (and ranks of world rank r > 0 wait min(r, 3) s more, so
- * that one message ends the job). Collective over `comm`; before the start. */
-void rf_comm_watchdog_hosts(const struct rf_comm *comm);
+ * rf_comm_watchdog_start, _stop, _note and _hosts: include/rfsdp.h. */
 enum { RF_COMM_HOST_NAME = 64 };
 /* Within src/comm: the listener (opened once; its port into *port; 0 on
  * success) and the other hosts (n, each with its first rank and that rank's

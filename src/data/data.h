@@ -66,12 +66,7 @@ void rf_tokenizer_free(struct rf_tokenizer *tok);
 int rf_tokenizer_save(struct rf_tokenizer *tok, const char *path);
 /* Validates (every merge joins earlier ids) with messages naming the file. */
 int rf_tokenizer_load(struct rf_tokenizer *tok, const char *path);
-/* Writes at most n ids (a token covers at least one byte); returns the count. */
-size_t rf_tokenizer_encode(const struct rf_tokenizer *tok, const uint8_t *text, size_t n, int32_t *ids);
-/* The bytes of n ids into out (cap bytes); *out_n: bytes written. Fails on an id
- * outside the vocabulary or when out is too small. */
-int rf_tokenizer_decode(const struct rf_tokenizer *tok, const int32_t *ids, size_t n, uint8_t *out,
-                        size_t cap, size_t *out_n);
+/* rf_tokenizer_encode, rf_tokenizer_decode: include/rfsdp_model.h. */
 /* Within the module: the pair table and expansions from tok->merges (bpe.c), and
  * the BPE encoding used by rf_tokenizer_encode. */
 void rf_bpe_build_tables(struct rf_tokenizer *tok);

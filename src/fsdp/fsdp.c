@@ -24,6 +24,8 @@ void rf_fsdp_options_default(struct rf_fsdp_options *opt) {
 
 const char *rf_fsdp_error(void) { return rf_error_msg(); }
 
+void rf_fsdp_log_errors_only(void) { rf_log_set_level(RF_LOG_LEVEL_ERROR); }
+
 int rf_fsdp_error_set(const char *file, int line, const char *fmt, ...) {
   char text[1024];
   va_list ap;

@@ -112,13 +112,15 @@ int rf_train_model_create(struct rf_train_model **out, const char *config_path,
   struct rf_model_config cfg;
   int rc = rf_model_config_load(&cfg, config_path);
   RF_TRY(rf_comm_agree(comm, rc));
-  RF_REQUIRE(replicas >= 1 && comm->world % replicas == 0, "%d replicas do not divide the %d ranks", replicas,
-             comm->world);
+  RF_REQUIRE(replicas >= 0 && (replicas == 0 || comm->world % replicas == 0),
+             "%d replicas do not divide the %d ranks", replicas, comm->world);
   RF_REQUIRE(batch >= 1 && seq >= 1 && seq <= cfg.max_position_embeddings,
              "%s: %d sequences of %d tokens (max_position_embeddings %d)", config_path, batch, seq,
              cfg.max_position_embeddings);
+  int group = replicas > 0 ? comm->world / replicas : 0; /* 0: the ranks of each node */
+  if (replicas == 0) RF_TRY(rf_comm_mesh_node_group(comm, &group));
   struct rf_comm_mesh mesh;
-  rf_comm_mesh_split(&mesh, comm, comm->world / replicas, 0);
+  rf_comm_mesh_split(&mesh, comm, group, replicas == 0);
   struct rf_train_model *m = rf_xcalloc(1, sizeof *m);
   rc = rf_train_model_init(m, &cfg, opt, comm, &mesh, batch, seq);
   if (rc != 0) {
@@ -141,6 +143,23 @@ struct rf_fsdp *rf_train_model_fsdp(const struct rf_train_model *m) {
 }
 
 int rf_train_model_vocab(const struct rf_train_model *m) { return m->cfg.vocab_size; }
+
+struct rf_comm *rf_train_model_comm(const struct rf_train_model *m) {
+  return m->comm;
+}
+
+int64_t rf_train_model_workspace_bytes(const struct rf_train_model *m) { return (int64_t)m->ws.bytes; }
+
+int rf_train_model_config_read(const char *config_path, int seq, struct rf_train_model_config *out) {
+  RF_REQUIRE_ARG("rf_train_model_config_read", config_path);
+  RF_REQUIRE_ARG("rf_train_model_config_read", out);
+  struct rf_model_config cfg;
+  RF_TRY(rf_model_config_load(&cfg, config_path));
+  out->vocab_size = cfg.vocab_size;
+  out->max_position_embeddings = cfg.max_position_embeddings;
+  out->flops_per_token = rf_model_flops_per_token(&cfg, seq);
+  return 0;
+}
 
 void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags) {
   for (int u = 0; u < m->desc.n_units; u++)
@@ -325,13 +344,44 @@ int rf_token_data_open(struct rf_token_data **out, const char *path) {
     free(d);
     return -1;
   }
-  if (rf_data_loader_init(&d->loader, &d->file) != 0) {
-    rf_token_file_close(&d->file);
-    free(d);
-    return -1;
-  }
+  d->loader.file = &d->file; /* rf_token_data_check: whether batches can be drawn */
   *out = d;
   return 0;
+}
+
+int64_t rf_token_data_count(const struct rf_token_data *d) { return d->file.n_tokens; }
+int64_t rf_token_data_vocab(const struct rf_token_data *d) { return d->file.vocab_size; }
+const char *rf_token_data_path(const struct rf_token_data *d) { return d->file.path; }
+
+int rf_token_data_check(const struct rf_token_data *d) {
+  RF_REQUIRE_ARG("rf_token_data_check", d);
+  struct rf_data_loader probe;
+  return rf_data_loader_init(&probe, &d->file);
+}
+
+int rf_token_data_check_tokenizer(const struct rf_token_data *d, const struct rf_tokenizer *tok,
+                                  const char *tokenizer_path) {
+  RF_REQUIRE_ARG("rf_token_data_check_tokenizer", d);
+  RF_REQUIRE_ARG("rf_token_data_check_tokenizer", tok);
+  return rf_token_file_check_tokenizer(&d->file, tok, tokenizer_path);
+}
+
+int rf_tokenizer_open(struct rf_tokenizer **out, const char *path) {
+  RF_REQUIRE_ARG("rf_tokenizer_open", out);
+  *out = NULL;
+  struct rf_tokenizer *tok = rf_xcalloc(1, sizeof *tok);
+  if (rf_tokenizer_load(tok, path) != 0) {
+    free(tok);
+    return -1;
+  }
+  *out = tok;
+  return 0;
+}
+
+void rf_tokenizer_close(struct rf_tokenizer *tok) {
+  if (!tok) return;
+  rf_tokenizer_free(tok);
+  free(tok);
 }
 
 void rf_token_data_close(struct rf_token_data *d) {
@@ -342,5 +392,6 @@ void rf_token_data_close(struct rf_token_data *d) {
 
 int rf_token_data_batch(const struct rf_token_data *d, uint64_t seed, int64_t step, int64_t batch,
                         int64_t seq, int part, int parts, int32_t *tokens, int32_t *targets) {
+  RF_TRY(rf_token_data_check(d));
   return rf_data_loader_batch(&d->loader, seed, step, batch, seq, part, parts, tokens, targets);
 }
