@@ -13,6 +13,12 @@ generator. The routing is checked to be away from ties (the k-th and (k+1)-th ro
 logits differ by more than MARGIN at every token and layer) and every clamped SwiGLU input
 away from the limit (by more than MARGIN), so the f32 model takes the same branches.
 
+Also the logits of one sequence of LONG = 150 tokens (forward only: YaRN at longer positions,
+query blocks of 64 whose windows cross block boundaries), with the weights as transformers
+saves them, to tests/data/gpt_oss_long/ (weights.safetensors, tokens.i32, logits.f32), the
+routing margin held there too (the clamp, continuous, needs none for a forward); the C test
+runs them through `rfsdp logits`.
+
 Writes tests/data/gpt_oss_ref.bin in the format of tests/ref_mixtral.py (magic "MREF",
 version 1, B, T, loss, aux, tokens, targets, logits, weights, gradients, the tensors in
 rf_model_desc_make's order) and transformers' config.json to tests/data/gpt_oss_ref_config.json.
@@ -28,12 +34,14 @@ import tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 from transformers import GptOssConfig, GptOssForCausalLM
 from transformers.models.gpt_oss import modeling_gpt_oss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-H, I, L, NH, NKV, HD, V, MAXPOS, E, K, B, T = 32, 24, 2, 4, 2, 16, 51, 64, 4, 2, 2, 9
+H, I, L, NH, NKV, HD, V, MAXPOS, E, K, B, T = 32, 24, 2, 4, 2, 16, 51, 256, 4, 2, 2, 9
+LONG = 150  # the long sequence: 3 blocks of 64 (the last partial), the window crossing them
 EPS, THETA, COEF, LIMIT, WINDOW = 1e-5, 150000.0, 0.05, 1.2, 4
 MARGIN = 1e-3
 
@@ -135,9 +143,17 @@ def main():
         cfg, model, params, names, weights, tokens, targets = build(seed)
         gate_inputs.clear()
         out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
-        if margin(out.router_logits) > MARGIN and clamp_margin() > MARGIN:
+        batch_clamp = clamp_margin()  # the clamp is continuous: the long forward needs no margin there
+        long_tokens = np.random.RandomState(seed + 1).randint(0, V, size=(1, LONG)).astype(np.int32)
+        long_out = model(input_ids=torch.from_numpy(long_tokens.astype(np.int64)))
+        if margin(out.router_logits) > MARGIN and margin(long_out.router_logits) > MARGIN and batch_clamp > MARGIN:
             break
         seed += 1
+    long_dir = os.path.join(HERE, "data", "gpt_oss_long")
+    os.makedirs(long_dir, exist_ok=True)
+    save_file({n: torch.from_numpy(weights[n]) for n in names}, os.path.join(long_dir, "weights.safetensors"))
+    long_tokens.astype("<i4").tofile(os.path.join(long_dir, "tokens.i32"))
+    long_out.logits.detach().numpy().astype("<f4").tofile(os.path.join(long_dir, "logits.f32"))
     gate_inputs.clear()
     tt = torch.from_numpy(targets.astype(np.int64)).clone()
     tt[tt < 0] = -100

@@ -13,15 +13,19 @@
  *   - the [in, out] weight transposes (f32 and bf16), exactly.
  *   - the kernel table names the entries a gpt_oss config needs (the CUDA table has none);
  *   - the config's fields as read, bad layer_types and YaRN fields refused naming the field,
- *     --fp8 block refused (the experts are [in, out]). The model against transformers is in
- *     tests/test_model_moe.c (tests/ref_gpt_oss.py). */
+ *     --fp8 block refused (the experts are [in, out]);
+ *   - one 150-token sequence's logits through `rfsdp logits` at W = 1 and 2 against transformers
+ *     (tests/ref_gpt_oss.py: tests/data/gpt_oss_long/), max|a-b| / max|ref| <= 2e-5.
+ * The model's loss, logits and gradients against transformers are in tests/test_model_moe.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "model/family.h"
 #include "model/model.h"
+#include "rf_cli.h"
 #include "rf_test.h"
 
 #define FD_H 1e-2
@@ -273,6 +277,46 @@ static void test_refusals(void) {
   }
 }
 
+/* ---- one long sequence against transformers ------------------------------------------- */
+
+/* tests/ref_gpt_oss.py's model on 150 tokens (blocks of 64, the last partial; the sliding layer's
+ * window of 4 crossing them; YaRN at positions up to 149) through `rfsdp logits` at W = 1 and 2,
+ * the weights read from transformers' names in a safetensors file: max|a-b| / max|ref| <= 2e-5. */
+static void test_long(void) {
+  enum { LONG = 150, VOCAB = 51 };
+  char dir[] = "/tmp/rf_test_gpt_oss.XXXXXX", out[8192], path[128];
+  RF_ASSERT(mkdtemp(dir));
+  char *want = NULL;
+  size_t want_bytes = 0;
+  RF_ASSERT(rf_file_read_all("tests/data/gpt_oss_long/logits.f32", &want, &want_bytes) == 0);
+  RF_ASSERT(want_bytes == sizeof(float) * LONG * VOCAB);
+  const float *ref = (const float *)(void *)want;
+  for (int w = 1; w <= 2; w++) {
+    snprintf(path, sizeof path, "%s/logits-w%d.f32", dir, w);
+    int rc = rf_cli_run_mpi(
+        out, sizeof out, w, 60,
+        "logits --model tests/data/gpt_oss_ref_config.json --weights "
+        "tests/data/gpt_oss_long/weights.safetensors --tokens tests/data/gpt_oss_long/tokens.i32 "
+        "--seq %d --out %s",
+        LONG, path);
+    RF_CHECK(rc == 0, "rfsdp logits at W=%d: %s", w, out);
+    char *got = NULL;
+    size_t got_bytes = 0;
+    if (rc != 0 || rf_file_read_all(path, &got, &got_bytes) != 0) continue;
+    RF_CHECK(got_bytes == want_bytes, "W=%d: %zu bytes of logits", w, got_bytes);
+    if (got_bytes == want_bytes) {
+      double e = rf_test_max_abs_diff((const float *)(void *)got, ref, (size_t)LONG * VOCAB) /
+                 rf_test_max_abs(ref, (size_t)LONG * VOCAB);
+      printf("long sequence (%d tokens) at W=%d: logits rel err %.2g\n", LONG, w, e);
+      RF_CHECK(e <= 2e-5, "W=%d: long-sequence logits rel err %.3g > 2e-5", w, e);
+    }
+    free(got);
+    unlink(path);
+  }
+  free(want);
+  rmdir(dir);
+}
+
 int main(void) {
   test_attention_sink(2, 6, 4, 2, 4, 3, 1);
   test_attention_sink(1, 150, 2, 1, 4, 70, 1);
@@ -282,5 +326,6 @@ int main(void) {
   test_transposes();
   test_tables();
   test_refusals();
+  test_long();
   return rf_test_finish("test_model_gpt_oss");
 }

