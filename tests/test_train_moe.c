@@ -19,8 +19,9 @@
  *  - qwen3_moe (q/k norms, experts of 16 not renormalized, layer 1 dense, 3 layers):
  *    W = 3 planned/ragged with AdamW and W = 5 fsdp2 with Muon against the one-rank runs;
  *  - gpt_oss (sinks, a sliding layer with window 4 < seq 8, YaRN, biased router, [in, out]
- *    experts with biases, swiglu_limit 0.02 so that the clamp acts at init): W = 2
- *    planned/ragged and W = 3 fsdp2 with AdamW against the one-rank run;
+ *    experts with biases, swiglu_limit 0.02 so that the clamp acts at init): AdamW at W = 2
+ *    planned/ragged, W = 3 planned/equal, W = 3 fsdp2, W = 2 flat, and Muon (each expert's
+ *    [hidden, 2*inter] its own matrix) at W = 3 fsdp2, against the one-rank runs;
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -121,7 +122,10 @@ static void check_invariance(void) {
   check_world("fsdp2", "equal", 5, "f32", "muon");
   cur = oss;
   check_world("planned", "ragged", 2, "f32", "adamw");
+  check_world("planned", "equal", 3, "f32", "adamw");
   check_world("fsdp2", "equal", 3, "f32", "adamw");
+  check_world("flat", "equal", 2, "f32", "adamw");
+  check_world("fsdp2", "equal", 3, "f32", "muon");
   cur = model;
 }
 
