@@ -106,7 +106,10 @@ struct rf_train_step_result {
  * rf_fsdp_set_last_micro_batch); then rf_optim_step_fsdp (gradients finished, the norm,
  * clip, update) with `o` (created by rf_optim_create_fsdp on this model's context) and the
  * loss sums all-reduced over every rank (a "loss all-reduce" span). The collective
- * watchdog's phase notes name the step. Collective. Returns 0, 1 when the update was
+ * watchdog's phase notes name the step. With AdamW the loss sums (added on the device over the
+ * micro-batches), the norm and the clip factor stay on the device until one read at the end of
+ * the step, after the optimizer's launches: the step's one wait for the device where the
+ * collectives do not wait (docs/gpu.md, "Host waits"). Collective. Returns 0, 1 when the update was
  * skipped (a non-finite norm, the same on every rank), -1 with rf_fsdp_error() (a failed
  * batch: this rank only; a failed optimizer step: every rank). */
 int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const struct rf_train_step_args *a,

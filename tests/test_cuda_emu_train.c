@@ -26,6 +26,10 @@
  * and 6.8e-4 on an AMD EPYC Zen 4. MoE: the token
  * movement gives moe.c's bits but for the routing weights' gradients (a fixed-order dot,
  * within h f32 units): the dense bounds (no router choice flips in 4 steps; measured: printed).
+ * Host waits (issue 35 item 4): the dense f32 runs at W = 1, 2 and 3 wait for the device at most
+ * HOST_SYNCS_CUDA times in a step (the log's host_syncs): the one read at its end, the loss and
+ * the gradient norm together (the loss summed over micro-batches, the norm all-reduced over NCCL
+ * and the clip factor computed and read by AdamW, all on the device).
  * What the CUDA build cannot run yet is refused before the first step, naming the option:
  * --optim muon, --fp8 block. */
 #include <math.h>
@@ -39,6 +43,7 @@
 #include "rf_test.h"
 
 #define STEPS 4
+#define HOST_SYNCS_CUDA 1
 
 static char out[1 << 16];
 static char dir[] = "/tmp/rf_test_cuda_emu_train.XXXXXX";
@@ -53,7 +58,7 @@ static void read_log(const char *log, double *loss, double *norm) {
 
 /* The run of model_path (shape: "--batch B --seq T") on --device cuda against --device cpu. */
 static void same_run_of(const char *env, int world, const char *model_path, const char *shape,
-                        const char *args, double loss_tol, double norm_tol) {
+                        const char *args, double loss_tol, double norm_tol, int max_syncs) {
   static int runs;
   char ref_log[320], gpu_log[320], cmd[1024];
   snprintf(ref_log, sizeof ref_log, "%s/cpu-%d-%d.jsonl", dir, world, runs);
@@ -79,10 +84,19 @@ static void same_run_of(const char *env, int world, const char *model_path, cons
       model_path, world, env, env[0] ? " " : "", args, wl, loss_tol, wn, norm_tol);
   RF_CHECK(wl <= loss_tol && wn <= norm_tol, "cuda %s W=%d %s: losses %.3g, norms %.3g from the cpu run",
            model_path, world, args, wl, wn);
+  if (max_syncs <= 0) return;
+  double syncs[STEPS];
+  int n = rf_cli_log_field(gpu_log, "\"host_syncs\":", syncs, STEPS), over = 0;
+  for (int s = 0; s < n; s++) over |= syncs[s] > max_syncs;
+  printf("--device cuda W=%d: host waits per step %g %g %g %g (at most %d)\n", world, syncs[0], syncs[1],
+         syncs[2], syncs[3], max_syncs);
+  RF_CHECK(n == STEPS && !over, "cuda W=%d: %d steps logged, host waits per step %g %g %g %g, at most %d",
+           world, n, syncs[0], syncs[1], syncs[2], syncs[3], max_syncs);
 }
 
-static void same_run(const char *env, int world, const char *args, double loss_tol, double norm_tol) {
-  same_run_of(env, world, model, "--batch 6 --seq 32", args, loss_tol, norm_tol);
+static void same_run(const char *env, int world, const char *args, double loss_tol, double norm_tol,
+                     int max_syncs) {
+  same_run_of(env, world, model, "--batch 6 --seq 32", args, loss_tol, norm_tol, max_syncs);
 }
 
 static void write_json(char *path, size_t path_size, const char *name, const char *text) {
@@ -107,16 +121,16 @@ int main(void) {
   RF_ASSERT(mkdtemp(dir));
   rc = rf_cli_setup_tiny(dir, 1 << 20, data, sizeof data, model, sizeof model, out, sizeof out);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  same_run("", 1, "", 1e-5, 1e-4);
-  same_run("RF_EMU_DEVICES=2", 2, "", 1e-5, 1e-4);
-  same_run("", 3, "", 1e-5, 1e-4);
-  same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3);
+  same_run("", 1, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
+  same_run("RF_EMU_DEVICES=2", 2, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
+  same_run("", 3, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
+  same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
   char tc[300];
   write_json(tc, sizeof tc, "tc.json",
              "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 80, "
              "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
              "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}");
-  same_run_of("", 2, tc, "--batch 6 --seq 32", "--compute-dtype bf16", 0x1p-10, 0x1p-8);
+  same_run_of("", 2, tc, "--batch 6 --seq 32", "--compute-dtype bf16", 0x1p-10, 0x1p-8, 0);
   refused("--optim muon", "--optim muon", model, "--optim muon: not on device cuda yet");
   refused("--fp8 block", "--fp8 block", model,
           "--fp8 block: the FP8 linear layers are not on device cuda yet");
@@ -127,8 +141,8 @@ int main(void) {
              "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, "
              "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"output_router_logits\": true, "
              "\"router_aux_loss_coef\": 0.02}");
-  same_run_of("", 1, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4);
-  same_run_of("RF_EMU_DEVICES=2", 2, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4);
+  same_run_of("", 1, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4, 0);
+  same_run_of("RF_EMU_DEVICES=2", 2, mixtral, "--batch 6 --seq 32", "", 1e-5, 1e-4, 0);
   write_json(qwen, sizeof qwen, "qwen3_moe.json",
              "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 32, \"intermediate_size\": 48, "
              "\"moe_intermediate_size\": 16, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, "
@@ -136,7 +150,7 @@ int main(void) {
              "\"max_position_embeddings\": 64, \"num_experts\": 32, \"num_experts_per_tok\": 2, "
              "\"norm_topk_prob\": false, \"mlp_only_layers\": [1], \"output_router_logits\": true, "
              "\"router_aux_loss_coef\": 0.02}");
-  same_run_of("", 3, qwen, "--batch 3 --seq 8", "", 1e-5, 1e-4); /* 8 tokens, 16 choices of 32 per rank */
+  same_run_of("", 3, qwen, "--batch 3 --seq 8", "", 1e-5, 1e-4, 0); /* 8 tokens, 16 choices of 32 per rank */
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");

@@ -2,6 +2,8 @@
  * counting and outside-bound events, then the backend's table. */
 #include "device/device.h"
 
+#include <math.h>
+
 void rf_device_free(struct rf_device *dev) {
   if (dev->ops && dev->ops->free) dev->ops->free(dev);
   memset(dev, 0, sizeof *dev);
@@ -58,6 +60,25 @@ void rf_device_sum_squares_add(struct rf_device *dev, double *acc, const float *
                                struct rf_device_stream *stream) {
   RF_ASSERT(n >= 0 && acc);
   if (n) dev->ops->sum_squares_add(dev, acc, x, n, stream);
+}
+
+void rf_device_add_f64(struct rf_device *dev, double *acc, const double *x, double c,
+                       struct rf_device_stream *stream) {
+  RF_ASSERT(acc && x);
+  dev->ops->add_f64(dev, acc, x, c, stream);
+}
+
+void rf_device_clip_factor(struct rf_device *dev, float *factor, const double *sumsq, double max_norm,
+                           struct rf_device_stream *stream) {
+  RF_ASSERT(factor && sumsq);
+  dev->ops->clip_factor(dev, factor, sumsq, max_norm, stream);
+}
+
+float rf_device_clip_factor_of(double sumsq, double max_norm) {
+  double norm = sqrt(sumsq);
+  if (!isfinite(norm)) return NAN;
+  if (!(max_norm > 0) || norm <= max_norm) return 1.0f;
+  return (float)(max_norm / (norm + 1e-6));
 }
 
 int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,

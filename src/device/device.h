@@ -84,6 +84,16 @@ struct rf_device_ops {
    * does not wait (the gradient norm adds every piece, then copies the total once). */
   void (*sum_squares_add)(struct rf_device *dev, double *acc, const float *x, int64_t n,
                           struct rf_device_stream *stream);
+  /* *acc = *acc + (*x + c), one f64 each of device memory (the host's order: x + c first), on the
+   * stream, no wait: a step's loss summed over its micro-batches on the device. */
+  void (*add_f64)(struct rf_device *dev, double *acc, const double *x, double c,
+                  struct rf_device_stream *stream);
+  /* The clip factor of the gradient norm sqrt(*sumsq) (f64 device memory) into *factor (f32 device
+   * memory), on the stream, no wait: NaN when the norm is not finite (the update is skipped), else
+   * (float)(max_norm / (norm + 1e-6)) when max_norm > 0 and norm > max_norm, else 1 (f64 arithmetic as
+   * rf_fsdp_clip_grads computes it on the host: the same bits). */
+  void (*clip_factor)(struct rf_device *dev, float *factor, const double *sumsq, double max_norm,
+                      struct rf_device_stream *stream);
   /* rf_fp8_quantize (src/core/fp8.c) on device memory: codes and one scale per tile of g; -1 (naming
    * `name` and the element) when x holds a NaN or an infinity. */
   int (*fp8_quantize)(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
@@ -148,6 +158,12 @@ double rf_device_sum_squares(struct rf_device *dev, const float *x, int64_t n,
                              struct rf_device_stream *stream);
 void rf_device_sum_squares_add(struct rf_device *dev, double *acc, const float *x, int64_t n,
                                struct rf_device_stream *stream); /* not a wait */
+void rf_device_add_f64(struct rf_device *dev, double *acc, const double *x, double c,
+                       struct rf_device_stream *stream); /* not a wait */
+void rf_device_clip_factor(struct rf_device *dev, float *factor, const double *sumsq, double max_norm,
+                           struct rf_device_stream *stream); /* not a wait */
+/* The host's arithmetic of clip_factor (every backend's reference). */
+float rf_device_clip_factor_of(double sumsq, double max_norm);
 int rf_device_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x, int pow2,
                            const char *name, uint8_t *codes, float *scales, struct rf_device_stream *stream);
 

@@ -338,6 +338,43 @@ static void rf_checked_sum_squares_add(struct rf_device *dev, double *acc, const
   rf_checked_queue(s, rf_checked_run_sum_squares_add, a);
 }
 
+struct rf_checked_scalars {
+  double *acc;
+  const double *x;
+  float *factor;
+  double c;
+};
+
+static void rf_checked_run_add_f64(void *arg) {
+  struct rf_checked_scalars *a = arg;
+  *a->acc += *a->x + a->c;
+}
+
+/* On the stream's worker, on the views: the host's addition. */
+static void rf_checked_add_f64(struct rf_device *dev, double *acc, const double *x, double c,
+                               struct rf_device_stream *stream) {
+  struct rf_checked_stream *s = rf_checked_stream_of(dev, stream, "add_f64");
+  struct rf_checked_scalars *a = rf_xcalloc(1, sizeof *a);
+  *a = (struct rf_checked_scalars){
+      .acc = rf_device_checked_view(dev, acc), .x = rf_device_checked_view(dev, x), .c = c};
+  rf_checked_queue(s, rf_checked_run_add_f64, a);
+}
+
+static void rf_checked_run_clip_factor(void *arg) {
+  struct rf_checked_scalars *a = arg;
+  *a->factor = rf_device_clip_factor_of(*a->x, a->c);
+}
+
+/* On the stream's worker, on the views: the host's clip factor. */
+static void rf_checked_clip_factor(struct rf_device *dev, float *factor, const double *sumsq, double max_norm,
+                                   struct rf_device_stream *stream) {
+  struct rf_checked_stream *s = rf_checked_stream_of(dev, stream, "clip_factor");
+  struct rf_checked_scalars *a = rf_xcalloc(1, sizeof *a);
+  *a = (struct rf_checked_scalars){
+      .factor = rf_device_checked_view(dev, factor), .x = rf_device_checked_view(dev, sumsq), .c = max_norm};
+  rf_checked_queue(s, rf_checked_run_clip_factor, a);
+}
+
 static int rf_checked_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
                                    int pow2, const char *name, uint8_t *codes, float *scales,
                                    struct rf_device_stream *stream) {
@@ -456,6 +493,8 @@ static const struct rf_device_ops rf_device_checked_ops = {
     .scale = rf_checked_scale,
     .sum_squares = rf_checked_sum_squares,
     .sum_squares_add = rf_checked_sum_squares_add,
+    .add_f64 = rf_checked_add_f64,
+    .clip_factor = rf_checked_clip_factor,
     .fp8_quantize = rf_checked_fp8_quantize,
     .stream_create = rf_checked_stream_create,
     .stream_free = rf_checked_stream_free,

@@ -142,6 +142,16 @@ static void rf_device_cuda_sum_squares_add(struct rf_device *dev, double *acc, c
 
 /* The kernel, then the first bad element's index read back: -1 with fp8.c's message
  * (the same element, "NaN" or "an infinity") when there is one. */
+static void rf_device_cuda_add_f64(struct rf_device *dev, double *acc, const double *x, double c,
+                                   struct rf_device_stream *stream) {
+  RF_CUDA_CHECK(rf_cuda_add_f64(acc, x, c, rf_device_cuda_stream(dev, stream)));
+}
+
+static void rf_device_cuda_clip_factor(struct rf_device *dev, float *factor, const double *sumsq,
+                                       double max_norm, struct rf_device_stream *stream) {
+  RF_CUDA_CHECK(rf_cuda_clip_factor(factor, sumsq, max_norm, rf_device_cuda_stream(dev, stream)));
+}
+
 static int rf_device_cuda_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
                                        int pow2, const char *name, uint8_t *codes, float *scales,
                                        struct rf_device_stream *stream) {
@@ -237,6 +247,8 @@ static const struct rf_device_ops rf_device_cuda_ops = {
     .scale = rf_device_cuda_scale,
     .sum_squares = rf_device_cuda_sum_squares,
     .sum_squares_add = rf_device_cuda_sum_squares_add,
+    .add_f64 = rf_device_cuda_add_f64,
+    .clip_factor = rf_device_cuda_clip_factor,
     .fp8_quantize = rf_device_cuda_fp8_quantize,
     .stream_create = rf_device_cuda_stream_create,
     .stream_free = rf_device_cuda_stream_free,

@@ -45,6 +45,11 @@ cudaError_t rf_cuda_sum_squares(const float *x, int64_t n, double *partial, doub
 /* *acc += the sum of squares (the same sum as rf_cuda_sum_squares'), on the stream. */
 cudaError_t rf_cuda_sum_squares_add(const float *x, int64_t n, double *partial, double *acc,
                                     cudaStream_t stream);
+/* *acc = *acc + (*x + c) (f64, one thread). */
+cudaError_t rf_cuda_add_f64(double *acc, const double *x, double c, cudaStream_t stream);
+/* *factor = rf_device_clip_factor_of(*sumsq, max_norm) (one thread, IEEE f64 sqrt, division and
+ * rounding to f32: the host's bits). */
+cudaError_t rf_cuda_clip_factor(float *factor, const double *sumsq, double max_norm, cudaStream_t stream);
 /* rf_fp8_quantize (src/core/fp8.c) of the row-major [rows, cols] x in tiles of
  * tile_rows x tile_cols: codes and one scale per tile, bit for bit the host's.
  * *bad (device, set to INT64_MAX before the call by the launcher) gets the first

@@ -85,6 +85,22 @@ __global__ void rf_cuda_sumsq_final_kernel(const double *partial, double *out, i
   if (threadIdx.x == 0) *out = add ? __dadd_rn(*out, s) : s;
 }
 
+__global__ void rf_cuda_add_f64_kernel(double *acc, const double *x, double c) {
+  *acc = __dadd_rn(*acc, __dadd_rn(*x, c));
+}
+
+/* rf_device_clip_factor_of: sqrt and the division are IEEE in f64 on the GPU, the cast rounds to
+ * nearest. */
+__global__ void rf_cuda_clip_factor_kernel(float *factor, const double *sumsq, double max_norm) {
+  double norm = sqrt(*sumsq);
+  if (!isfinite(norm))
+    *factor = __int_as_float(0x7fc00000); /* NaN: skip */
+  else if (!(max_norm > 0) || norm <= max_norm)
+    *factor = 1.0f;
+  else
+    *factor = (float)__ddiv_rn(max_norm, __dadd_rn(norm, 1e-6));
+}
+
 /* One block per tile of tile_cols > 1: the amax on the magnitudes' bits (a NaN or an
  * infinity is above 0x7f7fffff), the scale, then the codes. */
 __global__ void rf_cuda_fp8_tiles_kernel(const float *x, int64_t rows, int64_t cols, int tile_rows,
@@ -178,6 +194,17 @@ extern "C" cudaError_t rf_cuda_sum_squares_add(const float *x, int64_t n, double
                                                cudaStream_t stream) {
   rf_cuda_sumsq_kernel<<<RF_CUDA_SUMSQ_BLOCKS, RF_CUDA_THREADS, 0, stream>>>(x, n, partial);
   rf_cuda_sumsq_final_kernel<<<1, RF_CUDA_THREADS, 0, stream>>>(partial, acc, 1);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t rf_cuda_add_f64(double *acc, const double *x, double c, cudaStream_t stream) {
+  rf_cuda_add_f64_kernel<<<1, 1, 0, stream>>>(acc, x, c);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t rf_cuda_clip_factor(float *factor, const double *sumsq, double max_norm,
+                                           cudaStream_t stream) {
+  rf_cuda_clip_factor_kernel<<<1, 1, 0, stream>>>(factor, sumsq, max_norm);
   return cudaGetLastError();
 }
 

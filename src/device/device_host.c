@@ -92,6 +92,18 @@ static void rf_device_host_sum_squares_add(struct rf_device *dev, double *acc, c
   *acc += rf_device_host_sum_squares(dev, x, n, stream);
 }
 
+static void rf_device_host_add_f64(struct rf_device *dev, double *acc, const double *x, double c,
+                                   struct rf_device_stream *stream) {
+  (void)dev, (void)stream;
+  *acc += *x + c;
+}
+
+static void rf_device_host_clip_factor(struct rf_device *dev, float *factor, const double *sumsq,
+                                       double max_norm, struct rf_device_stream *stream) {
+  (void)dev, (void)stream;
+  *factor = rf_device_clip_factor_of(*sumsq, max_norm);
+}
+
 static int rf_device_host_fp8_quantize(struct rf_device *dev, const struct rf_fp8_grid *g, const float *x,
                                        int pow2, const char *name, uint8_t *codes, float *scales,
                                        struct rf_device_stream *stream) {
@@ -166,6 +178,8 @@ static const struct rf_device_ops rf_device_host_ops = {
     .scale = rf_device_host_scale,
     .sum_squares = rf_device_host_sum_squares,
     .sum_squares_add = rf_device_host_sum_squares_add,
+    .add_f64 = rf_device_host_add_f64,
+    .clip_factor = rf_device_host_clip_factor,
     .fp8_quantize = rf_device_host_fp8_quantize,
     .stream_create = rf_device_host_stream_create,
     .stream_free = rf_device_host_stream_free,

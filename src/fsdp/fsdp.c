@@ -161,6 +161,14 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   rf_device_release(f->device, f->master);
   rf_device_release(f->device, f->grad);
   rf_device_release(f->device, f->sumsq);
+  if (f->norm_req) {
+    rf_comm_wait(f->norm_req);
+    rf_comm_req_free(f->norm_req);
+    rf_device_event_free(f->device, f->norm_done);
+    rf_device_event_free(f->device, &f->norm_written);
+    free(f->norm_req);
+    free(f->norm_done);
+  }
   if (f->grad_across) rf_device_release(f->device, f->grad_across);
   free(f->pslots);
   free(f->gslots);
@@ -340,7 +348,10 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   /* zero-filled by the device */
   f->master = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
   f->grad = rf_device_alloc(f->device, (size_t)f->shard_elems * sizeof(float), 64);
-  f->sumsq = rf_device_alloc(f->device, sizeof(double), 64);
+  f->sumsq = rf_device_alloc(f->device, 2 * sizeof(double), 64);
+  f->gscale = (float *)(void *)((char *)f->sumsq + sizeof(double)); /* one allocation for both */
+  rf_fsdp_reqs_init(f, &f->norm_req, &f->norm_done, 1, f->mesh.shard.world, "gradient norm");
+  rf_device_event_create(f->device, &f->norm_written);
   /* HSDP in bf16: the replica all-reduce carries the shard in bf16 (half the bytes across groups) */
   if (f->mesh.replicate.world > 1 && f->opt.reduce_dtype == RF_DTYPE_BF16)
     f->grad_across = rf_device_alloc(f->device, (size_t)f->shard_elems * rf_dtype_size(RF_DTYPE_BF16), 64);

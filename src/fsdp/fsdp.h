@@ -97,7 +97,11 @@ struct rf_fsdp {
   float *grad;                  /* owned slab, shard_elems */
   void
       *grad_across; /* owned, shard_elems bf16: HSDP's replica all-reduce with reduce_dtype bf16, else NULL */
-  double *sumsq;    /* owned, one f64 of device memory: the gradient norm's sum of squares (grads.c) */
+  double *sumsq;    /* owned, two f64 of device memory: the gradient norm's sum of squares (grads.c) */
+  float *gscale;    /* in sumsq's allocation (sumsq + 1): the clip factor on the device (grads.c) */
+  /* the norm's all-reduce on the device over dmesh.shard (W > 1): after `norm_written` on compute */
+  struct rf_comm_req *norm_req;
+  struct rf_device_event *norm_done, norm_written;
   struct rf_device *device; /* owned: where the slabs and slots live; moves, quantizes, norms (host today) */
   /* owned: the runtime's streams, named (FSDP2's comm context): compute (the model, the optimizer,
    * the gradients' scaling and norm, every gather's and reduce's finish), gather (the own-shard
@@ -149,6 +153,12 @@ const char *rf_fsdp_grads_unfinished(const struct rf_fsdp *f);
  * device's (the heap is shared: a step's heap allocations are the process's). */
 struct rf_counters rf_fsdp_counters_now(const struct rf_fsdp *f);
 void rf_fsdp_init_params(struct rf_fsdp *f);
+/* The global gradient norm left on the device (grads.c), on the compute stream: f->sumsq = the shard
+ * group's sum of squares (the pieces' sums added on the device as rf_fsdp_grad_norm adds them, then
+ * all-reduced over dmesh.shard when the group has more than one rank) and *f->gscale = its clip
+ * factor for max_norm (rf_device_clip_factor: NaN when the norm is not finite, 1 when not clipped).
+ * Nothing comes back to the host: no wait, but on MPI the all-reduce's wait for the compute stream. */
+void rf_fsdp_grad_norm_on_device(struct rf_fsdp *f, double max_norm);
 int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f);
 
 #endif

@@ -580,8 +580,8 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_DOWN_BIAS, out, n, h);
 }
 
-double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w,
-                             const int32_t *targets) {
+void rf_model_head_forward_on_device(struct rf_model_ws *ws, const struct rf_model_weight *w,
+                                     const int32_t *targets) {
   const struct rf_model_config *c = &ws->cfg;
   int n = ws->b * ws->t, h = c->hidden_size, v = c->vocab_size;
   ws->kern->rmsnorm_forward(ws->xnf, ws->rstdf, ws->xf, norm_weight(ws, &w[RF_MODEL_HEAD_TENSOR_NORM]), n, h,
@@ -594,6 +594,11 @@ double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weigh
   ws->has_targets = targets != NULL;
   ws->kern->cross_entropy_forward(ws->loss, ws->lse, ws->logits, targets ? ws->targets : NULL, n, v,
                                   ws->scratch, ws->scratch_bytes, ws->stream);
+}
+
+double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w,
+                             const int32_t *targets) {
+  rf_model_head_forward_on_device(ws, w, targets);
   double loss = 0;
   rf_device_copy(ws->dev, &loss, ws->loss, sizeof loss, RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
   return loss;

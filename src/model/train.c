@@ -15,6 +15,7 @@
 #include "core/trace.h"
 #include "data/data.h"
 #include "fsdp/fsdp.h"
+#include "optim/optim.h"
 #include "rfsdp_optim.h"
 
 static void rf_train_model_poll(void *fsdp) { rf_fsdp_poll(fsdp); }
@@ -56,6 +57,7 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
       rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
   m->logits_host = rf_xcalloc((size_t)cfg->vocab_size, sizeof(float));
+  m->step_scalars = rf_device_alloc(m->fsdp->device, 2 * sizeof(double), 64);
   /* the workspaces on the context's device, their allocations counted in its counters */
   RF_TRY(
       rf_model_ws_init_on(&m->ws, m->fsdp->device, m->fsdp->stream[RF_FSDP_STREAM_COMPUTE], cfg, batch, seq));
@@ -92,6 +94,7 @@ int rf_train_set_threads(const struct rf_comm *comm) {
 }
 
 void rf_train_model_free(struct rf_train_model *m) {
+  if (m->step_scalars) rf_device_release(m->fsdp->device, m->step_scalars);
   rf_model_ws_free(&m->ws);
   rf_model_ws_free(&m->gen_ws);
   rf_fsdp_free(m->fsdp);
@@ -210,9 +213,10 @@ static const struct rf_model_weight *rf_train_embed(struct rf_train_model *m, fl
   return &m->w[map->embed_tensor];
 }
 
-/* Forward through every unit; returns the loss sum (0 without targets), NAN on a bad token. */
+/* Forward through every unit; returns the loss sum (0 without targets; 0 with `on_device`, the sum
+ * left in ws->loss unread), NAN on a bad token. */
 static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws, const int32_t *tokens,
-                               const int32_t *targets) {
+                               const int32_t *targets, int on_device) {
   struct rf_fsdp *f = m->fsdp;
   const struct rf_model_units *map = &m->map;
   int tied = map->embed_unit == map->head_unit;
@@ -230,7 +234,11 @@ static double rf_train_forward(struct rf_train_model *m, struct rf_model_ws *ws,
     rf_fsdp_forward_begin(f, map->head_unit);
     rf_train_weights(m, map->head_unit, m->wh, NULL);
   }
-  double loss = rf_model_head_forward(ws, m->wh, targets);
+  double loss = 0;
+  if (on_device)
+    rf_model_head_forward_on_device(ws, m->wh, targets);
+  else
+    loss = rf_model_head_forward(ws, m->wh, targets);
   rf_fsdp_forward_end(f, map->head_unit);
   return bad ? NAN : loss;
 }
@@ -252,13 +260,20 @@ static double rf_train_balance(struct rf_train_model *m, float grad_scale) {
   return coef * aux * tokens / m->comm->world;
 }
 
-double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
-                                 float grad_scale) {
+/* One micro-batch's forward and backward. acc NULL: returns this rank's loss sum (read by one copy);
+ * else the loss sum is added into *acc (one f64 of device memory) on the device, unread, and the
+ * return is 0 (NAN either way on a bad token). */
+static double rf_train_micro(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
+                             float grad_scale, double *acc) {
   struct rf_fsdp *f = m->fsdp;
   const struct rf_model_units *map = &m->map;
   int tied = map->embed_unit == map->head_unit;
-  double loss = rf_train_forward(m, &m->ws, tokens, targets);
-  if (m->balance) loss += rf_train_balance(m, grad_scale);
+  double loss = rf_train_forward(m, &m->ws, tokens, targets, acc != NULL);
+  double balance = m->balance ? rf_train_balance(m, grad_scale) : 0.0;
+  if (acc) /* acc + (head + balance): the host's order */
+    rf_device_add_f64(m->fsdp->device, acc, m->ws.loss, balance, m->ws.stream);
+  else if (m->balance)
+    loss += balance;
   rf_fsdp_backward_begin(f, map->head_unit);
   rf_train_weights(m, map->head_unit, m->wh, m->gh);
   rf_model_head_backward(&m->ws, m->wh, m->gh, grad_scale);
@@ -277,6 +292,11 @@ double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens
   return loss;
 }
 
+double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
+                                 float grad_scale) {
+  return rf_train_micro(m, tokens, targets, grad_scale, NULL);
+}
+
 int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const struct rf_train_step_args *a,
                         struct rf_train_step_result *out) {
   RF_REQUIRE(m && o && a && out && a->batch && a->tokens && a->targets && a->accum >= 1,
@@ -284,22 +304,35 @@ int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const stru
              "accum %d < 1",
              a ? a->accum : 0);
   struct rf_fsdp *f = m->fsdp;
+  struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
   out->loss = out->norm = NAN;
-  double loss = 0;
+  int bad = 0; /* a token out of range: the loss is NaN */
   rf_comm_watchdog_note(a->step + 1, "forward and backward");
   rf_fsdp_zero_grad(f);
+  rf_device_memset(f->device, m->step_scalars, 0, 2 * sizeof(double), compute);
   for (int micro = 0; micro < a->accum; micro++) {
     uint64_t t = rf_trace_now();
     RF_TRY(a->batch(a->ctx, micro, a->tokens, a->targets));
     if (t) rf_trace_span(RF_TRACE_LANE_DATA, "batch", t, rf_time_ns(), -1, -1);
     /* HSDP: the replica all-reduces start during the last micro-batch's backward */
     if (micro == a->accum - 1) rf_fsdp_set_last_micro_batch(f);
-    loss += rf_train_model_micro_step(m, a->tokens, a->targets, (float)a->scale);
+    /* the loss summed on the device in micro-batch order (0 + l0 + l1 ...: the host's bits) */
+    bad |= isnan(rf_train_micro(m, a->tokens, a->targets, (float)a->scale, &m->step_scalars[0]));
   }
   rf_comm_watchdog_note(a->step + 1, "gradients, norm and optimizer");
   double norm = NAN;
-  int rc = rf_optim_step_fsdp(o, f, a->lr, a->clip, &norm);
+  const double *sumsq = NULL; /* AdamW: the norm left on the device, read below with the loss */
+  int rc = rf_optim_step_fsdp_launch(o, f, a->lr, a->clip, &norm, &sumsq);
   if (rc < 0) return -1; /* the same on every rank */
+  /* the step's one wait (AdamW): the loss and the norm's sum, after the optimizer's launches */
+  double scalars[2] = {0, 0};
+  if (sumsq)
+    rf_device_copy(f->device, &m->step_scalars[1], sumsq, sizeof(double), RF_DEVICE_COPY_DEVICE_TO_DEVICE,
+                   compute);
+  rf_device_copy(f->device, scalars, m->step_scalars, (sumsq ? 2 : 1) * sizeof(double),
+                 RF_DEVICE_COPY_DEVICE_TO_HOST, compute);
+  if (sumsq) rc = rf_optim_step_fsdp_settle(o, scalars[1], &norm);
+  double loss = bad ? NAN : scalars[0];
   uint64_t t = rf_trace_now();
   rf_comm_allreduce(m->comm, &loss, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
   if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "loss all-reduce", t, rf_time_ns(), -1, -1);
@@ -309,7 +342,7 @@ int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const stru
 }
 
 double rf_train_model_loss(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets) {
-  double loss = rf_train_forward(m, &m->ws, tokens, targets);
+  double loss = rf_train_forward(m, &m->ws, tokens, targets, 0);
   rf_fsdp_reshard_all(m->fsdp);
   return loss;
 }
@@ -321,7 +354,7 @@ int rf_train_model_generate(struct rf_train_model *m, int32_t *tokens, int len, 
   for (int n = len; n < total; n++) {
     int window = n < ws->cap_t ? n : ws->cap_t;
     RF_TRY(rf_model_ws_set_shape(ws, 1, window));
-    double rc = rf_train_forward(m, ws, tokens + n - window, NULL);
+    double rc = rf_train_forward(m, ws, tokens + n - window, NULL, 0);
     rf_fsdp_reshard_all(m->fsdp);
     RF_REQUIRE(!isnan(rc), "generate: a token is outside the vocabulary");
     tokens[n] =

@@ -40,6 +40,9 @@ struct rf_train_model {
   double *balance_stats; /* [2 E + 1]: counts, probability sums, rows */
   float *logits_host;    /* owned: [vocab], one row of logits copied to the host (sampling,
                             rf_train_model_logits) */
+  double *step_scalars;  /* owned, device memory of the context: [0] the step's loss sum over its
+                            micro-batches, [1] the gradient norm's sum of squares, read together once at
+                            the end of rf_train_model_step */
 };
 
 /* Declares the model's units and tensors to a new runtime context on `mesh`

@@ -155,6 +155,9 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
  * (targets < 0 are ignored). The logits stay readable (rf_model_ws_logits) until
  * the head backward. Returns the loss sum, 0 without targets. */
 double rf_model_head_forward(struct rf_model_ws *ws, const struct rf_model_weight *w, const int32_t *targets);
+/* As rf_model_head_forward, the loss sum left in ws->loss (device memory, one f64) unread: no wait. */
+void rf_model_head_forward_on_device(struct rf_model_ws *ws, const struct rf_model_weight *w,
+                                     const int32_t *targets);
 /* Row n = b*t + position of the logits, [vocab]. Borrowed; device memory of the workspace
  * (the host reads it only where the workspace is in host memory). */
 const float *rf_model_ws_logits(const struct rf_model_ws *ws, int row);

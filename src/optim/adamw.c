@@ -17,14 +17,15 @@ void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyp
   h->step_size = (float)((double)lr / (1.0 - pow((double)o->opt.beta1, t)));
   h->bc2_sqrt = (float)sqrt(1.0 - pow((double)o->opt.beta2, t));
   h->decay = 1.0f - lr * o->opt.weight_decay;
+  h->gscale = o->gscale;
 }
 
 /* torch.optim.AdamW's arithmetic (RF_OPTIM_ADAMW_*). */
-static void rf_optim_adamw_chunk(const struct rf_optim_hyper *h, float dec, float *restrict p,
+static void rf_optim_adamw_chunk(const struct rf_optim_hyper *h, float dec, float gs, float *restrict p,
                                  const float *restrict g, float *restrict m, float *restrict v, int64_t len) {
 #pragma omp simd
   for (int64_t i = 0; i < len; i++) {
-    float gi = g[i];
+    float gi = gs == 1.0f ? g[i] : g[i] * gs; /* clipped: the bits of the gradient scaled first */
     float mi = RF_OPTIM_ADAMW_M(m[i], gi, h->one_m_b1);
     float vi = RF_OPTIM_ADAMW_V(v[i], gi, h->b2, h->one_m_b2);
     m[i] = mi;
@@ -40,11 +41,13 @@ void rf_optim_adamw_host_piece(const struct rf_optim_hyper *h, int decay, float 
                                float *v, int64_t len, struct rf_device_stream *stream) {
   (void)stream; /* the host runs it now */
   const float dec = decay ? h->decay : 1.0f;
+  const float gs = h->gscale ? *h->gscale : 1.0f; /* host memory here (the launch views it) */
+  if (isnan(gs)) return;                          /* a non-finite norm: skipped */
   const int64_t chunk = 65536, chunks = rf_ceil_div(len, chunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; c++) {
     int64_t i = c * chunk;
-    rf_optim_adamw_chunk(h, dec, p + i, g + i, m + i, v + i, rf_min_i64(chunk, len - i));
+    rf_optim_adamw_chunk(h, dec, gs, p + i, g + i, m + i, v + i, rf_min_i64(chunk, len - i));
   }
 }
 
@@ -59,7 +62,9 @@ struct rf_optim_adamw_launch {
 
 static void rf_optim_adamw_launched(void *arg) {
   const struct rf_optim_adamw_launch *a = arg;
-  rf_optim_adamw_host_piece(&a->h, a->decay, rf_device_view(a->dev, a->p), rf_device_view(a->dev, a->g),
+  struct rf_optim_hyper h = a->h;
+  h.gscale = rf_device_view(a->dev, h.gscale); /* NULL stays NULL */
+  rf_optim_adamw_host_piece(&h, a->decay, rf_device_view(a->dev, a->p), rf_device_view(a->dev, a->g),
                             rf_device_view(a->dev, a->m), rf_device_view(a->dev, a->v), a->len, NULL);
 }
 
@@ -135,6 +140,7 @@ const struct rf_optim_ops rf_optim_adamw_ops = {
     .block_rows = 1,
     .vector_block = 1,
     .n_states = 2,
+    .device_clip = 1,
     /* read p, g, m, v; write p, m, v (f32) */
     .elem_bytes = 28,
     .matrix_elem_bytes = 0,

@@ -18,11 +18,15 @@ extern "C" {
 }
 #include "optim/adamw_cuda.cuh"
 
+/* gscale: h.gscale, a kernel argument of its own (a pointer inside the struct would reach the
+ * kernel untranslated on the stand-in) */
 __global__ void adamw_piece_kernel(struct rf_optim_hyper h, float dec, float *p, const float *g, float *m,
-                                   float *v, int64_t len) {
+                                   float *v, int64_t len, const float *gscale) {
+  const float gs = gscale ? *gscale : 1.0f; /* the clip factor (rf_fsdp_grad_norm_on_device) */
+  if (gs != gs) return;                     /* NaN: a non-finite norm, the update skipped */
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
        i += (int64_t)gridDim.x * blockDim.x) {
-    rf_adamw_element(h, dec, g[i], p + i, m + i, v + i);
+    rf_adamw_element(h, dec, gs == 1.0f ? g[i] : __fmul_rn(g[i], gs), p + i, m + i, v + i);
   }
 }
 
@@ -34,7 +38,8 @@ extern "C" void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int de
   if (blocks > 8192) blocks = 8192; /* grid-stride beyond: a few waves of every SM */
   if (!stream) RF_DIE("CUDA AdamW: a launch without a stream (NULL): name the runtime's");
   cudaStream_t st = (cudaStream_t)stream->handle;
-  adamw_piece_kernel<<<(unsigned)blocks, threads, 0, st>>>(*h, decay ? h->decay : 1.0f, p, g, m, v, len);
+  adamw_piece_kernel<<<(unsigned)blocks, threads, 0, st>>>(*h, decay ? h->decay : 1.0f, p, g, m, v, len,
+                                                           h->gscale);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) RF_DIE("CUDA kernel of AdamW: %s", cudaGetErrorString(e));
 }

@@ -34,6 +34,9 @@ struct rf_optim_ops {
    * rf_optim_host_sync), reaching it through rf_device_view: refused at create on a device that
    * cannot run host code (CUDA) */
   int host_code;
+  /* 1: its step takes the clip factor from the device (rf_optim_hyper.gscale): rf_optim_step_fsdp_launch
+   * leaves the norm on the device */
+  int device_clip;
   /* what a step costs (rf_optim_stats.step_stream_bytes, the simulator's price):
    * bytes of memory one step reads and writes per shard element of the
    * element-wise pass, and per element of this rank's pieces of MATRIX views
@@ -81,6 +84,7 @@ struct rf_optim {
   void (*before_step)(void *ctx); /* rf_optim_set_before_step; NULL: none */
   void *before_step_ctx;
   void *impl;
+  const float *gscale; /* the step's clip factor on the device (rf_optim_hyper.gscale), NULL: none */
   /* rf_optim_create_fsdp's context (borrowed) and its rf_fsdp_grads_unfinished (a
    * pointer: programs of views alone do not link the runtime); NULL without one */
   const struct rf_fsdp *fsdp;
@@ -93,6 +97,19 @@ struct rf_optim {
  * moves their staging): waits for the work queued on the optimizer's stream (the gradients'
  * finish), after which rf_device_view(o->dev, ptr) reaches device memory. On the host: nothing. */
 void rf_optim_host_sync(struct rf_optim *o);
+
+/* rf_optim_step_fsdp without a wait, where the optimizer's kernels take the clip factor from the
+ * device (ops->device_clip: AdamW): the norm's sum of squares and the clip factor stay on the device
+ * (rf_fsdp_grad_norm_on_device), the update is launched reading the factor (a non-finite norm: the
+ * kernels change nothing), and *sumsq is the device's f64 sum for the caller to read once, after
+ * the launches, and hand to rf_optim_step_fsdp_settle. Other optimizers: rf_optim_step_fsdp
+ * itself, *sumsq NULL. Returns as rf_optim_step_fsdp (0 while the norm is pending). */
+int rf_optim_step_fsdp_launch(struct rf_optim *o, struct rf_fsdp *f, float lr, double clip, double *norm,
+                              const double **sumsq);
+/* The norm of rf_optim_step_fsdp_launch's sum (read by the caller): sqrt(sumsq) into *norm; 1 when
+ * it is not finite (the step the kernels skipped is not counted: the step counter is put back),
+ * else 0. */
+int rf_optim_step_fsdp_settle(struct rf_optim *o, double sumsq, double *norm);
 
 /* An async saver holds the optimizer it borrows, as rf_fsdp_hold the context. */
 void rf_optim_hold(struct rf_optim *o);
@@ -112,6 +129,9 @@ struct rf_optim_hyper {
   float bc2_sqrt;  /* sqrt(1 - b2^t) */
   float decay;     /* 1 - lr * wd */
   float one_m_b1, one_m_b2;
+  /* device memory or NULL (1): the clip factor every gradient is multiplied by before the update
+   * (rf_fsdp_grad_norm_on_device); NaN: the update changes nothing (a non-finite norm) */
+  const float *gscale;
 };
 
 void rf_optim_hyper_init(const struct rf_optim *o, float lr, struct rf_optim_hyper *h);

@@ -2,7 +2,8 @@
  * table against the host device on the same inputs. Bit for bit where the arithmetic
  * is the same (casts f32 <-> bf16, accumulation, scaling, FP8 codes and scales at
  * 128x128, 1x128 and 128x1 tiles with partial tiles, pow2 on and off, and the refusal
- * message of a NaN or an infinity); the f64 sum of squares within 1e-12 relative (the
+ * message of a NaN or an infinity, the step's scalars: the loss added in f64 and the gradient
+ * norm's clip factor); the f64 sum of squares within 1e-12 relative (the
  * order of the sum differs; the GPU's is a fixed tree, so two calls agree bit for bit);
  * copies in every direction, memset, the arena on the device, an event ordering two
  * streams; and a repeated sequence of the step's device calls after warm-up that
@@ -102,6 +103,38 @@ static void check_sum_squares(struct rf_device *host, struct rf_device *gpu) {
   RF_CHECK(!isfinite(rf_device_sum_squares(gpu, dx, N, GS)), "a NaN makes the sum of squares non-finite");
   rf_device_release(gpu, dx);
   free(x);
+}
+
+/* The step's scalars on the device: add_f64 (acc + (x + c)) and clip_factor (sqrt, max / (norm +
+ * 1e-6) in f64, rounded to f32; 1 unclipped; NaN for a non-finite norm), bit for bit the host's. */
+static void check_scalars(struct rf_device *host, struct rf_device *gpu) {
+  const double sums[] = {0.0, 0.25, 1.0, 1.0000001, 3.7, 153.9, 1e30, INFINITY, NAN};
+  const double clips[] = {0.0, 1.0, 2.5};
+  enum { NS = sizeof sums / sizeof sums[0] };
+  double *d = rf_device_alloc(gpu, 2 * sizeof(double), 256);
+  float *df = rf_device_alloc(gpu, sizeof(float), 256);
+  for (int c = 0; c < 3; c++)
+    for (int i = 0; i < NS; i++) {
+      float want, got;
+      rf_device_clip_factor(host, &want, &sums[i], clips[c], GS);
+      rf_device_copy(gpu, d, &sums[i], sizeof(double), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+      rf_device_clip_factor(gpu, df, d, clips[c], GS);
+      from_gpu(gpu, &got, df, sizeof got);
+      RF_CHECK(same_bits(&got, &want, sizeof got) || (isnan(got) && isnan(want)),
+               "clip factor of sum %g at clip %g: %.9g, host %.9g", sums[i], clips[c], got, want);
+    }
+  double acc = 0.0, add[2] = {0.0, 0.0}, parts[] = {1.0 / 3.0, 7.25e-3, 1e17, 2.0 / 3.0};
+  rf_device_memset(gpu, d, 0, 2 * sizeof(double), GS);
+  for (int i = 0; i < 4; i++) {
+    double c = i % 2 ? 1e-9 : 0.0;
+    rf_device_add_f64(host, &acc, &parts[i], c, GS);
+    rf_device_copy(gpu, d + 1, &parts[i], sizeof(double), RF_DEVICE_COPY_HOST_TO_DEVICE, GS);
+    rf_device_add_f64(gpu, d, d + 1, c, GS);
+  }
+  from_gpu(gpu, add, d, sizeof add);
+  RF_CHECK(same_bits(&add[0], &acc, sizeof acc), "add_f64: %.17g, host %.17g", add[0], acc);
+  rf_device_release(gpu, d);
+  rf_device_release(gpu, df);
 }
 
 /* One grid: codes and scales bit for bit, then a NaN and an infinity planted: both
@@ -240,6 +273,7 @@ int main(void) {
   gs = rf_device_stream_create(&gpu);
   check_casts(&host, &gpu);
   check_sum_squares(&host, &gpu);
+  check_scalars(&host, &gpu);
   check_fp8(&host, &gpu);
   check_memory_and_order(&gpu);
   check_step_quiet(&gpu);
