@@ -66,6 +66,13 @@ int rf_run_exit_status(const struct rf_comm *comm, int rc, const char *command);
  * A start from exported weights (`rfsdp train --init`). */
 int rf_run_import(struct rf_fsdp *f, const struct rf_comm *comm, const char *path);
 
+/* A program's own files (local, not collective): a whole file read into a new
+ * buffer (NUL-terminated, the caller frees it), and one buffer written atomically
+ * (a temporary name, fsync, rename: a failure leaves no partial file). 0, or -1
+ * with rf_fsdp_error() naming the file and the problem. */
+int rf_run_file_read(const char *path, char **out, size_t *bytes);
+int rf_run_file_write(const char *path, const void *buf, size_t bytes);
+
 /* Saves the whole state into `dir` (created with its parents; it must not hold a
  * complete checkpoint). `program_json` (NULL: none) is a JSON object of the
  * program's own that is stored with it and handed back by rf_run_resume. */

@@ -6,18 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_mpi.h"
 #include "commands.h"
-#include "model/train.h"
 #include "options.h"
+#include "porch.h"
+#include "rfsdp_model.h"
+#include "rfsdp_mpi.h"
 #include "rfsdp_run.h"
 
 /* The config and the tokens (every rank reads them; the caller agrees). */
 static int rf_logits_read(const char *model, const char *tokens_path, int64_t seq,
-                          struct rf_model_config *cfg, char **bytes, size_t *n) {
+                          struct rf_train_model_config *cfg, char **bytes, size_t *n) {
   *bytes = NULL;
-  RF_TRY(rf_model_config_load(cfg, model));
-  RF_TRY(rf_file_read_all(tokens_path, bytes, n));
+  RF_TRY(rf_train_model_config_read(model, (int)seq, cfg));
+  RF_TRY(rf_run_file_read(tokens_path, bytes, n));
   int64_t count = (int64_t)(*n / sizeof(int32_t));
   RF_REQUIRE(
       *n % sizeof(int32_t) == 0 && count % seq == 0 && count > 0 && seq <= cfg->max_position_embeddings,
@@ -28,7 +29,7 @@ static int rf_logits_read(const char *model, const char *tokens_path, int64_t se
 
 static int rf_logits_run(const char *model, const char *weights, const char *tokens_path, int64_t seq,
                          const char *out, struct rf_comm *comm) {
-  struct rf_model_config cfg;
+  struct rf_train_model_config cfg;
   char *bytes = NULL;
   size_t n = 0;
   if (rf_run_agree_comm(comm, rf_logits_read(model, tokens_path, seq, &cfg, &bytes, &n)) != 0) {
@@ -39,26 +40,24 @@ static int rf_logits_run(const char *model, const char *weights, const char *tok
   int batch = (int)(count / seq);
   struct rf_fsdp_options fo;
   rf_fsdp_options_default(&fo);
-  struct rf_train_model m;
-  struct rf_comm_mesh mesh; /* 1-D: every rank shards */
-  rf_comm_mesh_split(&mesh, comm, comm->world, 0);
-  int rc = rf_train_model_init(&m, &cfg, &fo, comm, &mesh, batch, (int)seq);
-  if (rc == 0) rc = rf_run_import(m.fsdp, comm, weights);
+  struct rf_train_model *m = NULL; /* 1-D: every rank shards */
+  int rc = rf_train_model_create(&m, model, &fo, comm, 1, batch, (int)seq);
+  if (rc == 0) rc = rf_run_import(rf_train_model_fsdp(m), comm, weights);
   if (rc == 0) {
-    double bad = rf_train_model_loss(&m, (const int32_t *)bytes, NULL);
+    double bad = rf_train_model_loss(m, (const int32_t *)bytes, NULL);
     if (bad != bad)
-      rc = rf_error_set(__FILE__, __LINE__, "%s: a token is outside the vocabulary", tokens_path);
+      rc = rf_fsdp_error_set(__FILE__, __LINE__, "%s: a token is outside the vocabulary", tokens_path);
   }
-  if (rc == 0 && comm->rank == 0) {
+  if (rc == 0 && rf_comm_rank(comm) == 0) {
     size_t row = (size_t)cfg.vocab_size * sizeof(float);
-    float *logits = rf_xmalloc((size_t)count * row);
+    float *logits = rf_tool_calloc((size_t)count, row);
     for (int64_t i = 0; i < count; i++)
-      memcpy((char *)logits + (size_t)i * row, rf_train_model_logits(&m, (int)i), row);
-    rc = rf_file_write_all(out, logits, (size_t)count * row);
+      memcpy((char *)logits + (size_t)i * row, rf_train_model_logits(m, (int)i), row);
+    rc = rf_run_file_write(out, logits, (size_t)count * row);
     free(logits);
     if (rc == 0) printf("logits: %s [%d, %lld, %d] f32\n", out, batch, (long long)seq, cfg.vocab_size);
   }
-  if (m.fsdp) rf_train_model_free(&m);
+  rf_train_model_destroy(m);
   free(bytes);
   return rc;
 }
@@ -74,9 +73,8 @@ int rf_cmd_logits(int argc, char **argv) {
       {"out", RF_OPTION_KIND_STRING, &out, "raw little-endian f32 logits [batch, seq, vocab]", NULL, 1},
   };
   rf_comm_mpi_init(&argc, &argv);
-  struct rf_comm comm;
-  rf_comm_init_world(&comm);
-  int rank = comm.rank;
+  struct rf_comm *comm = rf_comm_create_mpi(MPI_COMM_WORLD);
+  int rank = rf_comm_rank(comm);
   int rc = rf_options_parse(
       argc, argv, options, (int)(sizeof options / sizeof options[0]),
       "usage: rfsdp logits --model CONFIG.json --weights F.safetensors --tokens F.i32 --seq T "
@@ -87,11 +85,10 @@ int rf_cmd_logits(int argc, char **argv) {
   if (rc == 0) rc = rf_option_check_distinct("out", out, "--model", model);
   int status = rc == 1 ? 0 : 2;
   if (rc == 0)
-    status =
-        rf_run_exit_status(&comm, rf_logits_run(model, weights, tokens, seq, out, &comm), "rfsdp logits");
+    status = rf_run_exit_status(comm, rf_logits_run(model, weights, tokens, seq, out, comm), "rfsdp logits");
   else if (rc < 0 && rank == 0)
-    fprintf(stderr, "rfsdp logits: %s\n", rf_error_msg());
-  rf_comm_free(&comm);
+    fprintf(stderr, "rfsdp logits: %s\n", rf_fsdp_error());
+  rf_comm_destroy(comm);
   rf_comm_mpi_finalize();
   return status;
 }
