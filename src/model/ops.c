@@ -776,22 +776,33 @@ void rf_model_attention_sink_backward(float *dq, float *dk, float *dv, float *ds
   }
 }
 
-/* g = min(gate, limit), u = clamp(up, -limit, limit): h = (u + 1) * g * sigmoid(alpha g). */
-void rf_model_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit) {
-#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float g = gu[2 * i] < limit ? gu[2 * i] : limit;
-    float u = gu[2 * i + 1] < -limit ? -limit : gu[2 * i + 1] > limit ? limit : gu[2 * i + 1];
+/* g = min(gate, limit), u = clamp(up, -limit, limit): h = (u + 1) * g * sigmoid(alpha g).
+ * Threads over chunks of RF_MODEL_CHUNK outputs, SIMD inside (selects, no branches). */
+static void swiglu_clamp_forward_chunk(float *h, const float *gu, long n, float alpha, float limit) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
+    float graw = gu[2 * i], uraw = gu[2 * i + 1];
+    float g = graw < limit ? graw : limit;
+    float u = uraw < -limit ? -limit : uraw > limit ? limit : uraw;
     h[i] = (u + 1.0f) * g * sigmoidf_(alpha * g);
+  }
+}
+
+void rf_model_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_MODEL_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_MODEL_CHUNK, len = (long)n - i0 < RF_MODEL_CHUNK ? (long)n - i0 : RF_MODEL_CHUNK;
+    swiglu_clamp_forward_chunk(h + i0, gu + 2 * i0, len, alpha, limit);
   }
 }
 
 /* d/dg [g s(alpha g)] = s + alpha g s (1 - s); a clamped input passes no gradient (torch's
  * clamp: the bound itself passes it). */
-void rf_model_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
-                                    float limit) {
-#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+static void swiglu_clamp_backward_chunk(float *dgu, const float *dh, const float *gu, long n, float alpha,
+                                        float limit) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) {
     float graw = gu[2 * i], uraw = gu[2 * i + 1];
     float g = graw < limit ? graw : limit;
     float u = uraw < -limit ? -limit : uraw > limit ? limit : uraw;
@@ -801,23 +812,48 @@ void rf_model_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu
   }
 }
 
+void rf_model_swiglu_clamp_backward(float *dgu, const float *dh, const float *gu, size_t n, float alpha,
+                                    float limit) {
+  long chunks = (long)rf_ceil_div((int64_t)n, RF_MODEL_CHUNK);
+#pragma omp parallel for schedule(static) if (n >= RF_MODEL_PAR_MIN)
+  for (long c = 0; c < chunks; c++) {
+    long i0 = c * RF_MODEL_CHUNK, len = (long)n - i0 < RF_MODEL_CHUNK ? (long)n - i0 : RF_MODEL_CHUNK;
+    swiglu_clamp_backward_chunk(dgu + 2 * i0, dh + i0, gu + 2 * i0, len, alpha, limit);
+  }
+}
+
+/* The transposes go in tiles of RF_MODEL_TT x RF_MODEL_TT (both sides stay in cache). */
+#define RF_MODEL_TT 32
+
 void rf_model_weight_transpose(float *dst, const struct rf_model_weight *w, int rows, int cols) {
   RF_ASSERT(w->f32 || w->bf16);
+  int tr = (rows + RF_MODEL_TT - 1) / RF_MODEL_TT, tc = (cols + RF_MODEL_TT - 1) / RF_MODEL_TT;
 #pragma omp parallel for schedule(static) if ((long)rows * cols >= RF_MODEL_PAR_MIN)
-  for (int c = 0; c < cols; c++) {
-    float *d = dst + (size_t)c * rows;
-    if (w->f32)
-      for (int r = 0; r < rows; r++) d[r] = w->f32[(size_t)r * cols + c];
-    else
-      for (int r = 0; r < rows; r++) d[r] = rf_f32_from_bf16(w->bf16[(size_t)r * cols + c]);
+  for (int t = 0; t < tr * tc; t++) {
+    int r0 = (t / tc) * RF_MODEL_TT, c0 = (t % tc) * RF_MODEL_TT;
+    int r1 = r0 + RF_MODEL_TT < rows ? r0 + RF_MODEL_TT : rows,
+        c1 = c0 + RF_MODEL_TT < cols ? c0 + RF_MODEL_TT : cols;
+    for (int c = c0; c < c1; c++) {
+      float *d = dst + (size_t)c * rows;
+      if (w->f32)
+        for (int r = r0; r < r1; r++) d[r] = w->f32[(size_t)r * cols + c];
+      else
+        for (int r = r0; r < r1; r++) d[r] = rf_f32_from_bf16(w->bf16[(size_t)r * cols + c]);
+    }
   }
 }
 
 void rf_model_transpose_add(float *dst, const float *src, int rows, int cols) {
+  int tr = (rows + RF_MODEL_TT - 1) / RF_MODEL_TT, tc = (cols + RF_MODEL_TT - 1) / RF_MODEL_TT;
 #pragma omp parallel for schedule(static) if ((long)rows * cols >= RF_MODEL_PAR_MIN)
-  for (int c = 0; c < cols; c++) {
-    float *d = dst + (size_t)c * rows;
-    for (int r = 0; r < rows; r++) d[r] += src[(size_t)r * cols + c];
+  for (int t = 0; t < tr * tc; t++) {
+    int r0 = (t / tc) * RF_MODEL_TT, c0 = (t % tc) * RF_MODEL_TT;
+    int r1 = r0 + RF_MODEL_TT < rows ? r0 + RF_MODEL_TT : rows,
+        c1 = c0 + RF_MODEL_TT < cols ? c0 + RF_MODEL_TT : cols;
+    for (int c = c0; c < c1; c++) {
+      float *d = dst + (size_t)c * rows;
+      for (int r = r0; r < r1; r++) d[r] += src[(size_t)r * cols + c];
+    }
   }
 }
 
