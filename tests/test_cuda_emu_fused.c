@@ -7,7 +7,9 @@
  * and clip factor, AdamW over a shard with zero-length pieces and padding), tolerances
  * in units of bf16's roundoff stated there; then
  * tests/gpu/test_moe_cuda against a brute-force reference of moe.c's grouping, gather,
- * combine and backward (idle experts, a cap too small). */
+ * combine and backward (idle experts, a cap too small); then tests/gpu/test_optim_cuda:
+ * 8-bit AdamW's kernel (src/optim/adamw8bit_cuda.cu) against the host optimizer, bit for bit
+ * (cut tiles and runs, zero-length pieces, padding untouched). */
 #include <stdio.h>
 #include <string.h>
 
@@ -32,5 +34,10 @@ int main(void) {
   RF_CHECK(
       rc == 0 && strstr(out, "test_moe_cuda: ") && strstr(out, " 0 failed") && strstr(out, "cap too small"),
       "test_moe_cuda on the stand-in: exit %d", rc);
+  rc = rf_cuda_emu_run(out, sizeof out, "", 0, 120, "tests/gpu/test_optim_cuda");
+  printf("%s", out);
+  RF_CHECK(rc == 0 && strstr(out, "test_optim_cuda: ") && strstr(out, " 0 failed") &&
+               strstr(out, "adamw8bit v_scale"),
+           "test_optim_cuda on the stand-in: exit %d", rc);
   return rf_test_finish("test_cuda_emu_fused");
 }

@@ -5,6 +5,8 @@
  * build/rfsdp train --device cpu on a tiny LLaMA:
  *   - W = 1; W = 2 on two emulated GPUs (a GPU per rank); W = 3 on one GPU shared by the
  *     three ranks (NCCL_HOSTID per rank), all f32;
+ *   - W = 2 on two emulated GPUs with --optim adamw8bit (src/optim/adamw8bit_cuda.cu: the host
+ *     step's bits, so the f32 bounds);
  *   - W = 2 with --compute-dtype bf16 (bf16 operands, f32 accumulation), at head_dim 8 (the
  *     f32 attention kernels) and at head_dim 32 (the tensor-core attention of attention_tc.cu,
  *     the CUDA table's attention_bf16 entries; GQA 2 heads on 1);
@@ -125,6 +127,7 @@ int main(void) {
   same_run("RF_EMU_DEVICES=2", 2, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 3, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
+  same_run("RF_EMU_DEVICES=2", 2, "--optim adamw8bit", 1e-5, 1e-4, 0);
   char tc[300];
   write_json(tc, sizeof tc, "tc.json",
              "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 80, "

@@ -22,9 +22,10 @@
 
 #include "device/device.h"
 
-struct rf_model_kernels; /* model/kernels.h */
-struct rf_optim_hyper;   /* optim/optim.h */
-struct rf_comm;          /* comm/comm.h */
+struct rf_model_kernels;   /* model/kernels.h */
+struct rf_optim_hyper;     /* optim/optim.h */
+struct rf_optim_8bit_plan; /* optim/optim.h */
+struct rf_comm;            /* comm/comm.h */
 
 struct rf_backend {
   const char *name; /* as --device spells it */
@@ -50,6 +51,10 @@ struct rf_backend {
    * the cpu backend's). */
   void (*adamw_piece)(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m, float *v,
                       int64_t len, struct rf_device_stream *stream);
+  /* 8-bit AdamW's whole step as kernels (src/optim/adamw8bit.c's plan), bit for bit the host step;
+   * NULL: the host code (launched, or at once on the host). */
+  void (*adamw8bit_step)(const struct rf_optim_8bit_plan *plan, const struct rf_optim_hyper *h,
+                         struct rf_device_stream *stream);
 };
 
 /* The host: every build, memory from the heap. */

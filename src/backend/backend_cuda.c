@@ -1,5 +1,6 @@
 /* The CUDA backend (make BACKEND=cuda, or cuda-emu on the CPU stand-in): the device of
- * device_cuda.c, the model's kernels of kernels_cuda.cu, AdamW fused in adamw_cuda.cu. */
+ * device_cuda.c, the model's kernels of kernels_cuda.cu, AdamW fused in adamw_cuda.cu, 8-bit AdamW
+ * in adamw8bit_cuda.cu. */
 #include "backend/backend.h"
 #include "comm/comm_nccl.h"
 #include "device/device_cuda.h"
@@ -24,5 +25,6 @@ const struct rf_backend rf_backend_cuda = {
     .devices = rf_device_cuda_count,
     .model = &rf_model_kernels_cuda,
     .adamw_piece = rf_optim_adamw_cuda_piece,
+    .adamw8bit_step = rf_optim_adamw8bit_cuda_step,
     .comm_open = rf_backend_cuda_comm_open,
 };

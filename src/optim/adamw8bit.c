@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "optim/optim.h"
 #include "optim/simd.h"
 
@@ -35,6 +36,10 @@ struct rf_optim_8bit {
   __m512i *blk_um, *blk_uv; /* the new absmax per lane (the AVX-512 kernels) */
 #endif
   int64_t max_blocks; /* blocks in a group, at most */
+  /* where the backend steps it with kernels (its adamw8bit_step): the plan, its device copy (one
+   * allocation: views, blocks, tables) and the host bytes it was copied from (kept until free) */
+  struct rf_optim_8bit_plan plan;
+  void *plan_dev, *plan_host;
 };
 
 /* ---- blocks ------------------------------------------------------------------ */
@@ -119,6 +124,94 @@ static int rf_optim_check_whole(struct rf_optim *o, const struct rf_optim_view *
   return 0;
 }
 
+static int64_t rf_optim_8bit_align(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/* The plan of the backend's kernels (struct rf_optim_8bit_plan): a block per scale in scale
+ * order, the views, quant.c's tables, copied once to the device on the optimizer's stream. */
+static int rf_optim_8bit_plan_make(struct rf_optim *o, struct rf_optim_8bit *q) {
+  const int64_t nb = q->n_scales, buckets = RF_OPTIM_QBUCKETS;
+  const int64_t at_views = 0,
+                at_blocks = rf_optim_8bit_align((int64_t)sizeof(struct rf_optim_8bit_cuda_view) * o->n),
+                at_maps =
+                    at_blocks + rf_optim_8bit_align((int64_t)sizeof(struct rf_optim_8bit_cuda_block) * nb),
+                at_ents = at_maps + rf_optim_8bit_align(2 * 256 * (int64_t)sizeof(float)),
+                bytes = at_ents + 4 * buckets * (int64_t)sizeof(uint32_t);
+  float *p = NULL;
+  const float *g = NULL;
+  for (int i = 0; i < o->n; i++) { /* the slabs: one master and one gradient at the shard's offsets */
+    const struct rf_optim_view *w = &o->views[i];
+    if (w->v.end == w->v.begin) continue;
+    if (!p) {
+      p = w->v.master - w->v.shard_offset;
+      g = w->v.grad - w->v.shard_offset;
+    }
+    RF_REQUIRE(w->v.master == p + w->v.shard_offset && w->v.grad == g + w->v.shard_offset,
+               "--optim adamw8bit on device %s: view %d (%s) is not in the shard's master and gradient slabs "
+               "at its shard offset",
+               o->dev->backend->name, i, w->v.name ? w->v.name : "?");
+  }
+  char *host = rf_xcalloc(1, (size_t)bytes);
+  struct rf_optim_8bit_cuda_view *hv = (void *)(host + at_views);
+  struct rf_optim_8bit_cuda_block *hb = (void *)(host + at_blocks);
+  int64_t k = 0;
+  for (int i = 0; i < o->n; i++) {
+    const struct rf_optim_view *w = &o->views[i];
+    hv[i] = (struct rf_optim_8bit_cuda_view){.begin = w->v.begin,
+                                             .end = w->v.end,
+                                             .shard_offset = w->v.shard_offset,
+                                             .decay = (w->flags & RF_OPTIM_FLAG_DECAY) != 0};
+    int64_t first, last;
+    rf_optim_block_span(w, &first, &last);
+    for (int64_t blk = first; blk < last; blk++) {
+      struct rf_optim_runs runs;
+      rf_optim_block_runs(w, blk, &runs);
+      if (runs.elems == 0) continue;
+      struct rf_optim_8bit_cuda_block *b = &hb[k++];
+      b->view = i;
+      if (w->cols == 0) {
+        b->first = blk * RF_OPTIM_VEC_BLOCK;
+        b->row = w->v.numel;
+        b->rows = 1;
+        b->cols = (int32_t)rf_min_i64(RF_OPTIM_VEC_BLOCK, w->v.numel - b->first);
+      } else {
+        int64_t tps = rf_optim_tiles_per_strip(w), r0 = blk / tps * RF_OPTIM_TILE,
+                c0 = blk % tps * RF_OPTIM_TILE;
+        b->first = r0 * w->cols + c0;
+        b->row = w->cols;
+        b->rows = (int32_t)rf_min_i64(RF_OPTIM_TILE, w->rows - r0);
+        b->cols = (int32_t)rf_min_i64(RF_OPTIM_TILE, w->cols - c0);
+      }
+    }
+  }
+  RF_ASSERT(k == nb);
+  memcpy(host + at_maps, rf_optim_qmap(1), 256 * sizeof(float));
+  memcpy(host + at_maps + 256 * sizeof(float), rf_optim_qmap(0), 256 * sizeof(float));
+  memcpy(host + at_ents, rf_optim_qentries(1), 2 * (size_t)buckets * sizeof(uint32_t));
+  memcpy(host + at_ents + 2 * buckets * sizeof(uint32_t), rf_optim_qentries(0),
+         2 * (size_t)buckets * sizeof(uint32_t));
+  char *dev = rf_device_alloc(o->dev, (size_t)bytes, 64);
+  rf_device_copy(o->dev, dev, host, (size_t)bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, o->stream);
+  q->plan_dev = dev;
+  q->plan_host = host;
+  q->plan =
+      (struct rf_optim_8bit_plan){.p = p,
+                                  .g = g,
+                                  .views = (const void *)(dev + at_views),
+                                  .blocks = (const void *)(dev + at_blocks),
+                                  .n_blocks = nb,
+                                  .map_s = (const void *)(dev + at_maps),
+                                  .map_u = (const void *)(dev + at_maps + 256 * sizeof(float)),
+                                  .ent_s = (const void *)(dev + at_ents),
+                                  .ent_u = (const void *)(dev + at_ents + 2 * buckets * sizeof(uint32_t)),
+                                  .key_lo = RF_OPTIM_QKEY_LO,
+                                  .buckets = (int32_t)buckets,
+                                  .mq = q->mq,
+                                  .vq = q->vq,
+                                  .ms = q->ms,
+                                  .vs = q->vs};
+  return 0;
+}
+
 /* ---- create / free ---------------------------------------------------------- */
 
 static int rf_optim_8bit_create(struct rf_optim *o) {
@@ -179,12 +272,15 @@ static int rf_optim_8bit_create(struct rf_optim *o) {
   q->blk_av = rf_xcalloc(nb, sizeof *q->blk_av);
   q->blk_im = rf_xcalloc(nb, sizeof *q->blk_im);
   q->blk_iv = rf_xcalloc(nb, sizeof *q->blk_iv);
+  if (o->dev->backend && o->dev->backend->adamw8bit_step) return rf_optim_8bit_plan_make(o, q);
   return 0;
 }
 
 static void rf_optim_8bit_free(struct rf_optim *o) {
   struct rf_optim_8bit *q = o->impl;
   if (!q) return;
+  rf_device_release(o->dev, q->plan_dev);
+  free(q->plan_host);
   free(q->views);
   rf_device_release(o->dev, q->mq);
   rf_device_release(o->dev, q->vq);
@@ -443,7 +539,8 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
 
 /* The step is host code on device memory: launched on the optimizer's stream (the host: at once;
  * the checked device: on its worker, later), reaching the parameters, the gradients and the state
- * through the device's views. The hyperparameters are taken at the call. */
+ * through the device's views. The hyperparameters are taken at the call. Where the backend has
+ * the step as kernels (adamw8bit_step: CUDA), the plan made at create goes to them instead. */
 struct rf_optim_8bit_launch {
   const struct rf_optim *o;
   struct rf_optim_hyper h;
@@ -481,6 +578,11 @@ static void rf_optim_8bit_launched(void *arg) {
 static int rf_optim_8bit_step(struct rf_optim *o, float lr) {
   struct rf_optim_8bit_launch a = {.o = o};
   rf_optim_hyper_init(o, lr, &a.h);
+  const struct rf_optim_8bit *q = o->impl;
+  if (q->plan_dev) { /* the backend's kernels (CUDA): the same bits */
+    o->dev->backend->adamw8bit_step(&q->plan, &a.h, o->stream);
+    return 0;
+  }
   rf_device_launch(o->dev, o->stream, "--optim adamw8bit", rf_optim_8bit_launched, &a, sizeof a);
   return 0;
 }
@@ -511,12 +613,17 @@ static int64_t rf_optim_8bit_tensor_blocks(const struct rf_optim *o, int view) {
   return rf_ceil_div(w->rows, RF_OPTIM_TILE) * rf_optim_tiles_per_strip(w);
 }
 
+static int rf_optim_8bit_on_device(const struct rf_device *dev) {
+  return dev->backend && dev->backend->adamw8bit_step;
+}
+
 const struct rf_optim_ops rf_optim_adamw8bit_ops = {
     .name = "adamw8bit",
     .block_rows = RF_OPTIM_TILE,
     .vector_block = RF_OPTIM_VEC_BLOCK,
     .n_states = 4,
     .host_code = 1,
+    .on_device = rf_optim_8bit_on_device,
     /* read p, g (f32), m, v (a byte each); write p, m, v */
     .elem_bytes = 16,
     .matrix_elem_bytes = 0,

@@ -105,7 +105,8 @@ static int rf_optim_make(struct rf_optim **out, const struct rf_optim_options *o
              (long long)shard_elems);
   RF_REQUIRE((unsigned)opt->kind < (unsigned)RF_OPTIM_N_KINDS, "optim: unknown kind %d", (int)opt->kind);
   RF_REQUIRE(flags || n == 0, "optim: no groups (flags) given for the %d views", n);
-  RF_REQUIRE(!dev || !rf_optim_kinds[opt->kind]->host_code || rf_device_runs_host_code(dev),
+  RF_REQUIRE(!dev || !rf_optim_kinds[opt->kind]->host_code || rf_device_runs_host_code(dev) ||
+                 (rf_optim_kinds[opt->kind]->on_device && rf_optim_kinds[opt->kind]->on_device(dev)),
              "--optim %s: not on device %s yet (its step is host code; adamw runs there)",
              rf_optim_kinds[opt->kind]->name, dev->backend ? dev->backend->name : dev->ops->name);
   struct rf_optim *o = rf_xcalloc(1, sizeof *o);

@@ -37,6 +37,9 @@ struct rf_optim_ops {
   /* 1: its step takes the clip factor from the device (rf_optim_hyper.gscale): rf_optim_step_fsdp_launch
    * leaves the norm on the device */
   int device_clip;
+  /* optional: 1 when dev's backend has this kind's kernels (its step launches them instead of host
+   * code, so a device that cannot run host code takes it) */
+  int (*on_device)(const struct rf_device *dev);
   /* what a step costs (rf_optim_stats.step_stream_bytes, the simulator's price):
    * bytes of memory one step reads and writes per shard element of the
    * element-wise pass, and per element of this rank's pieces of MATRIX views
@@ -168,6 +171,41 @@ void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, floa
  * operations in their order without FMA contraction, so the host's bits. */
 void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
                                float *v, int64_t len, struct rf_device_stream *stream);
+
+/* 8-bit AdamW on a device that runs kernels, not host code (CUDA: adamw8bit_cuda.cu, the backend's
+ * adamw8bit_step): adamw8bit.c's step as one launch, a thread block per 8-bit block (a 32 x 32 tile of
+ * a matrix or a run of 256 of a vector, intersected with this rank's piece), from a plan made at create.
+ * Every pointer is device memory; the tables are quant.c's (maps and the quantizer's entries). The
+ * descriptors in device memory hold offsets, no pointers (the kernel takes its pointers as arguments). */
+struct rf_optim_8bit_cuda_view {
+  int64_t begin, end; /* the piece, in the tensor's elements */
+  int64_t shard_offset;
+  int32_t decay; /* RF_OPTIM_FLAG_DECAY set */
+  int32_t pad_;
+};
+struct rf_optim_8bit_cuda_block { /* one per scale, in scale order */
+  int64_t first;                  /* the tensor element of its top-left corner */
+  int64_t row;                    /* elements from one of its rows to the next */
+  int32_t view, rows, cols;       /* rows x cols <= 1024 */
+  int32_t pad_;
+};
+struct rf_optim_8bit_plan {
+  /* the shard's slabs: every view's piece at its shard offset (the runtime's layout, required) */
+  float *p;
+  const float *g;
+  const struct rf_optim_8bit_cuda_view *views;
+  const struct rf_optim_8bit_cuda_block *blocks;
+  int64_t n_blocks;
+  const float *map_s, *map_u;    /* rf_optim_qmap(1), (0): 256 each */
+  const uint32_t *ent_s, *ent_u; /* rf_optim_qentries(1), (0): 2 * buckets each */
+  int32_t key_lo, buckets;       /* RF_OPTIM_QKEY_LO, RF_OPTIM_QBUCKETS */
+  uint8_t *mq, *vq;              /* codes over the shard */
+  float *ms, *vs;                /* absmax per block */
+};
+/* The launch (BACKEND=cuda builds only): the host step's bits (round-to-nearest intrinsics, no
+ * contraction); nothing when plan->n_blocks is 0. */
+void rf_optim_adamw8bit_cuda_step(const struct rf_optim_8bit_plan *plan, const struct rf_optim_hyper *h,
+                                  struct rf_device_stream *stream);
 
 /* f32 AdamW state over the shard (m, v at the views' shard offsets). */
 struct rf_optim_adamw_state {

@@ -1,0 +1,138 @@
+/* GPU test (built by make BACKEND=cuda, run by scripts/gpu-check; on the CPU stand-in by
+ * tests/test_cuda_emu_fused.c): the optimizers' CUDA steps against the host optimizer.
+ *
+ * 8-bit AdamW (src/optim/adamw8bit_cuda.cu, the CUDA backend's adamw8bit_step): an optimizer
+ * made on the CUDA device (rf_optim_create_on) and one on the host over the same views and
+ * values, 6 steps with new gradients each, then the parameters, the m and v codes and the
+ * scales compared bit for bit (tolerance 0: the kernel runs the host's operations in its order
+ * with round-to-nearest intrinsics, and the absmax and codes are exact functions of them).
+ * The shard: a 70 x 100 matrix cut by the piece [1234, 5678) (tiles of 32 x 32 cut at both
+ * ends, a last strip of 6 rows, a last tile 4 wide), a vector of 1000 cut at [100, 777), a
+ * 64 x 96 matrix whole, a 3-D tensor (2 x 40 x 33, cols 33) whole, zero-length pieces first,
+ * between and last, 5 elements of padding between pieces (never touched: the whole slabs are
+ * compared, padding included), a 32 x 32 tile whose gradient is 0 at every step (absmax 0),
+ * gradients spanning 1e-6..1 (codes at both ends of the maps). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "optim/optim.h"
+#include "rf_test.h"
+
+extern const struct rf_backend rf_backend_cuda;
+
+static uint64_t g_rng = 20261203;
+
+#define NV 7
+
+static void check_same(const char *what, const void *dev_bytes, const void *host, size_t bytes,
+                       struct rf_device *dev, struct rf_device_stream *st) {
+  unsigned char *got = rf_xmalloc(bytes ? bytes : 1);
+  rf_device_copy(dev, got, dev_bytes, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, st);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < bytes; i++)
+    if (got[i] != ((const unsigned char *)host)[i] && bad++ == 0) first = i;
+  RF_CHECK(bad == 0, "%s: %zu of %zu bytes differ from the host's (first at byte %zu)", what, bad, bytes,
+           first);
+  if (bad == 0) printf("%s: the host's bits (%zu bytes)\n", what, bytes);
+  free(got);
+}
+
+static void test_adamw8bit(void) {
+  struct rf_device dev;
+  rf_backend_open(&rf_backend_cuda, &dev, 0, NULL);
+  struct rf_device_stream *st = rf_device_stream_create(&dev);
+  /* name, shape, piece [b, e), whole blocks */
+  struct {
+    const char *name;
+    int ndim;
+    int64_t shape[3], b, e;
+    int whole;
+  } spec[NV] = {
+      {"z0", 2, {40, 40, 0}, 0, 0, 0},        {"w", 2, {70, 100, 0}, 1234, 5678, 0},
+      {"bias", 1, {1000, 0, 0}, 100, 777, 0}, {"z1", 1, {300, 0, 0}, 50, 50, 0},
+      {"e", 2, {64, 96, 0}, 0, 64 * 96, 1},   {"t3", 3, {2, 40, 33}, 0, 2 * 40 * 33, 1},
+      {"z2", 2, {10, 10, 0}, 100, 100, 0},
+  };
+  struct rf_tensor_view hv[NV], dv[NV];
+  int flags[NV];
+  int64_t starts[NV][2], off[NV], shard = 5;
+  for (int i = 0; i < NV; i++) {
+    off[i] = shard;
+    shard += spec[i].e - spec[i].b + 5;
+  }
+  float *hp = rf_xmalloc((size_t)shard * sizeof(float)), *hg = rf_xcalloc((size_t)shard, sizeof(float));
+  for (int64_t i = 0; i < shard; i++) hp[i] = 0.5f * rf_test_rand_f32(&g_rng);
+  float *dp = rf_device_alloc(&dev, (size_t)shard * sizeof(float), 64);
+  float *dg = rf_device_alloc(&dev, (size_t)shard * sizeof(float), 64);
+  rf_device_copy(&dev, dp, hp, (size_t)shard * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, st);
+  for (int i = 0; i < NV; i++) {
+    int64_t numel = 1;
+    for (int d = 0; d < spec[i].ndim; d++) numel *= spec[i].shape[d];
+    starts[i][0] = spec[i].b;
+    starts[i][1] = spec[i].e;
+    hv[i] = (struct rf_tensor_view){.name = spec[i].name,
+                                    .ndim = spec[i].ndim,
+                                    .numel = numel,
+                                    .block_elems = spec[i].whole ? numel : 1,
+                                    .starts = starts[i],
+                                    .begin = spec[i].b,
+                                    .end = spec[i].e,
+                                    .shard_offset = off[i],
+                                    .master = hp + off[i],
+                                    .grad = hg + off[i]};
+    for (int d = 0; d < spec[i].ndim; d++) hv[i].shape[d] = spec[i].shape[d];
+    dv[i] = hv[i];
+    dv[i].master = dp + off[i];
+    dv[i].grad = dg + off[i];
+    flags[i] = spec[i].ndim >= 2 ? RF_OPTIM_FLAG_DECAY : 0;
+  }
+  struct rf_optim_options opt;
+  rf_optim_options_default(&opt);
+  opt.kind = RF_OPTIM_KIND_ADAMW8BIT;
+  struct rf_optim *ho = NULL, *go = NULL;
+  RF_ASSERT(rf_optim_create(&ho, &opt, hv, flags, NV, shard, NULL) == 0);
+  int rc = rf_optim_create_on(&go, &opt, dv, flags, NV, shard, NULL, &dev, st);
+  RF_CHECK(rc == 0, "8-bit AdamW on the CUDA device: %s", rf_error_msg());
+  if (rc != 0) return;
+  for (int s = 0; s < 6; s++) {
+    for (int64_t i = 0; i < shard; i++) {
+      float mag = i % 7 == 0 ? 1e-6f : i % 5 == 0 ? 1e-3f : 1.0f;
+      hg[i] = rf_test_rand_f32(&g_rng) * mag;
+    }
+    /* the first full tile of "e" (rows 0..31, columns 0..31): zero gradient, absmax 0 */
+    for (int r = 0; r < 32; r++)
+      for (int c = 0; c < 32; c++) hg[off[4] + r * 96 + c] = 0.0f;
+    rf_device_copy(&dev, dg, hg, (size_t)shard * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, st);
+    float lr = 1e-2f * (float)(s + 1);
+    RF_ASSERT(rf_optim_step(ho, lr) == 0);
+    RF_ASSERT(rf_optim_step(go, lr) == 0);
+  }
+  rf_device_stream_synchronize(&dev, st);
+  check_same("adamw8bit p after 6 steps (padding and zero-length pieces included)", dp, hp,
+             (size_t)shard * sizeof(float), &dev, st);
+  for (int i = 0; i < rf_optim_n_states(ho); i++) {
+    struct rf_optim_state_slab a, b;
+    rf_optim_state(ho, i, &a);
+    rf_optim_state(go, i, &b);
+    RF_CHECK(a.count == b.count && a.dtype == b.dtype, "slab %s: %lld elements on the host, %lld on CUDA",
+             a.name, (long long)a.count, (long long)b.count);
+    char what[96];
+    snprintf(what, sizeof what, "adamw8bit %s (%lld)", a.name, (long long)a.count);
+    check_same(what, b.data, a.data, (size_t)a.count * (a.dtype == RF_DTYPE_U8 ? 1 : 4), &dev, st);
+  }
+  rf_optim_free(go);
+  rf_optim_free(ho);
+  rf_device_release(&dev, dp);
+  rf_device_release(&dev, dg);
+  rf_device_stream_free(&dev, st);
+  rf_device_free(&dev);
+  free(hp), free(hg);
+}
+
+int main(void) {
+  test_adamw8bit();
+  return rf_test_finish("test_optim_cuda");
+}
