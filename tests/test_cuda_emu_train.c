@@ -6,7 +6,9 @@
  *   - W = 1; W = 2 on two emulated GPUs (a GPU per rank); W = 3 on one GPU shared by the
  *     three ranks (NCCL_HOSTID per rank), all f32;
  *   - W = 2 on two emulated GPUs with --optim adamw8bit (src/optim/adamw8bit_cuda.cu: the host
- *     step's bits, so the f32 bounds);
+ *     step's bits, so the f32 bounds), and W = 2 on one GPU with --optim muon (its momentum and
+ *     update as kernels of muon_cuda.cu, the host's bits; Newton-Schulz on the owner's host
+ *     staging, as the cpu run: the f32 bounds);
  *   - W = 2 with --compute-dtype bf16 (bf16 operands, f32 accumulation), at head_dim 8 (the
  *     f32 attention kernels) and at head_dim 32 (the tensor-core attention of attention_tc.cu,
  *     the CUDA table's attention_bf16 entries; GQA 2 heads on 1);
@@ -33,7 +35,7 @@
  * the gradient norm together (the loss summed over micro-batches, the norm all-reduced over NCCL
  * and the clip factor computed and read by AdamW, all on the device).
  * What the CUDA build cannot run yet is refused before the first step, naming the option:
- * --optim muon, --fp8 block. */
+ * --optim shampoo, --fp8 block. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,13 +130,14 @@ int main(void) {
   same_run("", 3, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
   same_run("RF_EMU_DEVICES=2", 2, "--optim adamw8bit", 1e-5, 1e-4, 0);
+  same_run("", 2, "--optim muon", 1e-5, 1e-4, 0);
   char tc[300];
   write_json(tc, sizeof tc, "tc.json",
              "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 80, "
              "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
              "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5}");
   same_run_of("", 2, tc, "--batch 6 --seq 32", "--compute-dtype bf16", 0x1p-10, 0x1p-8, 0);
-  refused("--optim muon", "--optim muon", model, "--optim muon: not on device cuda yet");
+  refused("--optim shampoo", "--optim shampoo", model, "--optim shampoo: not on device cuda yet");
   refused("--fp8 block", "--fp8 block", model,
           "--fp8 block: the FP8 linear layers are not on device cuda yet");
   char mixtral[300], qwen[300];

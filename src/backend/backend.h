@@ -55,6 +55,12 @@ struct rf_backend {
    * NULL: the host code (launched, or at once on the host). */
   void (*adamw8bit_step)(const struct rf_optim_8bit_plan *plan, const struct rf_optim_hyper *h,
                          struct rf_device_stream *stream);
+  /* Muon's element-wise stages as kernels (src/optim/muon.c's pack and unpack; their results staged
+   * through a device buffer and copies), bit for bit the host's; NULL: the host code on the views. */
+  void (*muon_momentum)(float *buf, const float *g, float *u, int64_t len, float momentum, int nesterov,
+                        struct rf_device_stream *stream);
+  void (*muon_apply)(float *p, const float *u, int64_t len, float dec, float alr,
+                     struct rf_device_stream *stream);
 };
 
 /* The host: every build, memory from the heap. */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/backend.h"
 #include "optim/optim.h"
 
 /* One matrix: a 2-D view, or one of the shape[0] matrices [shape[1], shape[2]] of a
@@ -26,6 +27,9 @@ struct rf_optim_muon {
   struct rf_optim_owners *owners;
   float lr; /* of the step in progress */
   struct rf_optim *o;
+  /* where the backend has Muon's kernels (muon_momentum, muon_apply: CUDA): a device buffer of the
+   * largest piece, between the kernels and the transport's host staging (a copy each way) */
+  float *dstage;
 };
 
 static int rf_optim_muon_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
@@ -108,6 +112,16 @@ static int rf_optim_muon_create(struct rf_optim *o) {
   }
   rf_optim_owners_create(&mu->owners, o->comm, o->dev, o->stream, desc, mu->n_mats, o->opt.muon_overlap,
                          o->measure);
+  if (!o->measure && o->dev->backend && o->dev->backend->muon_momentum) {
+    int64_t most = 1;
+    for (int k = 0; k < mu->n_mats; k++) {
+      int64_t lo, hi;
+      rf_optim_muon_piece(&o->views[mu->mats[k].view], &mu->mats[k], &lo, &hi);
+      most = rf_max_i64(most, hi - lo);
+    }
+    mu->dstage = rf_device_alloc(o->dev, (size_t)most * sizeof(float), 64);
+    o->stats.workspace_bytes += most * (int64_t)sizeof(float);
+  }
   free(desc);
   struct rf_optim_owners_stats ts;
   rf_optim_owners_get_stats(mu->owners, &ts);
@@ -119,6 +133,7 @@ static void rf_optim_muon_free(struct rf_optim *o) {
   struct rf_optim_muon *mu = o->impl;
   if (!mu) return;
   rf_optim_adamw_state_free(o, &mu->s);
+  rf_device_release(o->dev, mu->dstage);
   rf_optim_owners_free(mu->owners);
   free(mu->mats);
   free(mu->matrix_of);
@@ -137,6 +152,15 @@ static void rf_optim_muon_pack(void *ctx, int k, float *u) {
   int64_t lo, hi;
   rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
   int64_t len = hi - lo;
+  if (mu->dstage) { /* the backend's kernel into the device buffer, then to the staging: one wait */
+    if (len <= 0) return;
+    o->dev->backend->muon_momentum(mu->s.m + w->v.shard_offset + (lo - w->v.begin),
+                                   w->v.grad + (lo - w->v.begin), mu->dstage, len, o->opt.muon_momentum,
+                                   o->opt.muon_nesterov, o->stream);
+    rf_device_copy(o->dev, u, mu->dstage, (size_t)len * sizeof(float), RF_DEVICE_COPY_DEVICE_TO_HOST,
+                   o->stream);
+    return;
+  }
   float m = o->opt.muon_momentum, om = 1.0f - m;
   const float *g = (const float *)rf_device_view(o->dev, w->v.grad) + (lo - w->v.begin);
   float *buf = (float *)rf_device_view(o->dev, mu->s.m) + w->v.shard_offset + (lo - w->v.begin);
@@ -167,9 +191,16 @@ static void rf_optim_muon_unpack(void *ctx, int k, const float *u) {
   int64_t lo, hi;
   rf_optim_muon_piece(w, &mu->mats[k], &lo, &hi);
   int64_t len = hi - lo;
-  float *p = (float *)rf_device_view(o->dev, w->v.master) + (lo - w->v.begin);
   float dec = (w->flags & RF_OPTIM_FLAG_DECAY) ? 1.0f - mu->lr * o->opt.weight_decay : 1.0f;
   float alr = mu->lr * mu->mats[k].lr_adjust;
+  if (mu->dstage) { /* the staging to the device buffer (the host's bytes taken at the call), the kernel */
+    if (len <= 0) return;
+    rf_device_copy(o->dev, mu->dstage, u, (size_t)len * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE,
+                   o->stream);
+    o->dev->backend->muon_apply(w->v.master + (lo - w->v.begin), mu->dstage, len, dec, alr, o->stream);
+    return;
+  }
+  float *p = (float *)rf_device_view(o->dev, w->v.master) + (lo - w->v.begin);
   for (int64_t i = 0; i < len; i++) p[i] = p[i] * dec - alr * u[i];
 }
 
@@ -216,6 +247,10 @@ static void rf_optim_muon_stats(const struct rf_optim *o, struct rf_optim_stats 
   out->muon_comm_wait_ns = ts.wait_ns;
 }
 
+static int rf_optim_muon_on_device(const struct rf_device *dev) {
+  return dev->backend && dev->backend->muon_momentum && dev->backend->muon_apply;
+}
+
 const struct rf_optim_ops rf_optim_muon_ops = {
     .name = "muon",
     .block_rows = 1,
@@ -223,6 +258,7 @@ const struct rf_optim_ops rf_optim_muon_ops = {
     .n_states = 2,
     .takes_matrices = 1,
     .host_code = 1,
+    .on_device = rf_optim_muon_on_device,
     /* AdamW on the others; a matrix piece: momentum in (g, m; m, staging), update out (staging, p; p) */
     .elem_bytes = 28,
     .matrix_elem_bytes = 28,

@@ -207,6 +207,15 @@ struct rf_optim_8bit_plan {
 void rf_optim_adamw8bit_cuda_step(const struct rf_optim_8bit_plan *plan, const struct rf_optim_hyper *h,
                                   struct rf_device_stream *stream);
 
+/* Muon's element-wise stages on CUDA (muon_cuda.cu, BACKEND=cuda builds only; the backend's
+ * muon_momentum and muon_apply), muon.c's arithmetic with round-to-nearest intrinsics: the host's
+ * bits. momentum: buf = buf + (1 - mu) (g - buf), u = Nesterov ? buf - (buf - g) (1 - mu) : buf;
+ * apply: p = p dec - alr u. Every pointer device memory; len 0 queues nothing. */
+void rf_optim_muon_cuda_momentum(float *buf, const float *g, float *u, int64_t len, float momentum,
+                                 int nesterov, struct rf_device_stream *stream);
+void rf_optim_muon_cuda_apply(float *p, const float *u, int64_t len, float dec, float alr,
+                              struct rf_device_stream *stream);
+
 /* f32 AdamW state over the shard (m, v at the views' shard offsets). */
 struct rf_optim_adamw_state {
   float *m, *v;
