@@ -105,20 +105,16 @@ static void gpt_oss_describe_layer(struct rf_model_desc_builder *b, const struct
   struct rf_model_tensor *t = rf_model_desc_add(
       b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, h, 2 * inter), "%s.mlp.experts.gate_up_proj", p);
   t->sub_count = x;
-  t->block_rows = h;
   t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, 2 * inter),
                         "%s.mlp.experts.gate_up_proj_bias", p);
   t->sub_count = x;
-  t->block_rows = 1;
   t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_EXPERTS, 3, RF_MODEL_DESC_V(x, inter, h),
                         "%s.mlp.experts.down_proj", p);
   t->sub_count = x;
-  t->block_rows = inter;
   t->init.value = b->std_res;
   t = rf_model_desc_add(b, RF_MODEL_DESC_KIND_BIAS, 2, RF_MODEL_DESC_V(x, h), "%s.mlp.experts.down_proj_bias",
                         p);
   t->sub_count = x;
-  t->block_rows = 1;
 }
 
 /* The order of gpt_oss_describe_layer: each attention weight followed by its bias. */
