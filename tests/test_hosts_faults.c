@@ -20,11 +20,12 @@
 #include "rf_cli.h"
 #include "rf_test.h"
 
-/* Long enough that the job is still training when a fault comes 0.3 s after the
- * step-2 checkpoint: 62 steps of this model take about 1 s across the hosts here
- * (16 ms a step on a quiet machine; with 8 steps a quiet run finished before the
- * fault and left nothing to resume). */
-#define STEPS 64
+/* Long enough that the job is still training when a fault comes as the step-2
+ * checkpoint completes (the fault's watcher polls every 0.05 s): 126 steps of this
+ * model take about 0.6 s across the hosts here now that ranks yield their cores
+ * while they wait (5 ms a step on a quiet machine; 64 steps with the fault 0.3 s
+ * after the checkpoint finished first, and left nothing to resume). */
+#define STEPS 128
 #define TIMEOUT_S 5
 static char dir[64] = "/tmp/rf_test_hosts_faults.XXXXXX";
 static const char *common =
@@ -83,7 +84,7 @@ int main(void) {
 
   /* a host's link down mid-step */
   snprintf(ckpt, sizeof ckpt, "%s/ck-link", dir);
-  snprintf(flags, sizeof flags, "--fault link-down:1:%s/step-00000002/COMPLETE+0.3", ckpt);
+  snprintf(flags, sizeof flags, "--fault link-down:1:%s/step-00000002/COMPLETE+0", ckpt);
   rc = rf_cli_run_hosts(out, sizeof out, 2, 2, flags, 60,
                         "train --model %s --data %s %s --steps %d --replicate node --ckpt-dir %s "
                         "--collective-timeout %d --log %s/link.jsonl",
@@ -100,7 +101,7 @@ int main(void) {
 
   /* a host's rank killed */
   snprintf(ckpt, sizeof ckpt, "%s/ck-kill", dir);
-  snprintf(flags, sizeof flags, "--fault kill:2:%s/step-00000002/COMPLETE+0.3", ckpt);
+  snprintf(flags, sizeof flags, "--fault kill:2:%s/step-00000002/COMPLETE+0", ckpt);
   rc = rf_cli_run_hosts(out, sizeof out, 3, 1, flags, 60,
                         "train --model %s --data %s %s --steps %d --ckpt-dir %s --collective-timeout %d "
                         "--log %s/kill.jsonl",
