@@ -110,6 +110,37 @@ float rf_test_rand_f32(uint64_t *state) {
   return (float)((double)(rf_test_rand_u64(state) >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
+float *rf_test_rand_buf(uint64_t *state, size_t n, float scale) {
+  float *p = rf_xmalloc(n * sizeof(float) + 4);
+  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(state);
+  return p;
+}
+
+double rf_test_dot(const float *a, const float *b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+void rf_test_fd_check(const char *name, float *param, size_t n, const float *analytic, rf_test_objective f,
+                      void *ctx) {
+  double amax = rf_test_max_abs(analytic, n), emax = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    float save = param[i];
+    param[i] = save + (float)RF_TEST_FD_H;
+    double fp = f(ctx);
+    param[i] = save - (float)RF_TEST_FD_H;
+    double fm = f(ctx);
+    param[i] = save;
+    double h2 = (double)(save + (float)RF_TEST_FD_H) - (double)(save - (float)RF_TEST_FD_H);
+    emax = rf_test_max(emax, fabs((fp - fm) / h2 - (double)analytic[i]));
+  }
+  double rel = !isfinite(amax) ? INFINITY : amax > 0 ? emax / amax : emax;
+  printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
+  RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
+  RF_CHECK(rel <= RF_TEST_FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, RF_TEST_FD_TOL);
+}
+
 void rf_test_random_cuts(int64_t numel, int world, uint64_t seed, int64_t *cuts) {
   cuts[0] = 0;
   cuts[world] = numel;

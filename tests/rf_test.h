@@ -64,6 +64,23 @@ int rf_test_finish(const char *name);
 uint64_t rf_test_rand_u64(uint64_t *state);
 /* Uniform in [-1, 1). */
 float rf_test_rand_f32(uint64_t *state);
+/* Floats drawn from `state`, uniform in [-scale, scale); rf_xmalloc'd (the caller frees). */
+float *rf_test_rand_buf(uint64_t *state, size_t n, float scale);
+/* sum a[i] * b[i], accumulated in double. */
+double rf_test_dot(const float *a, const float *b, size_t n);
+
+/* Finite differences (tests/test_model_ops.c, test_model_gpt_oss.c, test_model_moe.c): for an op
+ * out = f(inputs) and a fixed random R, the objective is J = sum(out * R) (rf_test_dot); the
+ * backward called with dout = R must give dJ/dinput. rf_test_fd_check moves each param[i] by
+ * +-RF_TEST_FD_H (the ops are smooth, so the truncation error is O(h^2)), recomputes f and checks
+ *   max_i |fd_i - analytic_i| / max_i |analytic_i| <= RF_TEST_FD_TOL   (f32 ops)
+ * and that the analytic gradient is not zero; it prints one line per call. */
+#define RF_TEST_FD_H 1e-2
+#define RF_TEST_FD_TOL 2e-3
+typedef double (*rf_test_objective)(void *ctx);
+void rf_test_fd_check(const char *name, float *param, size_t n, const float *analytic, rf_test_objective f,
+                      void *ctx);
+
 /* world + 1 cut points of [0, numel) from `seed`: random, sorted, empty ranges allowed
  * (identical on every rank given the same seed). */
 void rf_test_random_cuts(int64_t numel, int world, uint64_t seed, int64_t *cuts);

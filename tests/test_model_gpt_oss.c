@@ -2,7 +2,7 @@
 /* GPT-OSS (transformers' GptOssForCausalLM): its ops and the whole model.
  *
  * Ops, each backward against central finite differences (h = 1e-2) of J = sum(out * R):
- * max|fd - analytic| / max|analytic| <= 2e-3 (as tests/test_model_ops.c), the forwards
+ * max|fd - analytic| / max|analytic| <= 2e-3 (rf_test_fd_check, tests/rf_test.h), the forwards
  * against direct double-precision formulas:
  *   - attention with sinks and a sliding window (rf_model_attention_sink_forward, _backward):
  *     dq, dk, dv and d(sinks); forward against a naive softmax over the window plus the
@@ -28,43 +28,9 @@
 #include "rf_cli.h"
 #include "rf_test.h"
 
-#define FD_H 1e-2
-#define FD_TOL 2e-3
-
 static uint64_t g_rng = 4242;
 
-static float *rand_buf(size_t n, float scale) {
-  float *p = rf_xmalloc(n * sizeof(float) + 4);
-  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
-  return p;
-}
-
-static double dot_d(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-  return s;
-}
-
-typedef double (*objective_fn)(void *ctx);
-
-static void fd_check(const char *name, float *param, size_t n, const float *analytic, objective_fn f,
-                     void *ctx) {
-  double amax = rf_test_max_abs(analytic, n), emax = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    float save = param[i];
-    param[i] = save + (float)FD_H;
-    double fp = f(ctx);
-    param[i] = save - (float)FD_H;
-    double fm = f(ctx);
-    param[i] = save;
-    double h2 = (double)(save + (float)FD_H) - (double)(save - (float)FD_H);
-    emax = rf_test_max(emax, fabs((fp - fm) / h2 - (double)analytic[i]));
-  }
-  double rel = !isfinite(amax) ? INFINITY : amax > 0 ? emax / amax : emax;
-  printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
-  RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
-  RF_CHECK(rel <= FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, FD_TOL);
-}
+static float *rand_buf(size_t n, float scale) { return rf_test_rand_buf(&g_rng, n, scale); }
 
 /* ---- attention with sinks and a sliding window ---------------------------------------- */
 
@@ -77,7 +43,7 @@ static double sink_obj(void *p) {
   struct sink_ctx *c = p;
   rf_model_attention_sink_forward(c->y, c->lse, c->q, c->k, c->v, c->sinks, c->window, c->b, c->t, c->nh,
                                   c->nkv, c->hd, c->scratch, 2);
-  return dot_d(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
+  return rf_test_dot(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
 }
 
 /* y[b,i,h] = sum over j in (i - window, i] of exp(s_j) / (sum exp(s_j) + exp(sink_h)) v_j. */
@@ -130,11 +96,11 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
   float *ds = rf_xcalloc((size_t)nh, 4);
   rf_model_attention_sink_backward(dq, dk, dv, ds, c.r, c.y, c.lse, c.q, c.k, c.v, c.sinks, window, b, t, nh,
                                    nkv, hd, c.scratch, 2);
-  fd_check("attention dq", c.q, nq, dq, sink_obj, &c);
-  fd_check("attention dk", c.k, nk, dk, sink_obj, &c);
-  fd_check("attention dv", c.v, nk, dv, sink_obj, &c);
+  rf_test_fd_check("attention dq", c.q, nq, dq, sink_obj, &c);
+  rf_test_fd_check("attention dk", c.k, nk, dk, sink_obj, &c);
+  rf_test_fd_check("attention dv", c.v, nk, dv, sink_obj, &c);
   if (sinks) {
-    fd_check("attention dsinks", c.sinks, (size_t)nh, ds, sink_obj, &c);
+    rf_test_fd_check("attention dsinks", c.sinks, (size_t)nh, ds, sink_obj, &c);
     float before = ds[0]; /* added into */
     sink_obj(&c);
     rf_model_attention_sink_backward(dq, dk, dv, ds, c.r, c.y, c.lse, c.q, c.k, c.v, c.sinks, window, b, t,
@@ -158,7 +124,7 @@ struct clamp_ctx {
 static double clamp_obj(void *p) {
   struct clamp_ctx *c = p;
   rf_model_swiglu_clamp_forward(c->h, c->gu, c->n, ALPHA, LIMIT);
-  return dot_d(c->h, c->r, c->n);
+  return rf_test_dot(c->h, c->r, c->n);
 }
 
 static void test_swiglu_clamp(void) {
@@ -169,7 +135,7 @@ static void test_swiglu_clamp(void) {
   c.h = rand_buf(c.n, 1.0f);
   int clamped = 0;
   for (size_t i = 0; i < 2 * c.n; i++) { /* away from the kinks at +-limit */
-    if (fabsf(fabsf(c.gu[i]) - LIMIT) < 3 * (float)FD_H) c.gu[i] += 0.1f;
+    if (fabsf(fabsf(c.gu[i]) - LIMIT) < 3 * (float)RF_TEST_FD_H) c.gu[i] += 0.1f;
     clamped += fabsf(c.gu[i]) > LIMIT;
   }
   RF_CHECK(clamped > 20, "the test clamps some inputs (%d)", clamped);
@@ -183,7 +149,7 @@ static void test_swiglu_clamp(void) {
   RF_CHECK(e < 1e-5, "clamped SwiGLU forward vs formula: %.3g", e);
   float *dgu = rf_xmalloc(2 * c.n * 4);
   rf_model_swiglu_clamp_backward(dgu, c.r, c.gu, c.n, ALPHA, LIMIT);
-  fd_check("swiglu_clamp dgu", c.gu, 2 * c.n, dgu, clamp_obj, &c);
+  rf_test_fd_check("swiglu_clamp dgu", c.gu, 2 * c.n, dgu, clamp_obj, &c);
   free(c.gu), free(c.r), free(c.h), free(dgu);
 }
 

@@ -12,7 +12,8 @@
  * logits <= 4u, gradients <= 8u (u = 2^-8, as the llama test argues).
  * Finite differences (central, h = 1e-2, J = sum(out * R)): the router op
  * (softmax, top-k, weights renormalized or not) and the whole MoE block (router, gate_up,
- * down weights and the input) away from ties: max|fd - grad| / max|grad| <= 2e-3.
+ * down weights and the input) away from ties: max|fd - grad| / max|grad| <= 2e-3
+ * (rf_test_fd_check, tests/rf_test.h).
  * The same for qwen3_moe (tests/data/qwen3_moe_ref.bin: q/k norms, experts of
  * moe_intermediate_size 20, norm_topk_prob false, layer 1 dense by mlp_only_layers;
  * the load-balancing loss over the MoE layers' rows only, as transformers counts).
@@ -31,8 +32,6 @@
 #include "rf_test.h"
 
 #define BF16_U 0x1.0p-8
-#define FD_H 1e-2
-#define FD_TOL 2e-3
 
 struct ref {
   struct rf_model_config cfg;
@@ -213,32 +212,7 @@ static void test_reference(const char *family) {
 
 static uint64_t g_rng = 777;
 
-static float *rand_buf(size_t n, float scale) {
-  float *p = rf_xmalloc(n * sizeof(float) + 4);
-  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
-  return p;
-}
-
-typedef double (*objective_fn)(void *ctx);
-
-static void fd_check(const char *name, float *param, size_t n, const float *analytic, objective_fn f,
-                     void *ctx) {
-  double amax = rf_test_max_abs(analytic, n), emax = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    float save = param[i];
-    param[i] = save + (float)FD_H;
-    double fp = f(ctx);
-    param[i] = save - (float)FD_H;
-    double fm = f(ctx);
-    param[i] = save;
-    double fd = (fp - fm) / ((double)(save + (float)FD_H) - (double)(save - (float)FD_H));
-    emax = rf_test_max(emax, fabs(fd - (double)analytic[i]));
-  }
-  double rel = amax > 0 ? emax / amax : INFINITY;
-  printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
-  RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
-  RF_CHECK(rel <= FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, FD_TOL);
-}
+static float *rand_buf(size_t n, float scale) { return rf_test_rand_buf(&g_rng, n, scale); }
 
 /* The smallest gap between the k-th and (k+1)-th probability of any row. */
 static double router_margin(const float *probs, int n, int e, int k) {
@@ -298,8 +272,8 @@ static void test_router_fd(int renorm) {
   RF_CHECK(m > 0.05, "router test data too close to a tie (%.3g)", m);
   float *dz = rf_xmalloc(ne * sizeof(float));
   rf_model_router_backward(dz, c.r_topw, c.probs, c.top, c.topw, extra, c.n, c.e, c.k, renorm);
-  fd_check(renorm ? "router (top-2, renormalized)" : "router (top-2, not renormalized)", c.logits, ne, dz,
-           router_obj, &c);
+  rf_test_fd_check(renorm ? "router (top-2, renormalized)" : "router (top-2, not renormalized)", c.logits, ne,
+                   dz, router_obj, &c);
   void *bufs[] = {c.logits, c.scratch, c.probs, c.topw, c.top, c.r_topw, c.r_probs, extra, dz};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
@@ -363,13 +337,13 @@ static void test_block_fd(void) {
   g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)] = rf_xcalloc((size_t)e * h * f, 4);
   float *dxn = rf_xmalloc(sizeof(float) * (size_t)c.n * h);
   rf_model_moe_backward(&c.ws, 0, c.w, c.xn, c.r, dxn, g);
-  fd_check("moe router weight", c.wr, (size_t)e * h,
-           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_ROUTER)], block_obj, &c);
-  fd_check("moe experts gate_up", c.wgu, (size_t)e * 2 * f * h,
-           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP)], block_obj, &c);
-  fd_check("moe experts down", c.wd, (size_t)e * h * f,
-           g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)], block_obj, &c);
-  fd_check("moe input", c.xn, (size_t)c.n * h, dxn, block_obj, &c);
+  rf_test_fd_check("moe router weight", c.wr, (size_t)e * h,
+                   g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_ROUTER)], block_obj, &c);
+  rf_test_fd_check("moe experts gate_up", c.wgu, (size_t)e * 2 * f * h,
+                   g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP)], block_obj, &c);
+  rf_test_fd_check("moe experts down", c.wd, (size_t)e * h * f,
+                   g[rf_model_layer_slot(&cfg, 0, RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN)], block_obj, &c);
+  rf_test_fd_check("moe input", c.xn, (size_t)c.n * h, dxn, block_obj, &c);
   int32_t *off = c.ws.layers[0].moe.off;
   int one = 0;
   for (int x = 0; x < e; x++) one |= off[x + 1] > off[x] && off[x + 1] - off[x] == c.ws.expert_rows;

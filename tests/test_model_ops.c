@@ -1,5 +1,5 @@
 /* rf-test: timeout=60 */
-/* Every operation's backward against central finite differences.
+/* Every operation's backward against central finite differences (rf_test_fd_check, tests/rf_test.h).
  * For an op out = f(inputs) and a fixed random R, the objective is
  * J = sum(out * R) (accumulated in double); the backward called with dout = R
  * must give dJ/dinput. Each input element is moved by +-h (h = 1e-2; the ops are
@@ -18,45 +18,9 @@
 #include "model/model.h"
 #include "rf_test.h"
 
-#define FD_H 1e-2
-#define FD_TOL 2e-3
-
 static uint64_t g_rng = 12345;
 
-static float *rand_buf(size_t n, float scale) {
-  float *p = rf_xmalloc(n * sizeof(float) + 4);
-  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
-  return p;
-}
-
-static double dot_d(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-  return s;
-}
-
-typedef double (*objective_fn)(void *ctx);
-
-/* Compares analytic[i] with the central difference of f with respect to param[i]. */
-static void fd_check(const char *name, float *param, size_t n, const float *analytic, objective_fn f,
-                     void *ctx) {
-  double amax = rf_test_max_abs(analytic, n), emax = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    float save = param[i];
-    param[i] = save + (float)FD_H;
-    double fp = f(ctx);
-    param[i] = save - (float)FD_H;
-    double fm = f(ctx);
-    param[i] = save;
-    double h2 = (double)(save + (float)FD_H) - (double)(save - (float)FD_H);
-    double fd = (fp - fm) / h2;
-    emax = rf_test_max(emax, fabs(fd - (double)analytic[i]));
-  }
-  double rel = !isfinite(amax) ? INFINITY : amax > 0 ? emax / amax : emax;
-  printf("  %-28s n=%-5zu max|grad| %.3g  rel err %.2g\n", name, n, amax, rel);
-  RF_CHECK(amax > 1e-6, "%s: analytic gradient is zero", name);
-  RF_CHECK(rel <= FD_TOL, "%s: finite-difference rel err %.3g > %g", name, rel, FD_TOL);
-}
+static float *rand_buf(size_t n, float scale) { return rf_test_rand_buf(&g_rng, n, scale); }
 
 /* ---- rmsnorm ---------------------------------------------------------------------- */
 
@@ -68,7 +32,7 @@ struct norm_ctx {
 static double norm_obj(void *p) {
   struct norm_ctx *c = p;
   rf_model_rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->d, 1e-5f);
-  return dot_d(c->out, c->r, (size_t)c->n * c->d);
+  return rf_test_dot(c->out, c->r, (size_t)c->n * c->d);
 }
 
 static void test_rmsnorm(void) {
@@ -83,8 +47,8 @@ static void test_rmsnorm(void) {
   float *dx = rf_xcalloc(nd, 4), *dw = rf_xcalloc((size_t)c.d, 4);
   norm_obj(&c);
   rf_model_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
-  fd_check("rmsnorm dx", c.x, nd, dx, norm_obj, &c);
-  fd_check("rmsnorm dw", c.w, (size_t)c.d, dw, norm_obj, &c);
+  rf_test_fd_check("rmsnorm dx", c.x, nd, dx, norm_obj, &c);
+  rf_test_fd_check("rmsnorm dw", c.w, (size_t)c.d, dw, norm_obj, &c);
   /* backward adds */
   float dx0 = dx[3], dw0 = dw[2];
   rf_model_rmsnorm_backward(dx, dw, c.r, c.x, c.rstd, c.w, c.n, c.d);
@@ -105,7 +69,7 @@ static double rope_obj(void *p) {
   size_t n = (size_t)c->b * c->t * c->nh * c->hd;
   memcpy(c->out, c->x, n * 4);
   rf_model_rope_apply(c->out, c->b, c->t, c->nh, c->hd, c->cs, c->sn, 0);
-  return dot_d(c->out, c->r, n);
+  return rf_test_dot(c->out, c->r, n);
 }
 
 static void test_rope(void) {
@@ -130,7 +94,7 @@ static void test_rope(void) {
   float *d = rf_xmalloc(n * 4);
   memcpy(d, c.r, n * 4);
   rf_model_rope_apply(d, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
-  fd_check("rope dx", c.x, n, d, rope_obj, &c);
+  rf_test_fd_check("rope dx", c.x, n, d, rope_obj, &c);
   /* the inverse undoes the rotation */
   rope_obj(&c);
   rf_model_rope_apply(c.out, c.b, c.t, c.nh, c.hd, c.cs, c.sn, 1);
@@ -149,7 +113,7 @@ struct att_ctx {
 static double att_obj(void *p) {
   struct att_ctx *c = p;
   rf_model_attention_forward(c->y, c->p, c->q, c->k, c->v, c->b, c->t, c->nh, c->nkv, c->hd, c->scratch, 2);
-  return dot_d(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
+  return rf_test_dot(c->y, c->r, (size_t)c->b * c->t * c->nh * c->hd);
 }
 
 /* Naive reference: y[b,i,h] = sum_{j<=i} softmax_j(q.k / sqrt(hd)) v[j]. */
@@ -196,9 +160,9 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   RF_CHECK(e < 1e-5, "attention forward vs naive causal GQA: %.3g", e);
   float *dq = rf_xcalloc(nq, 4), *dk = rf_xcalloc(nk, 4), *dv = rf_xcalloc(nk, 4);
   rf_model_attention_backward(dq, dk, dv, c.r, c.p, c.q, c.k, c.v, c.b, c.t, c.nh, c.nkv, c.hd, c.scratch, 2);
-  fd_check("attention dq", c.q, nq, dq, att_obj, &c);
-  fd_check("attention dk", c.k, nk, dk, att_obj, &c);
-  fd_check("attention dv", c.v, nk, dv, att_obj, &c);
+  rf_test_fd_check("attention dq", c.q, nq, dq, att_obj, &c);
+  rf_test_fd_check("attention dk", c.k, nk, dk, att_obj, &c);
+  rf_test_fd_check("attention dv", c.v, nk, dv, att_obj, &c);
   free(c.q), free(c.k), free(c.v), free(c.r), free(c.y), free(c.p), free(yn), free(dq), free(dk), free(dv);
   free(c.scratch);
 }
@@ -213,7 +177,7 @@ struct swiglu_ctx {
 static double swiglu_obj(void *p) {
   struct swiglu_ctx *c = p;
   rf_model_swiglu_forward(c->h, c->g, c->u, c->n);
-  return dot_d(c->h, c->r, c->n);
+  return rf_test_dot(c->h, c->r, c->n);
 }
 
 static void test_swiglu(void) {
@@ -226,8 +190,8 @@ static void test_swiglu(void) {
   RF_CHECK_CLOSE(c.h[5], c.g[5] / (1.0 + exp(-(double)c.g[5])) * c.u[5], 1e-6, 1e-7, "silu(g) * u");
   float *dg = rf_xmalloc(c.n * 4), *du = rf_xmalloc(c.n * 4);
   rf_model_swiglu_backward(dg, du, c.r, c.g, c.u, c.n);
-  fd_check("swiglu dgate", c.g, c.n, dg, swiglu_obj, &c);
-  fd_check("swiglu dup", c.u, c.n, du, swiglu_obj, &c);
+  rf_test_fd_check("swiglu dgate", c.g, c.n, dg, swiglu_obj, &c);
+  rf_test_fd_check("swiglu dup", c.u, c.n, du, swiglu_obj, &c);
   free(c.g), free(c.u), free(c.r), free(c.h), free(dg), free(du);
 }
 
@@ -242,7 +206,7 @@ static double lin_obj(void *p) {
   struct lin_ctx *c = p;
   struct rf_model_weight w = {.f32 = c->w};
   rf_model_linear_forward(c->y, c->x, &w, c->n, c->in, c->out, 0.0f, NULL);
-  return dot_d(c->y, c->r, (size_t)c->n * c->out);
+  return rf_test_dot(c->y, c->r, (size_t)c->n * c->out);
 }
 
 static void test_linear(void) {
@@ -258,8 +222,8 @@ static void test_linear(void) {
   float *dx = rf_xcalloc((size_t)c.n * c.in, 4), *dw = rf_xcalloc((size_t)c.out * c.in, 4);
   struct rf_model_weight w = {.f32 = c.w};
   rf_model_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 0.0f, NULL);
-  fd_check("linear dx", c.x, (size_t)c.n * c.in, dx, lin_obj, &c);
-  fd_check("linear dw", c.w, (size_t)c.out * c.in, dw, lin_obj, &c);
+  rf_test_fd_check("linear dx", c.x, (size_t)c.n * c.in, dx, lin_obj, &c);
+  rf_test_fd_check("linear dw", c.w, (size_t)c.out * c.in, dw, lin_obj, &c);
   float dw0 = dw[4], dx0 = dx[3];
   rf_model_linear_backward(dx, dw, c.r, c.x, &w, c.n, c.in, c.out, 1.0f, NULL);
   RF_CHECK_CLOSE(dw[4], 2.0f * dw0, 1e-6, 1e-7, "linear dw accumulates");
@@ -409,7 +373,7 @@ static void test_cross_entropy(void) {
   float *g = rf_xmalloc((size_t)c.n * c.v * 4);
   memcpy(g, c.z, (size_t)c.n * c.v * 4);
   rf_model_cross_entropy_backward(g, c.lse, t, c.n, c.v, 1.0f);
-  fd_check("cross-entropy dlogits", c.z, (size_t)c.n * c.v, g, ce_obj, &c);
+  rf_test_fd_check("cross-entropy dlogits", c.z, (size_t)c.n * c.v, g, ce_obj, &c);
   memcpy(g, c.z, (size_t)c.n * c.v * 4);
   rf_model_cross_entropy_backward(g, c.lse, t, c.n, c.v, 0.25f);
   float *g1 = rf_xmalloc((size_t)c.n * c.v * 4);
@@ -431,7 +395,7 @@ static double emb_obj(void *p) {
   struct emb_ctx *c = p;
   struct rf_model_weight w = {.f32 = c->table};
   rf_model_embedding_forward(c->out, &w, c->tok, c->n, c->d);
-  return dot_d(c->out, c->r, (size_t)c->n * c->d);
+  return rf_test_dot(c->out, c->r, (size_t)c->n * c->d);
 }
 
 static void test_embedding(void) {
@@ -443,7 +407,7 @@ static void test_embedding(void) {
   c.out = rand_buf((size_t)c.n * c.d, 1.0f);
   float *dt = rf_xcalloc((size_t)vocab * c.d, 4);
   rf_model_embedding_backward(dt, c.r, tok, c.n, c.d);
-  fd_check("embedding dtable", c.table, (size_t)vocab * c.d, dt, emb_obj, &c);
+  rf_test_fd_check("embedding dtable", c.table, (size_t)vocab * c.d, dt, emb_obj, &c);
   RF_CHECK(dt[3 * c.d] == 0.0f && dt[5 * c.d + 1] == 0.0f, "unused rows get no gradient");
   free(c.table), free(c.r), free(c.out), free(dt);
 }
@@ -469,7 +433,7 @@ static double layer_obj(void *p) {
   for (int i = 0; i < c->n_w; i++) lw[i] = (struct rf_model_weight){.f32 = c->w[i]};
   RF_ASSERT(rf_model_embed_forward(&c->ws, &e, c->tok) == 0);
   rf_model_layer_forward(&c->ws, 0, lw);
-  return dot_d(c->ws.xf, c->r, (size_t)c->ws.b * c->ws.t * c->cfg.hidden_size);
+  return rf_test_dot(c->ws.xf, c->r, (size_t)c->ws.b * c->ws.t * c->cfg.hidden_size);
 }
 
 /* A whole layer by finite differences; biased: attention and MLP biases, and a
@@ -518,8 +482,8 @@ static void test_layer(int biased) {
   float *demb = rf_xcalloc((size_t)9 * H, 4);
   rf_model_embed_backward(&c.ws, &demb);
   for (int i = 0; i < c.n_w; i++)
-    fd_check(desc.units[1].tensors[i].name, c.w[i], (size_t)numel[i], g[i], layer_obj, &c);
-  fd_check("layer -> embedding", c.emb, (size_t)9 * H, demb, layer_obj, &c);
+    rf_test_fd_check(desc.units[1].tensors[i].name, c.w[i], (size_t)numel[i], g[i], layer_obj, &c);
+  rf_test_fd_check("layer -> embedding", c.emb, (size_t)9 * H, demb, layer_obj, &c);
   for (int i = 0; i < c.n_w; i++) free(c.w[i]), free(g[i]);
   free(c.emb), free(c.r), free(demb);
   rf_model_ws_free(&c.ws);
