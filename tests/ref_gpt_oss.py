@@ -25,18 +25,17 @@ rf_model_desc_make's order) and transformers' config.json to tests/data/gpt_oss_
 
 Usage: /work/venv/bin/python tests/ref_gpt_oss.py   (needs torch, transformers, numpy)
 """
-import json
 import os
-import struct
 import sys
-import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import GptOssConfig, GptOssForCausalLM
 from transformers.models.gpt_oss import modeling_gpt_oss
+
+from ref_common import (batch, cross_entropy, float64_model, ids, mref_header, set_weights, write_config,
+                        write_ref)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -71,6 +70,18 @@ def tensor_names():
     return names
 
 
+def scale(name, shape):
+    if name.endswith("router.weight"):
+        return 2.0 / np.sqrt(shape[-1])  # decisive routing
+    if name.endswith("sinks"):
+        return 1.0
+    if name.endswith("bias"):
+        return 0.2
+    if name.endswith("gate_up_proj") or name.endswith("down_proj"):
+        return 1.0 / np.sqrt(shape[-2])  # [in, out]
+    return None
+
+
 def build(seed):
     cfg = GptOssConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
                        num_key_value_heads=NKV, head_dim=HD, vocab_size=V, max_position_embeddings=MAXPOS,
@@ -81,39 +92,11 @@ def build(seed):
                                         "original_max_position_embeddings": 4096},
                        tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=COEF,
                        attention_dropout=0.0)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = GptOssForCausalLM(cfg).to(torch.float64)
-    model.config._experts_implementation = "eager"  # the per-expert loop (grouped_mm takes no float64)
-    model.eval()
+    model = float64_model(GptOssForCausalLM, cfg, experts=True)
     rng = np.random.RandomState(seed)
-    params = dict(model.named_parameters())
     names = tensor_names()
-    assert sorted(names) == sorted(params.keys()), sorted(set(params.keys()) ^ set(names))
-    weights = {}
-    for name in names:
-        shape = tuple(params[name].shape)
-        if name.endswith("norm.weight"):
-            w = 1.0 + 0.2 * rng.standard_normal(shape)
-        elif "embed_tokens" in name:
-            w = 0.5 * rng.standard_normal(shape)
-        elif name.endswith("router.weight"):
-            w = (2.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)  # decisive routing
-        elif name.endswith("sinks"):
-            w = rng.standard_normal(shape)
-        elif name.endswith("bias"):
-            w = 0.2 * rng.standard_normal(shape)
-        elif name.endswith("gate_up_proj") or name.endswith("down_proj"):
-            w = (1.0 / np.sqrt(shape[-2])) * rng.standard_normal(shape)  # [in, out]
-        else:
-            w = (1.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)
-        weights[name] = w.astype(np.float32)
-        with torch.no_grad():
-            params[name].copy_(torch.from_numpy(weights[name].astype(np.float64)))
-    tokens = rng.randint(0, V, size=(B, T)).astype(np.int32)
-    targets = np.concatenate([tokens[:, 1:], rng.randint(0, V, size=(B, 1))], axis=1).astype(np.int32)
-    targets[0, 3] = -1  # ignored positions
-    targets[1, 5] = -1
+    params, weights = set_weights(model, names, rng, scale)
+    tokens, targets = batch(rng, B, T, V, [(0, 3), (1, 5)])
     return cfg, model, params, names, weights, tokens, targets
 
 
@@ -142,10 +125,10 @@ def main():
     while True:
         cfg, model, params, names, weights, tokens, targets = build(seed)
         gate_inputs.clear()
-        out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
+        out = model(input_ids=ids(tokens))
         batch_clamp = clamp_margin()  # the clamp is continuous: the long forward needs no margin there
         long_tokens = np.random.RandomState(seed + 1).randint(0, V, size=(1, LONG)).astype(np.int32)
-        long_out = model(input_ids=torch.from_numpy(long_tokens.astype(np.int64)))
+        long_out = model(input_ids=ids(long_tokens))
         if margin(out.router_logits) > MARGIN and margin(long_out.router_logits) > MARGIN and batch_clamp > MARGIN:
             break
         seed += 1
@@ -155,34 +138,16 @@ def main():
     long_tokens.astype("<i4").tofile(os.path.join(long_dir, "tokens.i32"))
     long_out.logits.detach().numpy().astype("<f4").tofile(os.path.join(long_dir, "logits.f32"))
     gate_inputs.clear()
-    tt = torch.from_numpy(targets.astype(np.int64)).clone()
-    tt[tt < 0] = -100
-    out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)), labels=tt)
-    ce = F.cross_entropy(out.logits.reshape(-1, V), tt.reshape(-1), ignore_index=-100, reduction="mean")
+    out = model(input_ids=ids(tokens))
+    ce = cross_entropy(out.logits, targets)
     loss = ce + COEF * out.aux_loss
     loss.backward()
     print(f"gpt_oss: seed {seed} loss {loss.item():.10f} aux {out.aux_loss.item():.10f} "
           f"router margin {margin(out.router_logits):.2e} clamp margin {clamp_margin():.2e} "
           f"clamped (gate, up) {clamped()}", file=sys.stderr)
-    with open(out_path + ".tmp", "wb") as f:
-        f.write(struct.pack("<II", 0x4645524D, 1))
-        f.write(struct.pack("<2i", B, T))
-        f.write(struct.pack("<2d", loss.item(), out.aux_loss.item()))
-        f.write(tokens.astype("<i4").tobytes())
-        f.write(targets.astype("<i4").tobytes())
-        f.write(out.logits.detach().numpy().astype("<f4").tobytes())
-        for name in names:
-            f.write(weights[name].astype("<f4").tobytes())
-        for name in names:
-            f.write(params[name].grad.detach().numpy().astype("<f4").tobytes())
-    os.replace(out_path + ".tmp", out_path)
-    with tempfile.TemporaryDirectory() as d:
-        cfg.save_pretrained(d)
-        with open(os.path.join(d, "config.json")) as f:
-            text = json.load(f)
-    with open(cfg_path, "w") as f:
-        json.dump(text, f, indent=2, sort_keys=True)
-        f.write("\n")
+    header = mref_header(B, T, loss.item(), out.aux_loss.item())
+    write_ref(out_path, header, tokens, targets, out.logits, names, weights, params)
+    write_config(cfg, cfg_path)
     print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes) and {cfg_path}", file=sys.stderr)
 
 

@@ -7,7 +7,7 @@ targets, logits, the mean cross-entropy loss and every parameter gradient to
 tests/data/llama_ref.bin; the model's config.json (as transformers writes it) goes
 to tests/data/llama_ref_config.json.
 
-Usage: /work/main/.venv/bin/python tests/ref_llama.py   (needs torch, transformers, numpy)
+Usage: /work/venv/bin/python tests/ref_llama.py   (needs torch, transformers, numpy)
 
 Format of llama_ref.bin (little-endian):
   u32 magic 0x4645524c ("LREF"), u32 version 2
@@ -19,16 +19,15 @@ Format of llama_ref.bin (little-endian):
   f32 gradients of the mean loss, same order
   i32 T_long, i32 tokens_long[T_long], f32 logits_long[T_long*vocab]   (one sequence, forward only)
 """
-import json
 import os
 import struct
 import sys
-import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from ref_common import batch, cross_entropy, float64_model, ids, set_weights, write_config, write_ref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "data", "llama_ref.bin")
@@ -56,68 +55,28 @@ def main():
                       num_key_value_heads=NKV, vocab_size=V, max_position_embeddings=MAXPOS, rms_norm_eps=EPS,
                       rope_theta=THETA, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
                       hidden_act="silu", attention_dropout=0.0)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.float64)
-    model.eval()
+    model = float64_model(LlamaForCausalLM, cfg)
 
     rng = np.random.RandomState(20261123)
-    params = dict(model.named_parameters())
     names = tensor_names()
-    assert sorted(names) == sorted(params.keys()), sorted(set(params.keys()) ^ set(names))
-    weights = {}
-    for name in names:
-        shape = tuple(params[name].shape)
-        if name.endswith("norm.weight"):
-            w = 1.0 + 0.2 * rng.standard_normal(shape)
-        elif "embed_tokens" in name:
-            w = 0.5 * rng.standard_normal(shape)
-        else:
-            w = (1.0 / np.sqrt(shape[1])) * rng.standard_normal(shape)
-        weights[name] = w.astype(np.float32)
-        with torch.no_grad():
-            params[name].copy_(torch.from_numpy(weights[name].astype(np.float64)))
+    params, weights = set_weights(model, names, rng, lambda name, shape: None)
+    tokens, targets = batch(rng, B, T, V, [(0, 3), (1, 7)])
 
-    tokens = rng.randint(0, V, size=(B, T)).astype(np.int32)
-    targets = np.concatenate([tokens[:, 1:], rng.randint(0, V, size=(B, 1))], axis=1).astype(np.int32)
-    targets[0, 3] = -1  # ignored positions
-    targets[1, 7] = -1
-
-    out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
-    logits = out.logits  # [B, T, V]
-    tt = torch.from_numpy(targets.astype(np.int64)).clone()
-    tt[tt < 0] = -100
-    loss = F.cross_entropy(logits.reshape(-1, V), tt.reshape(-1), ignore_index=-100, reduction="mean")
+    logits = model(input_ids=ids(tokens)).logits  # [B, T, V]
+    loss = cross_entropy(logits, targets)
     loss.backward()
     print(f"loss {loss.item():.10f}", file=sys.stderr)
 
     tokens_long = rng.randint(0, V, size=(1, T_LONG)).astype(np.int32)
     with torch.no_grad():
-        logits_long = model(input_ids=torch.from_numpy(tokens_long.astype(np.int64))).logits[0]
+        logits_long = model(input_ids=ids(tokens_long)).logits[0]
 
-    with open(OUT + ".tmp", "wb") as f:
-        f.write(struct.pack("<II", 0x4645524C, 2))
-        f.write(struct.pack("<9i", H, I, L, NH, NKV, V, MAXPOS, B, T))
-        f.write(struct.pack("<3d", EPS, THETA, loss.item()))
-        f.write(tokens.astype("<i4").tobytes())
-        f.write(targets.astype("<i4").tobytes())
-        f.write(logits.detach().numpy().astype("<f4").tobytes())
-        for name in names:
-            f.write(weights[name].astype("<f4").tobytes())
-        for name in names:
-            f.write(params[name].grad.detach().numpy().astype("<f4").tobytes())
-        f.write(struct.pack("<i", T_LONG))
-        f.write(tokens_long.astype("<i4").tobytes())
-        f.write(logits_long.numpy().astype("<f4").tobytes())
-    os.replace(OUT + ".tmp", OUT)
-
-    with tempfile.TemporaryDirectory() as d:
-        cfg.save_pretrained(d)
-        with open(os.path.join(d, "config.json")) as f:
-            text = json.load(f)
-    with open(OUT_CFG, "w") as f:
-        json.dump(text, f, indent=2, sort_keys=True)
-        f.write("\n")
+    header = struct.pack("<II", 0x4645524C, 2) + struct.pack("<9i", H, I, L, NH, NKV, V, MAXPOS, B, T)
+    header += struct.pack("<3d", EPS, THETA, loss.item())
+    tail = struct.pack("<i", T_LONG) + tokens_long.astype("<i4").tobytes()
+    tail += logits_long.numpy().astype("<f4").tobytes()
+    write_ref(OUT, header, tokens, targets, logits, names, weights, params, tail)
+    write_config(cfg, OUT_CFG)
     print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes) and {OUT_CFG}", file=sys.stderr)
 
 

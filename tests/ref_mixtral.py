@@ -29,16 +29,15 @@ Format of mixtral_ref.bin (little-endian):
   f32 weights of every tensor, in the model's unit order (src/model/model.h)
   f32 gradients of the loss, same order
 """
-import json
 import os
-import struct
 import sys
-import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from ref_common import (batch, cross_entropy, float64_model, ids, mref_header, set_weights, write_config,
+                        write_ref)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -66,6 +65,12 @@ def tensor_names(family):
     return names
 
 
+def scale(name, shape):
+    if name.endswith("mlp.gate.weight"):
+        return 2.0 / np.sqrt(shape[-1])  # decisive routing
+    return None
+
+
 def build(family, seed):
     common = dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=NH, num_key_value_heads=NKV, vocab_size=V,
                   max_position_embeddings=MAXPOS, rms_norm_eps=EPS,
@@ -79,33 +84,11 @@ def build(family, seed):
         cfg = Qwen3MoeConfig(intermediate_size=40, moe_intermediate_size=20, num_experts=E, norm_topk_prob=False,
                              mlp_only_layers=QWEN_DENSE, decoder_sparse_step=1, head_dim=H // NH, **common)
         cls = Qwen3MoeForCausalLM
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = cls(cfg).to(torch.float64)
-    model.config._experts_implementation = "eager"  # the per-expert loop (grouped_mm takes no float64)
-    model.eval()
+    model = float64_model(cls, cfg, experts=True)
     rng = np.random.RandomState(seed)
-    params = dict(model.named_parameters())
     names = tensor_names(family)
-    assert sorted(names) == sorted(params.keys()), sorted(set(params.keys()) ^ set(names))
-    weights = {}
-    for name in names:
-        shape = tuple(params[name].shape)
-        if name.endswith("norm.weight"):
-            w = 1.0 + 0.2 * rng.standard_normal(shape)
-        elif "embed_tokens" in name:
-            w = 0.5 * rng.standard_normal(shape)
-        elif name.endswith("mlp.gate.weight"):
-            w = (2.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)  # decisive routing
-        else:
-            w = (1.0 / np.sqrt(shape[-1])) * rng.standard_normal(shape)
-        weights[name] = w.astype(np.float32)
-        with torch.no_grad():
-            params[name].copy_(torch.from_numpy(weights[name].astype(np.float64)))
-    tokens = rng.randint(0, V, size=(B, T)).astype(np.int32)
-    targets = np.concatenate([tokens[:, 1:], rng.randint(0, V, size=(B, 1))], axis=1).astype(np.int32)
-    targets[0, 3] = -1  # ignored positions
-    targets[1, 5] = -1
+    params, weights = set_weights(model, names, rng, scale)
+    tokens, targets = batch(rng, B, T, V, [(0, 3), (1, 5)])
     return cfg, model, params, names, weights, tokens, targets
 
 
@@ -136,40 +119,22 @@ def write(family, zero=False):
     seed = 20261125
     while True:
         cfg, model, params, names, weights, tokens, targets = build(family, seed)
-        out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)))
+        out = model(input_ids=ids(tokens))
         if margin(out.router_logits) > MARGIN and (not zero or any(e < E - 1 for _, e in idle_experts(out.router_logits))):
             break
         seed += 1
     if zero:
         print(f"{tag}: idle (layer, expert): {idle_experts(out.router_logits)}", file=sys.stderr)
-    tt = torch.from_numpy(targets.astype(np.int64)).clone()
-    tt[tt < 0] = -100
-    out = model(input_ids=torch.from_numpy(tokens.astype(np.int64)), labels=tt)
+    out = model(input_ids=ids(tokens))
     # transformers' loss: the shifted causal LM loss; ours takes targets as given, so rebuild it from logits
-    ce = F.cross_entropy(out.logits.reshape(-1, V), tt.reshape(-1), ignore_index=-100, reduction="mean")
+    ce = cross_entropy(out.logits, targets)
     loss = ce + COEF * out.aux_loss
     loss.backward()
     print(f"{family}: seed {seed} loss {loss.item():.10f} aux {out.aux_loss.item():.10f} margin {margin(out.router_logits):.2e}",
           file=sys.stderr)
-    with open(out_path + ".tmp", "wb") as f:
-        f.write(struct.pack("<II", 0x4645524D, 1))
-        f.write(struct.pack("<2i", B, T))
-        f.write(struct.pack("<2d", loss.item(), out.aux_loss.item()))
-        f.write(tokens.astype("<i4").tobytes())
-        f.write(targets.astype("<i4").tobytes())
-        f.write(out.logits.detach().numpy().astype("<f4").tobytes())
-        for name in names:
-            f.write(weights[name].astype("<f4").tobytes())
-        for name in names:
-            f.write(params[name].grad.detach().numpy().astype("<f4").tobytes())
-    os.replace(out_path + ".tmp", out_path)
-    with tempfile.TemporaryDirectory() as d:
-        cfg.save_pretrained(d)
-        with open(os.path.join(d, "config.json")) as f:
-            text = json.load(f)
-    with open(cfg_path, "w") as f:
-        json.dump(text, f, indent=2, sort_keys=True)
-        f.write("\n")
+    header = mref_header(B, T, loss.item(), out.aux_loss.item())
+    write_ref(out_path, header, tokens, targets, out.logits, names, weights, params)
+    write_config(cfg, cfg_path)
     print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes) and {cfg_path}", file=sys.stderr)
 
 

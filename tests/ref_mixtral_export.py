@@ -16,87 +16,31 @@ the checkpoint and compares with the two files; `make test` needs no Python.
 Usage: /work/venv/bin/python tests/ref_mixtral_export.py [--rfsdp build/rfsdp] [--data PREFIX]
 (PREFIX: token files of `rfsdp prepare`, byte tokenizer; made from README.md when not given)
 """
-import argparse
-import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 
-import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from transformers import MixtralConfig, MixtralForCausalLM
 
+from ref_common import export_reference
+
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mixtral_export")
-B, T, SEED = 2, 12, 23
 CFG = dict(model_type="mixtral", hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
            num_key_value_heads=1, vocab_size=256, max_position_embeddings=64, rms_norm_eps=1e-5,
            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, num_local_experts=4,
            num_experts_per_tok=2, tie_word_embeddings=False, output_router_logits=False)
 
 
-def hf_model(path):
-    cfg = MixtralConfig(**{k: v for k, v in CFG.items() if k != "model_type"})
-    cfg._attn_implementation = "eager"
-    model = MixtralForCausalLM(cfg)
-    model.config._experts_implementation = "eager"
-    if path:
-        model.load_state_dict(load_file(path), strict=True)  # every name and shape, nothing extra
-    return cfg, model.to(torch.float64).eval()
-
-
-def logits_of(model, tokens):
-    with torch.no_grad():
-        return model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits.numpy().astype("<f4")
+def init(name, p):  # each parameter once, under torch.no_grad, after torch.manual_seed(23)
+    if name.endswith("norm.weight"):
+        p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    elif name.endswith("mlp.gate.weight"):
+        p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+    else:
+        p.copy_(0.5 * torch.randn_like(p) / p.shape[-1] ** 0.5)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rfsdp", default="build/rfsdp")
-    ap.add_argument("--data")
-    a = ap.parse_args()
-    os.makedirs(HERE, exist_ok=True)
-    cfg, _ = hf_model(None)
-    with open(os.path.join(HERE, "config.json"), "w") as f:
-        json.dump(CFG, f, indent=2, sort_keys=True)
-        f.write("\n")
-    torch.manual_seed(SEED)
-    model = MixtralForCausalLM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif name.endswith("mlp.gate.weight"):
-                p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
-            else:
-                p.copy_(0.5 * torch.randn_like(p) / p.shape[-1] ** 0.5)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.join(HERE, "hf.safetensors"))
-    rng = np.random.RandomState(SEED)
-    tokens = rng.randint(0, 256, size=(B, T)).astype("<i4")
-    tokens.tofile(os.path.join(HERE, "tokens.i32"))
-    _, m = hf_model(os.path.join(HERE, "hf.safetensors"))
-    logits_of(m, tokens).tofile(os.path.join(HERE, "hf_logits.f32"))
-    with tempfile.TemporaryDirectory() as tmp:
-        data = a.data
-        if not data:
-            data = os.path.join(tmp, "data")
-            subprocess.run([a.rfsdp, "prepare", "--input", "README.md", "--out", data, "--val-fraction", "0.2"],
-                           check=True)
-        ck = os.path.join(tmp, "ckpt")
-        subprocess.run(["scripts/rfmpirun", "-np", "2", a.rfsdp, "train", "--model", os.path.join(HERE, "config.json"),
-                        "--data", data, "--init", os.path.join(HERE, "hf.safetensors"), "--steps", "2", "--batch", "4",
-                        "--seq", "16", "--lr", "1e-2", "--ckpt-dir", ck, "--save-every", "2", "--print-every", "0"],
-                       check=True)
-        dst = os.path.join(HERE, "step-00000002")
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(os.path.join(ck, "step-00000002"), dst)
-        out = os.path.join(tmp, "export.safetensors")
-        subprocess.run([a.rfsdp, "ckpt", "export", dst, "--out", out], check=True)
-        _, m = hf_model(out)
-        logits_of(m, tokens).tofile(os.path.join(HERE, "export_logits.f32"))
-    print(f"wrote {HERE}", file=sys.stderr)
+    export_reference(HERE, CFG, MixtralConfig, MixtralForCausalLM, init)
 
 
 if __name__ == "__main__":
