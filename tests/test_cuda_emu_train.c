@@ -34,6 +34,16 @@
  * HOST_SYNCS_CUDA times in a step (the log's host_syncs): the one read at its end, the loss and
  * the gradient norm together (the loss summed over micro-batches, the norm all-reduced over NCCL
  * and the clip factor computed and read by AdamW, all on the device).
+ * The runtime's NCCL requests are never waited for on the host (the compute stream waits for
+ * their events): those waits, counted in host_syncs when made, are what the bound of 1 excludes
+ * (mutation dbuffer-nccl-gather-host-waited).
+ * A hung collective is still caught: with the stand-in's RF_EMU_NCCL_HANG=K the K-th NCCL
+ * operation of every rank never completes and reports nothing (as when a peer stops); the host
+ * runs on to its next wait for the device (the end-of-step read), where the NCCL backend, the
+ * device's waiter, puts the collective watchdog on the oldest collective not reached: the job
+ * (--collective-timeout 2) ends with one watchdog message naming that collective (the one the
+ * stand-in hung), its unit and the step; not the outer time limit. W = 2 (a reduce-scatter of
+ * step 2) and W = 3 (an all-gather of step 3).
  * What the CUDA build cannot run yet is refused before the first step, naming the option:
  * --optim shampoo, --fp8 block. */
 #include <math.h>
@@ -103,6 +113,34 @@ static void same_run(const char *env, int world, const char *args, double loss_t
   same_run_of(env, world, model, "--batch 6 --seq 32", args, loss_tol, norm_tol, max_syncs);
 }
 
+static int count_of(const char *text, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+  return n;
+}
+
+/* The K-th NCCL operation hangs on every rank: the watchdog names it from the device wait. */
+static void hung_collective(int world, int k, const char *nccl_name, const char *collective) {
+  char env[64], cmd[1024], want[96];
+  snprintf(env, sizeof env, "RF_EMU_NCCL_HANG=%d", k);
+  snprintf(cmd, sizeof cmd,
+           "rfsdp train --device cuda --model %s --data %s --steps 4 --batch 6 --seq 32 "
+           "--collective-timeout 2 2>&1",
+           model, data);
+  int rc = rf_cuda_emu_run(out, sizeof out, env, world, 60, cmd);
+  snprintf(want, sizeof want, "%s (operation %d of rank 0) hangs", nccl_name, k);
+  const char *msg = strstr(out, "collective watchdog: waited");
+  char named[96];
+  snprintf(named, sizeof named, " in %s (unit '", collective);
+  RF_CHECK(rc != 0 && rc != 124 && strstr(out, want) && msg && count_of(out, "collective watchdog:") == 1 &&
+               strstr(msg, named) && strstr(msg, ", step ") &&
+               strstr(msg, "longer than the collective timeout of 2 s") && !strstr(out, "NCCL: the "),
+           "W=%d, operation %d (%s) hung: want exit != 0 and != 124 (the outer limit), one watchdog message "
+           "naming%s...; exit %d\n%s",
+           world, k, nccl_name, named, rc, out);
+  if (msg) printf("W=%d: %.*s\n", world, (int)strcspn(msg, "\n"), msg);
+}
+
 static void write_json(char *path, size_t path_size, const char *name, const char *text) {
   snprintf(path, path_size, "%s/%s", dir, name);
   RF_ASSERT(rf_file_write_all(path, text, strlen(text)) == 0);
@@ -131,6 +169,8 @@ int main(void) {
   same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
   same_run("RF_EMU_DEVICES=2", 2, "--optim adamw8bit", 1e-5, 1e-4, 0);
   same_run("", 2, "--optim muon", 1e-5, 1e-4, 0);
+  hung_collective(2, 20, "ncclReduceScatter", "reduce-scatter");
+  hung_collective(3, 25, "ncclAllGather", "all-gather");
   char tc[300];
   write_json(tc, sizeof tc, "tc.json",
              "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 80, "

@@ -279,6 +279,16 @@ void rf_comm_wait(struct rf_comm_req *req) {
   }
 }
 
+void rf_comm_retire(struct rf_comm_req *req) {
+  if (!req->active) return;
+  if (!req->ops->event_record) {
+    rf_comm_wait(req);
+    return;
+  }
+  req->active = 0;
+  if (req->trace_t0) rf_comm_req_traced(req, rf_time_ns());
+}
+
 /* ---- ordering against compute ----------------------------------------------- */
 
 void rf_comm_group_begin(const struct rf_comm *comm) { comm->ops->group_begin(comm); }

@@ -216,6 +216,14 @@ int rf_comm_test(struct rf_comm_req *req);
 void rf_comm_req_trace(struct rf_comm_req *req, int lane, int unit);
 /* Blocks until finished; the time blocked is added to comm_wait_ns. */
 void rf_comm_wait(struct rf_comm_req *req);
+/* Done with a request whose readers are already ordered after it: a stream waited for its event
+ * (rf_comm_event_record, then rf_device_stream_wait). A backend whose collectives complete on a
+ * device stream (event_record set: NCCL) lets it go without a host wait: the stream's wait is the
+ * order, and the host learns of a collective that never completes in its next wait for the device
+ * (the NCCL backend is the device's waiter: its errors, the watchdog). Otherwise (MPI: the event
+ * was the request, which the stream's wait finished) it is rf_comm_wait. Its span on the timeline
+ * ends here. */
+void rf_comm_retire(struct rf_comm_req *req);
 
 /* ---- the collective watchdog -------------------------------------------------
  * rf_comm_watchdog_start, _stop, _note and _hosts: include/rfsdp.h. */

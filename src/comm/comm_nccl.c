@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,14 +33,27 @@ static const char *const rf_nccl_lane_names[RF_NCCL_LANES] = {"all-gather", "red
 #define RF_NCCL_PENDING 64    /* requests started inside one group */
 #define RF_NCCL_POLL_NS 20000 /* a host wait checks NCCL's asynchronous error this often */
 
+/* What the collective behind a ring event is, for the watchdog: its name (static), its
+ * request's label (borrowed: a unit's name) and its place in the process's issue order. */
+struct rf_nccl_record {
+  const char *collective;
+  const char *label;
+  uint64_t seq;
+};
+
 /* One lane: a stream, the ring of events its requests complete on, and its NCCL
  * communicator, created when the lane is first used (NULL before; a communicator
- * nobody gathers on, or one split only to count a node's ranks, costs MPI only). */
+ * nobody gathers on, or one split only to count a node's ranks, costs MPI only).
+ * The ring's events are taken in order (`taken`: slot taken % RF_NCCL_RING) and recorded in
+ * that order (`recorded`, with what each is in `rec`; a group's at its end); those before
+ * `seen` are known reached. recorded, seen and rec are guarded by rf_nccl_lock (a device's
+ * waiter reads them, on whichever thread waits for the device). */
 struct rf_nccl_lane {
   ncclComm_t comm;
   cudaStream_t stream;
   cudaEvent_t ring[RF_NCCL_RING];
-  int next;
+  uint64_t taken, recorded, seen;
+  struct rf_nccl_record rec[RF_NCCL_RING];
 };
 
 /* rf_comm.impl. Owns the lanes, the MPI duplicate; `dev` is borrowed. */
@@ -54,7 +68,14 @@ struct rf_comm_nccl {
   int lanes_of_pending[RF_NCCL_PENDING];
   int npending;
   struct rf_comm_nccl_stats stats;
+  struct rf_comm_nccl *next_live; /* the process's live communicators (rf_nccl_live, rf_nccl_lock) */
 };
+
+/* Every live NCCL communicator of the process, and the lanes' records: what a device's waiter
+ * reads (rf_nccl_device_poll). */
+static pthread_mutex_t rf_nccl_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rf_comm_nccl *rf_nccl_live;
+static uint64_t rf_nccl_issued; /* collectives recorded so far (rf_nccl_record.seq) */
 
 /* What a request of this backend holds in rf_comm_req.handle: its event (of a lane's
  * ring, which names the lane) and its communicator, whose NCCL errors a wait polls. */
@@ -191,15 +212,28 @@ static int rf_nccl_lane_index(const struct rf_comm_nccl *n, const struct rf_nccl
   return (int)(lane - n->lane);
 }
 
-/* After a collective was queued on `lane`: a blocking one waits for it (polling NCCL's
+/* Records the lane's next ring event (the one taken first of those not yet recorded) on its
+ * stream: reached when the collective queued before it is; what it is, for the watchdog. */
+static void rf_nccl_record(struct rf_nccl_lane *lane, const char *collective, const char *label) {
+  pthread_mutex_lock(&rf_nccl_lock);
+  uint64_t k = lane->recorded;
+  RF_ASSERT(k < lane->taken);
+  cudaError_t rc = cudaEventRecord(lane->ring[k % RF_NCCL_RING], lane->stream);
+  lane->rec[k % RF_NCCL_RING] = (struct rf_nccl_record){collective, label, ++rf_nccl_issued};
+  lane->recorded = k + 1;
+  pthread_mutex_unlock(&rf_nccl_lock);
+  RF_NCCL_CUDA_CHECK(rc);
+}
+
+/* After `collective` was queued on `lane`: a blocking one waits for it (polling NCCL's
  * errors); a request gets its event now, or at group_end inside a group. */
-static void rf_nccl_done(struct rf_comm_nccl *n, struct rf_nccl_lane *lane, struct rf_comm_req *req) {
-  cudaEvent_t ev = lane->ring[lane->next];
-  lane->next = (lane->next + 1) % RF_NCCL_RING;
+static void rf_nccl_done(struct rf_comm_nccl *n, struct rf_nccl_lane *lane, struct rf_comm_req *req,
+                         const char *collective) {
+  cudaEvent_t ev = lane->ring[lane->taken++ % RF_NCCL_RING];
   if (!req) {
     RF_ASSERT(n->group_depth == 0); /* a blocking collective inside a group would wait for nothing */
     n->stats.host_syncs++;
-    RF_NCCL_CUDA_CHECK(cudaEventRecord(ev, lane->stream));
+    rf_nccl_record(lane, collective, NULL);
     rf_nccl_wait_event(n, ev);
     return;
   }
@@ -210,7 +244,7 @@ static void rf_nccl_done(struct rf_comm_nccl *n, struct rf_nccl_lane *lane, stru
     n->lanes_of_pending[n->npending] = rf_nccl_lane_index(n, lane);
     n->pending[n->npending++] = req;
   } else {
-    RF_NCCL_CUDA_CHECK(cudaEventRecord(ev, lane->stream));
+    rf_nccl_record(lane, req->collective, req->label);
   }
 }
 
@@ -220,6 +254,62 @@ static struct rf_nccl_lane *rf_nccl_lane_of_event(struct rf_comm_nccl *n, cudaEv
     for (int e = 0; e < RF_NCCL_RING; e++)
       if (n->lane[l].ring[e] == ev) return &n->lane[l];
   RF_DIE("comm (nccl): a request whose event is no lane's");
+}
+
+/* ---- the device's waiter ------------------------------------------------------ */
+
+/* What this thread's wait for the device has put the watchdog on (rf_nccl_device_poll). */
+static _Thread_local struct {
+  int entered;
+  uint64_t seq;
+} rf_nccl_watching;
+
+/* The host waits for `arg` (a CUDA device; its waiter, told at every poll of a wait that did not
+ * end at once): every live NCCL communicator on it checks its asynchronous errors (a broken link
+ * stops every rank naming NCCL's error, as a request's wait does), and the oldest collective of
+ * theirs whose event is not reached (issue order: whatever was issued later may wait for it) is
+ * what the collective watchdog watches, from the wait's start, or from now when an older one
+ * has since completed; none: not watched (the device computes). The runtime retires its
+ * requests without a host wait (rf_comm_retire), so this is where a collective that never
+ * completes holds the host. */
+static void rf_nccl_device_poll(void *arg, uint64_t since) {
+  struct rf_nccl_record oldest = {NULL, NULL, 0};
+  pthread_mutex_lock(&rf_nccl_lock);
+  for (struct rf_comm_nccl *n = rf_nccl_live; n; n = n->next_live) {
+    if (n->dev != arg) continue;
+    rf_nccl_check_async(n);
+    for (int l = 0; l < n->lanes; l++) {
+      struct rf_nccl_lane *lane = &n->lane[l];
+      if (lane->recorded - lane->seen > RF_NCCL_RING) lane->seen = lane->recorded - RF_NCCL_RING;
+      for (; lane->seen < lane->recorded; lane->seen++) {
+        const struct rf_nccl_record *r = &lane->rec[lane->seen % RF_NCCL_RING];
+        cudaError_t rc = cudaEventQuery(lane->ring[lane->seen % RF_NCCL_RING]);
+        if (rc == cudaErrorNotReady) {
+          if (!oldest.seq || r->seq < oldest.seq) oldest = *r;
+          break;
+        }
+        if (rc != cudaSuccess) {
+          pthread_mutex_unlock(&rf_nccl_lock);
+          RF_NCCL_CUDA_CHECK(rc);
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&rf_nccl_lock);
+  if (!oldest.seq) {
+    if (rf_nccl_watching.entered) rf_comm_watch_leave();
+    rf_nccl_watching.entered = 0;
+  } else if (!rf_nccl_watching.entered || rf_nccl_watching.seq != oldest.seq) {
+    rf_comm_watch_enter(oldest.collective, oldest.label, rf_nccl_watching.entered ? rf_time_ns() : since);
+    rf_nccl_watching.entered = 1;
+    rf_nccl_watching.seq = oldest.seq;
+  }
+}
+
+static void rf_nccl_device_done(void *arg) {
+  (void)arg;
+  if (rf_nccl_watching.entered) rf_comm_watch_leave();
+  rf_nccl_watching.entered = 0;
 }
 
 /* ---- set-up ------------------------------------------------------------------- */
@@ -265,6 +355,14 @@ void rf_comm_nccl_init(struct rf_comm *comm, const struct rf_comm *mpi, struct r
   comm->rank = n->mpi.rank;
   comm->world = n->mpi.world;
   comm->thread_multiple = 0; /* collectives are issued from one thread */
+  pthread_mutex_lock(&rf_nccl_lock);
+  n->next_live = rf_nccl_live;
+  rf_nccl_live = n;
+  pthread_mutex_unlock(&rf_nccl_lock);
+  static const struct rf_device_waiter waiter = {rf_nccl_device_poll, rf_nccl_device_done, NULL};
+  struct rf_device_waiter w = waiter;
+  w.arg = dev;
+  rf_device_set_waiter(dev, &w); /* the device's one waiter: every communicator on it */
 }
 
 /* Each lane's communicator finalized (its queued collectives complete, their errors
@@ -273,6 +371,17 @@ static void rf_comm_nccl_free(struct rf_comm *comm) {
   struct rf_comm_nccl *n = comm->impl;
   rf_nccl_bind_thread(n);
   rf_nccl_check_async(n);
+  int others = 0; /* live communicators on the same device */
+  pthread_mutex_lock(&rf_nccl_lock);
+  for (struct rf_comm_nccl **p = &rf_nccl_live; *p;)
+    if (*p == n) {
+      *p = n->next_live;
+    } else {
+      others += (*p)->dev == n->dev;
+      p = &(*p)->next_live;
+    }
+  pthread_mutex_unlock(&rf_nccl_lock);
+  if (!others) rf_device_set_waiter(n->dev, NULL);
   for (int l = 0; l < n->lanes; l++) {
     struct rf_nccl_lane *lane = &n->lane[l];
     if (lane->comm) {
@@ -308,7 +417,7 @@ static void rf_comm_nccl_bcast(const struct rf_comm *comm, void *buf, int64_t co
   }
   struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   RF_NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)count, rf_nccl_type(dtype), root, lane->comm, lane->stream));
-  rf_nccl_done(n, lane, NULL);
+  rf_nccl_done(n, lane, NULL, "broadcast");
 }
 
 static void rf_comm_nccl_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
@@ -321,7 +430,7 @@ static void rf_comm_nccl_allreduce(const struct rf_comm *comm, void *buf, int64_
   struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AR);
   RF_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, rf_nccl_type(dtype), rf_nccl_op(dtype, op), lane->comm,
                               lane->stream));
-  rf_nccl_done(n, lane, NULL);
+  rf_nccl_done(n, lane, NULL, "all-reduce");
 }
 
 /* Non-blocking, in place: device memory on the all-reduce lane (HSDP's replica all-reduce
@@ -337,7 +446,7 @@ static void rf_comm_nccl_iallreduce(const struct rf_comm *comm, void *buf, int64
   struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AR);
   RF_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, rf_nccl_type(dtype), rf_nccl_op(dtype, op), lane->comm,
                               lane->stream));
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 /* In place: rank r's part at buf + r*count (NCCL's rule: sendbuff == recvbuff + rank*count). */
@@ -352,7 +461,7 @@ static void rf_comm_nccl_allgather(const struct rf_comm *comm, void *buf, int64_
   struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_AG);
   const char *mine = (const char *)buf + (size_t)comm->rank * (size_t)count * rf_dtype_size(dtype);
   RF_NCCL_CHECK(ncclAllGather(mine, buf, (size_t)count, rf_nccl_type(dtype), lane->comm, lane->stream));
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 /* Ragged: rank r broadcasts its range [starts[r], starts[r+1]) in place, all in one group. */
@@ -374,7 +483,7 @@ static void rf_comm_nccl_allgatherv(const struct rf_comm *comm, void *buf, const
                                   lane->comm, lane->stream));
   }
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 static void rf_comm_nccl_reduce_scatter_block(const struct rf_comm *comm, const void *send, void *recv,
@@ -388,7 +497,7 @@ static void rf_comm_nccl_reduce_scatter_block(const struct rf_comm *comm, const 
   struct rf_nccl_lane *lane = rf_nccl_use(n, RF_NCCL_RS);
   RF_NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, rf_nccl_type(dtype),
                                   rf_nccl_op(dtype, RF_REDUCE_OP_SUM), lane->comm, lane->stream));
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 /* Ragged: one reduce per root r of its range [starts[r], starts[r+1]) into r's recv (NULL
@@ -410,7 +519,7 @@ static void rf_comm_nccl_reduce_scatter(const struct rf_comm *comm, const void *
                                (size_t)(starts[r + 1] - starts[r]), rf_nccl_type(dtype),
                                rf_nccl_op(dtype, RF_REDUCE_OP_SUM), r, lane->comm, lane->stream));
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 /* Device memory: a group of send/receive pairs on the all-gather lane, this rank's own
@@ -444,7 +553,7 @@ static void rf_comm_nccl_alltoallv(const struct rf_comm *comm, const void *send,
                              lane->comm, lane->stream));
   }
   RF_NCCL_CHECK(ncclGroupEnd());
-  rf_nccl_done(n, lane, req);
+  rf_nccl_done(n, lane, req, NULL);
 }
 
 /* Requests of device memory (a request of host memory has MPI's table in req->ops):
@@ -461,9 +570,14 @@ static int rf_comm_nccl_test(struct rf_comm_req *req) {
   return 1;
 }
 
+/* A host wait for a collective of device memory: counted as a wait for the device (the
+ * context's host_syncs) and in request_waits. The runtime retires its requests instead
+ * (rf_comm_retire). */
 static void rf_comm_nccl_wait(struct rf_comm_req *req) {
   struct rf_nccl_req r = rf_nccl_req_load(req);
   rf_nccl_bind_thread(r.n);
+  r.n->stats.request_waits++;
+  RF_DEVICE_COUNT(r.n->dev, host_syncs, 1);
   rf_nccl_wait_event(r.n, r.event);
 }
 
@@ -483,10 +597,8 @@ static void rf_comm_nccl_group_end(const struct rf_comm *comm) {
   if (--n->group_depth > 0) return;
   RF_NCCL_CHECK(ncclGroupEnd());
   n->group_open = 0;
-  for (int i = 0; i < n->npending; i++) {
-    struct rf_nccl_req r = rf_nccl_req_load(n->pending[i]);
-    RF_NCCL_CUDA_CHECK(cudaEventRecord(r.event, n->lane[n->lanes_of_pending[i]].stream));
-  }
+  for (int i = 0; i < n->npending; i++) /* in the order their events were taken */
+    rf_nccl_record(&n->lane[n->lanes_of_pending[i]], n->pending[i]->collective, n->pending[i]->label);
   n->npending = 0;
 }
 

@@ -22,10 +22,20 @@
  * old request still refers to it marks a later point of the same stream, so waiting on
  * it waits at least as long). Inside group_begin/group_end the events are recorded at
  * group_end, after NCCL has launched the group. A blocking collective of device memory
- * waits for its lane (a host wait, counted: rf_comm_nccl_stats).
+ * waits for its lane (a host wait, counted: rf_comm_nccl_stats). The runtime never waits
+ * for its requests on the host: a stream waits for the request's event and rf_comm_retire
+ * lets the request go (rf_comm_wait of one is a host wait, counted in request_waits and in
+ * the device's host_syncs).
  *
- * Failures. Every host wait (test, wait, a blocking collective) polls
- * ncclCommGetAsyncError on every lane instead of blocking in CUDA: a transport failure
+ * The device's waiter. A communicator made on a device makes itself (with every other live
+ * one on that device) its waiter (rf_device_waiter): while the host waits for the device
+ * (the CUDA device polls), each checks its asynchronous errors, and the oldest collective
+ * whose event the device has not reached is put under the collective watchdog, named with
+ * its request's label; so a collective that never completes still ends the job naming it,
+ * from the device wait that it holds.
+ *
+ * Failures. Every host wait (test, wait, a blocking collective, a wait for the device)
+ * polls ncclCommGetAsyncError on every lane instead of blocking in CUDA: a transport failure
  * aborts every lane (ncclCommAbort) and stops every rank naming NCCL's error, instead of
  * hanging until the watchdog. rf_comm_free finalizes each lane's communicator (its
  * queued collectives complete and report) before destroying it.
@@ -63,10 +73,12 @@ int rf_comm_nccl_local_device(const struct rf_comm *mpi);
  * Released by rf_comm_free. */
 void rf_comm_nccl_init(struct rf_comm *comm, const struct rf_comm *mpi, struct rf_device *dev);
 
-/* Since init: host waits made by blocking collectives of device memory, and NCCL
- * communicators created (lanes first used). */
+/* Since init: host waits made by blocking collectives of device memory, host waits for
+ * requests of device memory (rf_comm_wait; rf_comm_retire makes none; each also counted in the
+ * device's host_syncs), and NCCL communicators created (lanes first used). */
 struct rf_comm_nccl_stats {
   uint64_t host_syncs;
+  uint64_t request_waits;
   uint64_t communicators;
 };
 struct rf_comm_nccl_stats rf_comm_nccl_stats(const struct rf_comm *comm);

@@ -169,7 +169,8 @@ static void rf_dbuffer_quantize_gathered(const struct rf_dbuffer *db, void *slot
 
 int rf_dbuffer_gather_finish(const struct rf_dbuffer *db, void *slot, enum rf_dtype param_dtype, int pow2,
                              struct rf_comm_req *reqs, struct rf_device_stream *stream) {
-  for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_wait(&reqs[b]);
+  /* the stream waited for the gathers' events: no host wait (NCCL); MPI's were waited for then */
+  for (int b = 0; b < db->n_gather_reqs; b++) rf_comm_retire(&reqs[b]);
   if (db->layout == RF_LAYOUT_FSDP2) {
     /* FSDP2's copy-out: every rank's rows of every tensor from the staging buffer
      * into the tensor's own storage. */
@@ -243,7 +244,7 @@ void rf_dbuffer_reduce_start(const struct rf_dbuffer *db, const struct rf_comm *
 void rf_dbuffer_reduce_finish(const struct rf_dbuffer *db, void *gslot, float *grad_shard,
                               enum rf_dtype reduce_dtype, int accumulate, struct rf_comm_req *reqs,
                               struct rf_device_stream *stream) {
-  for (int b = 0; b < db->n_buffers; b++) rf_comm_wait(&reqs[b]);
+  for (int b = 0; b < db->n_buffers; b++) rf_comm_retire(&reqs[b]); /* as the gathers' */
   if (reduce_dtype == RF_DTYPE_F32 && !accumulate) return;
   size_t rs = rf_dtype_size(reduce_dtype);
   uint8_t *scratch = rf_dbuffer_at(gslot, 0, 1) + rf_dbuffer_scratch_offset(db, reduce_dtype);

@@ -127,7 +127,8 @@ size_t rf_dbuffer_grad_slot_bytes(const struct rf_dbuffer *db, enum rf_dtype red
  * this rank's ranges of the slot (FP8 buffers: quantizes it, power-of-two scales
  * when pow2), then starts one in-place all-gather per buffer and one per FP8
  * tensor's scales (reqs: n_gather_reqs requests). A tile holding NaN or an
- * infinity gets the scale NaN, which every rank receives. finish waits and, in
+ * infinity gets the scale NaN, which every rank receives. finish retires the
+ * requests (rf_comm_retire: `stream` has waited for their events) and, in
  * the fsdp2 layout, copies the staging buffer out into each tensor's storage;
  * with fp8_after it then quantizes every FP8 tensor's gathered view (a band with
  * NaN or an infinity: NaN scales; every rank holds the same gathered values). It

@@ -9,6 +9,13 @@ void rf_device_free(struct rf_device *dev) {
   memset(dev, 0, sizeof *dev);
 }
 
+void rf_device_set_waiter(struct rf_device *dev, const struct rf_device_waiter *w) {
+  if (w)
+    dev->waiter = *w;
+  else
+    memset(&dev->waiter, 0, sizeof dev->waiter);
+}
+
 void *rf_device_alloc(struct rf_device *dev, size_t bytes, size_t align) {
   RF_ASSERT(align > 0 && (align & (align - 1)) == 0);
   void *p = dev->ops->alloc(dev, bytes, align);

@@ -122,6 +122,19 @@ struct rf_device_ops {
 
 struct rf_backend; /* backend/backend.h */
 
+/* Who is told while the host waits for a device whose work runs elsewhere (CUDA polls its
+ * blocking reads and synchronizations: device_cuda.c), so that a wait held by work queued on
+ * the device's streams by someone else (an NCCL collective that never completes: a peer gone,
+ * a broken link) is seen: poll(arg, since_ns) at every poll of a wait that did not end at its
+ * first look (since_ns: when the host began waiting; poll may stop the job), done(arg) when
+ * such a wait ends. Set by whoever queues such work (src/comm's NCCL backend: its errors and
+ * the collective watchdog), one per device; poll NULL: none. */
+struct rf_device_waiter {
+  void (*poll)(void *arg, uint64_t since_ns);
+  void (*done)(void *arg);
+  void *arg; /* borrowed */
+};
+
 /* A device. Owns `impl` (released by rf_device_free); `counters` is borrowed. */
 struct rf_device {
   const struct rf_device_ops *ops;  /* static table of the backend */
@@ -129,7 +142,11 @@ struct rf_device {
   int ordinal;                      /* which device of its kind (host: 0) */
   struct rf_counters *counters;     /* borrowed: where moves and allocations count; NULL: nowhere */
   const struct rf_backend *backend; /* static: what opened it (rf_backend_open); NULL: a bare table */
+  struct rf_device_waiter waiter;   /* told during the host's waits (rf_device_set_waiter); none: zero */
 };
+
+/* Sets (w) or clears (NULL) the device's waiter. */
+void rf_device_set_waiter(struct rf_device *dev, const struct rf_device_waiter *w);
 
 /* The host device, counting into `counters` (may be NULL). Nothing to free, but
  * rf_device_free is harmless. */

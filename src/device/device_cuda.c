@@ -8,10 +8,20 @@
  * the host (the caller reads it on return, as on the host device), the sum of squares
  * and the FP8 refusal check (their results go to the host), stream and event
  * synchronization, and alloc (zero-filled before it returns; set-up only). A copy
- * from the host returns once CUDA has taken the source (pageable memory: staged). */
+ * from the host returns once CUDA has taken the source (pageable memory: staged).
+ *
+ * Every such wait polls (cudaStreamQuery / cudaEventQuery, then a 20 us sleep) instead of
+ * blocking inside CUDA, telling the device's waiter (rf_device_waiter: the NCCL backend,
+ * which checks its asynchronous errors and puts the collective watchdog on the oldest
+ * collective the streams still wait for) at every poll: the runtime's NCCL requests are
+ * never waited for on the host (the compute stream waits for their events), so a
+ * collective that never completes holds the host here, where it must still be named and
+ * end the job. A copy to pageable host memory blocks inside cudaMemcpyAsync until it has
+ * landed, so the stream is polled empty first. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "device/device_cuda.h"
 
@@ -53,9 +63,30 @@ struct rf_device_cuda_stats rf_device_cuda_stats(const struct rf_device *dev) {
   return rf_device_cuda_of(dev)->stats;
 }
 
+#define RF_CUDA_POLL_NS 20000 /* a host wait looks at the device this often */
+
+/* The host waits until event e (or, e NULL, everything queued on s) is reached: polled, the
+ * device's waiter told at every poll after the first (see the top of this file). Not counted:
+ * the callers count one host wait each. */
+static void rf_device_cuda_poll(struct rf_device *dev, cudaStream_t s, cudaEvent_t e) {
+  uint64_t since = 0;
+  for (;;) {
+    cudaError_t rc = e ? cudaEventQuery(e) : cudaStreamQuery(s);
+    if (rc == cudaSuccess) break;
+    if (rc != cudaErrorNotReady)
+      RF_DIE("%s failed: %s (%s)", e ? "cudaEventQuery" : "cudaStreamQuery", cudaGetErrorString(rc),
+             cudaGetErrorName(rc));
+    if (!since) since = rf_time_ns();
+    if (dev->waiter.poll) dev->waiter.poll(dev->waiter.arg, since);
+    struct timespec pause = {0, RF_CUDA_POLL_NS};
+    nanosleep(&pause, NULL);
+  }
+  if (since && dev->waiter.done) dev->waiter.done(dev->waiter.arg);
+}
+
 static void rf_device_cuda_sync_stream(struct rf_device *dev, cudaStream_t s) {
   rf_device_cuda_of(dev)->stats.host_syncs++;
-  RF_CUDA_CHECK(cudaStreamSynchronize(s));
+  rf_device_cuda_poll(dev, s, NULL);
 }
 
 static void rf_device_cuda_free(struct rf_device *dev) {
@@ -96,8 +127,10 @@ static void rf_device_cuda_copy(struct rf_device *dev, void *dst, const void *sr
       [RF_DEVICE_COPY_DEVICE_TO_DEVICE] = cudaMemcpyDeviceToDevice,
   };
   cudaStream_t s = rf_device_cuda_stream(dev, stream);
-  RF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind[dir], s));
+  /* to the host: the stream's earlier work polled first (a pageable destination blocks in the copy) */
   if (dir == RF_DEVICE_COPY_DEVICE_TO_HOST) rf_device_cuda_sync_stream(dev, s);
+  RF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind[dir], s));
+  if (dir == RF_DEVICE_COPY_DEVICE_TO_HOST) rf_device_cuda_poll(dev, s, NULL);
 }
 
 static void rf_device_cuda_memset(struct rf_device *dev, void *dst, int value, size_t bytes,
@@ -232,7 +265,7 @@ static int rf_device_cuda_event_query(struct rf_device *dev, struct rf_device_ev
 
 static void rf_device_cuda_event_synchronize(struct rf_device *dev, struct rf_device_event *ev) {
   rf_device_cuda_of(dev)->stats.host_syncs++;
-  RF_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev->handle));
+  rf_device_cuda_poll(dev, NULL, (cudaEvent_t)ev->handle);
 }
 
 static const struct rf_device_ops rf_device_cuda_ops = {

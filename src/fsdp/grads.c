@@ -60,14 +60,12 @@ void rf_fsdp_grad_norm_on_device(struct rf_fsdp *f, double max_norm) {
   rf_device_memset(f->device, f->sumsq, 0, sizeof(double), compute);
   rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
   if (f->mesh.shard.world > 1) { /* a NaN or Inf on any rank makes the sum non-finite on every rank */
-    /* the last step's request: on MPI finished by the stream's wait below, on NCCL long done (the host
-     * read the norm after it) but still to be marked so */
-    rf_comm_wait(f->norm_req);
     rf_device_event_record(f->device, &f->norm_written, compute);
     rf_comm_stream_wait(&f->dmesh.shard, f->device, &f->norm_written);
     rf_comm_iallreduce(&f->dmesh.shard, f->sumsq, 1, RF_DTYPE_F64, RF_REDUCE_OP_SUM, f->norm_req);
     rf_comm_event_record(&f->dmesh.shard, f->norm_req, f->device, f->norm_done);
     rf_device_stream_wait(f->device, compute, f->norm_done);
+    rf_comm_retire(f->norm_req); /* MPI: the stream's wait finished it; NCCL: the stream waits for it */
   }
   rf_device_clip_factor(f->device, f->gscale, f->sumsq, max_norm, compute);
 }

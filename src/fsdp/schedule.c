@@ -229,7 +229,8 @@ void rf_fsdp_grads_finish(struct rf_fsdp *f) {
       struct rf_fsdp_unit *x = &f->units[u];
       struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
       rf_device_stream_wait(f->device, compute, x->across_done);
-      if (f->grad_across) /* the bf16 sum widened back into the f32 shard */
+      rf_comm_retire(x->across_req); /* NCCL: still active without it, and the next start refuses it */
+      if (f->grad_across)            /* the bf16 sum widened back into the f32 shard */
         rf_move_convert_back(f->device, f->grad + x->shard_base,
                              (uint8_t *)f->grad_across + (size_t)x->shard_base * rf_dtype_size(RF_DTYPE_BF16),
                              RF_DTYPE_BF16, (size_t)x->db.shard_elems, 0, compute);

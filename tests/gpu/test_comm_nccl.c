@@ -257,17 +257,19 @@ static void check_nonblocking(struct rf_comm *mpi, struct rf_comm *nccl) {
     rf_comm_ireduce_scatter_block(nccl, dg, dr, count, RF_DTYPE_F32, &rs);
     rf_comm_event_record(nccl, &rs, &gpu, &done);
     rf_device_stream_wait(&gpu, GS, &done); /* the device's stream after the reduce-scatter */
-    rf_comm_wait(&ra), rf_comm_wait(&rb);
+    rf_comm_retire(&rs);                    /* as the runtime does: the stream's wait is the order */
+    rf_comm_wait(&ra), rf_comm_wait(&rb);   /* host waits, counted */
     struct rf_device_cuda_stats d1 = rf_device_cuda_stats(&gpu);
     struct rf_comm_nccl_stats c1 = rf_comm_nccl_stats(nccl);
     if (rep == 2)
-      RF_CHECK(
-          d1.mallocs == d0.mallocs && c1.host_syncs == c0.host_syncs && rf_heap_allocations() == heap,
-          "rank %d: a repeated round made %llu cudaMalloc, %llu blocking collectives, %llu heap allocations",
-          r, (unsigned long long)(d1.mallocs - d0.mallocs),
-          (unsigned long long)(c1.host_syncs - c0.host_syncs),
-          (unsigned long long)(rf_heap_allocations() - heap));
-    rf_comm_wait(&rs);
+      RF_CHECK(d1.mallocs == d0.mallocs && c1.host_syncs == c0.host_syncs &&
+                   c1.request_waits - c0.request_waits == 2 && rf_heap_allocations() == heap,
+               "rank %d: a repeated round made %llu cudaMalloc, %llu blocking collectives, %llu request "
+               "waits (want 2: the retired one none), %llu heap allocations",
+               r, (unsigned long long)(d1.mallocs - d0.mallocs),
+               (unsigned long long)(c1.host_syncs - c0.host_syncs),
+               (unsigned long long)(c1.request_waits - c0.request_waits),
+               (unsigned long long)(rf_heap_allocations() - heap));
   }
   float *want = malloc(all * sizeof(float)), *wrs = malloc(count * sizeof(float));
   memcpy(want, h, all * sizeof(float));

@@ -26,7 +26,9 @@
  *
  * Failures: RF_EMU_NCCL_FAIL=K makes the K-th operation of this process fail as a
  * broken link does: it never completes, ncclCommGetAsyncError reports ncclSystemError,
- * and only ncclCommAbort releases the stream. ncclCommFinalize waits for every queued
+ * and only ncclCommAbort releases the stream. RF_EMU_NCCL_HANG=K makes it hang as one
+ * whose peer stopped does: it never completes and nothing reports an error (only
+ * ncclCommAbort releases the stream). ncclCommFinalize waits for every queued
  * operation; ncclCommDestroy is refused before ncclCommFinalize (unless aborted) and
  * frees the MPI communicator. */
 #include <mpi.h>
@@ -275,7 +277,18 @@ void run_unit(const std::vector<nccl_op> &ops, uint64_t index) {
     std::unique_lock<std::mutex> lock(g_mu);
     g_done.wait(lock, [c, index] { return c->done + 1 == index || c->aborted; });
   }
-  uint64_t fail_at = rf_emu::env_u64("RF_EMU_NCCL_FAIL", 0);
+  uint64_t fail_at = rf_emu::env_u64("RF_EMU_NCCL_FAIL", 0), hang_at = rf_emu::env_u64("RF_EMU_NCCL_HANG", 0);
+  for (const nccl_op &o : ops)
+    if (o.number == hang_at && !c->aborted) {
+      fprintf(stderr,
+              "cuda-emu: NCCL: %s (operation %llu of rank %d) hangs as one whose peer stopped does "
+              "(RF_EMU_NCCL_HANG=%llu): it never completes and reports no error\n",
+              kind_name(o.k), (unsigned long long)o.number, c->rank, (unsigned long long)hang_at);
+      while (!c->aborted) {
+        struct timespec pause = {0, 2 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+      }
+    }
   for (const nccl_op &o : ops)
     if (o.number == fail_at && !c->aborted) {
       fprintf(stderr,

@@ -11,7 +11,9 @@
  *   RF_EMU_NCCL_FAIL=K   the K-th NCCL operation of this process (1-based) fails
  *                        asynchronously, as a broken transport does: it never finishes
  *                        and ncclCommGetAsyncError reports ncclSystemError until the
- *                        communicator is aborted (nccl.cpp) */
+ *                        communicator is aborted (nccl.cpp)
+ *   RF_EMU_NCCL_HANG=K   the K-th NCCL operation of this process never finishes and
+ *                        reports no error, as one whose peer stopped (nccl.cpp) */
 #ifndef RF_EMU_CUDA_EMU_H
 #define RF_EMU_CUDA_EMU_H
 
