@@ -12,7 +12,7 @@
  * is non-zero (so equality is not vacuous). Sampling (rf_model_generate, reading the logits by a copy) draws
  * the host's tokens. A host read of device memory anywhere in the step would fault (SIGSEGV): the test passes
  * only when there is none. The workspace refuses a kernel table missing an entry (naming the device and the
- * entry; a table without GPT-OSS's entries, as the CUDA table is, refuses a gpt_oss config only) and a
+ * entry; a table without GPT-OSS's entries, as the CUDA table was, refuses a gpt_oss config only) and a
  * host-memory table on device memory. The stage's progress callback (the trainer's
  * MPI progress) runs on the host thread, once per linear op as on the host, never on a stream's. */
 #include <pthread.h>
@@ -338,7 +338,8 @@ static void check_refusals(struct rf_device *checked) {
            "a table without linear layers is refused, naming the device and the entry: %s",
            rc ? rf_error_msg() : "(accepted)");
   if (rc == 0) rf_model_ws_free(&ws);
-  /* the CUDA table's gaps (it leaves GPT-OSS's entries NULL): a llama runs, a gpt_oss is refused */
+  /* a table without GPT-OSS's entries (the CUDA table's gaps until gpt_oss_cuda.cu): a llama runs, a
+   * gpt_oss is refused */
   partial = rf_model_kernels_host;
   partial.attention_sink_forward = NULL, partial.attention_sink_backward = NULL;
   partial.swiglu_clamp_forward = NULL, partial.swiglu_clamp_backward = NULL;

@@ -142,7 +142,7 @@ struct rf_model_kernels {
                                   int seq, int nh, int nkv, int hd, void *scratch, size_t scratch_bytes,
                                   struct rf_device_stream *stream);
   /* ---- GPT-OSS's (rf_model_kernels_missing_for asks for them of a config whose family has
-   * attention sinks, resp. GPT-OSS's experts, only; the CUDA table leaves them NULL). ---- */
+   * attention sinks, resp. GPT-OSS's experts, only; the CUDA table's are gpt_oss_cuda.cu's). ---- */
   /* rf_model_attention_sink_forward, _backward (sinks: f32 device memory; dsinks added into). */
   void (*attention_sink_forward)(float *y, float *lse, const float *q, const float *k, const float *v,
                                  const float *sinks, int window, int batch, int seq, int nh, int nkv, int hd,

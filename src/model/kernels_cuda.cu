@@ -34,6 +34,7 @@
 #include <limits.h>
 
 #include "model/attention_tc.h"
+#include "model/gpt_oss_cuda.h" /* GPT-OSS's entries: attention with sinks, the clamped SwiGLU, transposes */
 #include "model/kernels_cuda.cuh"
 #include "model/linear_cuda.h"
 #include "model/moe_cuda.h"
@@ -589,10 +590,10 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     cuda_moe_gather,
     cuda_attention_bf16_forward, /* attention_tc.cu: tensor cores */
     cuda_attention_bf16_backward,
-    NULL, /* attention_sink_forward, _backward, swiglu_clamp_forward, _backward, weight_transpose, */
-    NULL, /* transpose_add: GPT-OSS's, not on this device yet (rf_model_kernels_missing_for names them) */
-    NULL,
-    NULL,
-    NULL,
-    NULL,
+    rf_gpt_oss_cuda_entry_attention_sink_forward, /* gpt_oss_cuda.cu: GPT-OSS's */
+    rf_gpt_oss_cuda_entry_attention_sink_backward,
+    rf_gpt_oss_cuda_entry_swiglu_clamp_forward,
+    rf_gpt_oss_cuda_entry_swiglu_clamp_backward,
+    rf_gpt_oss_cuda_entry_weight_transpose,
+    rf_gpt_oss_cuda_entry_transpose_add,
 };
