@@ -18,6 +18,12 @@
 #include "rfsdp_types.h"
 
 #define RF_CHECKPOINT_MAX_DIMS 8
+/* The file a complete checkpoint directory holds, written last: a directory without it is not a
+ * checkpoint (an unfinished save, or a folder of checkpoints such as a --ckpt-dir). */
+#define RF_CHECKPOINT_MARKER "COMPLETE"
+/* The key of the "extra" object under which a run saved from tensor views lists its optimizer
+ * states, as [{"suffix": ".adamw.m", "dtype": "f32"}, ...]. */
+#define RF_CHECKPOINT_STATES_KEY "rfsdp_states"
 
 struct rf_checkpoint;
 
@@ -37,6 +43,29 @@ int rf_checkpoint_tensor_info(const struct rf_checkpoint *c, const char *name, e
                               int *ndim, int64_t *shape);
 /* The whole tensor `name` into `out` (its numel elements of its own dtype, row-major). */
 int rf_checkpoint_read(struct rf_checkpoint *c, const char *name, void *out);
+/* The format version (docs/checkpoint.md) and the checksum chunk in bytes; -1 for a NULL handle. */
+int rf_checkpoint_format_version(const struct rf_checkpoint *c);
+int64_t rf_checkpoint_chunk_bytes(const struct rf_checkpoint *c);
+/* The number of ranges (pieces in the rank files) that hold tensor `name`, or -1. */
+int rf_checkpoint_tensor_ranges(const struct rf_checkpoint *c, const char *name);
+/* 1 when tensor `name` is a parameter, 0 when it is an optimizer state (a parameter's name plus
+ * a suffix listed under RF_CHECKPOINT_STATES_KEY), or -1. */
+int rf_checkpoint_tensor_is_param(const struct rf_checkpoint *c, const char *name);
+/* Reads every data byte of every rank file and checks every checksum: 0, or -1 naming the file
+ * and the chunk. *bytes (may be NULL) gets the data bytes read through c since it was opened. */
+int rf_checkpoint_verify(struct rf_checkpoint *c, uint64_t *bytes);
+
+/* Writes the parameters (not the optimizer states) of the checkpoint in `dir` to the safetensors
+ * file `out` under their saved names, as F32 or BF16 (`dtype`), checksums verified, the file
+ * appearing atomically when complete (__metadata__: "format": "pt", "rfsdp_step"). The n_fp8
+ * tensors of `fp8_names` (NULL when n_fp8 is 0; rf_train_model_fp8_names gives a built-in
+ * model's) are written in DeepSeek-V3's FP8 format instead: e4m3 codes under the tensor's name
+ * (F8_E4M3) and NAME + "_scale_inv" (F32, one scale per 128x128 tile of each matrix, value = code x
+ * scale_inv; fp8_pow2: scales rounded up to powers of two), "rfsdp_fp8" added to __metadata__.
+ * Local; 0, or -1 with the file untouched and the message naming the checkpoint and the problem
+ * (a name the checkpoint has no parameter of, a tensor not 2-D or 3-D, a NaN or infinity). */
+int rf_checkpoint_export(const char *dir, const char *out, enum rf_dtype dtype, const char *const *fp8_names,
+                         int n_fp8, int fp8_pow2);
 /* The last failure's message (one per process, valid until the next failure). */
 const char *rf_checkpoint_error(void);
 

@@ -59,6 +59,12 @@ struct rf_train_model_config {
 /* Reads the config at `config_path` for sequences of `seq` tokens. Local; 0, or -1
  * with rf_fsdp_error() naming the file. */
 int rf_train_model_config_read(const char *config_path, int seq, struct rf_train_model_config *out);
+/* The tensors of the model described by `config_path` (a config.json or a units file) that are
+ * linear weights (attention, MLP, experts): those --fp8 block trains in FP8 and `rfsdp ckpt
+ * export --fp8` writes so (rf_checkpoint_export's fp8_names), by their checkpoint names in the
+ * model's order. *names gets *n strings in one allocation (free(*names) frees them all; NULL
+ * when *n is 0). Local; 0, or -1 with rf_fsdp_error() naming the file. */
+int rf_train_model_fp8_names(const char *config_path, char ***names, int *n);
 /* The linear layers' compute dtype (f32 or bf16) in both workspaces; at set-up. */
 int rf_train_model_set_compute(struct rf_train_model *m, enum rf_dtype compute);
 /* The optimizer groups of the model's tensors (rf_optim_flag bits: weight decay

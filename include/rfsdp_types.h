@@ -2,10 +2,11 @@
  * Element types, shard modes, layouts, initializers, the byte counters and tensor
  * views, the opaque communicator: what the runtime (include/rfsdp.h), the library's lower floors (src/core,
  * src/plan, src/model), the optimizers and the checkpoints share. It includes
- * nothing but <stdint.h>. */
+ * nothing but <stddef.h> and <stdint.h>. */
 #ifndef RFSDP_TYPES_H
 #define RFSDP_TYPES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define RFSDP_VERSION "0.1.0"
@@ -20,6 +21,10 @@ enum rf_dtype {
   RF_DTYPE_I64,
   RF_DTYPE_F64
 };
+/* The bytes of one element of `dtype`, and its name ("f32", "bf16", "fp8e4m3", "u8", "i32", "i64",
+ * "f64"); dtype must be one of the enum's values. */
+size_t rf_dtype_size(enum rf_dtype dtype);
+const char *rf_dtype_name(enum rf_dtype dtype);
 
 /* equal: every rank owns S elements of a buffer (padding between tensors), as
  * NCCL needs; ragged: ranges end on the block boundary nearest the fair share,

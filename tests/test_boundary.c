@@ -53,7 +53,6 @@ static const struct {
     {"tools/test_hooks.c",
      "the test door: src/run/test_control.h's setters, built into BUILD/rfsdp only, never into the installed "
      "rfsdp-release"},
-    {"tools/cmd_ckpt.c", "not yet converted: checkpoint export and import through src/ckpt"},
 };
 
 static const char *porch_allowed(const char *path) {

@@ -8,27 +8,37 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include <time.h>
+
 #include "commands.h"
-#include "model/model.h"
 #include "options.h"
+#include "porch.h"
+#include "rfsdp_ckpt.h"
+#include "rfsdp_model.h"
 
 static const char *rf_ckpt_usage =
     "usage: rfsdp ckpt info DIR [--verify]\n"
     "       rfsdp ckpt export DIR --out FILE.safetensors [--dtype f32|bf16]\n"
     "                         [--fp8 [--fp8-pow2-scales] [--model CONFIG]]";
 
-static void rf_ckpt_print_shape(char *out, size_t cap, const struct rf_ckpt_tensor *t) {
+static void rf_ckpt_print_shape(char *out, size_t cap, int ndim, const int64_t *shape) {
   size_t n = (size_t)snprintf(out, cap, "[");
-  for (int d = 0; d < t->ndim && n < cap; d++)
-    n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
+  for (int d = 0; d < ndim && n < cap; d++)
+    n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64, shape[d]);
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
-/* The states recorded by rf_ckpt_save_views, or "none". */
+/* The monotonic clock in nanoseconds. */
+static uint64_t rf_ckpt_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The states a run saved from tensor views recorded, or "none". */
 static void rf_ckpt_print_states(const char *extra_json) {
   cJSON *extra = cJSON_Parse(extra_json ? extra_json : "{}");
-  const cJSON *list = cJSON_GetObjectItemCaseSensitive(extra, RF_CKPT_STATES_KEY);
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(extra, RF_CHECKPOINT_STATES_KEY);
   printf("states: ");
   int n = 0;
   for (const cJSON *o = cJSON_IsArray(list) ? list->child : NULL; o; o = o->next, n++) {
@@ -50,7 +60,7 @@ static void rf_ckpt_print_children(const char *dir) {
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
     char marker[RF_FILE_PATH_MAX + 300];
-    snprintf(marker, sizeof marker, "%s/%s/%s", dir, e->d_name, RF_CKPT_MARKER);
+    snprintf(marker, sizeof marker, "%s/%s/%s", dir, e->d_name, RF_CHECKPOINT_MARKER);
     if (access(marker, F_OK) != 0) continue;
     fprintf(stderr, "%s %s/%s\n", n++ ? "   " : "complete checkpoints inside:", dir, e->d_name);
   }
@@ -58,47 +68,55 @@ static void rf_ckpt_print_children(const char *dir) {
 }
 
 static int rf_ckpt_info(const char *dir, int verify) {
-  struct rf_ckpt ck;
-  if (rf_ckpt_open(&ck, dir) != 0) {
-    fprintf(stderr, "rfsdp ckpt info: %s\n", rf_error_msg());
+  struct rf_checkpoint *ck;
+  if (rf_checkpoint_open(&ck, dir) != 0) {
+    fprintf(stderr, "rfsdp ckpt info: %s\n", rf_checkpoint_error());
     rf_ckpt_print_children(dir);
     return 1;
   }
+  const char *extra = rf_checkpoint_extra_json(ck);
   printf("checkpoint %s: format version %d, step %" PRId64 ", world %d, checksum chunk %" PRId64 " bytes\n",
-         dir, ck.version, ck.step, ck.world, ck.chunk_bytes);
-  printf("extra: %s\n", ck.extra_json ? ck.extra_json : "{}");
-  rf_ckpt_print_states(ck.extra_json);
+         dir, rf_checkpoint_format_version(ck), rf_checkpoint_step(ck), rf_checkpoint_world(ck),
+         rf_checkpoint_chunk_bytes(ck));
+  printf("extra: %s\n", extra);
+  rf_ckpt_print_states(extra);
   int64_t total = 0, param_bytes = 0, param_elems = 0;
-  int n_params = 0;
+  int n_params = 0, n_tensors = rf_checkpoint_tensor_count(ck);
   printf("%-48s %-8s %-20s %14s %6s  %s\n", "tensor", "dtype", "shape", "bytes", "ranges", "kind");
-  for (int i = 0; i < ck.n_tensors; i++) {
-    const struct rf_ckpt_tensor *t = &ck.tensors[i];
+  for (int i = 0; i < n_tensors; i++) {
+    const char *name = rf_checkpoint_tensor_name(ck, i);
+    enum rf_dtype dtype;
+    int ndim;
+    int64_t dims[RF_CHECKPOINT_MAX_DIMS], numel = 1;
+    RF_ASSERT(rf_checkpoint_tensor_info(ck, name, &dtype, &ndim, dims) == 0);
+    for (int d = 0; d < ndim; d++) numel *= dims[d];
     char shape[160];
-    rf_ckpt_print_shape(shape, sizeof shape, t);
-    int64_t bytes = t->numel * (int64_t)rf_dtype_size(t->dtype);
-    int param = rf_ckpt_is_param(&ck, t);
-    printf("%-48s %-8s %-20s %14" PRId64 " %6d  %s\n", t->name, rf_dtype_name(t->dtype), shape, bytes,
-           t->n_ranges, param ? "param" : "state");
+    rf_ckpt_print_shape(shape, sizeof shape, ndim, dims);
+    int64_t bytes = numel * (int64_t)rf_dtype_size(dtype);
+    int param = rf_checkpoint_tensor_is_param(ck, name);
+    printf("%-48s %-8s %-20s %14" PRId64 " %6d  %s\n", name, rf_dtype_name(dtype), shape, bytes,
+           rf_checkpoint_tensor_ranges(ck, name), param ? "param" : "state");
     total += bytes;
     if (param) {
       n_params++;
       param_bytes += bytes;
-      param_elems += t->numel;
+      param_elems += numel;
     }
   }
   printf("total: %d tensors, %" PRId64 " bytes; parameters: %d tensors, %" PRId64 " elements, %" PRId64
          " bytes\n",
-         ck.n_tensors, total, n_params, param_elems, param_bytes);
+         n_tensors, total, n_params, param_elems, param_bytes);
   int rc = 0;
   if (verify) {
-    if (rf_ckpt_verify(&ck) != 0) {
-      fprintf(stderr, "rfsdp ckpt info: %s\n", rf_error_msg());
+    uint64_t read = 0;
+    if (rf_checkpoint_verify(ck, &read) != 0) {
+      fprintf(stderr, "rfsdp ckpt info: %s\n", rf_checkpoint_error());
       rc = 1;
     } else {
-      printf("verified: every checksum of %" PRIu64 " data bytes matches\n", ck.bytes_read);
+      printf("verified: every checksum of %" PRIu64 " data bytes matches\n", read);
     }
   }
-  rf_ckpt_close(&ck);
+  rf_checkpoint_close(ck);
   return rc;
 }
 
@@ -122,17 +140,17 @@ static int rf_ckpt_check_out(const char *dir, const char *out) {
 /* The model config a checkpoint was trained with: the "model" its program recorded
  * (rfsdp train), or NULL with a message. */
 static char *rf_ckpt_model_of(const char *dir) {
-  struct rf_ckpt ck;
-  if (rf_ckpt_open(&ck, dir) != 0) return NULL;
-  cJSON *extra = cJSON_Parse(ck.extra_json ? ck.extra_json : "{}");
+  struct rf_checkpoint *ck;
+  if (rf_checkpoint_open(&ck, dir) != 0) return NULL;
+  cJSON *extra = cJSON_Parse(rf_checkpoint_extra_json(ck));
   const cJSON *program = cJSON_GetObjectItemCaseSensitive(extra, "program");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(program ? program : extra, "model");
   char *path = cJSON_IsString(model) ? strdup(model->valuestring) : NULL;
   if (!path)
-    rf_error_set(__FILE__, __LINE__,
-                 "%s: the checkpoint records no model config: name it with --model CONFIG", dir);
+    rf_fsdp_error_set(__FILE__, __LINE__,
+                      "%s: the checkpoint records no model config: name it with --model CONFIG", dir);
   cJSON_Delete(extra);
-  rf_ckpt_close(&ck);
+  rf_checkpoint_close(ck);
   return path;
 }
 
@@ -142,25 +160,20 @@ static int rf_ckpt_export_fp8_cmd(const char *dir, const char *out, enum rf_dtyp
                                   int pow2) {
   char *path = model ? strdup(model) : rf_ckpt_model_of(dir);
   if (!path) return -1;
-  struct rf_model_desc desc;
-  if (rf_model_desc_load(path, &desc) != 0) {
+  char **names = NULL;
+  int n = 0;
+  if (rf_train_model_fp8_names(path, &names, &n) != 0) {
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", rf_error_msg());
-    rf_error_set(__FILE__, __LINE__, "%s (the model config of --fp8%s)", msg,
-                 model ? "" : ", recorded in the checkpoint: --model CONFIG names another");
+    snprintf(msg, sizeof msg, "%s", rf_fsdp_error());
+    rf_fsdp_error_set(__FILE__, __LINE__, "%s (the model config of --fp8%s)", msg,
+                      model ? "" : ", recorded in the checkpoint: --model CONFIG names another");
     free(path);
     return -1;
   }
-  const char **names = rf_xcalloc((size_t)desc.n_tensors + 1, sizeof *names);
-  int n = 0;
-  for (int u = 0; u < desc.n_units; u++)
-    for (int i = 0; i < desc.units[u].n_tensors; i++)
-      if (desc.units[u].tensors[i].fp8) names[n++] = desc.units[u].tensors[i].name;
   int rc = 0;
   if (n == 0)
-    rc = rf_error_set(__FILE__, __LINE__, "%s: the model has no linear weights to export in FP8", path);
-  struct rf_ckpt_export_fp8 fp8 = {.n = n, .names = names, .pow2 = pow2};
-  if (rc == 0) rc = rf_ckpt_export_safetensors_fp8(dir, out, dt, &fp8);
+    rc = rf_fsdp_error_set(__FILE__, __LINE__, "%s: the model has no linear weights to export in FP8", path);
+  if (rc == 0) rc = rf_checkpoint_export(dir, out, dt, (const char *const *)names, n, pow2);
   if (rc == 0)
     printf(
         "fp8: %d tensors as F8_E4M3 + _scale_inv (128x128 blocks, model %s); their config.json: "
@@ -168,7 +181,6 @@ static int rf_ckpt_export_fp8_cmd(const char *dir, const char *out, enum rf_dtyp
         "\"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}\n",
         n, path);
   free(names);
-  rf_model_desc_free(&desc);
   free(path);
   return rc;
 }
@@ -187,7 +199,7 @@ int rf_cmd_ckpt(int argc, char **argv) {
   char name[32];
   snprintf(name, sizeof name, "ckpt %s", sub);
   int first = dir ? 3 : 2; /* the options follow DIR */
-  char **rest = rf_xcalloc((size_t)argc + 1, sizeof *rest);
+  char **rest = rf_tool_calloc((size_t)argc + 1, sizeof *rest);
   rest[0] = name;
   for (int i = first; i < argc; i++) rest[i - first + 1] = argv[i];
   int n_rest = argc - first + 1, verify = 0, fp8 = 0, pow2 = 0, rc;
@@ -216,7 +228,7 @@ int rf_cmd_ckpt(int argc, char **argv) {
   free(rest);
   if (rc == 1) return 0;
   if (rc != 0) {
-    fprintf(stderr, "rfsdp ckpt: %s\n", rf_error_msg());
+    fprintf(stderr, "rfsdp ckpt: %s\n", rf_fsdp_error());
     return 2;
   }
   if (!dir) {
@@ -229,14 +241,14 @@ int rf_cmd_ckpt(int argc, char **argv) {
     return 2;
   }
   if (rf_ckpt_check_out(dir, out) != 0) {
-    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_error_msg());
+    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_fsdp_error());
     return 2;
   }
   enum rf_dtype dt = strcmp(dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
-  uint64_t t0 = rf_time_ns();
-  if ((fp8 ? rf_ckpt_export_fp8_cmd(dir, out, dt, model, pow2) : rf_ckpt_export_safetensors(dir, out, dt)) !=
-      0) {
-    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_error_msg());
+  uint64_t t0 = rf_ckpt_now_ns();
+  if ((fp8 ? rf_ckpt_export_fp8_cmd(dir, out, dt, model, pow2)
+           : rf_checkpoint_export(dir, out, dt, NULL, 0, 0)) != 0) {
+    fprintf(stderr, "rfsdp ckpt export: %s\n", rf_fsdp_error());
     return 1;
   }
   FILE *f = fopen(out, "rb");
@@ -244,6 +256,6 @@ int rf_cmd_ckpt(int argc, char **argv) {
   if (f && fseek(f, 0, SEEK_END) == 0) bytes = ftell(f);
   if (f) fclose(f);
   printf("export: %s -> %s (%s%s, %ld bytes, %.2f s)\n", dir, out, fp8 ? "fp8 + " : "", dtype, bytes,
-         (double)(rf_time_ns() - t0) / 1e9);
+         (double)(rf_ckpt_now_ns() - t0) / 1e9);
   return 0;
 }

@@ -26,6 +26,7 @@
 
 #include "core/core.h"
 #include "device/device.h"
+#include "rfsdp_ckpt.h"  /* RF_CHECKPOINT_MARKER, RF_CHECKPOINT_STATES_KEY */
 #include "rfsdp_types.h" /* struct rf_tensor_view */
 
 #define RF_CKPT_FORMAT "rfsdp-checkpoint"
@@ -34,7 +35,7 @@
 #define RF_CKPT_RANK_MAGIC "RFCKRANK"
 #define RF_CKPT_RANK_HEADER_BYTES 64
 #define RF_CKPT_ALIGN 64
-#define RF_CKPT_MARKER "COMPLETE"
+#define RF_CKPT_MARKER RF_CHECKPOINT_MARKER /* include/rfsdp_ckpt.h */
 #define RF_CKPT_META "meta.json"
 
 /* ---- save ----------------------------------------------------------------- */
@@ -250,7 +251,7 @@ struct rf_ckpt_views_args {
 
 /* The key added to "extra" by rf_ckpt_save_views: the states saved, as
  * [{"suffix": ".adam_m", "dtype": "f32"}, ...]. */
-#define RF_CKPT_STATES_KEY "rfsdp_states"
+#define RF_CKPT_STATES_KEY RF_CHECKPOINT_STATES_KEY
 
 /* Every rank: saves its pieces of the master weights and of every state through
  * rf_ckpt_save. Returns 0 on every rank, or -1 on every rank. */

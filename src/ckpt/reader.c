@@ -59,4 +59,45 @@ int rf_checkpoint_read(struct rf_checkpoint *c, const char *name, void *out) {
   return rf_ckpt_read(&c->ck, t->name, t->dtype, t->ndim, t->shape, 0, t->numel, out);
 }
 
+int rf_checkpoint_format_version(const struct rf_checkpoint *c) { return c ? c->ck.version : -1; }
+int64_t rf_checkpoint_chunk_bytes(const struct rf_checkpoint *c) { return c ? c->ck.chunk_bytes : -1; }
+
+/* Tensor `name` of c, or NULL with the message naming fn. */
+static const struct rf_ckpt_tensor *rf_checkpoint_find(const struct rf_checkpoint *c, const char *name,
+                                                       const char *fn) {
+  if (!c || !name) {
+    rf_error_set(__FILE__, __LINE__, "%s: a NULL argument", fn);
+    return NULL;
+  }
+  const struct rf_ckpt_tensor *t = rf_ckpt_find(&c->ck, name);
+  if (!t) rf_error_set(__FILE__, __LINE__, "%s: the checkpoint has no tensor '%s'", c->ck.dir, name);
+  return t;
+}
+
+int rf_checkpoint_tensor_ranges(const struct rf_checkpoint *c, const char *name) {
+  const struct rf_ckpt_tensor *t = rf_checkpoint_find(c, name, "rf_checkpoint_tensor_ranges");
+  return t ? t->n_ranges : -1;
+}
+
+int rf_checkpoint_tensor_is_param(const struct rf_checkpoint *c, const char *name) {
+  const struct rf_ckpt_tensor *t = rf_checkpoint_find(c, name, "rf_checkpoint_tensor_is_param");
+  return t ? rf_ckpt_is_param(&c->ck, t) : -1;
+}
+
+int rf_checkpoint_verify(struct rf_checkpoint *c, uint64_t *bytes) {
+  if (!c) RF_FAIL("rf_checkpoint_verify: a NULL argument");
+  int rc = rf_ckpt_verify(&c->ck);
+  if (bytes) *bytes = c->ck.bytes_read;
+  return rc;
+}
+
+int rf_checkpoint_export(const char *dir, const char *out, enum rf_dtype dtype, const char *const *fp8_names,
+                         int n_fp8, int fp8_pow2) {
+  if (!dir || !out || (n_fp8 > 0 && !fp8_names)) RF_FAIL("rf_checkpoint_export: a NULL argument");
+  RF_REQUIRE(n_fp8 >= 0, "rf_checkpoint_export: n_fp8 %d < 0", n_fp8);
+  if (n_fp8 == 0) return rf_ckpt_export_safetensors(dir, out, dtype);
+  struct rf_ckpt_export_fp8 fp8 = {.n = n_fp8, .names = fp8_names, .pow2 = fp8_pow2};
+  return rf_ckpt_export_safetensors_fp8(dir, out, dtype, &fp8);
+}
+
 const char *rf_checkpoint_error(void) { return rf_error_msg(); }

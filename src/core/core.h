@@ -98,8 +98,7 @@ void rf_log(enum rf_log_level level, const char *fmt, ...) __attribute__((format
 
 /* ---- dtypes ------------------------------------------------------------- */
 
-size_t rf_dtype_size(enum rf_dtype dtype);
-const char *rf_dtype_name(enum rf_dtype dtype);
+/* rf_dtype_size and rf_dtype_name: include/rfsdp_types.h. */
 /* Parses "f32", "bf16", "fp8e4m3", "u8", "i32", "i64", "f64". Returns -1 on an unknown name. */
 int rf_dtype_parse(const char *name, enum rf_dtype *out);
 

@@ -164,6 +164,38 @@ int rf_train_model_config_read(const char *config_path, int seq, struct rf_train
   return 0;
 }
 
+int rf_train_model_fp8_names(const char *config_path, char ***names, int *n) {
+  RF_REQUIRE_ARG("rf_train_model_fp8_names", config_path);
+  RF_REQUIRE_ARG("rf_train_model_fp8_names", names);
+  RF_REQUIRE_ARG("rf_train_model_fp8_names", n);
+  *names = NULL;
+  *n = 0;
+  struct rf_model_desc desc;
+  RF_TRY(rf_model_desc_load(config_path, &desc));
+  size_t count = 0, chars = 0;
+  for (int u = 0; u < desc.n_units; u++)
+    for (int i = 0; i < desc.units[u].n_tensors; i++)
+      if (desc.units[u].tensors[i].fp8) {
+        count++;
+        chars += strlen(desc.units[u].tensors[i].name) + 1;
+      }
+  if (count > 0) {
+    char **list = rf_xmalloc(count * sizeof *list + chars); /* the pointers, then the strings */
+    char *text = (char *)(list + count);
+    for (int u = 0; u < desc.n_units; u++)
+      for (int i = 0; i < desc.units[u].n_tensors; i++)
+        if (desc.units[u].tensors[i].fp8) {
+          size_t len = strlen(desc.units[u].tensors[i].name) + 1;
+          memcpy(text, desc.units[u].tensors[i].name, len);
+          list[(*n)++] = text;
+          text += len;
+        }
+    *names = list;
+  }
+  rf_model_desc_free(&desc);
+  return 0;
+}
+
 void rf_train_model_optim_flags(const struct rf_train_model *m, int *flags) {
   for (int u = 0; u < m->desc.n_units; u++)
     for (int i = 0; i < m->desc.units[u].n_tensors; i++) {
