@@ -75,13 +75,15 @@ int rf_comm_size(const struct rf_comm *comm);
 double rf_comm_sum(const struct rf_comm *comm, double x);
 /* Checked collectives for a program's own decisions (every rank calls them; an error
  * of the backend stops every rank with its description): `count` elements of `dtype`
- * from rank `root` to every rank, and combined in place over every rank. */
+ * from rank `root` to every rank, and combined in place over every rank. A NULL comm, or a
+ * NULL buf with count > 0, stops the process naming the failed assertion. */
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root);
 void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                        enum rf_reduce_op op);
 /* Every rank's status combined: 0 on every rank when every rank passed 0, else the
  * smallest status (e.g. -1) on every rank. A barrier: call it before any branch a
- * failure on one rank could take (checked like every collective). */
+ * failure on one rank could take (checked like every collective). -1, without
+ * communicating, when comm is NULL. */
 int rf_comm_agree(const struct rf_comm *comm, int status);
 /* The collective watchdog (src/comm/watchdog.c): a thread that ends the job when this
  * rank waits longer than `seconds` in one collective: it prints what the rank waited
@@ -238,7 +240,8 @@ void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, st
 /* The context's counters themselves (owned by the context): a caller's own communicator may count into them
  * (the rfsdp command's loss all-reduce and agreements are part of its step). */
 struct rf_counters *rf_fsdp_counters(struct rf_fsdp *f);
-/* now - before, field by field (a step's counters from two reads of rf_fsdp_get_counters). */
+/* now - before, field by field (a step's counters from two reads of rf_fsdp_get_counters); a NULL
+ * pointer reads as all zeros. */
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
 
 struct rf_fsdp_stats {

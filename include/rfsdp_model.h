@@ -8,7 +8,11 @@
  *
  * Ownership: struct rf_train_model is opaque and owns its runtime context (borrowed
  * by rf_train_model_fsdp) and workspaces; it borrows the communicator it was
- * created on, which must outlive it. */
+ * created on, which must outlive it.
+ *
+ * Bad calls (as rfsdp.h's): a function that returns int returns -1 on a NULL pointer
+ * argument, rf_fsdp_error() naming the function; a getter given a NULL handle returns
+ * -1 (NULL for a pointer); tests/test_api_checks.c. */
 #ifndef RFSDP_MODEL_H
 #define RFSDP_MODEL_H
 
@@ -154,7 +158,8 @@ struct rf_token_data;
  * checked; 0, or -1 with rf_fsdp_error() naming the file and the problem. */
 int rf_token_data_open(struct rf_token_data **out, const char *path);
 void rf_token_data_close(struct rf_token_data *d); /* NULL allowed */
-/* The file's tokens, its vocabulary size (its header's) and its path (borrowed). */
+/* The file's tokens, its vocabulary size (its header's) and its path (borrowed); -1, -1 and NULL
+ * when d is NULL. */
 int64_t rf_token_data_count(const struct rf_token_data *d);
 int64_t rf_token_data_vocab(const struct rf_token_data *d);
 const char *rf_token_data_path(const struct rf_token_data *d);
@@ -175,7 +180,8 @@ struct rf_tokenizer;
  * rf_fsdp_error() naming the file. Released by rf_tokenizer_close (NULL allowed). */
 int rf_tokenizer_open(struct rf_tokenizer **out, const char *path);
 void rf_tokenizer_close(struct rf_tokenizer *tok);
-/* Writes at most n ids (a token covers at least one byte); returns the count. */
+/* Writes at most n ids (a token covers at least one byte); returns the count (0 when tok is NULL,
+ * or text or ids with n > 0). */
 size_t rf_tokenizer_encode(const struct rf_tokenizer *tok, const uint8_t *text, size_t n, int32_t *ids);
 /* The bytes of n ids into out (cap bytes); *out_n: bytes written. Fails on an id
  * outside the vocabulary or when out is too small. */

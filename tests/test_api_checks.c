@@ -9,7 +9,10 @@
  * unfinalized context); a context and optimizer freed before their async saver
  * stay alive until the saver is freed (round 4: heap-use-after-free in the writer
  * thread under ASan), and the save they were part of completes with their values.
- * Only the public headers. */
+ * The functions added since (issue 39: rfsdp_model.h's binding, token files,
+ * tokenizers, rf_data_prepare, rfsdp_run.h's agreements and files, the checkpoint
+ * reader's inspection and export) given NULL: -1 with the message, a getter's -1 or
+ * NULL, never a crash. Only the public headers. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "rf_test.h"
 #include "rfsdp.h"
 #include "rfsdp_ckpt.h"
+#include "rfsdp_model.h"
 #include "rfsdp_mpi.h"
 #include "rfsdp_optim.h"
 #include "rfsdp_run.h"
@@ -208,6 +212,108 @@ static void check_saver_holds(const char *dir) {
   rf_checkpoint_close(c);
 }
 
+/* The functions added to the public API since 7bddbb7 (issue 39 item 4) and rfsdp ckpt's (issue 39
+ * item 3), given NULL: -1 naming the function (and the argument where the header's convention names
+ * it), a getter's -1 or NULL, never a crash. `dir` holds a complete checkpoint (check_saver_holds). */
+static void check_newer_calls(const char *dir) {
+  int group = 0;
+  REFUSED(rf_comm_node_group(NULL, &group), "rf_comm_node_group", "comm");
+  REFUSED_STATE(rf_comm_agree(NULL, 0), "rf_comm_agree: argument 'comm' is NULL");
+  struct rf_counters a = {.bytes_gathered = 7, .bytes_reduced = 5}, d = rf_counters_diff(&a, NULL);
+  RF_CHECK(d.bytes_gathered == 7 && d.bytes_reduced == 5, "rf_counters_diff(now, NULL) is now");
+  d = rf_counters_diff(&a, &a);
+  RF_CHECK(d.bytes_gathered == 0 && d.bytes_reduced == 0, "rf_counters_diff(a, a) is 0");
+  d = rf_counters_diff(NULL, NULL);
+  RF_CHECK(d.bytes_gathered == 0 && d.bytes_reduced == 0, "rf_counters_diff(NULL, NULL) is 0");
+  /* rfsdp_run.h */
+  char *text = NULL;
+  size_t bytes = 0;
+  REFUSED(rf_run_agree_comm(NULL, 0), "rf_run_agree_comm", "comm");
+  REFUSED(rf_run_exit_status(NULL, 0, "x"), "rf_run_exit_status", "comm");
+  REFUSED(rf_run_import(NULL, NULL, "x"), "rf_run_import", "f");
+  REFUSED(rf_run_file_read(NULL, &text, &bytes), "rf_run_file_read", "path");
+  REFUSED(rf_run_file_read("x", NULL, &bytes), "rf_run_file_read", "out");
+  REFUSED(rf_run_file_read("x", &text, NULL), "rf_run_file_read", "bytes");
+  REFUSED(rf_run_file_write(NULL, "x", 1), "rf_run_file_write", "path");
+  REFUSED(rf_run_file_write("x", NULL, 1), "rf_run_file_write", "buf");
+  /* rfsdp_model.h: the model binding */
+  struct rf_train_model_config cfg;
+  struct rf_train_step_args sa = {0};
+  struct rf_train_step_result sr;
+  char families[256];
+  REFUSED_STATE(rf_train_model_families(NULL, 10, 0, ","), "rf_train_model_families: no buffer");
+  REFUSED_STATE(rf_train_model_families(families, sizeof families, 0, NULL),
+                "rf_train_model_families: no buffer");
+  REFUSED(rf_train_model_config_read(NULL, 8, &cfg), "rf_train_model_config_read", "config_path");
+  REFUSED(rf_train_model_config_read("configs/demo.json", 8, NULL), "rf_train_model_config_read", "out");
+  REFUSED_STATE(rf_train_model_step(NULL, NULL, &sa, &sr), "rf_train_model_step: no model");
+  RF_CHECK(rf_train_model_fsdp(NULL) == NULL && rf_train_model_comm(NULL) == NULL &&
+               rf_train_model_vocab(NULL) == -1 && rf_train_model_workspace_bytes(NULL) == -1,
+           "the model's getters on NULL");
+  char **names = NULL;
+  int n = 0;
+  REFUSED(rf_train_model_fp8_names(NULL, &names, &n), "rf_train_model_fp8_names", "config_path");
+  REFUSED(rf_train_model_fp8_names("configs/demo.json", NULL, &n), "rf_train_model_fp8_names", "names");
+  REFUSED(rf_train_model_fp8_names("configs/demo.json", &names, NULL), "rf_train_model_fp8_names", "n");
+  /* token files, tokenizers, prepare */
+  struct rf_token_data *td = NULL;
+  struct rf_tokenizer *tok = NULL;
+  REFUSED(rf_token_data_open(NULL, "x"), "rf_token_data_open", "out");
+  REFUSED(rf_token_data_open(&td, NULL), "rf_token_data_open", "path");
+  RF_CHECK(td == NULL, "a refused open left token data");
+  rf_token_data_close(NULL);
+  RF_CHECK(
+      rf_token_data_count(NULL) == -1 && rf_token_data_vocab(NULL) == -1 && rf_token_data_path(NULL) == NULL,
+      "the token file's getters on NULL");
+  REFUSED(rf_token_data_check(NULL), "rf_token_data_check", "d");
+  REFUSED(rf_token_data_check_tokenizer(NULL, NULL, "x"), "rf_token_data_check_tokenizer", "d");
+  REFUSED(rf_tokenizer_open(NULL, "x"), "rf_tokenizer_open", "out");
+  REFUSED(rf_tokenizer_open(&tok, NULL), "rf_tokenizer_open", "path");
+  RF_CHECK(tok == NULL, "a refused open left a tokenizer");
+  rf_tokenizer_close(NULL);
+  int32_t ids[4];
+  uint8_t out[4];
+  size_t out_n = 9;
+  RF_CHECK(rf_tokenizer_encode(NULL, (const uint8_t *)"ab", 2, ids) == 0,
+           "rf_tokenizer_encode(NULL tok) is 0");
+  REFUSED(rf_tokenizer_decode(NULL, ids, 1, out, sizeof out, &out_n), "rf_tokenizer_decode", "tok");
+  RF_CHECK(out_n == 0, "a refused decode leaves *out_n 0");
+  REFUSED(rf_tokenizer_decode(NULL, ids, 1, out, sizeof out, NULL), "rf_tokenizer_decode", "out_n");
+  struct rf_data_prepare_options po = {.val_fraction = 0.1};
+  struct rf_data_prepare_stats ps;
+  REFUSED(rf_data_prepare(NULL, "p", &po, &ps), "rf_data_prepare", "input");
+  REFUSED(rf_data_prepare("README.md", NULL, &po, &ps), "rf_data_prepare", "prefix");
+  REFUSED(rf_data_prepare("README.md", "p", NULL, &ps), "rf_data_prepare", "opt");
+  REFUSED(rf_data_prepare("README.md", "p", &po, NULL), "rf_data_prepare", "stats");
+  /* rfsdp_ckpt.h: what rfsdp ckpt uses (the header's own wording: "a NULL argument") */
+  char path[400];
+  snprintf(path, sizeof path, "%s/series", dir);
+  uint64_t read = 0;
+  RF_CHECK(rf_checkpoint_format_version(NULL) == -1 && rf_checkpoint_chunk_bytes(NULL) == -1,
+           "the checkpoint's getters on NULL");
+  REFUSED_STATE(rf_checkpoint_tensor_ranges(NULL, "w"), "rf_checkpoint_tensor_ranges: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_tensor_is_param(NULL, "w"), "rf_checkpoint_tensor_is_param: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_verify(NULL, &read), "rf_checkpoint_verify: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_export(NULL, "x", RF_DTYPE_F32, NULL, 0, 0),
+                "rf_checkpoint_export: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_export(path, NULL, RF_DTYPE_F32, NULL, 0, 0),
+                "rf_checkpoint_export: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_export(path, "x", RF_DTYPE_F32, NULL, 2, 0),
+                "rf_checkpoint_export: a NULL argument");
+  /* and on a real checkpoint: a NULL name, a missing tensor, NULL bytes */
+  char ck[400];
+  rf_run_series_path(ck, sizeof ck, path, 3);
+  struct rf_checkpoint *c = NULL;
+  MUST(rf_checkpoint_open(&c, ck) == 0);
+  REFUSED_STATE(rf_checkpoint_tensor_ranges(c, NULL), "rf_checkpoint_tensor_ranges: a NULL argument");
+  REFUSED_STATE(rf_checkpoint_tensor_is_param(c, "nope"), "the checkpoint has no tensor 'nope'");
+  RF_CHECK(rf_checkpoint_tensor_is_param(c, "w") == 1 && rf_checkpoint_tensor_ranges(c, "w") >= 1 &&
+               rf_checkpoint_format_version(c) == 1 && rf_checkpoint_chunk_bytes(c) > 0,
+           "the getters on a checkpoint: %s", rf_checkpoint_error());
+  RF_CHECK(rf_checkpoint_verify(c, NULL) == 0, "verify with NULL bytes: %s", rf_checkpoint_error());
+  rf_checkpoint_close(c);
+}
+
 int main(int argc, char **argv) {
   int world;
   int rank = rf_test_mpi_init(&argc, &argv, &world);
@@ -218,6 +324,7 @@ int main(int argc, char **argv) {
   check_optim_calls();
   check_run_calls(dir);
   check_saver_holds(dir);
+  check_newer_calls(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0 && rf_test_failures == 0) {
     char cmd[128];

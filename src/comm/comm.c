@@ -73,6 +73,7 @@ void rf_comm_barrier(const struct rf_comm *comm) {
 }
 
 void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype, int root) {
+  RF_ASSERT(comm && (buf || count == 0));
   RF_ASSERT(count >= 0 && root >= 0 && root < comm->world);
   uint64_t t0 = rf_comm_begin("broadcast");
   comm->ops->bcast(comm, buf, count, dtype, root);
@@ -81,6 +82,7 @@ void rf_comm_bcast(const struct rf_comm *comm, void *buf, int64_t count, enum rf
 
 void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enum rf_dtype dtype,
                        enum rf_reduce_op op) {
+  RF_ASSERT(comm && (buf || count == 0));
   RF_ASSERT(count >= 0);
   RF_ASSERT(op == RF_REDUCE_OP_SUM || op == RF_REDUCE_OP_MAX || op == RF_REDUCE_OP_MIN);
   uint64_t t0 = rf_comm_begin("all-reduce");
@@ -91,6 +93,7 @@ void rf_comm_allreduce(const struct rf_comm *comm, void *buf, int64_t count, enu
 }
 
 int rf_comm_agree(const struct rf_comm *comm, int status) {
+  RF_REQUIRE_ARG("rf_comm_agree", comm);
   int32_t all = status;
   rf_comm_allreduce(comm, &all, 1, RF_DTYPE_I32, RF_REDUCE_OP_MIN);
   return all;

@@ -5,6 +5,9 @@
 #include "core/core.h"
 
 struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before) {
+  static const struct rf_counters zero;
+  if (!now) now = &zero;
+  if (!before) before = &zero;
   struct rf_counters d;
   d.bytes_gathered = now->bytes_gathered - before->bytes_gathered;
   d.bytes_reduced = now->bytes_reduced - before->bytes_reduced;

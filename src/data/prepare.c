@@ -93,6 +93,10 @@ static int rf_data_prepare_publish(char tmp[3][RF_FILE_PATH_MAX], const char *pr
 
 int rf_data_prepare(const char *input, const char *prefix, const struct rf_data_prepare_options *opt,
                     struct rf_data_prepare_stats *stats) {
+  RF_REQUIRE_ARG("rf_data_prepare", input);
+  RF_REQUIRE_ARG("rf_data_prepare", prefix);
+  RF_REQUIRE_ARG("rf_data_prepare", opt);
+  RF_REQUIRE_ARG("rf_data_prepare", stats);
   memset(stats, 0, sizeof *stats);
   if (!(opt->val_fraction >= 0.0 && opt->val_fraction < 1.0))
     RF_FAIL("validation fraction %g must be in [0, 1)", opt->val_fraction);

@@ -37,6 +37,7 @@ void rf_tokenizer_free(struct rf_tokenizer *tok) {
 }
 
 size_t rf_tokenizer_encode(const struct rf_tokenizer *tok, const uint8_t *text, size_t n, int32_t *ids) {
+  if (!tok || ((!text || !ids) && n > 0)) return 0;
   if (tok->kind == RF_TOKENIZER_KIND_BYTE) {
     rf_data_encode_bytes(text, n, ids);
     return n;
@@ -46,7 +47,11 @@ size_t rf_tokenizer_encode(const struct rf_tokenizer *tok, const uint8_t *text, 
 
 int rf_tokenizer_decode(const struct rf_tokenizer *tok, const int32_t *ids, size_t n, uint8_t *out,
                         size_t cap, size_t *out_n) {
+  RF_REQUIRE_ARG("rf_tokenizer_decode", out_n);
   *out_n = 0;
+  RF_REQUIRE_ARG("rf_tokenizer_decode", tok);
+  RF_REQUIRE(ids || n == 0, "rf_tokenizer_decode: argument 'ids' is NULL");
+  RF_REQUIRE(out || cap == 0, "rf_tokenizer_decode: argument 'out' is NULL");
   if (tok->kind == RF_TOKENIZER_KIND_BYTE) {
     if (n > cap) RF_FAIL("decoding %zu tokens needs %zu bytes, the buffer has %zu", n, n, cap);
     RF_TRY(rf_data_decode_bytes(ids, n, out));

@@ -142,16 +142,18 @@ void rf_train_model_destroy(struct rf_train_model *m) {
 }
 
 struct rf_fsdp *rf_train_model_fsdp(const struct rf_train_model *m) {
-  return m->fsdp;
+  return m ? m->fsdp : NULL;
 }
 
-int rf_train_model_vocab(const struct rf_train_model *m) { return m->cfg.vocab_size; }
+int rf_train_model_vocab(const struct rf_train_model *m) { return m ? m->cfg.vocab_size : -1; }
 
 struct rf_comm *rf_train_model_comm(const struct rf_train_model *m) {
-  return m->comm;
+  return m ? m->comm : NULL;
 }
 
-int64_t rf_train_model_workspace_bytes(const struct rf_train_model *m) { return (int64_t)m->ws.bytes; }
+int64_t rf_train_model_workspace_bytes(const struct rf_train_model *m) {
+  return m ? (int64_t)m->ws.bytes : -1;
+}
 
 int rf_train_model_config_read(const char *config_path, int seq, struct rf_train_model_config *out) {
   RF_REQUIRE_ARG("rf_train_model_config_read", config_path);
@@ -403,7 +405,9 @@ struct rf_token_data {
 };
 
 int rf_token_data_open(struct rf_token_data **out, const char *path) {
+  RF_REQUIRE_ARG("rf_token_data_open", out);
   *out = NULL;
+  RF_REQUIRE_ARG("rf_token_data_open", path);
   struct rf_token_data *d = rf_xcalloc(1, sizeof *d);
   if (rf_token_file_open(&d->file, path) != 0) {
     free(d);
@@ -414,9 +418,9 @@ int rf_token_data_open(struct rf_token_data **out, const char *path) {
   return 0;
 }
 
-int64_t rf_token_data_count(const struct rf_token_data *d) { return d->file.n_tokens; }
-int64_t rf_token_data_vocab(const struct rf_token_data *d) { return d->file.vocab_size; }
-const char *rf_token_data_path(const struct rf_token_data *d) { return d->file.path; }
+int64_t rf_token_data_count(const struct rf_token_data *d) { return d ? d->file.n_tokens : -1; }
+int64_t rf_token_data_vocab(const struct rf_token_data *d) { return d ? d->file.vocab_size : -1; }
+const char *rf_token_data_path(const struct rf_token_data *d) { return d ? d->file.path : NULL; }
 
 int rf_token_data_check(const struct rf_token_data *d) {
   RF_REQUIRE_ARG("rf_token_data_check", d);
@@ -428,12 +432,14 @@ int rf_token_data_check_tokenizer(const struct rf_token_data *d, const struct rf
                                   const char *tokenizer_path) {
   RF_REQUIRE_ARG("rf_token_data_check_tokenizer", d);
   RF_REQUIRE_ARG("rf_token_data_check_tokenizer", tok);
+  RF_REQUIRE_ARG("rf_token_data_check_tokenizer", tokenizer_path);
   return rf_token_file_check_tokenizer(&d->file, tok, tokenizer_path);
 }
 
 int rf_tokenizer_open(struct rf_tokenizer **out, const char *path) {
   RF_REQUIRE_ARG("rf_tokenizer_open", out);
   *out = NULL;
+  RF_REQUIRE_ARG("rf_tokenizer_open", path);
   struct rf_tokenizer *tok = rf_xcalloc(1, sizeof *tok);
   if (rf_tokenizer_load(tok, path) != 0) {
     free(tok);
