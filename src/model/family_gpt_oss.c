@@ -117,48 +117,46 @@ static void gpt_oss_describe_layer(struct rf_model_desc_builder *b, const struct
   t->sub_count = x;
 }
 
-/* The order of gpt_oss_describe_layer: each attention weight followed by its bias. */
+/* The name (after "model.layers.{l}.") of each tensor a GPT-OSS layer has. */
+static const char *const gpt_oss_tensor_names[RF_MODEL_LAYER_TENSOR_COUNT] = {
+    [RF_MODEL_LAYER_TENSOR_INPUT_NORM] = "input_layernorm.weight",
+    [RF_MODEL_LAYER_TENSOR_Q] = "self_attn.q_proj.weight",
+    [RF_MODEL_LAYER_TENSOR_Q_BIAS] = "self_attn.q_proj.bias",
+    [RF_MODEL_LAYER_TENSOR_K] = "self_attn.k_proj.weight",
+    [RF_MODEL_LAYER_TENSOR_K_BIAS] = "self_attn.k_proj.bias",
+    [RF_MODEL_LAYER_TENSOR_V] = "self_attn.v_proj.weight",
+    [RF_MODEL_LAYER_TENSOR_V_BIAS] = "self_attn.v_proj.bias",
+    [RF_MODEL_LAYER_TENSOR_O] = "self_attn.o_proj.weight",
+    [RF_MODEL_LAYER_TENSOR_O_BIAS] = "self_attn.o_proj.bias",
+    [RF_MODEL_LAYER_TENSOR_SINKS] = "self_attn.sinks",
+    [RF_MODEL_LAYER_TENSOR_POST_NORM] = "post_attention_layernorm.weight",
+    [RF_MODEL_LAYER_TENSOR_ROUTER] = "mlp.router.weight",
+    [RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] = "mlp.router.bias",
+    [RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP] = "mlp.experts.gate_up_proj",
+    [RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS] = "mlp.experts.gate_up_proj_bias",
+    [RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN] = "mlp.experts.down_proj",
+    [RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS] = "mlp.experts.down_proj_bias",
+};
+
+/* Where tensor t is in gpt_oss_describe_layer's order: layer l described into a scratch
+ * description and its tensor named "p." + gpt_oss_tensor_names[t] looked up (-1: none, e.g. a bias
+ * without attention_bias), so that the slots cannot drift from the description. At set-up only
+ * (the workspace reads every slot once). */
 static int gpt_oss_layer_slot(const struct rf_model_config *cfg, int l, enum rf_model_layer_tensor t) {
-  (void)l;
-  int b = cfg->attention_bias ? 1 : 0;
-  switch (t) {
-    case RF_MODEL_LAYER_TENSOR_INPUT_NORM:
-      return 0;
-    case RF_MODEL_LAYER_TENSOR_Q:
-      return 1;
-    case RF_MODEL_LAYER_TENSOR_Q_BIAS:
-      return b ? 2 : -1;
-    case RF_MODEL_LAYER_TENSOR_K:
-      return 2 + b;
-    case RF_MODEL_LAYER_TENSOR_K_BIAS:
-      return b ? 4 : -1;
-    case RF_MODEL_LAYER_TENSOR_V:
-      return 3 + 2 * b;
-    case RF_MODEL_LAYER_TENSOR_V_BIAS:
-      return b ? 6 : -1;
-    case RF_MODEL_LAYER_TENSOR_O:
-      return 4 + 3 * b;
-    case RF_MODEL_LAYER_TENSOR_O_BIAS:
-      return b ? 8 : -1;
-    case RF_MODEL_LAYER_TENSOR_SINKS:
-      return 5 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_POST_NORM:
-      return 6 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_ROUTER:
-      return 7 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_ROUTER_BIAS:
-      return 8 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP:
-      return 9 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS:
-      return 10 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN:
-      return 11 + 4 * b;
-    case RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS:
-      return 12 + 4 * b;
-    default:
-      return -1;
-  }
+  const char *name = (int)t >= 0 && t < RF_MODEL_LAYER_TENSOR_COUNT ? gpt_oss_tensor_names[t] : NULL;
+  if (!name) return -1;
+  struct rf_model_desc d;
+  memset(&d, 0, sizeof d);
+  struct rf_model_desc_builder b = {&d, 1.0f};
+  rf_model_desc_add_unit(&d, "layer");
+  gpt_oss_describe_layer(&b, cfg, l, "p");
+  int slot = -1;
+  for (int i = 0; i < d.units[0].n_tensors && slot < 0; i++)
+    if (strncmp(d.units[0].tensors[i].name, "p.", 2) == 0 &&
+        strcmp(d.units[0].tensors[i].name + 2, name) == 0)
+      slot = i;
+  rf_model_desc_free(&d);
+  return slot;
 }
 
 const struct rf_model_family rf_model_family_gpt_oss = {
