@@ -5,14 +5,16 @@
  * tiny LLaMA with every bias (tests/data/llama_bias_config.json, 2 sequences of 70 tokens:
  * attention's 64-row blocks and a partial one), a tiny Mixtral and a tiny qwen3_moe (q/k norms,
  * a dense layer; tests/data/mixtral_ref_config.json, qwen3_moe_ref_config.json, 2 sequences of 13 tokens)
- * and a tiny gpt_oss (tests/data/gpt_oss_ref_config.json: every GPT-OSS entry of the table),
+ * a tiny gpt_oss (tests/data/gpt_oss_ref_config.json: every GPT-OSS entry of the table) and two tiny
+ * deepseek_v3 (tests/data/deepseek_v3_ref_config.json, _q_: every latent-attention entry),
  * with the weights and the gradients in device memory (uploaded and read back by rf_device_copy). The loss,
  * the load-balancing loss, the logits and every gradient are the host's bit for bit (memcmp) in f32 and bf16
  * compute, with f32 and with bf16 weights, and with FP8 block weights (rf_model_ws_set_fp8); every gradient
  * is non-zero (so equality is not vacuous). Sampling (rf_model_generate, reading the logits by a copy) draws
  * the host's tokens. A host read of device memory anywhere in the step would fault (SIGSEGV): the test passes
  * only when there is none. The workspace refuses a kernel table missing an entry (naming the device and the
- * entry; a table without GPT-OSS's entries, as the CUDA table was, refuses a gpt_oss config only) and a
+ * entry; a table without GPT-OSS's or MLA's entries, as the CUDA table was and is, refuses a gpt_oss
+ * resp. a deepseek_v3 config only) and a
  * host-memory table on device memory. The stage's progress callback (the trainer's
  * MPI progress) runs on the host thread, once per linear op as on the host, never on a stream's. */
 #include <pthread.h>
@@ -338,12 +340,14 @@ static void check_refusals(struct rf_device *checked) {
            "a table without linear layers is refused, naming the device and the entry: %s",
            rc ? rf_error_msg() : "(accepted)");
   if (rc == 0) rf_model_ws_free(&ws);
-  /* a table without GPT-OSS's entries (the CUDA table's gaps until gpt_oss_cuda.cu): a llama runs, a
-   * gpt_oss is refused */
+  /* a table without GPT-OSS's and MLA's entries (the CUDA table's gaps until gpt_oss_cuda.cu; MLA's
+   * still): a llama runs, a gpt_oss and a deepseek_v3 are refused */
   partial = rf_model_kernels_host;
   partial.attention_sink_forward = NULL, partial.attention_sink_backward = NULL;
   partial.swiglu_clamp_forward = NULL, partial.swiglu_clamp_backward = NULL;
   partial.weight_transpose = NULL, partial.transpose_add = NULL;
+  partial.mla_attention_forward = NULL, partial.mla_attention_backward = NULL, partial.mla_rope_apply = NULL;
+  partial.mla_kv_expand = NULL, partial.mla_kv_expand_backward = NULL;
   rc = rf_model_ws_init_on(&ws, &host, hs, &cfg, 1, 4);
   RF_CHECK(rc == 0, "a llama needs none of GPT-OSS's entries: %s", rc ? rf_error_msg() : "");
   if (rc == 0) rf_model_ws_free(&ws);
@@ -353,6 +357,14 @@ static void check_refusals(struct rf_device *checked) {
   RF_CHECK(
       rc == -1 && strstr(rf_error_msg(), "device host") && strstr(rf_error_msg(), "attention_sink_forward"),
       "a table without GPT-OSS's entries refuses gpt_oss, naming the first: %s",
+      rc ? rf_error_msg() : "(accepted)");
+  if (rc == 0) rf_model_ws_free(&ws);
+  struct rf_model_config ds;
+  RF_ASSERT(rf_model_config_load(&ds, "tests/data/deepseek_v3_ref_config.json") == 0);
+  rc = rf_model_ws_init_on(&ws, &host, hs, &ds, 1, 4);
+  RF_CHECK(
+      rc == -1 && strstr(rf_error_msg(), "device host") && strstr(rf_error_msg(), "mla_attention_forward"),
+      "a table without the mla_ entries refuses deepseek_v3, naming the first: %s",
       rc ? rf_error_msg() : "(accepted)");
   if (rc == 0) rf_model_ws_free(&ws);
   rf_device_stream_free(&host, hs);
@@ -402,6 +414,18 @@ int main(void) {
   compare(&m, &dev, RF_DTYPE_BF16, W_F32);
   compare(&m, &dev, RF_DTYPE_F32, W_BF16);
   model_free(&m);
+  /* deepseek_v3: multi-head latent attention (every mla_ entry), q_lora_rank and q_proj, v's head dim
+   * != q's, interleaved and rotate_half rotary parts (no FP8: refused for the latent attention) */
+  const char *ds[][2] = {
+      {"deepseek_v3 (latent attention, low-rank q)", "tests/data/deepseek_v3_ref_config.json"},
+      {"deepseek_v3 (latent attention, q_proj)", "tests/data/deepseek_v3_q_ref_config.json"}};
+  for (int i = 0; i < 2; i++) {
+    model_make(&m, ds[i][0], ds[i][1], 2, 13);
+    compare(&m, &dev, RF_DTYPE_F32, W_F32);
+    compare(&m, &dev, RF_DTYPE_BF16, W_F32);
+    compare(&m, &dev, RF_DTYPE_F32, W_BF16);
+    model_free(&m);
+  }
   rf_device_free(&dev);
   return rf_test_finish("test_model_checked");
 }

@@ -102,6 +102,7 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
   RF_REQUIRE(cfg->partial_rotary_factor == 0.0 || cfg->partial_rotary_factor == 1.0,
              "%s: field 'partial_rotary_factor': %g is not implemented (only 1)", what,
              cfg->partial_rotary_factor);
+  if (rf_model_config_family(cfg)->check) RF_TRY(rf_model_config_family(cfg)->check(cfg, what));
   return 0;
 }
 

@@ -15,16 +15,16 @@ struct cJSON;
 
 /* The model families a Hugging Face config.json may name (model_type): each is a
  * table of per-family operations in a file of its own (family.h), listed once in
- * families.c. llama, qwen2, mixtral, qwen3_moe and gpt_oss are trainable; every family can
- * be described (and planned). */
+ * families.c. llama, qwen2, mixtral, qwen3_moe, gpt_oss and deepseek_v3 (dense layers) are
+ * trainable; every family can be described (and planned). */
 struct rf_model_family;
 
 /* The number of families, and the name (model_type) and trainability of each. */
 int rf_model_family_count(void);
 /* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
 const char *rf_model_family_name(const struct rf_model_family *family);
-/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe, gpt_oss); deepseek_v3 is planned only.
- * The name lists of messages and --help come from these (rf_train_model_families). */
+/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe, gpt_oss, deepseek_v3: dense layers
+ * only). The name lists of messages and --help come from these (rf_train_model_families). */
 int rf_model_family_trainable(const struct rf_model_family *family);
 /* The i-th family of the list (0 <= i < rf_model_family_count()). */
 const struct rf_model_family *rf_model_family_at(int i);
@@ -38,6 +38,7 @@ struct rf_model_config_deepseek_v3 {
   int q_lora_rank; /* 0: no low-rank query projection */
   int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   int num_experts_per_tok; /* routed experts per token; 0 when the config leaves it out */
+  int rope_interleave;     /* the rotary pairs (2i, 2i+1) (true, transformers' default) or (i, i + rope/2) */
 };
 
 /* YaRN rotary embeddings (rope_type "yarn"): transformers' _compute_yarn_parameters. */

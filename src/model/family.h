@@ -49,10 +49,16 @@ struct rf_model_family {
   int o_bias;                  /* attention_bias puts a bias on o_proj too (llama; qwen2: q, k, v only) */
   int attention_sinks;         /* a learned logit per head in the softmax (self_attn.sinks) and the layers'
                                 * sliding windows (cfg->sliding_window, sliding_mask): GPT-OSS */
+  int mla;                     /* multi-head latent attention (DeepSeek-V3): low-rank q (optional) and kv
+                                * with their norms, kv_b_proj giving each head's k_nope and v, a rotary key
+                                * every head shares, v's head dim its own (model.c's mla_ functions) */
   /* Reads the family's own config.json fields into cfg, after the shared ones
    * (config.c: sizes, heads, vocab, rope, tie_word_embeddings, ...). Errors name
    * the file and the field. */
   int (*read)(const struct rf_model_config_json *j, struct rf_model_config *cfg);
+  /* What the trainable model does not implement of this family's fields, refused naming the field
+   * (what: the file), after rf_model_config_check's shared checks. NULL: nothing more. */
+  int (*check)(const struct rf_model_config *cfg, const char *what);
   /* Layer l has routed experts (1) or a dense MLP (0). NULL: dense everywhere. */
   int (*layer_is_moe)(const struct rf_model_config *cfg, int l);
   /* Adds layer l's tensors to the current unit: names under prefix p

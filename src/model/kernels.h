@@ -160,12 +160,31 @@ struct rf_model_kernels {
   void (*weight_transpose)(float *dst, const struct rf_model_weight *w, int rows, int cols,
                            struct rf_device_stream *stream);
   void (*transpose_add)(float *dst, const float *src, int rows, int cols, struct rf_device_stream *stream);
+  /* ---- DeepSeek-V3's multi-head latent attention (rf_model_kernels_missing_for asks for them of a
+   * family with MLA only; the CUDA table leaves them NULL). ---- */
+  /* rf_model_attention_mla_forward, _backward (y as attention_backward takes it); rf_model_mla_rope_apply,
+   * rf_model_mla_kv_expand, _backward. */
+  void (*mla_attention_forward)(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, int dv, float scale,
+                                void *scratch, size_t scratch_bytes, struct rf_device_stream *stream);
+  void (*mla_attention_backward)(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                 const float *lse, const float *q, const float *k, const float *v, int batch,
+                                 int seq, int nh, int nkv, int hd, int vd, float scale, void *scratch,
+                                 size_t scratch_bytes, struct rf_device_stream *stream);
+  void (*mla_rope_apply)(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                         const float *cos_t, const float *sin_t, int interleave, int inverse,
+                         struct rf_device_stream *stream);
+  void (*mla_kv_expand)(float *k, float *v, const float *kvb, const float *kpe, int n, int nh, int nope,
+                        int rope, int dv, struct rf_device_stream *stream);
+  void (*mla_kv_expand_backward)(float *dkvb, float *dkpe, const float *dk, const float *dv, int n, int nh,
+                                 int nope, int rope, int vd, struct rf_device_stream *stream);
 };
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
 /* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model, the
- * attention_sink_ ones for a family with sinks, swiglu_clamp_ and the transposes for GPT-OSS's experts. */
+ * attention_sink_ ones for a family with sinks, swiglu_clamp_ and the transposes for GPT-OSS's experts,
+ * the mla_ ones for a family with multi-head latent attention (DeepSeek-V3). */
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k, const struct rf_model_config *cfg);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */

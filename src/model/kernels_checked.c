@@ -840,6 +840,144 @@ static void ck_transpose_add(float *dst, const float *src, int rows, int cols,
   LAUNCH("transpose_add", run_transpose_add, a);
 }
 
+/* ---- DeepSeek-V3: multi-head latent attention ---- */
+
+struct ck_mla {
+  struct ck_head h;
+  float *y, *lse_out, *dq, *dk, *dv;
+  const float *dy, *yf, *lse, *q, *k, *v;
+  int batch, seq, nh, nkv, hd, vd;
+  float scale;
+  void *scratch;
+  size_t scratch_bytes;
+};
+
+static void run_mla_attention_forward(void *arg) {
+  struct ck_mla *a = arg;
+  ck_enter(&a->h);
+  HOST.mla_attention_forward(V(a->y), V(a->lse_out), V(a->q), V(a->k), V(a->v), a->batch, a->seq, a->nh,
+                             a->nkv, a->hd, a->vd, a->scale, V(a->scratch), a->scratch_bytes, NULL);
+}
+
+static void ck_mla_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                     int batch, int seq, int nh, int nkv, int hd, int dv, float scale,
+                                     void *scratch, size_t scratch_bytes, struct rf_device_stream *stream) {
+  struct ck_mla a = {.h = ck_head(stream, "mla_attention_forward"),
+                     .y = y,
+                     .lse_out = lse,
+                     .q = q,
+                     .k = k,
+                     .v = v,
+                     .batch = batch,
+                     .seq = seq,
+                     .nh = nh,
+                     .nkv = nkv,
+                     .hd = hd,
+                     .vd = dv,
+                     .scale = scale,
+                     .scratch = scratch,
+                     .scratch_bytes = scratch_bytes};
+  LAUNCH("mla_attention_forward", run_mla_attention_forward, a);
+}
+
+static void run_mla_attention_backward(void *arg) {
+  struct ck_mla *a = arg;
+  ck_enter(&a->h);
+  HOST.mla_attention_backward(V(a->dq), V(a->dk), V(a->dv), V(a->dy), V(a->yf), V(a->lse), V(a->q), V(a->k),
+                              V(a->v), a->batch, a->seq, a->nh, a->nkv, a->hd, a->vd, a->scale, V(a->scratch),
+                              a->scratch_bytes, NULL);
+}
+
+static void ck_mla_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                      const float *lse, const float *q, const float *k, const float *v,
+                                      int batch, int seq, int nh, int nkv, int hd, int vd, float scale,
+                                      void *scratch, size_t scratch_bytes, struct rf_device_stream *stream) {
+  struct ck_mla a = {.h = ck_head(stream, "mla_attention_backward"),
+                     .dq = dq,
+                     .dk = dk,
+                     .dv = dv,
+                     .dy = dy,
+                     .yf = y,
+                     .lse = lse,
+                     .q = q,
+                     .k = k,
+                     .v = v,
+                     .batch = batch,
+                     .seq = seq,
+                     .nh = nh,
+                     .nkv = nkv,
+                     .hd = hd,
+                     .vd = vd,
+                     .scale = scale,
+                     .scratch = scratch,
+                     .scratch_bytes = scratch_bytes};
+  LAUNCH("mla_attention_backward", run_mla_attention_backward, a);
+}
+
+struct ck_mla_rope {
+  struct ck_head h;
+  float *x;
+  const float *cos_t, *sin_t;
+  int batch, seq, n_heads, stride, off, rd, interleave, inverse;
+};
+
+static void run_mla_rope_apply(void *arg) {
+  struct ck_mla_rope *a = arg;
+  ck_enter(&a->h);
+  HOST.mla_rope_apply(V(a->x), a->batch, a->seq, a->n_heads, a->stride, a->off, a->rd, V(a->cos_t),
+                      V(a->sin_t), a->interleave, a->inverse, NULL);
+}
+
+static void ck_mla_rope_apply(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                              const float *cos_t, const float *sin_t, int interleave, int inverse,
+                              struct rf_device_stream *stream) {
+  struct ck_mla_rope a = {ck_head(stream, "mla_rope_apply"),
+                          x,
+                          cos_t,
+                          sin_t,
+                          batch,
+                          seq,
+                          n_heads,
+                          stride,
+                          off,
+                          rd,
+                          interleave,
+                          inverse};
+  LAUNCH("mla_rope_apply", run_mla_rope_apply, a);
+}
+
+struct ck_mla_kv {
+  struct ck_head h;
+  float *a0, *a1;       /* k, v (forward); dkvb, dkpe (backward) */
+  const float *b0, *b1; /* kvb, kpe (forward); dk, dv (backward) */
+  int n, nh, nope, rope, dv;
+};
+
+static void run_mla_kv_expand(void *arg) {
+  struct ck_mla_kv *a = arg;
+  ck_enter(&a->h);
+  HOST.mla_kv_expand(V(a->a0), V(a->a1), V(a->b0), V(a->b1), a->n, a->nh, a->nope, a->rope, a->dv, NULL);
+}
+
+static void ck_mla_kv_expand(float *k, float *v, const float *kvb, const float *kpe, int n, int nh, int nope,
+                             int rope, int dv, struct rf_device_stream *stream) {
+  struct ck_mla_kv a = {ck_head(stream, "mla_kv_expand"), k, v, kvb, kpe, n, nh, nope, rope, dv};
+  LAUNCH("mla_kv_expand", run_mla_kv_expand, a);
+}
+
+static void run_mla_kv_expand_backward(void *arg) {
+  struct ck_mla_kv *a = arg;
+  ck_enter(&a->h);
+  HOST.mla_kv_expand_backward(V(a->a0), V(a->a1), V(a->b0), V(a->b1), a->n, a->nh, a->nope, a->rope, a->dv,
+                              NULL);
+}
+
+static void ck_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *dk, const float *dv, int n,
+                                      int nh, int nope, int rope, int vd, struct rf_device_stream *stream) {
+  struct ck_mla_kv a = {ck_head(stream, "mla_kv_expand_backward"), dkvb, dkpe, dk, dv, n, nh, nope, rope, vd};
+  LAUNCH("mla_kv_expand_backward", run_mla_kv_expand_backward, a);
+}
+
 const struct rf_model_kernels rf_model_kernels_checked = {
     .name = "checked",
     .host_memory = 0,
@@ -874,4 +1012,9 @@ const struct rf_model_kernels rf_model_kernels_checked = {
     .swiglu_clamp_backward = ck_swiglu_clamp_backward,
     .weight_transpose = ck_weight_transpose,
     .transpose_add = ck_transpose_add,
+    .mla_attention_forward = ck_mla_attention_forward,
+    .mla_attention_backward = ck_mla_attention_backward,
+    .mla_rope_apply = ck_mla_rope_apply,
+    .mla_kv_expand = ck_mla_kv_expand,
+    .mla_kv_expand_backward = ck_mla_kv_expand_backward,
 };

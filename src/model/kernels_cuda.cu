@@ -596,4 +596,9 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     rf_gpt_oss_cuda_entry_swiglu_clamp_backward,
     rf_gpt_oss_cuda_entry_weight_transpose,
     rf_gpt_oss_cuda_entry_transpose_add,
+    NULL, /* mla_attention_forward, _backward, mla_rope_apply, mla_kv_expand, _backward: DeepSeek-V3's, */
+    NULL, /* not on this device yet (rf_model_kernels_missing_for names them) */
+    NULL,
+    NULL,
+    NULL,
 };

@@ -255,8 +255,45 @@ static void host_transpose_add(float *dst, const float *src, int rows, int cols,
   rf_model_transpose_add(dst, src, rows, cols);
 }
 
+static void host_mla_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                       int batch, int seq, int nh, int nkv, int hd, int dv, float scale,
+                                       void *scratch, size_t scratch_bytes, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_attention_mla_forward(y, lse, q, k, v, batch, seq, nh, nkv, hd, dv, scale, scratch,
+                                 host_att_slices(scratch_bytes, seq));
+}
+
+static void host_mla_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                                        const float *lse, const float *q, const float *k, const float *v,
+                                        int batch, int seq, int nh, int nkv, int hd, int vd, float scale,
+                                        void *scratch, size_t scratch_bytes,
+                                        struct rf_device_stream *stream) {
+  (void)stream, (void)y;
+  rf_model_attention_mla_backward(dq, dk, dv, dy, lse, q, k, v, batch, seq, nh, nkv, hd, vd, scale, scratch,
+                                  host_att_slices(scratch_bytes, seq));
+}
+
+static void host_mla_rope_apply(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                                const float *cos_t, const float *sin_t, int interleave, int inverse,
+                                struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_mla_rope_apply(x, batch, seq, n_heads, stride, off, rd, cos_t, sin_t, interleave, inverse);
+}
+
+static void host_mla_kv_expand(float *k, float *v, const float *kvb, const float *kpe, int n, int nh,
+                               int nope, int rope, int dv, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_mla_kv_expand(k, v, kvb, kpe, n, nh, nope, rope, dv);
+}
+
+static void host_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *dk, const float *dv, int n,
+                                        int nh, int nope, int rope, int vd, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_mla_kv_expand_backward(dkvb, dkpe, dk, dv, n, nh, nope, rope, vd);
+}
+
 /* What a model needs of a table (bits of missing_entry's `needs`). */
-enum { NEED_MOE = 1, NEED_SINKS = 2, NEED_OSS_EXPERTS = 4 };
+enum { NEED_MOE = 1, NEED_SINKS = 2, NEED_OSS_EXPERTS = 4, NEED_MLA = 8 };
 
 /* The first entry k lacks; the router's and the MoE layer's only when needs has NEED_MOE, the
  * sinks' and GPT-OSS experts' only when it has theirs. */
@@ -296,13 +333,19 @@ static const char *missing_entry(const struct rf_model_kernels *k, int needs) {
                  RF_KERNEL_ENTRY(swiglu_clamp_forward),
                  RF_KERNEL_ENTRY(swiglu_clamp_backward),
                  RF_KERNEL_ENTRY(weight_transpose),
-                 RF_KERNEL_ENTRY(transpose_add)};
+                 RF_KERNEL_ENTRY(transpose_add),
+                 RF_KERNEL_ENTRY(mla_attention_forward),
+                 RF_KERNEL_ENTRY(mla_attention_backward),
+                 RF_KERNEL_ENTRY(mla_rope_apply),
+                 RF_KERNEL_ENTRY(mla_kv_expand),
+                 RF_KERNEL_ENTRY(mla_kv_expand_backward)};
 #undef RF_KERNEL_ENTRY
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
     const char *e = entries[i].name;
     int need = strncmp(e, "moe_", 4) == 0 || strncmp(e, "router_", 7) == 0      ? NEED_MOE
                : strncmp(e, "attention_sink_", 15) == 0                         ? NEED_SINKS
                : strncmp(e, "swiglu_clamp_", 13) == 0 || strstr(e, "transpose") ? NEED_OSS_EXPERTS
+               : strncmp(e, "mla_", 4) == 0                                     ? NEED_MLA
                                                                                 : 0;
     if (!entries[i].fn && (!need || (needs & need))) return e;
   }
@@ -310,7 +353,7 @@ static const char *missing_entry(const struct rf_model_kernels *k, int needs) {
 }
 
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
-  return missing_entry(k, NEED_MOE | NEED_SINKS | NEED_OSS_EXPERTS);
+  return missing_entry(k, NEED_MOE | NEED_SINKS | NEED_OSS_EXPERTS | NEED_MLA);
 }
 
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
@@ -318,7 +361,8 @@ const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
   const struct rf_model_family *f = rf_model_config_family(cfg);
   int moe = rf_model_config_is_moe(cfg);
   return missing_entry(k, (moe ? NEED_MOE : 0) | (f->attention_sinks ? NEED_SINKS : 0) |
-                              (moe && f->router == RF_MODEL_ROUTER_TOPK_SOFTMAX ? NEED_OSS_EXPERTS : 0));
+                              (moe && f->router == RF_MODEL_ROUTER_TOPK_SOFTMAX ? NEED_OSS_EXPERTS : 0) |
+                              (f->mla ? NEED_MLA : 0));
 }
 
 const struct rf_model_kernels rf_model_kernels_host = {
@@ -355,4 +399,9 @@ const struct rf_model_kernels rf_model_kernels_host = {
     .swiglu_clamp_backward = host_swiglu_clamp_backward,
     .weight_transpose = host_weight_transpose,
     .transpose_add = host_transpose_add,
+    .mla_attention_forward = host_mla_attention_forward,
+    .mla_attention_backward = host_mla_attention_backward,
+    .mla_rope_apply = host_mla_rope_apply,
+    .mla_kv_expand = host_mla_kv_expand,
+    .mla_kv_expand_backward = host_mla_kv_expand_backward,
 };

@@ -62,6 +62,43 @@ static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
   return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
 }
 
+/* DeepSeek-V3's multi-head latent attention (the family's choice). */
+static int has_mla(const struct rf_model_config *c) { return rf_model_config_family(c)->mla; }
+
+/* v's and the attention output's head dim: MLA's v_head_dim, else head_dim. */
+static size_t v_dim(const struct rf_model_config *c) {
+  return has_mla(c) ? (size_t)c->deepseek_v3.v_head_dim : (size_t)c->head_dim;
+}
+
+/* The rotary embedding's dim: MLA's qk_rope_head_dim, else head_dim. */
+static int rope_dim(const struct rf_model_config *c) {
+  return has_mla(c) ? c->deepseek_v3.qk_rope_head_dim : c->head_dim;
+}
+
+/* MLA's layer activations beyond q, k, v, atty (floats): the low-rank q and its 1/rms, the
+ * compressed kv and its 1/rms. */
+static size_t mla_layer_words(const struct rf_model_config *c, size_t n) {
+  if (!has_mla(c)) return 0;
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  return n * ((d->q_lora_rank ? (size_t)d->q_lora_rank + 1 : 0) + (size_t)d->kv_lora_rank + 1);
+}
+
+/* MLA's scratch (floats): s_kvb, s_kpe, s_cn, s_dcn, s_dckv, s_qan, s_dqan, s_dqa. */
+static size_t mla_scratch_words(const struct rf_model_config *c, size_t n) {
+  if (!has_mla(c)) return 0;
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  return n * ((size_t)c->num_attention_heads * (size_t)(d->qk_nope_head_dim + d->v_head_dim) +
+              (size_t)d->qk_rope_head_dim + 3 * (size_t)d->kv_lora_rank + 3 * (size_t)d->q_lora_rank);
+}
+
+/* A norm weight converted from bf16 (s_normw): hidden, or MLA's low ranks when wider. */
+static size_t normw_len(const struct rf_model_config *c) {
+  size_t len = (size_t)c->hidden_size;
+  if (has_mla(c) && (size_t)c->deepseek_v3.q_lora_rank > len) len = (size_t)c->deepseek_v3.q_lora_rank;
+  if (has_mla(c) && (size_t)c->deepseek_v3.kv_lora_rank > len) len = (size_t)c->deepseek_v3.kv_lora_rank;
+  return len;
+}
+
 /* GPT-OSS's experts: [in, out] with biases, the clamped SwiGLU (moe.c). */
 static int oss_experts(const struct rf_model_config *c) {
   return rf_model_config_is_moe(c) && rf_model_config_family(c)->router == RF_MODEL_ROUTER_TOPK_SOFTMAX;
@@ -75,6 +112,12 @@ static size_t stage_wide(const struct rf_model_config *c) {
   if (rf_model_config_is_moe(c) && (size_t)c->moe.moe_intermediate_size > wide)
     wide = (size_t)c->moe.moe_intermediate_size;
   if (oss_experts(c) && 2 * (size_t)c->intermediate_size > wide) wide = 2 * (size_t)c->intermediate_size;
+  if (has_mla(c)) { /* the rows of q_b_proj, kv_b_proj (the low ranks) and o_proj (heads * v_head_dim) */
+    const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+    size_t ins[] = {(size_t)d->q_lora_rank, (size_t)d->kv_lora_rank,
+                    (size_t)c->num_attention_heads * (size_t)d->v_head_dim};
+    for (int i = 0; i < 3; i++) wide = ins[i] > wide ? ins[i] : wide;
+  }
   return wide;
 }
 
@@ -96,20 +139,23 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size, f = sizeof(float);
+  size_t vd = (size_t)c->num_key_value_heads * v_dim(c), ad = (size_t)c->num_attention_heads * v_dim(c);
   int qk = has_qk_norm(c);
   size_t per_layer =
-      n * (2 * h + 2 * qd + 2 * kd + 2) + (size_t)batch * c->num_attention_heads * seq +
-      (qk ? n * (qd + kd + (size_t)c->num_attention_heads + (size_t)c->num_key_value_heads) : 0);
+      n * (2 * h + qd + kd + vd + ad + 2) + (size_t)batch * c->num_attention_heads * seq +
+      (qk ? n * (qd + kd + (size_t)c->num_attention_heads + (size_t)c->num_key_value_heads) : 0) +
+      mla_layer_words(c, n);
   size_t wide = stage_wide(c);
   size_t bytes = 2 * n * sizeof(int32_t) + f * per_layer * (size_t)c->num_hidden_layers;
   for (int l = 0; l < c->num_hidden_layers; l++)
     bytes += f * (rf_model_config_layer_is_moe(c, l) ? moe_layer_words(c, n) : 2 * n * inter);
   if (qk) bytes += f * n * (qd + kd);     /* s_qkn */
   bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
-  bytes += f * ((size_t)seq * hd);        /* rotary tables */
-  bytes += f * (n * (2 * h + 2 * inter + qd + 2 * kd + qd));
+  bytes += f * ((size_t)seq * hd);        /* rotary tables (MLA: of the rotary dim, within these) */
+  bytes += f * (n * (2 * h + 2 * inter + qd + kd + vd + (ad > qd ? ad : qd)));
+  bytes += f * mla_scratch_words(c, n);
   bytes += rf_model_kernels_host.scratch_bytes(c, batch, seq) + sizeof(double); /* scratch, loss */
-  bytes += f * (h + (size_t)RF_MODEL_STAGE_ROWS * wide);
+  bytes += f * (normw_len(c) + (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (has_s_bias(c)) bytes += f * wide; /* s_bias */
   bytes += 2 * f * oss_stage_words(c);  /* s_wt, s_gwt */
   if (moe_rows(c, n)) bytes += moe_scratch_bytes(c, n);
@@ -208,6 +254,7 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   size_t n = (size_t)batch * seq, h = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t qd = (size_t)c->num_attention_heads * hd, kd = (size_t)c->num_key_value_heads * hd;
   size_t inter = (size_t)c->intermediate_size, v = (size_t)c->vocab_size;
+  size_t vd = (size_t)c->num_key_value_heads * v_dim(c), ad = (size_t)c->num_attention_heads * v_dim(c);
   ws->tokens = ws_alloc(ws, n * sizeof(int32_t));
   ws->targets = ws_alloc(ws, n * sizeof(int32_t));
   ws->layers = rf_xcalloc((size_t)c->num_hidden_layers, sizeof(*ws->layers));
@@ -222,9 +269,9 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
     a->rstd1 = ws_floats(ws, n);
     a->q = ws_floats(ws, n * qd);
     a->k = ws_floats(ws, n * kd);
-    a->v = ws_floats(ws, n * kd);
+    a->v = ws_floats(ws, n * vd);
     a->lse = ws_floats(ws, (size_t)batch * c->num_attention_heads * seq);
-    a->atty = ws_floats(ws, n * qd);
+    a->atty = ws_floats(ws, n * ad);
     a->x2 = ws_floats(ws, n * h);
     a->rstd2 = ws_floats(ws, n);
     if (qk) {
@@ -232,6 +279,15 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
       a->k_pre = ws_floats(ws, n * kd);
       a->rstdq = ws_floats(ws, n * (size_t)c->num_attention_heads);
       a->rstdk = ws_floats(ws, n * (size_t)c->num_key_value_heads);
+    }
+    if (has_mla(c)) {
+      const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+      if (d->q_lora_rank) {
+        a->qa = ws_floats(ws, n * (size_t)d->q_lora_rank);
+        a->rstdqa = ws_floats(ws, n);
+      }
+      a->ckv = ws_floats(ws, n * (size_t)d->kv_lora_rank);
+      a->rstdkv = ws_floats(ws, n);
     }
     if (rf_model_config_layer_is_moe(c, l)) {
       ws_moe_layer(ws, &a->moe, n);
@@ -248,17 +304,32 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   ws->dx = ws_floats(ws, n * h);
   ws->rope_cos = ws_floats(ws, (size_t)seq * hd / 2);
   ws->rope_sin = ws_floats(ws, (size_t)seq * hd / 2);
-  rope_upload(ws, seq, (int)hd);
+  rope_upload(ws, seq, rope_dim(c));
   ws->s_norm = ws_floats(ws, n * h);
   ws->s_dnorm = ws_floats(ws, n * h);
   ws->s_inner = ws_floats(ws, n * inter);
   ws->s_inner2 = ws_floats(ws, n * inter);
-  ws->s_qkv = ws_floats(ws, n * (qd + 2 * kd));
-  ws->s_att = ws_floats(ws, n * qd);
+  ws->s_qkv = ws_floats(ws, n * (qd + kd + vd));
+  ws->s_att = ws_floats(ws, n * (ad > qd ? ad : qd));
+  if (has_mla(c)) {
+    const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+    size_t kvr = (size_t)d->kv_lora_rank, qr = (size_t)d->q_lora_rank;
+    ws->s_kvb =
+        ws_floats(ws, n * (size_t)c->num_attention_heads * (size_t)(d->qk_nope_head_dim + d->v_head_dim));
+    ws->s_kpe = ws_floats(ws, n * (size_t)d->qk_rope_head_dim);
+    ws->s_cn = ws_floats(ws, n * kvr);
+    ws->s_dcn = ws_floats(ws, n * kvr);
+    ws->s_dckv = ws_floats(ws, n * kvr);
+    if (qr) {
+      ws->s_qan = ws_floats(ws, n * qr);
+      ws->s_dqan = ws_floats(ws, n * qr);
+      ws->s_dqa = ws_floats(ws, n * qr);
+    }
+  }
   ws->scratch_bytes = ws->kern->scratch_bytes(c, batch, seq);
   ws->scratch = ws_alloc(ws, ws->scratch_bytes);
   ws->loss = ws_alloc(ws, sizeof(double));
-  ws->s_normw = ws_floats(ws, h);
+  ws->s_normw = ws_floats(ws, normw_len(c));
   size_t wide = stage_wide(c);
   ws->stage.wf32 = ws_floats(ws, (size_t)RF_MODEL_STAGE_ROWS * wide);
   if (has_s_bias(c)) ws->s_bias = ws_floats(ws, wide);
@@ -283,8 +354,18 @@ static void compute_sizes(const struct rf_model_config *c, int batch, int seq, s
   wide = wide > qd ? wide : qd;
   wide = wide > v ? wide : v;
   size_t rows = (size_t)moe_rows(c, n) > n ? (size_t)moe_rows(c, n) : n;
-  *act = rows * wide;
   *weight = h * (inter > qd ? (inter > v ? inter : v) : (qd > v ? qd : v));
+  if (has_mla(c)) { /* kv_b_proj's output rows and MLA's weights */
+    const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+    size_t kvb = (size_t)c->num_attention_heads * (size_t)(d->qk_nope_head_dim + d->v_head_dim);
+    size_t kva = (size_t)d->kv_lora_rank + (size_t)d->qk_rope_head_dim, qr = (size_t)d->q_lora_rank;
+    size_t ws_[] = {kvb * (size_t)d->kv_lora_rank, qd * qr, h * kva, h * qr,
+                    h * (size_t)c->num_attention_heads * (size_t)d->v_head_dim};
+    for (int i = 0; i < 5; i++) *weight = ws_[i] > *weight ? ws_[i] : *weight;
+    size_t wides[] = {kvb, kva, qr};
+    for (int i = 0; i < 3; i++) wide = wides[i] > wide ? wides[i] : wide;
+  }
+  *act = rows * wide;
 }
 
 size_t rf_model_ws_compute_bytes(const struct rf_model_config *cfg, int batch, int seq,
@@ -332,6 +413,7 @@ size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int s
 
 int rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
   RF_REQUIRE(!oss_experts(&ws->cfg), "--fp8 block: GPT-OSS's [in, out] experts are not quantized yet");
+  RF_REQUIRE(!has_mla(&ws->cfg), "--fp8 block: DeepSeek-V3's latent attention is not quantized yet");
   /* the FP8 products are host code (ops.c on e4m3 codes): a device that runs host code only */
   RF_REQUIRE(
       rf_device_runs_host_code(ws->dev),
@@ -510,19 +592,15 @@ int rf_model_embed_forward(struct rf_model_ws *ws, const struct rf_model_weight 
   return 0;
 }
 
-void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w) {
+/* The grouped-query attention block (every family but DeepSeek-V3): x2 = x + o(attention(rope(q),
+ * rope(k), v)), q/k/v = W xn1 (+ biases; q/k normed per head for qwen3_moe), xn1 in ws->s_norm. */
+static void gqa_forward(struct rf_model_ws *ws, int layer, struct rf_model_layer_acts *a,
+                        const struct rf_model_weight *w) {
   const struct rf_model_config *c = &ws->cfg;
-  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
-  struct rf_model_layer_acts *a = &ws->layers[layer];
-  int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
+  int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim;
   int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int qd = nh * hd, kd = nkv * hd;
   const struct rf_model_stage *st = &ws->stage;
-
-  /* attention block */
-  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
-                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
-                            c->rms_norm_eps, ws->stream);
   int qk = has_qk_norm(c);
   rf_model_ws_linear_forward(ws, qk ? a->q_pre : a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h,
                              qd, 0.0f, st);
@@ -553,6 +631,85 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                  ws->stream);
   rf_model_ws_linear_forward(ws, a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, qd, h, 1.0f, st);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_O_BIAS, a->x2, n, h);
+}
+
+/* A weight's rows [r0, r0 + rows) of `cols` columns, as a weight (a view; not FP8 codes). */
+static struct rf_model_weight weight_rows(const struct rf_model_weight *w, size_t r0, size_t cols) {
+  RF_ASSERT(!w->fp8);
+  struct rf_model_weight v = {0};
+  if (w->f32)
+    v.f32 = w->f32 + r0 * cols;
+  else
+    v.bf16 = w->bf16 + r0 * cols;
+  return v;
+}
+
+/* MLA's softmax scale: 1/sqrt(qk head dim). */
+static float mla_scale(const struct rf_model_config *c) { return 1.0f / sqrtf((float)c->head_dim); }
+
+/* DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention), xn = s_norm:
+ *   q = q_b(q_a_layernorm(q_a(xn))) (or q_proj(xn)), each head (q_nope, q_pe), q_pe rotated;
+ *   kv_a_proj_with_mqa(xn) = (ckv [kv_lora_rank], k_pe [rope]), k_pe rotated and shared by the heads;
+ *   kv_b(kv_a_layernorm(ckv)) = each head's (k_nope, v); k = (k_nope, k_pe);
+ *   x2 = x + o_proj(attention(q, k, v)), v of v_head_dim, scale 1/sqrt(nope + rope).
+ * kv_a_proj_with_mqa runs as two products on views of its rows (ckv's and k_pe's). */
+static void mla_forward(struct rf_model_ws *ws, struct rf_model_layer_acts *a,
+                        const struct rf_model_weight *w) {
+  const struct rf_model_config *c = &ws->cfg;
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  int n = ws->b * ws->t, h = c->hidden_size, nh = c->num_attention_heads, hd = c->head_dim;
+  int qr = d->q_lora_rank, kvr = d->kv_lora_rank, nope = d->qk_nope_head_dim, rope = d->qk_rope_head_dim;
+  int dv = d->v_head_dim, il = d->rope_interleave;
+  const struct rf_model_stage *st = &ws->stage;
+  if (qr) {
+    rf_model_ws_linear_forward(ws, a->qa, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_A), n, h, qr, 0.0f,
+                               st);
+    ws->kern->rmsnorm_forward(ws->s_qan, a->rstdqa, a->qa,
+                              norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_A_NORM), qr), n, qr,
+                              c->rms_norm_eps, ws->stream);
+    rf_model_ws_linear_forward(ws, a->q, ws->s_qan, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, qr, nh * hd, 0.0f,
+                               st);
+  } else {
+    rf_model_ws_linear_forward(ws, a->q, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, nh * hd, 0.0f,
+                               st);
+  }
+  const struct rf_model_weight *kva = lw(a, w, RF_MODEL_LAYER_TENSOR_KV_A);
+  struct rf_model_weight kv_c = weight_rows(kva, 0, (size_t)h),
+                         kv_pe = weight_rows(kva, (size_t)kvr, (size_t)h);
+  rf_model_ws_linear_forward(ws, a->ckv, ws->s_norm, &kv_c, n, h, kvr, 0.0f, st);
+  rf_model_ws_linear_forward(ws, ws->s_kpe, ws->s_norm, &kv_pe, n, h, rope, 0.0f, st);
+  ws->kern->rmsnorm_forward(ws->s_cn, a->rstdkv, a->ckv,
+                            norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_KV_A_NORM), kvr), n, kvr,
+                            c->rms_norm_eps, ws->stream);
+  rf_model_ws_linear_forward(ws, ws->s_kvb, ws->s_cn, lw(a, w, RF_MODEL_LAYER_TENSOR_KV_B), n, kvr,
+                             nh * (nope + dv), 0.0f, st);
+  ws->kern->mla_rope_apply(a->q, ws->b, ws->t, nh, hd, nope, rope, ws->rope_cos, ws->rope_sin, il, 0,
+                           ws->stream);
+  ws->kern->mla_rope_apply(ws->s_kpe, ws->b, ws->t, 1, rope, 0, rope, ws->rope_cos, ws->rope_sin, il, 0,
+                           ws->stream);
+  ws->kern->mla_kv_expand(a->k, a->v, ws->s_kvb, ws->s_kpe, n, nh, nope, rope, dv, ws->stream);
+  ws->kern->mla_attention_forward(a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t, nh, nh, hd, dv,
+                                  mla_scale(c), ws->scratch, ws->scratch_bytes, ws->stream);
+  rf_device_copy(ws->dev, a->x2, a->x, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
+                 ws->stream);
+  rf_model_ws_linear_forward(ws, a->x2, a->atty, lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, nh * dv, h, 1.0f, st);
+}
+
+void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w) {
+  const struct rf_model_config *c = &ws->cfg;
+  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
+  struct rf_model_layer_acts *a = &ws->layers[layer];
+  int n = ws->b * ws->t, h = c->hidden_size, inter = c->intermediate_size;
+  const struct rf_model_stage *st = &ws->stage;
+
+  /* attention block */
+  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
+                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
+                            c->rms_norm_eps, ws->stream);
+  if (has_mla(c))
+    mla_forward(ws, a, w);
+  else
+    gqa_forward(ws, layer, a, w);
 
   /* MLP block */
   ws->kern->rmsnorm_forward(ws->s_norm, a->rstd2, a->x2,
@@ -647,30 +804,15 @@ static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_lay
                               ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 1.0f, sb);
 }
 
-void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
-                             float *const *grads) {
+/* The GQA block's backward: dout = d(x2) in, d(x) added into it (gqa_forward's math). */
+static void gqa_backward(struct rf_model_ws *ws, int layer, const struct rf_model_layer_acts *a,
+                         const struct rf_model_weight *w, float *const *grads) {
   const struct rf_model_config *c = &ws->cfg;
-  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
-  struct rf_model_layer_acts *a = &ws->layers[layer];
   int n = ws->b * ws->t, h = c->hidden_size, hd = c->head_dim;
   int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int qd = nh * hd, kd = nkv * hd;
-  ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
   const struct rf_model_stage *sb = &ws->stage;
-  float *dout = ws->dx; /* d(layer output); becomes d(layer input) in place */
-
-  const float *wpost = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM));
-  if (rf_model_config_layer_is_moe(c, layer)) {
-    /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
-    ws->kern->rmsnorm_apply(ws->s_norm, a->x2, a->rstd2, wpost, n, h, ws->stream);
-    rf_model_moe_backward(ws, layer, w, ws->s_norm, dout, ws->s_dnorm, grads);
-  } else {
-    layer_mlp_backward(ws, a, w, grads, wpost);
-  }
-  ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_POST_NORM), ws->s_dnorm, a->x2,
-                             a->rstd2, wpost, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
-  /* dout now holds d(x2). */
-  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
+  float *dout = ws->dx;
 
   /* Attention block: x2 = x + o(attention(rope(q), rope(k), v)), q/k/v = W xn1. */
   rf_model_ws_linear_backward(ws, ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
@@ -710,6 +852,92 @@ void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_
                               lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
   ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x,
                              a->rstd1, win, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
+}
+
+/* MLA's backward (mla_forward's math): dout = d(x2) in, d(x) added into it. */
+static void mla_backward(struct rf_model_ws *ws, const struct rf_model_layer_acts *a,
+                         const struct rf_model_weight *w, float *const *grads) {
+  const struct rf_model_config *c = &ws->cfg;
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  int n = ws->b * ws->t, h = c->hidden_size, nh = c->num_attention_heads, hd = c->head_dim;
+  int qr = d->q_lora_rank, kvr = d->kv_lora_rank, nope = d->qk_nope_head_dim, rope = d->qk_rope_head_dim;
+  int dv = d->v_head_dim, il = d->rope_interleave, qd = nh * hd;
+  const struct rf_model_stage *sb = &ws->stage;
+  float *dout = ws->dx;
+  rf_model_ws_linear_backward(ws, ws->s_att, lg(a, grads, RF_MODEL_LAYER_TENSOR_O), dout, a->atty,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_O), n, nh * dv, h, 0.0f, sb);
+  float *dq = ws->s_qkv, *dk = dq + (size_t)n * qd, *dvv = dk + (size_t)n * qd;
+  ws->kern->mla_attention_backward(dq, dk, dvv, ws->s_att, a->atty, a->lse, a->q, a->k, a->v, ws->b, ws->t,
+                                   nh, nh, hd, dv, mla_scale(c), ws->scratch, ws->scratch_bytes, ws->stream);
+  ws->kern->mla_rope_apply(dq, ws->b, ws->t, nh, hd, nope, rope, ws->rope_cos, ws->rope_sin, il, 1,
+                           ws->stream);
+  ws->kern->mla_kv_expand_backward(ws->s_kvb, ws->s_kpe, dk, dvv, n, nh, nope, rope, dv, ws->stream);
+  ws->kern->mla_rope_apply(ws->s_kpe, ws->b, ws->t, 1, rope, 0, rope, ws->rope_cos, ws->rope_sin, il, 1,
+                           ws->stream);
+  /* kv_b_proj and kv_a_layernorm */
+  const float *wkv = norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_KV_A_NORM), kvr);
+  ws->kern->rmsnorm_apply(ws->s_cn, a->ckv, a->rstdkv, wkv, n, kvr, ws->stream);
+  rf_model_ws_linear_backward(ws, ws->s_dcn, lg(a, grads, RF_MODEL_LAYER_TENSOR_KV_B), ws->s_kvb, ws->s_cn,
+                              lw(a, w, RF_MODEL_LAYER_TENSOR_KV_B), n, kvr, nh * (nope + dv), 0.0f, sb);
+  rf_device_memset(ws->dev, ws->s_dckv, 0, sizeof(float) * (size_t)n * kvr, ws->stream);
+  ws->kern->rmsnorm_backward(ws->s_dckv, lg(a, grads, RF_MODEL_LAYER_TENSOR_KV_A_NORM), ws->s_dcn, a->ckv,
+                             a->rstdkv, wkv, n, kvr, ws->scratch, ws->scratch_bytes, ws->stream);
+  /* kv_a_proj_with_mqa: its ckv rows, then its k_pe rows (gradients into the same rows) */
+  const float *win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM));
+  ws->kern->rmsnorm_apply(ws->s_norm, a->x, a->rstd1, win, n, h, ws->stream);
+  const struct rf_model_weight *kva = lw(a, w, RF_MODEL_LAYER_TENSOR_KV_A);
+  struct rf_model_weight kv_c = weight_rows(kva, 0, (size_t)h),
+                         kv_pe = weight_rows(kva, (size_t)kvr, (size_t)h);
+  float *gkva = lg(a, grads, RF_MODEL_LAYER_TENSOR_KV_A);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, gkva, ws->s_dckv, ws->s_norm, &kv_c, n, h, kvr, 0.0f, sb);
+  rf_model_ws_linear_backward(ws, ws->s_dnorm, gkva + (size_t)kvr * h, ws->s_kpe, ws->s_norm, &kv_pe, n, h,
+                              rope, 1.0f, sb);
+  /* q */
+  if (qr) {
+    const float *wq = norm_weight_n(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_A_NORM), qr);
+    ws->kern->rmsnorm_apply(ws->s_qan, a->qa, a->rstdqa, wq, n, qr, ws->stream);
+    rf_model_ws_linear_backward(ws, ws->s_dqan, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_qan,
+                                lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, qr, qd, 0.0f, sb);
+    rf_device_memset(ws->dev, ws->s_dqa, 0, sizeof(float) * (size_t)n * qr, ws->stream);
+    ws->kern->rmsnorm_backward(ws->s_dqa, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_A_NORM), ws->s_dqan, a->qa,
+                               a->rstdqa, wq, n, qr, ws->scratch, ws->scratch_bytes, ws->stream);
+    rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q_A), ws->s_dqa,
+                                ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_Q_A), n, h, qr, 1.0f, sb);
+  } else {
+    rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
+                                lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 1.0f, sb);
+  }
+  win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)); /* s_normw may hold another norm's */
+  ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x,
+                             a->rstd1, win, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
+}
+
+void rf_model_layer_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
+                             float *const *grads) {
+  const struct rf_model_config *c = &ws->cfg;
+  RF_ASSERT(layer >= 0 && layer < c->num_hidden_layers);
+  struct rf_model_layer_acts *a = &ws->layers[layer];
+  int n = ws->b * ws->t, h = c->hidden_size;
+  ws->stage.fp8.seq = ws->t; /* FP8 dW tiles within each sequence */
+  float *dout = ws->dx;      /* d(layer output); becomes d(layer input) in place */
+
+  const float *wpost = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM));
+  if (rf_model_config_layer_is_moe(c, layer)) {
+    /* MoE block: out = x2 + moe(xn2), xn2 = norm(x2) */
+    ws->kern->rmsnorm_apply(ws->s_norm, a->x2, a->rstd2, wpost, n, h, ws->stream);
+    rf_model_moe_backward(ws, layer, w, ws->s_norm, dout, ws->s_dnorm, grads);
+  } else {
+    layer_mlp_backward(ws, a, w, grads, wpost);
+  }
+  ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_POST_NORM), ws->s_dnorm, a->x2,
+                             a->rstd2, wpost, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
+  /* dout now holds d(x2). */
+  bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_O_BIAS, dout, n, h);
+
+  if (has_mla(c))
+    mla_backward(ws, a, w, grads);
+  else
+    gqa_backward(ws, layer, a, w, grads);
 }
 
 void rf_model_embed_backward(struct rf_model_ws *ws, float *const *grads) {

@@ -172,6 +172,68 @@ void rf_model_rope_apply(float *x, int batch, int seq, int n_heads, int hd, cons
   }
 }
 
+/* DeepSeek-V3: the rotary embedding on rd elements from `off` of each of n_heads heads of `stride`
+ * floats in a row. interleave: pairs (2i, 2i+1) (transformers' rope_interleave: it rotates the even
+ * and odd elements and writes them de-interleaved, which only reorders q's and k's rotary parts
+ * alike, so every score q . k is the same); else pairs (i, i + rd/2). */
+void rf_model_mla_rope_apply(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                             const float *cos_t, const float *sin_t, int interleave, int inverse) {
+  int half = rd / 2, width = n_heads * stride;
+  int step = interleave ? 2 : 1, other = interleave ? 1 : half; /* pair i: (i*step, i*step + other) */
+  long rows = (long)batch * seq;
+#pragma omp parallel for schedule(static) if (rows * width >= RF_MODEL_PAR_MIN)
+  for (long n = 0; n < rows; n++) {
+    int t = (int)(n % seq);
+    const float *c = cos_t + (size_t)t * half;
+    const float *s = sin_t + (size_t)t * half;
+    float sign = inverse ? -1.0f : 1.0f;
+    for (int h = 0; h < n_heads; h++) {
+      float *p = x + (size_t)n * width + (size_t)h * stride + off;
+      for (int i = 0; i < half; i++) {
+        float a = p[i * step], b = p[i * step + other];
+        float si = sign * s[i];
+        p[i * step] = a * c[i] - b * si;
+        p[i * step + other] = b * c[i] + a * si;
+      }
+    }
+  }
+}
+
+/* k [n, nh, nope + rope] = (kvb's k_nope of the head, kpe), v [n, nh, dv] = kvb's v of the head;
+ * kvb [n, nh, nope + dv]. */
+void rf_model_mla_kv_expand(float *k, float *v, const float *kvb, const float *kpe, int n, int nh, int nope,
+                            int rope, int dv) {
+  size_t kw = (size_t)nope + rope, bw = (size_t)nope + dv;
+#pragma omp parallel for schedule(static) if ((long)n * nh * (long)bw >= RF_MODEL_PAR_MIN)
+  for (int r = 0; r < n; r++)
+    for (int h = 0; h < nh; h++) {
+      const float *src = kvb + ((size_t)r * nh + h) * bw;
+      float *kk = k + ((size_t)r * nh + h) * kw;
+      memcpy(kk, src, sizeof(float) * (size_t)nope);
+      memcpy(kk + nope, kpe + (size_t)r * rope, sizeof(float) * (size_t)rope);
+      memcpy(v + ((size_t)r * nh + h) * (size_t)dv, src + nope, sizeof(float) * (size_t)dv);
+    }
+}
+
+/* dkvb [n, nh, nope + dv] = (dk's nope part, dv) of each head; dkpe [n, rope] = the sum over the
+ * heads of dk's rotary part (every head's key shares kpe). Both overwritten. */
+void rf_model_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *dk, const float *dv, int n,
+                                     int nh, int nope, int rope, int vd) {
+  size_t kw = (size_t)nope + rope, bw = (size_t)nope + vd;
+#pragma omp parallel for schedule(static) if ((long)n * nh * (long)bw >= RF_MODEL_PAR_MIN)
+  for (int r = 0; r < n; r++) {
+    float *pe = dkpe + (size_t)r * rope;
+    memset(pe, 0, sizeof(float) * (size_t)rope);
+    for (int h = 0; h < nh; h++) {
+      const float *kk = dk + ((size_t)r * nh + h) * kw;
+      float *dst = dkvb + ((size_t)r * nh + h) * bw;
+      memcpy(dst, kk, sizeof(float) * (size_t)nope);
+      memcpy(dst + nope, dv + ((size_t)r * nh + h) * (size_t)vd, sizeof(float) * (size_t)vd);
+      for (int i = 0; i < rope; i++) pe[i] += kk[nope + i];
+    }
+  }
+}
+
 /* ---- attention --------------------------------------------------------------------- */
 
 /* OpenMP over (batch, head) jobs; each job's products run on its own thread
@@ -202,22 +264,31 @@ static void att_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 }
 
 /* Causal blocking: query rows go in blocks of RF_MODEL_ATT_BLOCK; block [i0, i0+r)
- * attends to keys [0, i0+r) only, so about half of the T x T products are
- * skipped. The probabilities are not kept: the forward stores each row's
- * log-sum-exp and the backward recomputes P = exp(S - lse) block by block
- * (FlashAttention's trade: one more Q K^T product for no T x T storage). */
+ * attends to keys [c0, i0+r) only (c0 = 0 without a window), so about half of the
+ * T x T products are skipped. The probabilities are not kept: the forward stores
+ * each row's log-sum-exp and the backward recomputes P = exp(S - lse) block by block
+ * (FlashAttention's trade: one more Q K^T product for no T x T storage).
+ *
+ * One kernel serves every attention of the model: the plain one (no sinks, no window,
+ * v's head dim = q's and k's, scale 1/sqrt(hd)), GPT-OSS's (sinks, windows) and
+ * DeepSeek-V3's multi-head latent attention (v's head dim dv != hd, its own scale). */
+struct att_shape {
+  int batch, seq, nh, nkv;
+  int hd, dv;  /* q and k's head dim; v's (and y's) */
+  int window;  /* > 0: row i sees keys (i - window, i]; 0: every earlier key */
+  float scale; /* of the scores */
+};
 
-/* S = scale * Q K^T for query rows [i0, i0+rows) and keys [0, cols), into s (ld cols). */
-static void att_scores(float *s, const float *qb, const float *kb, int i0, int rows, int cols, int qs, int ks,
-                       int hd, float scale) {
-  att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb, ks, 0.0f, s, cols);
-}
+/* The keys query row i sees: [lo, i], lo = i - window + 1 (window > 0; 0: every earlier key). */
+static int att_lo(int i, int window) { return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0; }
 
-void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
-                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch) {
-  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
-  float scale = 1.0f / sqrtf((float)hd);
-  int n_jobs = batch * nh;
+static void attention_forward_core(float *y, float *lse, const float *q, const float *k, const float *v,
+                                   const float *sinks, const struct att_shape *s, float *scratch,
+                                   int n_scratch) {
+  int seq = s->seq, nh = s->nh, hd = s->hd, dv = s->dv, window = s->window;
+  int qs = nh * hd, ks = s->nkv * hd, vs = s->nkv * dv, ys = nh * dv, rep = nh / s->nkv;
+  float scale = s->scale;
+  int n_jobs = s->batch * nh;
   int nt = attention_threads();
   if (nt > n_scratch) nt = n_scratch;
   (void)nt;
@@ -231,44 +302,50 @@ void rf_model_attention_forward(float *y, float *lse, const float *q, const floa
     int b = job / nh, h = job % nh, g = h / rep;
     const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
-    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
-    float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
+    const float *vb = v + (size_t)b * seq * vs + (size_t)g * dv;
+    float *yb = y + (size_t)b * seq * ys + (size_t)h * dv;
     float *lb = lse + (size_t)job * seq;
     for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
       int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
-      int cols = i0 + rows;
-      att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
+      int c0 = att_lo(i0, window), cols = i0 + rows - c0; /* keys [c0, i0 + rows) */
+      att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb + (size_t)c0 * ks, ks, 0.0f, p,
+               cols);
       for (int r = 0; r < rows; r++) {
-        int i = i0 + r;
+        int i = i0 + r, lo = att_lo(i, window) - c0, hi = i - c0;
         float *row = p + (size_t)r * cols;
-        float mx = row[0];
+        float mx = sinks ? sinks[h] : row[lo];
         RF_MODEL_SIMD_MAX
-        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-        float sum = 0.0f;
+        for (int j = lo; j <= hi; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = sinks ? fast_expf(sinks[h] - mx) : 0.0f;
+        for (int j = 0; j < lo; j++) row[j] = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= i; j++) {
+        for (int j = lo; j <= hi; j++) {
           row[j] = fast_expf(row[j] - mx);
           sum += row[j];
         }
         float inv = 1.0f / sum;
 #pragma omp simd
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (int j = i + 1; j < cols; j++) row[j] = 0.0f;
+        for (int j = lo; j <= hi; j++) row[j] *= inv;
+        for (int j = hi + 1; j < cols; j++) row[j] = 0.0f;
         lb[i] = mx + logf(sum);
       }
-      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb, ks, 0.0f, yb + (size_t)i0 * qs, qs);
+      att_gemm(0, 0, rows, dv, cols, 1.0f, p, cols, vb + (size_t)c0 * vs, vs, 0.0f, yb + (size_t)i0 * ys, ys);
     }
   }
 }
 
 /* Per head and block: P = exp(S - lse) (recomputed); dP = dY V^T; dV += P^T dY;
  * dS = P * (dP - rowsum(P * dP)) * scale; dQ = dS K; dK += dS^T Q. Jobs are
- * (batch, kv head) so the heads sharing a kv head add into dK, dV in one thread. */
-void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
-                                 const float *q, const float *k, const float *v, int batch, int seq, int nh,
-                                 int nkv, int hd, float *scratch, int n_scratch) {
-  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
-  float scale = 1.0f / sqrtf((float)hd);
+ * (batch, kv head) so the heads sharing a kv head add into dK, dV in one thread.
+ * The sinks' gradient afterwards: d sink_h = -sum over rows of P_sink * (dY . Y),
+ * P_sink = exp(sink_h - lse). */
+static void attention_backward_core(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                    const float *y, const float *lse, const float *q, const float *k,
+                                    const float *v, const float *sinks, const struct att_shape *s,
+                                    float *scratch, int n_scratch) {
+  int batch = s->batch, seq = s->seq, nh = s->nh, nkv = s->nkv, hd = s->hd, vd = s->dv, window = s->window;
+  int qs = nh * hd, ks = nkv * hd, vs = nkv * vd, ys = nh * vd, rep = nh / nkv;
+  float scale = s->scale;
   int n_jobs = batch * nkv;
   int nt = attention_threads();
   if (nt > n_scratch) nt = n_scratch;
@@ -283,46 +360,109 @@ void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *d
     float *dp = p + (size_t)RF_MODEL_ATT_BLOCK * seq;
     int b = job / nkv, g = job % nkv;
     const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
-    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
+    const float *vb = v + (size_t)b * seq * vs + (size_t)g * vd;
     float *dkb = dk + (size_t)b * seq * ks + (size_t)g * hd;
-    float *dvb = dv + (size_t)b * seq * ks + (size_t)g * hd;
+    float *dvb = dv + (size_t)b * seq * vs + (size_t)g * vd;
     for (int t = 0; t < seq; t++) {
       memset(dkb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
-      memset(dvb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
+      memset(dvb + (size_t)t * vs, 0, sizeof(float) * (size_t)vd);
     }
     for (int r = 0; r < rep; r++) {
       int h = g * rep + r;
       const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
-      const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
+      const float *dyb = dy + (size_t)b * seq * ys + (size_t)h * vd;
       float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
       const float *lb = lse + ((size_t)b * nh + h) * seq;
       for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
         int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
-        int cols = i0 + rows;
-        const float *dyi = dyb + (size_t)i0 * qs;
-        att_scores(p, qb, kb, i0, rows, cols, qs, ks, hd, scale);
-        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vb, ks, 0.0f, dp, cols);
+        int c0 = att_lo(i0, window), cols = i0 + rows - c0;
+        const float *dyi = dyb + (size_t)i0 * ys, *kc = kb + (size_t)c0 * ks, *vc = vb + (size_t)c0 * vs;
+        att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kc, ks, 0.0f, p, cols);
+        att_gemm(0, 1, rows, cols, vd, 1.0f, dyi, ys, vc, vs, 0.0f, dp, cols);
         for (int rr = 0; rr < rows; rr++) {
-          int i = i0 + rr;
+          int i = i0 + rr, lo = att_lo(i, window) - c0, hi = i - c0;
           float *pr = p + (size_t)rr * cols;
           float *d = dp + (size_t)rr * cols;
           float m = lb[i];
+          for (int j = 0; j < lo; j++) pr[j] = d[j] = 0.0f;
 #pragma omp simd
-          for (int j = 0; j <= i; j++) pr[j] = fast_expf(pr[j] - m);
-          for (int j = i + 1; j < cols; j++) pr[j] = 0.0f;
+          for (int j = lo; j <= hi; j++) pr[j] = fast_expf(pr[j] - m);
+          for (int j = hi + 1; j < cols; j++) pr[j] = 0.0f;
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-          for (int j = 0; j <= i; j++) dot += pr[j] * d[j];
+          for (int j = lo; j <= hi; j++) dot += pr[j] * d[j];
 #pragma omp simd
-          for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
-          for (int j = i + 1; j < cols; j++) d[j] = 0.0f;
+          for (int j = lo; j <= hi; j++) d[j] = pr[j] * (d[j] - dot) * scale;
+          for (int j = hi + 1; j < cols; j++) d[j] = 0.0f;
         }
-        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f, dvb, ks);
-        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kb, ks, 0.0f, dqb + (size_t)i0 * qs, qs);
-        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1.0f, dkb, ks);
+        att_gemm(1, 0, cols, vd, rows, 1.0f, p, cols, dyi, ys, 1.0f, dvb + (size_t)c0 * vs, vs);
+        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kc, ks, 0.0f, dqb + (size_t)i0 * qs, qs);
+        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1.0f, dkb + (size_t)c0 * ks,
+                 ks);
       }
     }
   }
+  if (!sinks || !dsinks) return;
+  for (int h = 0; h < nh; h++) {
+    double acc = 0.0;
+    for (int b = 0; b < batch; b++)
+      for (int i = 0; i < seq; i++) {
+        const float *yr = y + ((size_t)b * seq + i) * ys + (size_t)h * vd;
+        const float *gr = dy + ((size_t)b * seq + i) * ys + (size_t)h * vd;
+        double dot = 0.0;
+        for (int c = 0; c < vd; c++) dot += (double)yr[c] * gr[c];
+        acc += exp((double)sinks[h] - lse[((size_t)b * nh + h) * seq + i]) * dot;
+      }
+    dsinks[h] -= (float)acc;
+  }
+}
+
+/* The plain attention's shape: v's head dim hd, scale 1/sqrt(hd). */
+static struct att_shape att_plain(int batch, int seq, int nh, int nkv, int hd, int window) {
+  return (struct att_shape){batch, seq, nh, nkv, hd, hd, window, 1.0f / sqrtf((float)hd)};
+}
+
+void rf_model_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                int batch, int seq, int nh, int nkv, int hd, float *scratch, int n_scratch) {
+  struct att_shape s = att_plain(batch, seq, nh, nkv, hd, 0);
+  attention_forward_core(y, lse, q, k, v, NULL, &s, scratch, n_scratch);
+}
+
+void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
+                                 const float *q, const float *k, const float *v, int batch, int seq, int nh,
+                                 int nkv, int hd, float *scratch, int n_scratch) {
+  struct att_shape s = att_plain(batch, seq, nh, nkv, hd, 0);
+  attention_backward_core(dq, dk, dv, NULL, dy, NULL, lse, q, k, v, NULL, &s, scratch, n_scratch);
+}
+
+void rf_model_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                     const float *sinks, int window, int batch, int seq, int nh, int nkv,
+                                     int hd, float *scratch, int n_scratch) {
+  struct att_shape s = att_plain(batch, seq, nh, nkv, hd, window);
+  attention_forward_core(y, lse, q, k, v, sinks, &s, scratch, n_scratch);
+}
+
+void rf_model_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
+                                      const float *y, const float *lse, const float *q, const float *k,
+                                      const float *v, const float *sinks, int window, int batch, int seq,
+                                      int nh, int nkv, int hd, float *scratch, int n_scratch) {
+  struct att_shape s = att_plain(batch, seq, nh, nkv, hd, window);
+  attention_backward_core(dq, dk, dv, dsinks, dy, y, lse, q, k, v, sinks, &s, scratch, n_scratch);
+}
+
+void rf_model_attention_mla_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                    int batch, int seq, int nh, int nkv, int hd, int dv, float scale,
+                                    float *scratch, int n_scratch) {
+  struct att_shape s = {batch, seq, nh, nkv, hd, dv, 0, scale};
+  attention_forward_core(y, lse, q, k, v, NULL, &s, scratch, n_scratch);
+}
+
+void rf_model_attention_mla_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
+                                     const float *q, const float *k, const float *v, int batch, int seq,
+                                     int nh, int nkv, int hd, int vd, float scale, float *scratch,
+                                     int n_scratch) {
+  struct att_shape s = {batch, seq, nh, nkv, hd, vd, 0, scale};
+  attention_backward_core(dq, dk, dv, NULL, dy, NULL, lse, q, k, v, NULL, &s, scratch, n_scratch);
 }
 
 /* ---- SwiGLU --------------------------------------------------------------------------- */
@@ -642,139 +782,7 @@ void rf_model_bias_backward(float *db, const float *dy, int n, int out) {
   }
 }
 
-/* ---- GPT-OSS: attention with sinks and a sliding window, the clamped SwiGLU, [in, out] weights ---- */
-
-/* The keys query row i sees: [lo, i], lo = i - window + 1 (window > 0; 0: every earlier key). */
-static int att_lo(int i, int window) { return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0; }
-
-void rf_model_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
-                                     const float *sinks, int window, int batch, int seq, int nh, int nkv,
-                                     int hd, float *scratch, int n_scratch) {
-  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
-  float scale = 1.0f / sqrtf((float)hd);
-  int n_jobs = batch * nh;
-  int nt = attention_threads();
-  if (nt > n_scratch) nt = n_scratch;
-  (void)nt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
-  for (int job = 0; job < n_jobs; job++) {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
-    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
-    int b = job / nh, h = job % nh, g = h / rep;
-    const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
-    const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
-    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
-    float *yb = y + (size_t)b * seq * qs + (size_t)h * hd;
-    float *lb = lse + (size_t)job * seq;
-    for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
-      int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
-      int c0 = att_lo(i0, window), cols = i0 + rows - c0; /* keys [c0, i0 + rows) */
-      att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kb + (size_t)c0 * ks, ks, 0.0f, p,
-               cols);
-      for (int r = 0; r < rows; r++) {
-        int i = i0 + r, lo = att_lo(i, window) - c0, hi = i - c0;
-        float *row = p + (size_t)r * cols;
-        float mx = sinks ? sinks[h] : row[lo];
-        for (int j = lo; j <= hi; j++) mx = row[j] > mx ? row[j] : mx;
-        float sum = sinks ? fast_expf(sinks[h] - mx) : 0.0f;
-        for (int j = 0; j < lo; j++) row[j] = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = lo; j <= hi; j++) {
-          row[j] = fast_expf(row[j] - mx);
-          sum += row[j];
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = lo; j <= hi; j++) row[j] *= inv;
-        for (int j = hi + 1; j < cols; j++) row[j] = 0.0f;
-        lb[i] = mx + logf(sum);
-      }
-      att_gemm(0, 0, rows, hd, cols, 1.0f, p, cols, vb + (size_t)c0 * ks, ks, 0.0f, yb + (size_t)i0 * qs, qs);
-    }
-  }
-}
-
-/* As rf_model_attention_backward over each row's window; the sinks' gradient afterwards:
- * d sink_h = -sum over rows of P_sink * (dY . Y), P_sink = exp(sink_h - lse). */
-void rf_model_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
-                                      const float *y, const float *lse, const float *q, const float *k,
-                                      const float *v, const float *sinks, int window, int batch, int seq,
-                                      int nh, int nkv, int hd, float *scratch, int n_scratch) {
-  int qs = nh * hd, ks = nkv * hd, rep = nh / nkv;
-  float scale = 1.0f / sqrtf((float)hd);
-  int n_jobs = batch * nkv;
-  int nt = attention_threads();
-  if (nt > n_scratch) nt = n_scratch;
-  (void)nt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && n_jobs > 1)
-  for (int job = 0; job < n_jobs; job++) {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
-    float *p = scratch + (size_t)tid * 2 * RF_MODEL_ATT_BLOCK * seq;
-    float *dp = p + (size_t)RF_MODEL_ATT_BLOCK * seq;
-    int b = job / nkv, g = job % nkv;
-    const float *kb = k + (size_t)b * seq * ks + (size_t)g * hd;
-    const float *vb = v + (size_t)b * seq * ks + (size_t)g * hd;
-    float *dkb = dk + (size_t)b * seq * ks + (size_t)g * hd;
-    float *dvb = dv + (size_t)b * seq * ks + (size_t)g * hd;
-    for (int t = 0; t < seq; t++) {
-      memset(dkb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
-      memset(dvb + (size_t)t * ks, 0, sizeof(float) * (size_t)hd);
-    }
-    for (int r = 0; r < rep; r++) {
-      int h = g * rep + r;
-      const float *qb = q + (size_t)b * seq * qs + (size_t)h * hd;
-      const float *dyb = dy + (size_t)b * seq * qs + (size_t)h * hd;
-      float *dqb = dq + (size_t)b * seq * qs + (size_t)h * hd;
-      const float *lb = lse + ((size_t)b * nh + h) * seq;
-      for (int i0 = 0; i0 < seq; i0 += RF_MODEL_ATT_BLOCK) {
-        int rows = seq - i0 < RF_MODEL_ATT_BLOCK ? seq - i0 : RF_MODEL_ATT_BLOCK;
-        int c0 = att_lo(i0, window), cols = i0 + rows - c0;
-        const float *dyi = dyb + (size_t)i0 * qs, *kc = kb + (size_t)c0 * ks, *vc = vb + (size_t)c0 * ks;
-        att_gemm(0, 1, rows, cols, hd, scale, qb + (size_t)i0 * qs, qs, kc, ks, 0.0f, p, cols);
-        att_gemm(0, 1, rows, cols, hd, 1.0f, dyi, qs, vc, ks, 0.0f, dp, cols);
-        for (int rr = 0; rr < rows; rr++) {
-          int i = i0 + rr, lo = att_lo(i, window) - c0, hi = i - c0;
-          float *pr = p + (size_t)rr * cols;
-          float *d = dp + (size_t)rr * cols;
-          float m = lb[i];
-          for (int j = 0; j < lo; j++) pr[j] = d[j] = 0.0f;
-#pragma omp simd
-          for (int j = lo; j <= hi; j++) pr[j] = fast_expf(pr[j] - m);
-          for (int j = hi + 1; j < cols; j++) pr[j] = 0.0f;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int j = lo; j <= hi; j++) dot += pr[j] * d[j];
-#pragma omp simd
-          for (int j = lo; j <= hi; j++) d[j] = pr[j] * (d[j] - dot) * scale;
-          for (int j = hi + 1; j < cols; j++) d[j] = 0.0f;
-        }
-        att_gemm(1, 0, cols, hd, rows, 1.0f, p, cols, dyi, qs, 1.0f, dvb + (size_t)c0 * ks, ks);
-        att_gemm(0, 0, rows, hd, cols, 1.0f, dp, cols, kc, ks, 0.0f, dqb + (size_t)i0 * qs, qs);
-        att_gemm(1, 0, cols, hd, rows, 1.0f, dp, cols, qb + (size_t)i0 * qs, qs, 1.0f, dkb + (size_t)c0 * ks,
-                 ks);
-      }
-    }
-  }
-  if (!sinks || !dsinks) return;
-  for (int h = 0; h < nh; h++) {
-    double acc = 0.0;
-    for (int b = 0; b < batch; b++)
-      for (int i = 0; i < seq; i++) {
-        const float *yr = y + ((size_t)b * seq + i) * qs + (size_t)h * hd;
-        const float *gr = dy + ((size_t)b * seq + i) * qs + (size_t)h * hd;
-        double dot = 0.0;
-        for (int c = 0; c < hd; c++) dot += (double)yr[c] * gr[c];
-        acc += exp((double)sinks[h] - lse[((size_t)b * nh + h) * seq + i]) * dot;
-      }
-    dsinks[h] -= (float)acc;
-  }
-}
+/* ---- GPT-OSS: the clamped SwiGLU, [in, out] weights (its attention is the one above) ---- */
 
 /* g = min(gate, limit), u = clamp(up, -limit, limit): h = (u + 1) * g * sigmoid(alpha g).
  * Threads over chunks of RF_MODEL_CHUNK outputs, SIMD inside (selects, no branches). */

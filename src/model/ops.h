@@ -123,6 +123,29 @@ void rf_model_attention_forward(float *y, float *lse, const float *q, const floa
 void rf_model_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
                                  const float *q, const float *k, const float *v, int batch, int seq, int nh,
                                  int nkv, int hd, float *scratch, int n_scratch);
+/* Attention with v's head dim dv (q and k: hd) and the scores' scale given (DeepSeek-V3's
+ * multi-head latent attention): q, k [B*T, nh*hd / nkv*hd], v [B*T, nkv*dv] -> y [B*T, nh*dv],
+ * lse [B, nh, T]. The same kernel as rf_model_attention_forward (which is dv = hd, scale
+ * 1/sqrt(hd)) and the sinks' (ops.c). The backward overwrites dq, dk, dv. */
+void rf_model_attention_mla_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                    int batch, int seq, int nh, int nkv, int hd, int dv, float scale,
+                                    float *scratch, int n_scratch);
+void rf_model_attention_mla_backward(float *dq, float *dk, float *dv, const float *dy, const float *lse,
+                                     const float *q, const float *k, const float *v, int batch, int seq,
+                                     int nh, int nkv, int hd, int vd, float scale, float *scratch,
+                                     int n_scratch);
+/* In place on x [batch*seq, n_heads*stride]: the rotary embedding of the rd elements from off of
+ * each head (cos/sin [seq, rd/2]), pairs (2i, 2i+1) when interleave (transformers' rope_interleave),
+ * else (i, i + rd/2); inverse = 1: the transpose (the backward). */
+void rf_model_mla_rope_apply(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                             const float *cos_t, const float *sin_t, int interleave, int inverse);
+/* MLA's keys and values from kv_b_proj's output kvb [n, nh, nope + dv] and the rotary key kpe
+ * [n, rope] every head shares: k [n, nh, nope + rope] = (k_nope, kpe), v [n, nh, dv]. */
+void rf_model_mla_kv_expand(float *k, float *v, const float *kvb, const float *kpe, int n, int nh, int nope,
+                            int rope, int dv);
+/* Its backward: dkvb [n, nh, nope + dv] and dkpe [n, rope] (the heads' sum), overwritten. */
+void rf_model_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *dk, const float *dv, int n,
+                                     int nh, int nope, int rope, int vd);
 /* The exp() of the softmax and SiLU loops (vectorizable; relative error < 2e-7). */
 float rf_model_expf(float x);
 /* h = silu(gate) * up; backward overwrites dgate, dup. */

@@ -44,14 +44,17 @@ struct rf_model_layer_acts {
   float *q;                              /* [N, heads*hd] after rotary */
   float *k;                              /* [N, kv*hd] after rotary */
   float *v;                              /* [N, kv*hd] */
-  float *lse;                   /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
-  float *atty;                  /* [N, heads*hd] attention output before o_proj */
-  float *x2;                    /* [N, hidden] residual after attention */
-  float *rstd2;                 /* [N] post_attention_layernorm's 1/rms */
-  float *q_pre, *k_pre;         /* qwen3_moe: [N, heads*hd], [N, kv*hd] q and k before their norms */
-  float *rstdq, *rstdk;         /* qwen3_moe: [N*heads], [N*kv] the q/k norms' 1/rms */
-  float *gate;                  /* [N, inter] gate_proj output (dense layers) */
-  float *up;                    /* [N, inter] up_proj output (dense layers) */
+  float *lse;           /* [B, heads, T] log-sum-exp of each attention row (P is recomputed) */
+  float *atty;          /* [N, heads*hd] attention output before o_proj */
+  float *x2;            /* [N, hidden] residual after attention */
+  float *rstd2;         /* [N] post_attention_layernorm's 1/rms */
+  float *q_pre, *k_pre; /* qwen3_moe: [N, heads*hd], [N, kv*hd] q and k before their norms */
+  float *rstdq, *rstdk; /* qwen3_moe: [N*heads], [N*kv] the q/k norms' 1/rms */
+  float *qa, *rstdqa;   /* MLA with q_lora_rank: [N, q_lora_rank] q_a_proj's output, [N] its norm's 1/rms */
+  float *ckv, *rstdkv;  /* MLA: [N, kv_lora_rank] the compressed kv before kv_a_layernorm, [N] its 1/rms
+                         * (k [N, heads*hd] holds each head's (k_nope, rotated k_pe); v, atty: v_head_dim) */
+  float *gate;          /* [N, inter] gate_proj output (dense layers) */
+  float *up;            /* [N, inter] up_proj output (dense layers) */
   struct rf_model_moe_acts moe; /* MoE layers */
 };
 
@@ -90,10 +93,14 @@ struct rf_model_ws {
   float *s_xg, *s_hg, *s_dgu, *s_dxg; /* [moe_cap, hidden / inter / 2*inter / hidden] */
   float *s_dprobs;                    /* [N, E] */
   float *s_qkn;                       /* qwen3_moe: [N, (heads + kv)*hd] the gradients before the q/k norms */
-  double *moe_count, *moe_psum;       /* [E] the last forward's top-k assignments and probability sums */
-  float *moe_balance;                 /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
-  int32_t *moe_off;                   /* owned, HOST memory [E + 1]: a layer's expert offsets read back */
-  float *moe_balance_host;            /* owned, HOST memory [E]: moe_balance before its upload */
+  /* MLA (deepseek_v3): kv_b_proj's output [N, heads*(nope + v_head_dim)], then its gradient; the rotary
+   * key [N, rope], then its gradient; the normed compressed kv [N, kv_lora_rank], its gradient after and
+   * before the norm; the same three for the low-rank q [N, q_lora_rank] */
+  float *s_kvb, *s_kpe, *s_cn, *s_dcn, *s_dckv, *s_qan, *s_dqan, *s_dqa;
+  double *moe_count, *moe_psum; /* [E] the last forward's top-k assignments and probability sums */
+  float *moe_balance;           /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
+  int32_t *moe_off;             /* owned, HOST memory [E + 1]: a layer's expert offsets read back */
+  float *moe_balance_host;      /* owned, HOST memory [E]: moe_balance before its upload */
   /* the compute on activations (src/model/kernels.h): its table, the stream it runs on (NULL: the
    * device's default), its scratch (kern->scratch_bytes for the capacity; the host's: attention's
    * blocks, one [2, RF_MODEL_ATT_BLOCK, T] slice per thread) and the loss sum it writes (one double) */

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Reference values for tests/test_model_deepseek_v3.c from transformers' own DeepseekV3ForCausalLM.
+
+Builds tiny DeepseekV3ForCausalLM models in float64 with eager attention, every layer dense
+(first_k_dense_replace = num_hidden_layers): multi-head latent attention with hidden 32,
+4 heads, qk_nope_head_dim 8, qk_rope_head_dim 6, v_head_dim 10 (!= the qk head dim 14),
+kv_lora_rank 16, then the dense SwiGLU MLP of intermediate 40; 2 layers, vocab 51, B 2, T 9,
+two ignored targets, rope_theta 10000. Two variants:
+  deepseek_v3      q_lora_rank 24 (q_a_proj, q_a_layernorm, q_b_proj), rope_interleave true
+  deepseek_v3_q    q_proj (q_lora_rank null), rope_interleave false
+Weights come from a seeded numpy generator (norm weights 1 + 0.2 N, so that every norm's
+weight matters).
+
+Writes tests/data/NAME_ref.bin in the format of tests/ref_mixtral.py (magic "MREF",
+version 1, B, T, loss, aux (0 here), tokens, targets, logits, weights, gradients, the tensors in
+rf_model_desc_make's order) and transformers' config.json to tests/data/NAME_ref_config.json.
+
+Usage: /work/venv/bin/python tests/ref_deepseek_v3.py   (needs torch, transformers, numpy)
+"""
+import os
+import sys
+
+import numpy as np
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+from ref_common import batch, cross_entropy, float64_model, ids, mref_header, set_weights, write_config, write_ref
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+H, I, L, NH, V, MAXPOS, B, T = 32, 40, 2, 4, 51, 256, 2, 9
+NOPE, ROPE, DV, KVR, QR = 8, 6, 10, 16, 24
+EPS, THETA = 1e-6, 10000.0
+
+
+def tensor_names(qr):
+    names = ["model.embed_tokens.weight"]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        names.append(p + "input_layernorm.weight")
+        if qr:
+            names += [p + "self_attn.q_a_proj.weight", p + "self_attn.q_a_layernorm.weight",
+                      p + "self_attn.q_b_proj.weight"]
+        else:
+            names.append(p + "self_attn.q_proj.weight")
+        names += [p + "self_attn.kv_a_proj_with_mqa.weight", p + "self_attn.kv_a_layernorm.weight",
+                  p + "self_attn.kv_b_proj.weight", p + "self_attn.o_proj.weight",
+                  p + "post_attention_layernorm.weight", p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                  p + "mlp.down_proj.weight"]
+    names += ["model.norm.weight", "lm_head.weight"]
+    return names
+
+
+def write(name, qr, interleave, seed):
+    cfg = DeepseekV3Config(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+                           num_key_value_heads=NH, vocab_size=V, max_position_embeddings=MAXPOS,
+                           rms_norm_eps=EPS, q_lora_rank=qr, kv_lora_rank=KVR, qk_nope_head_dim=NOPE,
+                           qk_rope_head_dim=ROPE, v_head_dim=DV, first_k_dense_replace=L,
+                           moe_intermediate_size=12, n_routed_experts=4, n_shared_experts=1,
+                           num_experts_per_tok=2, n_group=1, topk_group=1, rope_interleave=interleave,
+                           rope_parameters={"rope_type": "default", "rope_theta": THETA},
+                           tie_word_embeddings=False, attention_dropout=0.0)
+    model = float64_model(DeepseekV3ForCausalLM, cfg)
+    rng = np.random.RandomState(seed)
+    names = tensor_names(qr)
+    params, weights = set_weights(model, names, rng, lambda name, shape: None)
+    tokens, targets = batch(rng, B, T, V, [(0, 3), (1, 5)])
+    out = model(input_ids=ids(tokens))
+    loss = cross_entropy(out.logits, targets)
+    loss.backward()
+    print(f"{name}: loss {loss.item():.10f}", file=sys.stderr)
+    out_path = os.path.join(HERE, "data", f"{name}_ref.bin")
+    write_ref(out_path, mref_header(B, T, loss.item(), 0.0), tokens, targets, out.logits, names, weights, params)
+    write_config(cfg, os.path.join(HERE, "data", f"{name}_ref_config.json"))
+    print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)", file=sys.stderr)
+
+
+def main():
+    write("deepseek_v3", QR, True, 20261203)
+    write("deepseek_v3_q", None, False, 20261204)
+
+
+if __name__ == "__main__":
+    main()
