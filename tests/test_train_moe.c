@@ -22,6 +22,8 @@
  *    experts with biases, swiglu_limit 0.02 so that the clamp acts at init): AdamW at W = 2
  *    planned/ragged, W = 3 planned/equal, W = 3 fsdp2, W = 2 flat, and Muon (each expert's
  *    [hidden, 2*inter] its own matrix) at W = 3 fsdp2, against the one-rank runs;
+ *  - deepseek_v3 with dense layers (multi-head latent attention: low-rank q, v_head_dim 10 != 14):
+ *    the same five runs as gpt_oss and 8-bit AdamW at W = 3 planned/ragged, against the one-rank runs;
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -43,10 +45,12 @@
 
 #define STEPS 4
 static char dir[64] = "/tmp/rf_test_train_moe.XXXXXX";
-static char model[256], qwen[256], oss[256], data[200];
+static char model[256], qwen[256], oss[256], dsv3[256], data[200];
 static const char *cur = model; /* the model check_world runs */
 
-static const char *cur_name(void) { return cur == model ? "mixtral" : cur == qwen ? "qwen3" : "gpt_oss"; }
+static const char *cur_name(void) {
+  return cur == model ? "mixtral" : cur == qwen ? "qwen3" : cur == oss ? "gpt_oss" : "deepseek_v3";
+}
 
 static int run(char *out, int out_size, int world, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -126,6 +130,13 @@ static void check_invariance(void) {
   check_world("fsdp2", "equal", 3, "f32", "adamw");
   check_world("flat", "equal", 2, "f32", "adamw");
   check_world("fsdp2", "equal", 3, "f32", "muon");
+  cur = dsv3;
+  check_world("planned", "ragged", 2, "f32", "adamw");
+  check_world("planned", "equal", 3, "f32", "adamw");
+  check_world("fsdp2", "equal", 3, "f32", "adamw");
+  check_world("flat", "equal", 2, "f32", "adamw");
+  check_world("fsdp2", "equal", 3, "f32", "muon");
+  check_world("planned", "ragged", 3, "f32", "adamw8bit");
   cur = model;
 }
 
@@ -263,6 +274,15 @@ int main(void) {
       "\"truncate\": false, \"original_max_position_embeddings\": 16}, \"output_router_logits\": true, "
       "\"router_aux_loss_coef\": 0.02}";
   RF_ASSERT(rf_file_write_all(oss, o, strlen(o)) == 0);
+  snprintf(dsv3, sizeof dsv3, "%s/deepseek_v3.json", dir);
+  const char *dk =
+      "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"q_lora_rank\": 24, \"kv_lora_rank\": 16, \"qk_nope_head_dim\": 8, "
+      "\"qk_rope_head_dim\": 6, \"v_head_dim\": 10, \"first_k_dense_replace\": 2, "
+      "\"moe_intermediate_size\": 12, \"n_routed_experts\": 4, \"n_shared_experts\": 1, "
+      "\"num_experts_per_tok\": 2}";
+  RF_ASSERT(rf_file_write_all(dsv3, dk, strlen(dk)) == 0);
 
   check_invariance();
   check_resume(2, 2, "adamw");
