@@ -11,7 +11,9 @@
  *  - both worlds write the same bytes.
  * The same for GPT-OSS (tests/ref_gpt_oss_export.py wrote tests/data/gpt_oss_export/: sinks, a
  * sliding layer, YaRN, the biased router, [in, out] experts with biases, the clamped SwiGLU),
- * its export loaded strictly into GptOssForCausalLM. */
+ * its export loaded strictly into GptOssForCausalLM; and for DeepSeek-V3 with dense layers
+ * (tests/ref_deepseek_v3_export.py wrote tests/data/deepseek_v3_export/: multi-head latent attention,
+ * low-rank q, v_head_dim != the qk head dim), its export loaded strictly into DeepseekV3ForCausalLM. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -64,8 +66,9 @@ static void check_logits(const char *dir, const char *what, const char *weights,
 int main(void) {
   char dir[] = "/tmp/rf_test_ckpt_moe.XXXXXX", out[8192], model[128], in[256], want[256];
   RF_ASSERT(mkdtemp(dir));
-  static const char *const refs[] = {"tests/data/mixtral_export", "tests/data/gpt_oss_export"};
-  for (int r = 0; r < 2; r++) {
+  static const char *const refs[] = {"tests/data/mixtral_export", "tests/data/gpt_oss_export",
+                                     "tests/data/deepseek_v3_export"};
+  for (int r = 0; r < 3; r++) {
     REF = refs[r];
     printf("%s:\n", REF);
     snprintf(in, sizeof in, "%s/hf.safetensors", REF);

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Reference logits for tests/test_ckpt_moe.c: transformers' DeepseekV3ForCausalLM and rfsdp on the
+same weights, both ways (as tests/ref_mixtral_export.py for Mixtral).
+
+Writes tests/data/deepseek_v3_export/:
+  config.json          a tiny DeepSeek-V3 with dense layers only (first_k_dense_replace = 2 = layers):
+                       multi-head latent attention (hidden 16, 2 heads, q_lora_rank 12, kv_lora_rank 8,
+                       qk_nope 4 + qk_rope 4 != v_head_dim 6, interleaved rotary pairs), MLP of 24;
+                       vocab 256
+  hf.safetensors       the weights of a seeded random DeepseekV3ForCausalLM, as transformers saves them
+  tokens.i32           raw int32 [2, 12] seeded random tokens
+  hf_logits.f32        transformers' logits (float64 model) of hf.safetensors on the tokens
+  step-00000002/       the checkpoint of `rfsdp train --init hf.safetensors --steps 2` at W = 2
+  export_logits.f32    transformers' logits of that checkpoint exported by `rfsdp ckpt export`, loaded
+                       strictly into DeepseekV3ForCausalLM (every name and shape must match)
+The C test runs `rfsdp logits` on hf.safetensors (the --init/--weights path) and on its own export of
+the checkpoint and compares with the two files; `make test` needs no Python.
+
+Usage: /work/venv/bin/python tests/ref_deepseek_v3_export.py [--rfsdp build/rfsdp] [--data PREFIX]
+(PREFIX: token files of `rfsdp prepare`, byte tokenizer; made from README.md when not given)
+"""
+import os
+
+import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+from ref_common import export_reference
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "deepseek_v3_export")
+CFG = dict(model_type="deepseek_v3", hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+           num_attention_heads=2, num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
+           rms_norm_eps=1e-6, q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+           v_head_dim=6, first_k_dense_replace=2, moe_intermediate_size=8, n_routed_experts=4,
+           n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1, rope_interleave=True,
+           rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False)
+
+
+def init(name, p):  # each parameter once, under torch.no_grad, after torch.manual_seed(23)
+    if name.endswith("norm.weight"):
+        p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    else:
+        p.copy_(0.5 * torch.randn_like(p) / p.shape[-1] ** 0.5)
+
+
+def main():
+    export_reference(HERE, CFG, DeepseekV3Config, DeepseekV3ForCausalLM, init)
+
+
+if __name__ == "__main__":
+    main()
