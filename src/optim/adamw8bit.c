@@ -323,14 +323,14 @@ static inline uint32_t rf_optim_absmax_bits(uint32_t acc, float x) {
  * same bits) encoded with the inverse new scales im, iv; a positive v never
  * encodes to 0 (no m / eps blow-up). Portable kernels first, then AVX-512. */
 
-static void rf_optim_8bit_update(const struct rf_optim_hyper *h, float dec, float ms, float vs,
+static void rf_optim_8bit_update(const struct rf_optim_hyper *h, float dec, float gs, float ms, float vs,
                                  float *restrict p, const float *restrict g, const uint8_t *restrict mq,
                                  const uint8_t *restrict vq, int64_t n, uint32_t *am, uint32_t *av) {
   const float *restrict qs = rf_optim_qmap(1), *restrict qu = rf_optim_qmap(0);
   uint32_t um = *am, uv = *av;
 #pragma omp simd simdlen(16) reduction(max : um, uv)
   for (int64_t i = 0; i < n; i++) {
-    float gi = g[i];
+    float gi = gs == 1.0f ? g[i] : g[i] * gs;       /* clipped: the bits of the gradient scaled first */
     float m0 = qs[mq[i]] * ms, v0 = qu[vq[i]] * vs; /* own statements: not contracted with what follows */
     float mi = RF_OPTIM_ADAMW_M(m0, gi, h->one_m_b1);
     float vi = RF_OPTIM_ADAMW_V(v0, gi, h->b2, h->one_m_b2);
@@ -343,13 +343,13 @@ static void rf_optim_8bit_update(const struct rf_optim_hyper *h, float dec, floa
 }
 
 /* bm, bv: n floats of scratch. */
-static void rf_optim_8bit_encode(const struct rf_optim_hyper *h, float ms, float vs, float im, float iv,
-                                 const float *restrict g, uint8_t *restrict mq, uint8_t *restrict vq,
-                                 float *restrict bm, float *restrict bv, int64_t n) {
+static void rf_optim_8bit_encode(const struct rf_optim_hyper *h, float gs, float ms, float vs, float im,
+                                 float iv, const float *restrict g, uint8_t *restrict mq,
+                                 uint8_t *restrict vq, float *restrict bm, float *restrict bv, int64_t n) {
   const float *restrict qs = rf_optim_qmap(1), *restrict qu = rf_optim_qmap(0);
 #pragma omp simd simdlen(16)
   for (int64_t i = 0; i < n; i++) {
-    float gi = g[i];
+    float gi = gs == 1.0f ? g[i] : g[i] * gs;
     float m0 = qs[mq[i]] * ms, v0 = qu[vq[i]] * vs;
     bm[i] = RF_OPTIM_ADAMW_M(m0, gi, h->one_m_b1);
     bv[i] = RF_OPTIM_ADAMW_V(v0, gi, h->b2, h->one_m_b2);
@@ -363,12 +363,16 @@ static void rf_optim_8bit_encode(const struct rf_optim_hyper *h, float ms, float
 #if RF_OPTIM_AVX512
 /* The hyperparameters broadcast and the tables. */
 struct rf_optim_8bit_vec {
-  __m512 one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, dec;
+  __m512 one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, dec, gs;
+  int scaled;              /* the clip factor is not 1: every gradient multiplied by gs */
   const uint8_t *ps, *pu;  /* the maps' byte planes (signed, unsigned) */
   const uint32_t *es, *eu; /* the quantizer's entries */
 };
 
-static void rf_optim_8bit_vec_init(const struct rf_optim_hyper *h, float dec, struct rf_optim_8bit_vec *c) {
+static void rf_optim_8bit_vec_init(const struct rf_optim_hyper *h, float dec, float gs,
+                                   struct rf_optim_8bit_vec *c) {
+  c->gs = _mm512_set1_ps(gs);
+  c->scaled = gs != 1.0f;
   c->one_m_b1 = _mm512_set1_ps(h->one_m_b1);
   c->b2 = _mm512_set1_ps(h->b2);
   c->one_m_b2 = _mm512_set1_ps(h->one_m_b2);
@@ -392,6 +396,7 @@ static inline void rf_optim_8bit_update16(const struct rf_optim_8bit *q, const s
                                           const float *g) {
   const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
   __m512 gi = _mm512_maskz_loadu_ps(k, g), pi = _mm512_maskz_loadu_ps(k, p);
+  if (c->scaled) gi = _mm512_mul_ps(gi, c->gs);
   __m512 m0 = dm * _mm512_set1_ps(q->blk_ms[j]), v0 = dv * _mm512_set1_ps(q->blk_vs[j]);
   __m512 mi = RF_OPTIM_ADAMW_M(m0, gi, c->one_m_b1);
   __m512 vi = RF_OPTIM_ADAMW_V(v0, gi, c->b2, c->one_m_b2);
@@ -409,6 +414,7 @@ static inline void rf_optim_8bit_encode16(const struct rf_optim_8bit *q, const s
                                           int64_t j, __mmask16 k, __m512 dm, __m512 dv, const float *g,
                                           __m512i *cm, __m512i *cv) {
   __m512 gi = _mm512_maskz_loadu_ps(k, g);
+  if (c->scaled) gi = _mm512_mul_ps(gi, c->gs);
   __m512 m0 = dm * _mm512_set1_ps(q->blk_ms[j]), v0 = dv * _mm512_set1_ps(q->blk_vs[j]);
   __m512 mi = RF_OPTIM_ADAMW_M(m0, gi, c->one_m_b1);
   __m512 vi = RF_OPTIM_ADAMW_V(v0, gi, c->b2, c->one_m_b2);
@@ -458,7 +464,7 @@ static void rf_optim_8bit_run_avx512(const struct rf_optim_8bit *q, const struct
  * rows of `row` elements cut in blocks `width` wide (a vector: one row, one block).
  * Row by row, so that the reads stream; pass 1 over the whole group, then pass 2.
  * `k` is the scale index of its first nonempty block; returns the next one. */
-static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_optim_hyper *h,
+static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_optim_hyper *h, float gs,
                                    const struct rf_optim_view *w, float *p, const float *g, int64_t glo,
                                    int64_t ghi, int64_t row, int64_t width, int64_t k) {
   const int64_t b = w->v.begin, nb = rf_ceil_div(row, width);
@@ -467,7 +473,7 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
 #if RF_OPTIM_AVX512
   const int simd = rf_optim_simd_get();
   struct rf_optim_8bit_vec c;
-  rf_optim_8bit_vec_init(h, dec, &c);
+  rf_optim_8bit_vec_init(h, dec, gs, &c);
 #endif
   /* the nonempty blocks, their scale indices (in block order) and old scales */
   for (int64_t j = 0; j < nb; j++) q->blk_k[j] = -1;
@@ -507,10 +513,10 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
         int64_t a = rf_max_i64(lo, r * row + j * width) - b,
                 n = rf_min_i64(hi, r * row + (j + 1) * width) - b - a;
         if (pass == 0)
-          rf_optim_8bit_update(h, dec, q->blk_ms[j], q->blk_vs[j], p + a, g + a, mq + a, vq + a, n,
+          rf_optim_8bit_update(h, dec, gs, q->blk_ms[j], q->blk_vs[j], p + a, g + a, mq + a, vq + a, n,
                                &q->blk_am[j], &q->blk_av[j]);
         else
-          rf_optim_8bit_encode(h, q->blk_ms[j], q->blk_vs[j], q->blk_im[j], q->blk_iv[j], g + a, mq + a,
+          rf_optim_8bit_encode(h, gs, q->blk_ms[j], q->blk_vs[j], q->blk_im[j], q->blk_iv[j], g + a, mq + a,
                                vq + a, q->blk_m, q->blk_v, n);
       }
     }
@@ -539,8 +545,11 @@ static int64_t rf_optim_8bit_group(struct rf_optim_8bit *q, const struct rf_opti
 
 /* The step is host code on device memory: launched on the optimizer's stream (the host: at once;
  * the checked device: on its worker, later), reaching the parameters, the gradients and the state
- * through the device's views. The hyperparameters are taken at the call. Where the backend has
- * the step as kernels (adamw8bit_step: CUDA), the plan made at create goes to them instead. */
+ * through the device's views. The hyperparameters are taken at the call; the clip factor
+ * (h.gscale, device memory: rf_optim_step_fsdp_launch) is read when the step runs: every gradient
+ * multiplied by it (the bits of the gradients clipped in place first), NaN (a non-finite norm):
+ * nothing changes. Where the backend has the step as kernels (adamw8bit_step: CUDA), the plan
+ * made at create goes to them instead, with the same factor. */
 struct rf_optim_8bit_launch {
   const struct rf_optim *o;
   struct rf_optim_hyper h;
@@ -549,6 +558,8 @@ struct rf_optim_8bit_launch {
 static void rf_optim_8bit_launched(void *arg) {
   const struct rf_optim_8bit_launch *a = arg;
   const struct rf_optim *o = a->o;
+  const float clip = a->h.gscale ? *(const float *)rf_device_view(o->dev, a->h.gscale) : 1.0f;
+  if (isnan(clip)) return;                                   /* a non-finite norm: the step skipped */
   struct rf_optim_8bit q = *(struct rf_optim_8bit *)o->impl; /* its state as the host code reaches it */
   q.mq = rf_device_view(o->dev, q.mq);
   q.vq = rf_device_view(o->dev, q.vq);
@@ -562,14 +573,14 @@ static void rf_optim_8bit_launched(void *arg) {
     const float *g = rf_device_view(o->dev, w->v.grad);
     if (w->cols == 0) {
       for (int64_t blk = b / RF_OPTIM_VEC_BLOCK; blk * RF_OPTIM_VEC_BLOCK < e; blk++)
-        k = rf_optim_8bit_group(&q, &a->h, w, p, g, rf_max_i64(b, blk * RF_OPTIM_VEC_BLOCK),
+        k = rf_optim_8bit_group(&q, &a->h, clip, w, p, g, rf_max_i64(b, blk * RF_OPTIM_VEC_BLOCK),
                                 rf_min_i64(e, (blk + 1) * RF_OPTIM_VEC_BLOCK), RF_OPTIM_VEC_BLOCK,
                                 RF_OPTIM_VEC_BLOCK, k);
     } else {
       int64_t strip = RF_OPTIM_TILE * w->cols;
       for (int64_t s = b / strip; s * strip < e; s++)
-        k = rf_optim_8bit_group(&q, &a->h, w, p, g, rf_max_i64(b, s * strip), rf_min_i64(e, (s + 1) * strip),
-                                w->cols, RF_OPTIM_TILE, k);
+        k = rf_optim_8bit_group(&q, &a->h, clip, w, p, g, rf_max_i64(b, s * strip),
+                                rf_min_i64(e, (s + 1) * strip), w->cols, RF_OPTIM_TILE, k);
     }
     RF_ASSERT(k == q.views[i].scale_off + q.views[i].n_blocks);
   }
@@ -623,6 +634,7 @@ const struct rf_optim_ops rf_optim_adamw8bit_ops = {
     .vector_block = RF_OPTIM_VEC_BLOCK,
     .n_states = 4,
     .host_code = 1,
+    .device_clip = 1, /* rf_optim_8bit_launched and the CUDA kernel read the clip factor */
     .on_device = rf_optim_8bit_on_device,
     /* read p, g (f32), m, v (a byte each); write p, m, v */
     .elem_bytes = 16,

@@ -12,7 +12,12 @@
  * bucket lookup of moment x (1 / absmax), a positive v never coded 0. So the host's bits:
  * parameters, codes and scales (tests/gpu/test_optim_cuda.c). Each thread keeps its
  * elements' moments in registers between the two passes the host makes (the host
- * recomputes them from the same codes: the same bits). */
+ * recomputes them from the same codes: the same bits).
+ *
+ * The clip factor (h.gscale: the gradient norm's, on the device, rf_fsdp_grad_norm_on_device)
+ * is read by every thread as it starts: each gradient multiplied by it (__fmul_rn: the bits of
+ * the host's gradients scaled first); NaN (a non-finite norm): the kernel changes nothing, as
+ * the host step and the dense AdamW kernels skip. No host read of the norm. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -51,14 +56,18 @@ struct rf_8bit_args {
   int32_t key_lo, buckets;
 };
 
-__global__ void adamw8bit_kernel(struct rf_8bit_args P, struct rf_optim_hyper h, float *p, const float *g,
-                                 const struct rf_optim_8bit_cuda_view *views,
+/* gscale: h.gscale as an argument of its own (the stand-in translates a kernel's pointer arguments,
+ * not pointers inside a struct; NULL: 1). */
+__global__ void adamw8bit_kernel(struct rf_8bit_args P, struct rf_optim_hyper h, const float *gscale,
+                                 float *p, const float *g, const struct rf_optim_8bit_cuda_view *views,
                                  const struct rf_optim_8bit_cuda_block *blocks, const float *map_s,
                                  const float *map_u, const uint32_t *ent_s, const uint32_t *ent_u,
                                  uint8_t *mq, uint8_t *vq, float *msc, float *vsc) {
   __shared__ uint32_t red_m[RF_8BIT_THREADS];
   __shared__ uint32_t red_v[RF_8BIT_THREADS];
   const int t = (int)threadIdx.x;
+  const float gs = gscale ? *gscale : 1.0f;
+  if (gs != gs) return; /* a non-finite norm: every block, every thread, before any barrier */
   for (int64_t k = blockIdx.x; k < P.n_blocks; k += gridDim.x) {
     const struct rf_optim_8bit_cuda_block blk = blocks[k];
     const struct rf_optim_8bit_cuda_view w = views[blk.view];
@@ -77,7 +86,7 @@ __global__ void adamw8bit_kernel(struct rf_8bit_args P, struct rf_optim_hyper h,
       if (e < w.begin || e >= w.end) continue;
       int64_t l = e - w.begin, s = w.shard_offset + l;
       at[u] = l;
-      float gi = g[s];
+      float gi = gs == 1.0f ? g[s] : __fmul_rn(g[s], gs);
       float m0 = __fmul_rn(map_s[mq[s]], ms), v0 = __fmul_rn(map_u[vq[s]], vs);
       /* m + (1 - b1) (g - m); b2 v + (1 - b2) g^2 */
       float m1 = __fadd_rn(m0, __fmul_rn(h.one_m_b1, __fsub_rn(gi, m0)));
@@ -126,8 +135,8 @@ extern "C" void rf_optim_adamw8bit_cuda_step(const struct rf_optim_8bit_plan *pl
   cudaStream_t st = (cudaStream_t)stream->handle;
   const struct rf_8bit_args a = {plan->n_blocks, plan->key_lo, plan->buckets};
   adamw8bit_kernel<<<(unsigned)blocks, RF_8BIT_THREADS, 0, st>>>(
-      a, *h, plan->p, plan->g, plan->views, plan->blocks, plan->map_s, plan->map_u, plan->ent_s, plan->ent_u,
-      plan->mq, plan->vq, plan->ms, plan->vs);
+      a, *h, h->gscale, plan->p, plan->g, plan->views, plan->blocks, plan->map_s, plan->map_u, plan->ent_s,
+      plan->ent_u, plan->mq, plan->vq, plan->ms, plan->vs);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) RF_DIE("CUDA kernel of 8-bit AdamW: %s", cudaGetErrorString(e));
 }

@@ -11,7 +11,11 @@
  * 64 x 96 matrix whole, a 3-D tensor (2 x 40 x 33, cols 33) whole, zero-length pieces first,
  * between and last, 5 elements of padding between pieces (never touched: the whole slabs are
  * compared, padding included), a 32 x 32 tile whose gradient is 0 at every step (absmax 0),
- * gradients spanning 1e-6..1 (codes at both ends of the maps). */
+ * gradients spanning 1e-6..1 (codes at both ends of the maps).
+ * The clip factor (rf_optim.gscale, as rf_optim_step_fsdp_launch hands it: host memory for the
+ * host optimizer, device memory for the kernel): none at steps 1 and 2, 0.37 at step 3 (every
+ * gradient multiplied by it), NaN at step 4 (a non-finite norm: the host optimizer changes nothing,
+ * checked against a copy taken before, and neither does the kernel), 1 at step 5, 2^-3 at step 6. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +101,10 @@ static void test_adamw8bit(void) {
   int rc = rf_optim_create_on(&go, &opt, dv, flags, NV, shard, NULL, &dev, st);
   RF_CHECK(rc == 0, "8-bit AdamW on the CUDA device: %s", rf_error_msg());
   if (rc != 0) return;
+  static const float factors[6] = {0.0f, 0.0f, 0.37f, NAN, 1.0f, 0x1p-3f}; /* 0: none (NULL) */
+  float *dfac = rf_device_alloc(&dev, sizeof(float), 64), hfac = 1.0f;
+  float *before = rf_xmalloc((size_t)shard * sizeof(float));
+  uint8_t *codes_before = rf_xmalloc((size_t)shard);
   for (int s = 0; s < 6; s++) {
     for (int64_t i = 0; i < shard; i++) {
       float mag = i % 7 == 0 ? 1e-6f : i % 5 == 0 ? 1e-3f : 1.0f;
@@ -107,9 +115,26 @@ static void test_adamw8bit(void) {
       for (int c = 0; c < 32; c++) hg[off[4] + r * 96 + c] = 0.0f;
     rf_device_copy(&dev, dg, hg, (size_t)shard * sizeof(float), RF_DEVICE_COPY_HOST_TO_DEVICE, st);
     float lr = 1e-2f * (float)(s + 1);
+    hfac = factors[s];
+    rf_device_copy(&dev, dfac, &hfac, sizeof hfac, RF_DEVICE_COPY_HOST_TO_DEVICE, st);
+    ho->gscale = factors[s] != 0.0f ? &hfac : NULL;
+    go->gscale = factors[s] != 0.0f ? dfac : NULL;
+    memcpy(before, hp, (size_t)shard * sizeof(float));
+    struct rf_optim_state_slab mq;
+    rf_optim_state(ho, 0, &mq);
+    memcpy(codes_before, mq.data, (size_t)shard);
     RF_ASSERT(rf_optim_step(ho, lr) == 0);
     RF_ASSERT(rf_optim_step(go, lr) == 0);
+    if (isnan(factors[s]))
+      RF_CHECK(memcmp(before, hp, (size_t)shard * sizeof(float)) == 0 &&
+                   memcmp(codes_before, mq.data, (size_t)shard) == 0,
+               "step %d, clip factor NaN: the host optimizer changed the parameters or m's codes", s + 1);
+    else if (s == 0)
+      RF_CHECK(memcmp(before, hp, (size_t)shard * sizeof(float)) != 0, "step 1 changed no parameter");
   }
+  ho->gscale = go->gscale = NULL;
+  free(before), free(codes_before);
+  rf_device_release(&dev, dfac);
   rf_device_stream_synchronize(&dev, st);
   check_same("adamw8bit p after 6 steps (padding and zero-length pieces included)", dp, hp,
              (size_t)shard * sizeof(float), &dev, st);
