@@ -10,7 +10,9 @@
  *     head) gives the losses and gradient norms of build/rfsdp train --device cpu: W = 1 at
  *     batch 4 x 32; W = 2 on two emulated GPUs at batch 2 x 8, one sequence of 8 tokens per
  *     rank: 16 choices of 32 experts, so at least half of each layer's experts get no token
- *     on every rank (nothing runs for them, their gradients stay exactly zero); W = 2 with
+ *     on every rank (nothing runs for them, their gradients stay exactly zero), there with 2
+ *     heads on 1 (the sinks' 2 floats leave the unit's next tensors 8-byte aligned: cuBLASLt's
+ *     products planned for that alignment, src/gemm/gemm_cuda.c); W = 2 with
  *     --compute-dtype bf16, where head_dim 32 is one the tensor-core attention takes
  *     (attention_tc.cu, which has no sinks and no window): GPT-OSS must keep the sink
  *     kernels there (model.c calls attention_sink_* in any compute dtype), which the cpu run's
@@ -34,7 +36,7 @@
 
 static char out[1 << 18];
 static char dir[] = "/tmp/rf_test_cuda_emu_gpt_oss.XXXXXX";
-static char data[256], model[256];
+static char data[256], model[256], model_h2[256];
 
 static void read_log(const char *log, double *loss, double *norm) {
   int n = rf_cli_log_field(log, "\"loss\":", loss, STEPS);
@@ -42,32 +44,32 @@ static void read_log(const char *log, double *loss, double *norm) {
   RF_CHECK(n == STEPS && m == STEPS, "%s: %d losses and %d norms (want %d)", log, n, m, STEPS);
 }
 
-/* The tiny GPT-OSS on --device cuda (env, world, shape, args) against --device cpu. */
-static void same_run(const char *env, int world, const char *shape, const char *args, double loss_tol,
-                     double norm_tol) {
+/* The tiny GPT-OSS of model_path on --device cuda (env, world, shape, args) against --device cpu. */
+static void same_run(const char *model_path, const char *env, int world, const char *shape, const char *args,
+                     double loss_tol, double norm_tol) {
   static int runs;
   char ref_log[320], gpu_log[320], cmd[1024];
   snprintf(ref_log, sizeof ref_log, "%s/cpu-%d-%d.jsonl", dir, world, runs);
   snprintf(gpu_log, sizeof gpu_log, "%s/cuda-%d-%d.jsonl", dir, world, runs++);
   int rc = rf_cli_run_mpi(out, sizeof out, world, 120,
-                          "train --device cpu --model %s --data %s --steps %d %s %s --log %s", model, data,
-                          STEPS, shape, args, ref_log);
-  RF_CHECK(rc == 0, "cpu W=%d %s %s: exit %d\n%s", world, shape, args, rc, out);
-  snprintf(cmd, sizeof cmd, "rfsdp train --device cuda --model %s --data %s --steps %d %s %s --log %s", model,
-           data, STEPS, shape, args, gpu_log);
+                          "train --device cpu --model %s --data %s --steps %d %s %s --log %s", model_path,
+                          data, STEPS, shape, args, ref_log);
+  RF_CHECK(rc == 0, "cpu %s W=%d %s %s: exit %d\n%s", model_path, world, shape, args, rc, out);
+  snprintf(cmd, sizeof cmd, "rfsdp train --device cuda --model %s --data %s --steps %d %s %s --log %s",
+           model_path, data, STEPS, shape, args, gpu_log);
   rc = rf_cuda_emu_run(out, sizeof out, env, world, 200, cmd);
-  RF_CHECK(rc == 0, "cuda W=%d %s %s %s: exit %d\n%s", world, env, shape, args, rc, out);
+  RF_CHECK(rc == 0, "cuda %s W=%d %s %s %s: exit %d\n%s", model_path, world, env, shape, args, rc, out);
   if (rc != 0) return;
   double loss[STEPS], norm[STEPS], ref_loss[STEPS], ref_norm[STEPS];
   read_log(ref_log, ref_loss, ref_norm);
   read_log(gpu_log, loss, norm);
   double wl = rf_cli_worst_relative(loss, ref_loss, STEPS), wn = rf_cli_worst_relative(norm, ref_norm, STEPS);
   printf(
-      "--device cuda gpt_oss W=%d %s%s%s %s: losses within %.2g of --device cpu (tolerance %.0e), norms "
-      "within %.2g (%.0e)\n",
-      world, env, env[0] ? " " : "", shape, args, wl, loss_tol, wn, norm_tol);
-  RF_CHECK(wl <= loss_tol && wn <= norm_tol,
-           "cuda gpt_oss W=%d %s %s: losses %.3g, norms %.3g from the cpu run", world, shape, args, wl, wn);
+      "--device cuda %s W=%d %s%s%s %s: losses within %.2g of --device cpu (tolerance %.0e), norms within "
+      "%.2g (%.0e)\n",
+      model_path, world, env, env[0] ? " " : "", shape, args, wl, loss_tol, wn, norm_tol);
+  RF_CHECK(wl <= loss_tol && wn <= norm_tol, "cuda %s W=%d %s %s: losses %.3g, norms %.3g from the cpu run",
+           model_path, world, shape, args, wl, wn);
 }
 
 int main(void) {
@@ -84,19 +86,27 @@ int main(void) {
   char tiny[256];
   rc = rf_cli_setup_tiny(dir, 1 << 18, data, sizeof data, tiny, sizeof tiny, out, sizeof out);
   RF_CHECK(rc == 0, "prepare: %s", out);
-  snprintf(model, sizeof model, "%s/gpt_oss.json", dir);
+  /* HEADS: 4 heads on 2, or 2 on 1 (the sinks' 2 floats then leave the tensors after them 8-byte
+   * aligned in the unit's buffer, where cuBLASLt's usual algorithms want 16: gemm_cuda.c plans
+   * those products for 8) */
   const char *cfg =
       "{\"model_type\": \"gpt_oss\", \"hidden_size\": 32, \"intermediate_size\": 16, "
-      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
+      "\"num_hidden_layers\": 2, %s, \"head_dim\": 32, "
       "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"num_local_experts\": 32, "
       "\"num_experts_per_tok\": 2, \"sliding_window\": 4, \"swiglu_limit\": 0.05, "
       "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 150000.0, \"factor\": 4.0, "
       "\"truncate\": false, \"original_max_position_embeddings\": 16}, \"output_router_logits\": true, "
       "\"router_aux_loss_coef\": 0.02}";
-  RF_ASSERT(rf_file_write_all(model, cfg, strlen(cfg)) == 0);
-  same_run("", 1, "--batch 4 --seq 32", "", 1e-5, 1e-4);
-  same_run("RF_EMU_DEVICES=2", 2, "--batch 2 --seq 8", "", 1e-5, 1e-4); /* 8 tokens per rank */
-  same_run("", 2, "--batch 4 --seq 32", "--compute-dtype bf16", 1e-3, 1e-3);
+  char text[1024];
+  snprintf(model, sizeof model, "%s/gpt_oss.json", dir);
+  snprintf(text, sizeof text, cfg, "\"num_attention_heads\": 4, \"num_key_value_heads\": 2");
+  RF_ASSERT(rf_file_write_all(model, text, strlen(text)) == 0);
+  snprintf(model_h2, sizeof model_h2, "%s/gpt_oss_h2.json", dir);
+  snprintf(text, sizeof text, cfg, "\"num_attention_heads\": 2, \"num_key_value_heads\": 1");
+  RF_ASSERT(rf_file_write_all(model_h2, text, strlen(text)) == 0);
+  same_run(model, "", 1, "--batch 4 --seq 32", "", 1e-5, 1e-4);
+  same_run(model_h2, "RF_EMU_DEVICES=2", 2, "--batch 2 --seq 8", "", 1e-5, 1e-4); /* 8 tokens per rank */
+  same_run(model, "", 2, "--batch 4 --seq 32", "--compute-dtype bf16", 1e-3, 1e-3);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (rf_test_failures == 0) RF_CHECK(system(cmd) == 0, "cleanup");

@@ -14,15 +14,16 @@
              (int)rf_cublas_st_);                                                           \
   } while (0)
 
-#define RF_GEMM_CUDA_ALIGN 16 /* bytes: the operands' alignment the algorithms are chosen for */
+#define RF_GEMM_CUDA_ALIGN 16 /* bytes: the operands' best alignment, the algorithms' usual */
 #define RF_GEMM_CUDA_SHAPES 256
 
-/* What a cached plan is keyed by: the description less alpha and beta, C's dtype, and
- * whether a bias epilogue runs. */
+/* What a cached plan is keyed by: the description less alpha and beta, C's dtype, whether a
+ * bias epilogue runs, and the operands' alignment the algorithm is chosen for. */
 struct rf_gemm_cuda_key {
   int m, n, k, trans_a, trans_b, lda, ldb, ldc;
   enum rf_dtype dtype, c_dtype;
   int bias;
+  uint32_t align;
 };
 
 /* One shape: its descriptors (owned) and the heuristic's algorithm. */
@@ -94,9 +95,9 @@ static cudaDataType_t rf_gemm_cuda_type(enum rf_dtype dtype) {
  * is our B as stored (column-major [n, k], or [k, n] transposed when trans_b), its B is
  * our A (column-major [k, m], or [m, k] transposed when trans_a). */
 static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
-                                                   enum rf_dtype c_dtype, int bias) {
+                                                   enum rf_dtype c_dtype, int bias, uint32_t align) {
   struct rf_gemm_cuda_key key = {d->m,   d->n,   d->k,     d->trans_a, d->trans_b, d->lda,
-                                 d->ldb, d->ldc, d->dtype, c_dtype,    bias};
+                                 d->ldb, d->ldc, d->dtype, c_dtype,    bias,       align};
   for (int i = 0; i < g->nplans; i++)
     if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
   rf_gemm_cuda_check(d, c_dtype);
@@ -123,7 +124,6 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const
   RF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   RF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &g->workspace_bytes, sizeof g->workspace_bytes));
-  uint32_t align = RF_GEMM_CUDA_ALIGN;
   const cublasLtMatmulPreferenceAttributes_t aligns[] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -144,12 +144,26 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_plan(struct rf_gemm_cuda *g, const
   return p;
 }
 
+/* The operands' alignment: the largest power of two up to RF_GEMM_CUDA_ALIGN dividing every
+ * address (a tensor after an odd number of floats in a unit's buffer, GPT-OSS's sinks of 2 heads,
+ * is 8-byte aligned); each operand must be aligned to its own elements. */
+static uint32_t rf_gemm_cuda_align(const struct rf_gemm_desc *d, const void *a, const void *b, const void *c,
+                                   enum rf_dtype c_dtype) {
+  size_t ab = rf_dtype_size(d->dtype), cs = rf_dtype_size(c_dtype);
+  if ((uintptr_t)a % ab || (uintptr_t)b % ab || (uintptr_t)c % cs)
+    RF_DIE("gemm (cuda): operands not aligned to their elements (a %p, b %p: %s; c %p: %s)", a, b,
+           rf_dtype_name(d->dtype), c, rf_dtype_name(c_dtype));
+  uintptr_t all = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+  uint32_t align = RF_GEMM_CUDA_ALIGN;
+  while (all % align) align /= 2;
+  return align;
+}
+
 static void rf_gemm_cuda_product(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a,
                                  const void *b, const void *bias, void *c, enum rf_dtype c_dtype,
                                  cudaStream_t stream) {
-  if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % RF_GEMM_CUDA_ALIGN != 0)
-    RF_DIE("gemm (cuda): operands must be %d-byte aligned (a %p, b %p, c %p)", RF_GEMM_CUDA_ALIGN, a, b, c);
-  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype, bias != NULL);
+  const struct rf_gemm_cuda_plan *p =
+      rf_gemm_cuda_plan(g, d, c_dtype, bias != NULL, rf_gemm_cuda_align(d, a, b, c, c_dtype));
   if (bias) /* read by cublasLtMatmul when it is called: the pointer of this product */
     RF_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -172,7 +186,8 @@ void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
 /* The FP8 plan of (m, n, k), made when new; NULL when cuBLASLt refuses it or has no
  * algorithm (its descriptors destroyed again, nothing cached). */
 static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, int m, int n, int k) {
-  struct rf_gemm_cuda_key key = {m, n, k, 0, 1, k, k, n, RF_DTYPE_FP8E4M3, RF_DTYPE_BF16, 0};
+  struct rf_gemm_cuda_key key = {
+      m, n, k, 0, 1, k, k, n, RF_DTYPE_FP8E4M3, RF_DTYPE_BF16, 0, RF_GEMM_CUDA_ALIGN};
   for (int i = 0; i < g->nplans; i++)
     if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
   if (g->nplans == RF_GEMM_CUDA_SHAPES)
@@ -250,7 +265,7 @@ int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, const uint
 const char *rf_gemm_cuda_algo_name(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
                                    enum rf_dtype c_dtype) {
   static char name[64];
-  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype, 0);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_plan(g, d, c_dtype, 0, RF_GEMM_CUDA_ALIGN);
   int id = 0, tile = 0;
   size_t written = 0;
   RF_CUBLAS_CHECK(

@@ -12,9 +12,11 @@
  * create). The first product of a shape (m, n, k, transposes, leading dimensions,
  * dtypes) makes its descriptors and asks the heuristic for an algorithm, and caches
  * them; later products of that shape create nothing, allocate nothing and never wait
- * for the GPU (counted: rf_gemm_cuda_stats). Operands must be 16-byte aligned (the
- * alignment the cached algorithms are chosen for). Errors stop the job naming the
- * file, the line, the call and cuBLAS's status string. */
+ * for the GPU (counted: rf_gemm_cuda_stats). Operands aligned to their elements; a shape is
+ * planned per alignment of its operands (the largest power of two up to 16 bytes dividing
+ * every address: cuBLASLt's fastest algorithms want 16), so an 8-byte-aligned operand gets
+ * an algorithm that takes it. Errors stop the job naming the file, the line, the call and
+ * cuBLAS's status string. */
 #ifndef RF_GEMM_CUDA_H
 #define RF_GEMM_CUDA_H
 
