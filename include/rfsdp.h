@@ -240,9 +240,7 @@ void rf_fsdp_get_counters(const struct rf_fsdp *f, struct rf_counters *total, st
 /* The context's counters themselves (owned by the context): a caller's own communicator may count into them
  * (the rfsdp command's loss all-reduce and agreements are part of its step). */
 struct rf_counters *rf_fsdp_counters(struct rf_fsdp *f);
-/* now - before, field by field (a step's counters from two reads of rf_fsdp_get_counters); a NULL
- * pointer reads as all zeros. */
-struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
+/* rf_counters_diff (now - before): rfsdp_types.h. */
 
 struct rf_fsdp_stats {
   int64_t param_elems;      /* sum of the tensors' numel */

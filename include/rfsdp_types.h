@@ -71,6 +71,9 @@ struct rf_counters {
                                FP8 refusal read back, a stream or event synchronized (every backend counts
                                the same calls, so the host's count is the GPU's) */
 };
+/* now - before, field by field (a step's counters from two reads of rf_fsdp_get_counters); a NULL
+ * pointer reads as all zeros. */
+struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
 
 /* A communicator: a group of ranks and the backend that connects them. Opaque in
  * the public API (rfsdp.h: rank, size, destroy; rfsdp_mpi.h: made from an MPI

@@ -199,8 +199,7 @@ int rf_fp8_simd_set(int on);
  * communicators (src/comm) add to it. The heap is the process's: */
 /* rf_xmalloc, rf_xcalloc and rf_xaligned calls of this process since it started. */
 uint64_t rf_heap_allocations(void);
-/* Fields of `now - before`, for per-step numbers. */
-struct rf_counters rf_counters_diff(const struct rf_counters *now, const struct rf_counters *before);
+/* rf_counters_diff (`now - before`, per-step numbers): include/rfsdp_types.h. */
 
 /* ---- time --------------------------------------------------------------- */
 
