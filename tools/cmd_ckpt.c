@@ -88,7 +88,7 @@ static int rf_ckpt_info(const char *dir, int verify) {
     enum rf_dtype dtype;
     int ndim;
     int64_t dims[RF_CHECKPOINT_MAX_DIMS], numel = 1;
-    RF_ASSERT(rf_checkpoint_tensor_info(ck, name, &dtype, &ndim, dims) == 0);
+    RF_TOOL_ASSERT(rf_checkpoint_tensor_info(ck, name, &dtype, &ndim, dims) == 0);
     for (int d = 0; d < ndim; d++) numel *= dims[d];
     char shape[160];
     rf_ckpt_print_shape(shape, sizeof shape, ndim, dims);

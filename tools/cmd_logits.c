@@ -17,10 +17,10 @@
 static int rf_logits_read(const char *model, const char *tokens_path, int64_t seq,
                           struct rf_train_model_config *cfg, char **bytes, size_t *n) {
   *bytes = NULL;
-  RF_TRY(rf_train_model_config_read(model, (int)seq, cfg));
-  RF_TRY(rf_run_file_read(tokens_path, bytes, n));
+  RF_TOOL_TRY(rf_train_model_config_read(model, (int)seq, cfg));
+  RF_TOOL_TRY(rf_run_file_read(tokens_path, bytes, n));
   int64_t count = (int64_t)(*n / sizeof(int32_t));
-  RF_REQUIRE(
+  RF_TOOL_REQUIRE(
       *n % sizeof(int32_t) == 0 && count % seq == 0 && count > 0 && seq <= cfg->max_position_embeddings,
       "%s: %zu bytes are not batch x %lld int32 tokens (seq at most %d)", tokens_path, *n, (long long)seq,
       cfg->max_position_embeddings);

@@ -31,7 +31,7 @@ static double rf_train_lr(const struct rf_train_args *a, int64_t step) {
 
 static int rf_train_setup_fsdp(const struct rf_train_args *a, struct rf_fsdp_options *o) {
   rf_fsdp_options_default(o);
-  RF_TRY(rf_plan_args_fsdp_options(&a->plan, o));
+  RF_TOOL_TRY(rf_plan_args_fsdp_options(&a->plan, o));
   o->prefetch = a->prefetch;
   o->reshard_after_forward = !a->no_reshard;
   o->seed = a->seed;
@@ -82,7 +82,7 @@ static int rf_train_trace_begin(struct rf_train_state *s) {
   if (a->trace_steps) {
     char tail = 0;
     if (sscanf(a->trace_steps, "%lld:%lld%c", &first, &last, &tail) != 2 || first < 1 || last < first)
-      RF_FAIL("--trace-steps %s: expected A:B with 1 <= A <= B (steps, counted from 1)", a->trace_steps);
+      RF_TOOL_FAIL("--trace-steps %s: expected A:B with 1 <= A <= B (steps, counted from 1)", a->trace_steps);
   }
   s->trace_first = first;
   s->trace_last = last;
@@ -96,8 +96,8 @@ static int rf_train_trace_end(struct rf_train_state *s) {
   if (!a->trace) return 0;
   rf_run_trace_step(0); /* nothing more is recorded */
   struct rf_run_trace_summary sum;
-  RF_TRY(rf_run_trace_summary(s->fsdp, &sum));
-  RF_TRY(rf_run_trace_write(s->fsdp, a->trace));
+  RF_TOOL_TRY(rf_run_trace_summary(s->fsdp, &sum));
+  RF_TOOL_TRY(rf_run_trace_write(s->fsdp, a->trace));
   rf_run_trace_stop();
   if (s->rank != 0) return 0;
   printf(
@@ -115,7 +115,7 @@ static int rf_train_trace_end(struct rf_train_state *s) {
              "%s, W=%d (%d x %d), steps %lld..%lld: exposed %.1f ms of %.1f ms communication per step",
              a->model, s->world, s->replicas, s->group, (long long)(s->trace_first),
              (long long)(s->trace_last), sum.exposed_ms_per_step, sum.comm_ms_per_step);
-    RF_TRY(rf_train_plot_timeline(a->trace, png, title));
+    RF_TOOL_TRY(rf_train_plot_timeline(a->trace, png, title));
     printf("timeline: %s\n", png);
   }
   return 0;
@@ -176,7 +176,7 @@ static int rf_train_report_step(struct rf_train_state *s, int64_t step, double l
                              (double)d->bytes_inter,
                              val};
     int n = (int)(sizeof tags / sizeof tags[0]) - (isnan(val) ? 1 : 0);
-    RF_TRY(rf_run_tensorboard_scalars(s->tb, step + 1, rf_train_wall_s(), n, tags, values));
+    RF_TOOL_TRY(rf_run_tensorboard_scalars(s->tb, step + 1, rf_train_wall_s(), n, tags, values));
   }
   if (a->print_every > 0 &&
       ((step + 1) % a->print_every == 0 || step == 0 || step + 1 == a->steps || !isnan(val)))
@@ -223,40 +223,41 @@ static int rf_train_open_data(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   char path[RF_FILE_PATH_MAX];
   snprintf(path, sizeof path, "%s.train.tok", a->data);
-  RF_TRY(rf_token_data_open(&s->train, path));
+  RF_TOOL_TRY(rf_token_data_open(&s->train, path));
   snprintf(path, sizeof path, "%s.val.tok", a->data);
-  RF_TRY(rf_token_data_open(&s->val, path));
+  RF_TOOL_TRY(rf_token_data_open(&s->val, path));
   snprintf(path, sizeof path, "%s.tokenizer.json", a->data);
-  RF_TRY(rf_tokenizer_open(&s->tok, path));
-  RF_TRY(rf_token_data_check_tokenizer(s->train, s->tok, path));
+  RF_TOOL_TRY(rf_tokenizer_open(&s->tok, path));
+  RF_TOOL_TRY(rf_token_data_check_tokenizer(s->train, s->tok, path));
   const char *train = rf_token_data_path(s->train), *val = rf_token_data_path(s->val);
-  RF_REQUIRE(rf_token_data_vocab(s->train) <= rf_train_model_vocab(s->model),
-             "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", train,
-             (long long)rf_token_data_vocab(s->train), rf_train_model_vocab(s->model), a->model);
-  RF_TRY(rf_token_data_check(s->train));
-  RF_REQUIRE(rf_token_data_count(s->train) > a->seq,
-             "%s: %lld tokens are fewer than one sequence of --seq %lld + 1", train,
-             (long long)rf_token_data_count(s->train), (long long)a->seq);
+  RF_TOOL_REQUIRE(rf_token_data_vocab(s->train) <= rf_train_model_vocab(s->model),
+                  "%s: vocabulary of %lld tokens does not fit the model's vocab_size %d (%s)", train,
+                  (long long)rf_token_data_vocab(s->train), rf_train_model_vocab(s->model), a->model);
+  RF_TOOL_TRY(rf_token_data_check(s->train));
+  RF_TOOL_REQUIRE(rf_token_data_count(s->train) > a->seq,
+                  "%s: %lld tokens are fewer than one sequence of --seq %lld + 1", train,
+                  (long long)rf_token_data_count(s->train), (long long)a->seq);
   if (a->eval_every == 0) return 0;
-  RF_REQUIRE(rf_token_data_count(s->val) > a->seq,
-             "%s: %lld tokens are fewer than one sequence of --seq %lld + 1 for --eval-every: prepare with a "
-             "larger --val-fraction, or train without --eval-every",
-             val, (long long)rf_token_data_count(s->val), (long long)a->seq);
+  RF_TOOL_REQUIRE(
+      rf_token_data_count(s->val) > a->seq,
+      "%s: %lld tokens are fewer than one sequence of --seq %lld + 1 for --eval-every: prepare with a "
+      "larger --val-fraction, or train without --eval-every",
+      val, (long long)rf_token_data_count(s->val), (long long)a->seq);
   return rf_token_data_check(s->val);
 }
 
 /* What the options' own ranges cannot say (the same on every rank: no agreement). */
 static int rf_train_check_args(const struct rf_train_args *a, int world, int *replicate) {
   const char *why = rf_device_unavailable(a->device);
-  RF_REQUIRE(!why, "--device %s: %s", a->device, why);
-  RF_TRY(rf_train_mesh_parse(a, world, replicate));
-  RF_TRY(rf_plan_check_batch(world, a->batch, a->accum)); /* as rfsdp plan --batch checks it */
-  RF_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
-             (long long)a->steps);
-  RF_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
-  RF_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
-  RF_REQUIRE(!(a->async_save && !a->ckpt_dir), "--async-save needs --ckpt-dir");
-  RF_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
+  RF_TOOL_REQUIRE(!why, "--device %s: %s", a->device, why);
+  RF_TOOL_TRY(rf_train_mesh_parse(a, world, replicate));
+  RF_TOOL_TRY(rf_plan_check_batch(world, a->batch, a->accum)); /* as rfsdp plan --batch checks it */
+  RF_TOOL_REQUIRE(a->warmup <= a->steps, "--warmup %lld exceeds --steps %lld", (long long)a->warmup,
+                  (long long)a->steps);
+  RF_TOOL_REQUIRE(!a->plot || a->log, "--plot needs --log (the curve is drawn from the log)");
+  RF_TOOL_REQUIRE(!(a->save_every > 0 && !a->ckpt_dir), "--save-every needs --ckpt-dir");
+  RF_TOOL_REQUIRE(!(a->async_save && !a->ckpt_dir), "--async-save needs --ckpt-dir");
+  RF_TOOL_REQUIRE(!(a->init && a->resume), "--init and --resume exclude each other");
   struct rf_fsdp_options fo; /* the plan options (--block-rows 0) */
   return rf_train_setup_fsdp(a, &fo);
 }
@@ -265,12 +266,13 @@ static int rf_train_check_args(const struct rf_train_args *a, int world, int *re
  * silently ignored (argv: the options as given). */
 static int rf_train_check_optim_options(const struct rf_train_args *a, int argc, char **argv) {
   for (int i = 1; i < argc; i++)
-    RF_REQUIRE(strncmp(argv[i], "--shampoo-", 10) != 0 || strcmp(a->plan.optim, "shampoo") == 0,
-               "%s is an option of --optim shampoo; this run's optimizer is %s", argv[i], a->plan.optim);
+    RF_TOOL_REQUIRE(strncmp(argv[i], "--shampoo-", 10) != 0 || strcmp(a->plan.optim, "shampoo") == 0,
+                    "%s is an option of --optim shampoo; this run's optimizer is %s", argv[i], a->plan.optim);
   /* below a second a healthy collective of a loaded machine can take longer: the job
    * would end blaming a rank that was only slow */
-  RF_REQUIRE(a->collective_timeout == 0 || a->collective_timeout >= 1,
-             "--collective-timeout %g: at least 1 second (0 turns the watchdog off)", a->collective_timeout);
+  RF_TOOL_REQUIRE(a->collective_timeout == 0 || a->collective_timeout >= 1,
+                  "--collective-timeout %g: at least 1 second (0 turns the watchdog off)",
+                  a->collective_timeout);
   return 0;
 }
 
@@ -401,26 +403,26 @@ static int rf_train_open_outputs(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   if (s->rank != 0) return 0;
   if (a->ckpt_dir) {
-    RF_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
+    RF_TOOL_TRY(rf_option_make_dirs("ckpt-dir", a->ckpt_dir, 1));
     char note[1024];
     int taken = rf_run_lock_take(&rf_train_lock, a->ckpt_dir, a->ckpt_dir_force, note, sizeof note);
     rf_train_lock_busy = taken == 1;
-    RF_TRY(taken ? -1 : 0);
+    RF_TOOL_TRY(taken ? -1 : 0);
     if (note[0]) fprintf(stderr, "rfsdp train: warning: --ckpt-dir %s: %s\n", a->ckpt_dir, note);
   }
   if (a->plot) {
     struct stat st;
-    RF_TRY(rf_option_make_dirs("plot", a->plot, 0));
-    RF_REQUIRE(stat(a->plot, &st) != 0 || !S_ISDIR(st.st_mode), "--plot %s: is a folder, not a file name",
-               a->plot);
+    RF_TOOL_TRY(rf_option_make_dirs("plot", a->plot, 0));
+    RF_TOOL_REQUIRE(stat(a->plot, &st) != 0 || !S_ISDIR(st.st_mode),
+                    "--plot %s: is a folder, not a file name", a->plot);
   }
   if (a->log) {
-    RF_TRY(rf_option_make_dirs("log", a->log, 0));
-    RF_TRY(rf_train_log_open(&s->log, a->log));
+    RF_TOOL_TRY(rf_option_make_dirs("log", a->log, 0));
+    RF_TOOL_TRY(rf_train_log_open(&s->log, a->log));
   }
   if (a->tensorboard) {
-    RF_TRY(rf_option_make_dirs("tensorboard", a->tensorboard, 1));
-    RF_TRY(rf_run_tensorboard_open(&s->tb, a->tensorboard));
+    RF_TOOL_TRY(rf_option_make_dirs("tensorboard", a->tensorboard, 1));
+    RF_TOOL_TRY(rf_run_tensorboard_open(&s->tb, a->tensorboard));
   }
   return 0;
 }
@@ -450,34 +452,34 @@ static int rf_train_run(struct rf_train_state *s) {
   int32_t busy = rf_train_lock_busy; /* rank 0's: --ckpt-dir held by another job is a usage error */
   rf_comm_allreduce(s->comm, &busy, 1, RF_DTYPE_I32, RF_REDUCE_OP_MAX);
   rf_train_usage_error = busy != 0;
-  RF_TRY(rf_run_agree_comm(s->comm, opened));
+  RF_TOOL_TRY(rf_run_agree_comm(s->comm, opened));
   int threads = rf_train_set_threads(s->comm);
   /* --compute-dtype's choices are f32 and bf16 (options.c refused any other) */
   enum rf_dtype compute = strcmp(a->compute_dtype, "bf16") == 0 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
   struct rf_train_model_config cfg;
-  RF_TRY(rf_run_agree_comm(s->comm, rf_train_model_config_read(a->model, (int)a->seq, &cfg)));
+  RF_TOOL_TRY(rf_run_agree_comm(s->comm, rf_train_model_config_read(a->model, (int)a->seq, &cfg)));
   /* an option's mistake, as rfsdp plan finds it: exit 2 (the config is the same on every rank) */
   rf_train_usage_error = rf_plan_check_seq(a->seq, cfg.max_position_embeddings, a->model) != 0;
-  RF_TRY(-rf_train_usage_error);
+  RF_TOOL_TRY(-rf_train_usage_error);
   struct rf_fsdp_options fo;
-  RF_TRY(rf_train_setup_fsdp(a, &fo));
+  RF_TOOL_TRY(rf_train_setup_fsdp(a, &fo));
   int local = (int)(a->batch / (s->world * a->accum));
-  RF_TRY(rf_run_agree_comm(s->comm, rf_train_mesh_group(a, s->replicate, s->comm, &s->group)));
+  RF_TOOL_TRY(rf_run_agree_comm(s->comm, rf_train_mesh_group(a, s->replicate, s->comm, &s->group)));
   s->replicas = s->world / s->group;
   /* the mesh (node: the ranks of each node shard together) also marks the job's communicator as
    * crossing the shard groups when replicas > 1 */
-  RF_TRY(rf_train_model_create(&s->model, a->model, &fo, s->job,
-                               s->replicate == RF_PLAN_MESH_NODE ? 0 : s->replicas, local, (int)a->seq));
+  RF_TOOL_TRY(rf_train_model_create(&s->model, a->model, &fo, s->job,
+                                    s->replicate == RF_PLAN_MESH_NODE ? 0 : s->replicas, local, (int)a->seq));
   s->fsdp = rf_train_model_fsdp(s->model);
   s->comm = rf_train_model_comm(s->model); /* its loss all-reduce and agreements: part of a step */
-  RF_TRY(rf_train_model_set_compute(s->model, compute));
+  RF_TOOL_TRY(rf_train_model_set_compute(s->model, compute));
   s->tokens = rf_tool_calloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
   s->targets = rf_tool_calloc((size_t)local * (size_t)a->seq, sizeof(int32_t));
-  RF_TRY(rf_run_agree_comm(s->comm, rf_train_open_data(s)));
+  RF_TOOL_TRY(rf_run_agree_comm(s->comm, rf_train_open_data(s)));
 
   struct rf_optim_options oo;
   rf_optim_options_default(&oo);
-  RF_TRY(rf_optim_kind_parse(a->plan.optim, &oo.kind));
+  RF_TOOL_TRY(rf_optim_kind_parse(a->plan.optim, &oo.kind));
   oo.weight_decay = (float)a->weight_decay;
   oo.shampoo_block = a->shampoo_block;
   oo.shampoo_every = a->shampoo_every;
@@ -490,8 +492,8 @@ static int rf_train_run(struct rf_train_state *s) {
   int rc = rf_optim_create_fsdp(&s->optim, &oo, s->fsdp, flags,
                                 NULL); /* owners (Muon, Shampoo): the shard group */
   free(flags);
-  RF_TRY(rc);
-  RF_TRY(rf_train_ckpt_start(s));
+  RF_TOOL_TRY(rc);
+  RF_TOOL_TRY(rf_train_ckpt_start(s));
   struct rf_fsdp_stats st;
   rf_fsdp_get_stats(s->fsdp, &st);
 
@@ -527,7 +529,7 @@ static int rf_train_run(struct rf_train_state *s) {
   struct rf_train_memory mem = {st.shard_elems, st.arena_bytes, os.state_bytes, os.workspace_bytes,
                                 rf_train_model_workspace_bytes(s->model)};
   if (s->log.file && logged == 0) logged = rf_train_log_plan(&s->log, &plan, &mem);
-  if (a->trace) RF_TRY(rf_run_agree_comm(s->comm, rf_train_trace_begin(s)));
+  if (a->trace) RF_TOOL_TRY(rf_run_agree_comm(s->comm, rf_train_trace_begin(s)));
   if (s->tb && logged == 0)
     logged = rf_run_tensorboard_begin(s->tb, a->resume ? s->start_step : -1, rf_train_wall_s());
   for (int64_t step = s->start_step; step < a->steps; step++) {
@@ -554,26 +556,26 @@ static int rf_train_run(struct rf_train_state *s) {
     s->last_loss = loss;
     s->last_val = isnan(val) ? s->last_val : val;
     bad_in_a_row = skipped ? bad_in_a_row + 1 : 0;
-    RF_REQUIRE(bad_in_a_row < 5,
-               "training diverged: non-finite gradients 5 steps in a row (last at step %lld)",
-               (long long)step + 1);
-    RF_TRY(rf_train_ckpt_step(s, step + 1));
+    RF_TOOL_REQUIRE(bad_in_a_row < 5,
+                    "training diverged: non-finite gradients 5 steps in a row (last at step %lld)",
+                    (long long)step + 1);
+    RF_TOOL_TRY(rf_train_ckpt_step(s, step + 1));
     /* SIGTERM / SIGINT on any rank, or a launcher gone (SIGHUP): everyone stops here */
     int sig = rf_run_stop_signal(s->fsdp);
     if (sig) return rf_train_ckpt_stop(s, step + 1, sig);
   }
-  RF_TRY(rf_run_agree_comm(s->comm, logged));
-  RF_TRY(rf_train_trace_end(s));
+  RF_TOOL_TRY(rf_run_agree_comm(s->comm, logged));
+  RF_TOOL_TRY(rf_train_trace_end(s));
   if (bad_in_a_row > 0 && s->rank == 0) /* fewer than the 5 that stop a run: said, not silent */
     printf(
         "warning: the run ended on %d skipped step%s (non-finite gradients): the weights are those of step "
         "%lld; lower --lr or check the data\n",
         bad_in_a_row, bad_in_a_row > 1 ? "s" : "", (long long)(a->steps - bad_in_a_row));
-  RF_TRY(rf_train_ckpt_end(s));
+  RF_TOOL_TRY(rf_train_ckpt_end(s));
   if (a->sample > 0) rf_train_sample(s, s->tok);
   if (s->rank == 0 && a->plot) { /* the last step: nothing collective follows */
     rf_train_log_close(&s->log);
-    RF_TRY(rf_train_plot(a->log, a->plot, a->model));
+    RF_TOOL_TRY(rf_train_plot(a->log, a->plot, a->model));
     printf("loss curve: %s\n", a->plot);
   }
   return 0;
@@ -621,7 +623,7 @@ int rf_cmd_train(int argc, char **argv) {
       .max_padding = -1,
   };
   char families[256], model_help[320], usage[512];
-  if (rf_train_model_families(families, sizeof families, 1, ", ") != 0) RF_DIE("%s", rf_fsdp_error());
+  if (rf_train_model_families(families, sizeof families, 1, ", ") != 0) RF_TOOL_DIE("%s", rf_fsdp_error());
   snprintf(model_help, sizeof model_help, "model config (Hugging Face config.json, model_type %s)", families);
   snprintf(
       usage, sizeof usage,

@@ -10,7 +10,7 @@
 
 const char *rf_plan_args_optim_choices(void) {
   static _Thread_local char names[128];
-  if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_DIE("%s", rf_fsdp_error());
+  if (!names[0] && rf_optim_kind_list(names, sizeof names, "|") != 0) RF_TOOL_DIE("%s", rf_fsdp_error());
   return names;
 }
 

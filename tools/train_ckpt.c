@@ -30,15 +30,15 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   const struct rf_train_args *a = s->args;
   int resumed_here = 0;
   if (a->init) {
-    RF_TRY(rf_run_import(s->fsdp, s->comm, a->init));
+    RF_TOOL_TRY(rf_run_import(s->fsdp, s->comm, a->init));
     if (s->rank == 0) printf("initialized from %s\n", a->init);
   }
   if (a->resume) {
     struct rf_run run = rf_train_run_at(s, 0);
     char dir[RF_FILE_PATH_MAX];
     if (rf_run_resume(&run, a->resume, dir, sizeof dir, NULL) != 0) return -1;
-    RF_REQUIRE(run.step >= 0 && run.step <= a->steps, "%s: saved at step %lld, beyond --steps %lld", dir,
-               (long long)run.step, (long long)a->steps);
+    RF_TOOL_REQUIRE(run.step >= 0 && run.step <= a->steps, "%s: saved at step %lld, beyond --steps %lld", dir,
+                    (long long)run.step, (long long)a->steps);
     s->start_step = run.step;
     if (s->rank == 0) printf("resumed from %s at step %lld\n", dir, (long long)run.step);
     if (s->rank == 0 && run.step == a->steps)
@@ -48,7 +48,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   }
   if (!a->ckpt_dir) return 0; /* --ckpt-dir was made with the other outputs (tools/cmd_train.c) */
   int rc = rf_run_series_begin(&s->series, s->fsdp, a->ckpt_dir, a->keep, a->resume != NULL, s->start_step);
-  RF_REQUIRE(
+  RF_TOOL_REQUIRE(
       rc != 1,
       "--ckpt-dir %s already holds checkpoints of another run (the latest: step %lld): to continue that "
       "run, add --resume %s; to start a new one, pick another --ckpt-dir",
@@ -59,7 +59,7 @@ int rf_train_ckpt_start(struct rf_train_state *s) {
   if (rc == 0 && resumed_here) s->series.start_step = -1;
   if (rc != 0 || !a->async_save) return rc;
   struct rf_run run = rf_train_run_at(s, s->start_step);
-  RF_TRY(rf_run_async_create(&s->async, &run));
+  RF_TOOL_TRY(rf_run_async_create(&s->async, &run));
   if (s->rank == 0)
     printf(
         "async save: a staging buffer of %.1f MB per rank (the shard, the optimizer state and the rank "
@@ -78,13 +78,13 @@ static int rf_train_ckpt_advance(struct rf_train_state *s, int block);
 static int rf_train_ckpt_save(struct rf_train_state *s, int64_t done) {
   /* the time training waits here: with --async-save, the previous save's end and the copy */
   uint64_t t0 = rf_train_now_ns();
-  RF_TRY(rf_train_ckpt_advance(s, 1)); /* --async-save: at most one in flight */
+  RF_TOOL_TRY(rf_train_ckpt_advance(s, 1)); /* --async-save: at most one in flight */
   const struct rf_train_args *a = s->args;
   cJSON *program = cJSON_CreateObject();
   cJSON_AddStringToObject(program, "model", a->model);
   char *json = cJSON_PrintUnformatted(program);
   cJSON_Delete(program);
-  RF_ASSERT(json);
+  RF_TOOL_ASSERT(json);
   struct rf_run run = rf_train_run_at(s, done);
   int rc = s->async ? rf_run_series_save_async(s->async, &s->series, &run, json)
                     : rf_run_series_save(&s->series, &run, json);
@@ -116,7 +116,7 @@ static int rf_train_ckpt_advance(struct rf_train_state *s, int block) {
 }
 
 int rf_train_ckpt_step(struct rf_train_state *s, int64_t done) {
-  RF_TRY(rf_train_ckpt_advance(s, 0));
+  RF_TOOL_TRY(rf_train_ckpt_advance(s, 0));
   if (!rf_train_ckpt_due(s->args, done)) return 0;
   uint64_t t0 = rf_run_trace_now();
   int rc = rf_train_ckpt_save(s, done);
@@ -128,7 +128,7 @@ int rf_train_ckpt_end(struct rf_train_state *s) {
   if (!s->async) return 0;
   struct rf_run_async_stats st, end;
   rf_run_async_get_stats(s->async, &st); /* what training lost, before the last save's end is awaited */
-  RF_TRY(rf_train_ckpt_advance(s, 1));
+  RF_TOOL_TRY(rf_train_ckpt_advance(s, 1));
   rf_run_async_get_stats(s->async, &end);
   if (s->rank == 0)
     printf(
@@ -146,8 +146,8 @@ int rf_train_ckpt_end(struct rf_train_state *s) {
 int rf_train_ckpt_stop(struct rf_train_state *s, int64_t done, int sig) {
   const struct rf_train_args *a = s->args;
   s->stop_signal = sig;
-  if (a->ckpt_dir && !rf_train_ckpt_due(a, done)) RF_TRY(rf_train_ckpt_save(s, done));
-  RF_TRY(rf_train_ckpt_advance(s, 1)); /* the save in flight completes before the exit */
+  if (a->ckpt_dir && !rf_train_ckpt_due(a, done)) RF_TOOL_TRY(rf_train_ckpt_save(s, done));
+  RF_TOOL_TRY(rf_train_ckpt_advance(s, 1)); /* the save in flight completes before the exit */
   if (s->rank == 0) {
     const char *by = sig == SIGINT   ? "SIGINT"
                      : sig == SIGHUP ? "SIGHUP (the launcher, mpirun, is gone)"

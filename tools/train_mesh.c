@@ -13,14 +13,15 @@
 int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate) {
   const char *text = a->replicate;
   int limits = a->max_padding >= 0 || a->memory_per_rank > 0;
-  RF_REQUIRE(
+  RF_TOOL_REQUIRE(
       !limits || strcmp(text, "auto") == 0,
       "--max-padding and --memory-per-rank choose the shard group of --replicate auto (got --replicate %s)",
       text);
   int rc = rf_plan_mesh_parse(text, world, replicate);
-  RF_REQUIRE(rc != 0 || *replicate != RF_PLAN_MESH_AUTO || limits,
-             "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
-             "give --max-padding PERCENT, --memory-per-rank GB, or both");
+  RF_TOOL_REQUIRE(
+      rc != 0 || *replicate != RF_PLAN_MESH_AUTO || limits,
+      "--replicate auto picks the shard group size by the planner's padding or the simulated memory: "
+      "give --max-padding PERCENT, --memory-per-rank GB, or both");
   return rc;
 }
 
@@ -28,7 +29,7 @@ int rf_train_mesh_parse(const struct rf_train_args *a, int world, int *replicate
  * memory per rank (rf_plan_group, as rfsdp plan --replicate auto). */
 static int rf_train_mesh_auto(const struct rf_train_args *a, int world, int *group) {
   struct rf_plan_request r;
-  RF_TRY(rf_plan_request_init(&r, sizeof r));
+  RF_TOOL_TRY(rf_plan_request_init(&r, sizeof r));
   rf_plan_args_request(&a->plan, &r);
   r.model = a->model;
   r.replicate = "auto";
@@ -53,11 +54,11 @@ int rf_train_mesh_group(const struct rf_train_args *a, int replicate, const stru
     if (rf_comm_node_group(comm, group) == 0) return 0;
     char why[512];
     snprintf(why, sizeof why, "%s", rf_fsdp_error());
-    RF_FAIL("--replicate node: %s: give --replicate R", why);
+    RF_TOOL_FAIL("--replicate node: %s: give --replicate R", why);
   }
   if (replicate == RF_PLAN_MESH_AUTO) return rf_train_mesh_auto(a, rf_comm_size(comm), group);
   int world = rf_comm_size(comm);
-  RF_ASSERT(replicate >= 1 && world % replicate == 0);
+  RF_TOOL_ASSERT(replicate >= 1 && world % replicate == 0);
   *group = world / replicate;
   return 0;
 }

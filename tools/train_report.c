@@ -17,17 +17,17 @@
 int rf_train_log_open(struct rf_train_log *log, const char *path) {
   log->path = path;
   log->file = fopen(path, "a");
-  RF_REQUIRE(log->file, "--log %s: cannot open for writing: %s", path, strerror(errno));
+  RF_TOOL_REQUIRE(log->file, "--log %s: cannot open for writing: %s", path, strerror(errno));
   return 0;
 }
 
 int rf_train_log_truncate(struct rf_train_log *log) {
   struct stat st;
-  RF_REQUIRE(fflush(log->file) == 0 && fstat(fileno(log->file), &st) == 0, "--log %s: cannot write: %s",
-             log->path, strerror(errno));
+  RF_TOOL_REQUIRE(fflush(log->file) == 0 && fstat(fileno(log->file), &st) == 0, "--log %s: cannot write: %s",
+                  log->path, strerror(errno));
   /* a device or a pipe (/dev/stdout, /dev/full) has nothing to empty */
-  RF_REQUIRE(!S_ISREG(st.st_mode) || ftruncate(fileno(log->file), 0) == 0, "--log %s: cannot empty it: %s",
-             log->path, strerror(errno));
+  RF_TOOL_REQUIRE(!S_ISREG(st.st_mode) || ftruncate(fileno(log->file), 0) == 0,
+                  "--log %s: cannot empty it: %s", log->path, strerror(errno));
   return 0;
 }
 
@@ -64,8 +64,8 @@ int rf_train_log_write(struct rf_train_log *log, const struct rf_train_record *r
       (unsigned long long)rec->host_syncs, rec->skipped);
   if (!isnan(rec->val_loss)) rf_train_json_number(f, "val_loss", rec->val_loss);
   fputs("}\n", f);
-  RF_REQUIRE(fflush(f) == 0 && !ferror(f), "--log %s: cannot write step %d: %s", log->path, rec->step,
-             strerror(errno));
+  RF_TOOL_REQUIRE(fflush(f) == 0 && !ferror(f), "--log %s: cannot write step %d: %s", log->path, rec->step,
+                  strerror(errno));
   return 0;
 }
 
@@ -80,12 +80,12 @@ int rf_train_log_plan(struct rf_train_log *log, const struct rf_plan_summary *pl
   cJSON_AddNumberToObject(m, "optim_workspace_bytes", (double)mem->optim_workspace_bytes);
   cJSON_AddNumberToObject(m, "activation_bytes", (double)mem->activation_bytes);
   char *text = cJSON_PrintUnformatted(o);
-  RF_ASSERT(text);
+  RF_TOOL_ASSERT(text);
   fprintf(log->file, "%s\n", text);
   free(text);
   cJSON_Delete(o);
-  RF_REQUIRE(fflush(log->file) == 0 && !ferror(log->file), "--log %s: cannot write the plan: %s", log->path,
-             strerror(errno));
+  RF_TOOL_REQUIRE(fflush(log->file) == 0 && !ferror(log->file), "--log %s: cannot write the plan: %s",
+                  log->path, strerror(errno));
   return 0;
 }
 
@@ -112,13 +112,13 @@ void rf_train_print(const struct rf_train_record *rec, int total_steps) {
 static int rf_train_gnuplot(const char *script, size_t script_len, const char *png_path, const char *title,
                             const char *table, const char *arg4) {
   int fds[2];
-  RF_REQUIRE(pipe(fds) == 0, "%s: cannot make a pipe for gnuplot: %s", png_path, strerror(errno));
+  RF_TOOL_REQUIRE(pipe(fds) == 0, "%s: cannot make a pipe for gnuplot: %s", png_path, strerror(errno));
   /* the whole script is in the pipe before gnuplot starts: no SIGPIPE if it fails to */
   ssize_t put = write(fds[1], script, script_len);
   close(fds[1]);
   if (put != (ssize_t)script_len) {
     close(fds[0]);
-    RF_FAIL("%s: cannot write gnuplot's script into its pipe", png_path);
+    RF_TOOL_FAIL("%s: cannot write gnuplot's script into its pipe", png_path);
   }
   fflush(NULL);
   pid_t pid = fork();
@@ -129,7 +129,7 @@ static int rf_train_gnuplot(const char *script, size_t script_len, const char *p
     _exit(127);
   }
   close(fds[0]);
-  RF_REQUIRE(pid > 0, "%s: cannot start gnuplot: %s", png_path, strerror(errno));
+  RF_TOOL_REQUIRE(pid > 0, "%s: cannot start gnuplot: %s", png_path, strerror(errno));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return 127;
@@ -141,11 +141,11 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   char table[4096];
   snprintf(table, sizeof table, "%s.dat", png_path);
   FILE *in = fopen(jsonl_path, "r");
-  RF_REQUIRE(in, "%s: cannot read the log: %s", jsonl_path, strerror(errno));
+  RF_TOOL_REQUIRE(in, "%s: cannot read the log: %s", jsonl_path, strerror(errno));
   FILE *out = fopen(table, "w");
   if (!out) {
     fclose(in);
-    RF_FAIL("%s: cannot write: %s", table, strerror(errno));
+    RF_TOOL_FAIL("%s: cannot write: %s", table, strerror(errno));
   }
   char line[4096];
   int rows = 0;
@@ -166,7 +166,7 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
   }
   fclose(in);
   fclose(out);
-  RF_REQUIRE(rows > 0, "%s: no steps to plot", jsonl_path);
+  RF_TOOL_REQUIRE(rows > 0, "%s: no steps to plot", jsonl_path);
   static const char script[] =
       "set terminal png size 900,540\n"
       "set output ARG1\n"
@@ -179,7 +179,8 @@ int rf_train_plot(const char *jsonl_path, const char *png_path, const char *titl
       "'validation'\n";
   int rc = rf_train_gnuplot(script, sizeof script - 1, png_path, title, table, "");
   unlink(table);
-  RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
+  RF_TOOL_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path,
+                  rc);
   return 0;
 }
 
@@ -196,7 +197,7 @@ static int rf_train_span_colour(int lane, const char *name) {
 
 int rf_train_plot_timeline(const char *trace_path, const char *png_path, const char *title) {
   FILE *in = fopen(trace_path, "rb");
-  RF_REQUIRE(in, "%s: cannot read the trace: %s", trace_path, strerror(errno));
+  RF_TOOL_REQUIRE(in, "%s: cannot read the trace: %s", trace_path, strerror(errno));
   fseek(in, 0, SEEK_END);
   long size = ftell(in);
   fseek(in, 0, SEEK_SET);
@@ -209,14 +210,14 @@ int rf_train_plot_timeline(const char *trace_path, const char *png_path, const c
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
   if (!cJSON_IsArray(events)) {
     cJSON_Delete(root);
-    RF_FAIL("%s: not a trace (no traceEvents)", trace_path);
+    RF_TOOL_FAIL("%s: not a trace (no traceEvents)", trace_path);
   }
   char table[4096];
   snprintf(table, sizeof table, "%s.dat", png_path);
   FILE *out = fopen(table, "w");
   if (!out) {
     cJSON_Delete(root);
-    RF_FAIL("%s: cannot write: %s", table, strerror(errno));
+    RF_TOOL_FAIL("%s: cannot write: %s", table, strerror(errno));
   }
   /* rows: per rank its compute, gather, reduce and replica lanes, rank 0 on top; the step spans (which hold
    * the others) are left out; a wait is drawn over the compute it interrupts */
@@ -244,7 +245,7 @@ int rf_train_plot_timeline(const char *trace_path, const char *png_path, const c
   fclose(out);
   if (rows == 0) {
     unlink(table);
-    RF_FAIL("%s: no spans to draw", trace_path);
+    RF_TOOL_FAIL("%s: no spans to draw", trace_path);
   }
   static const char script[] =
       "set terminal png size 1400,@ARG4\n"
@@ -268,7 +269,8 @@ int rf_train_plot_timeline(const char *trace_path, const char *png_path, const c
   snprintf(height, sizeof height, "%d", 160 + ranks * 4 * 26);
   int rc = rf_train_gnuplot(script, sizeof script - 1, png_path, title, table, height);
   unlink(table);
-  RF_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path, rc);
+  RF_TOOL_REQUIRE(rc == 0, "%s: gnuplot failed (exit %d); is gnuplot installed (scripts/setup)?", png_path,
+                  rc);
   return 0;
 }
 
