@@ -8,6 +8,9 @@ kv_lora_rank 16, then the dense SwiGLU MLP of intermediate 40; 2 layers, vocab 5
 two ignored targets, rope_theta 10000. Two variants:
   deepseek_v3      q_lora_rank 24 (q_a_proj, q_a_layernorm, q_b_proj), rope_interleave true
   deepseek_v3_q    q_proj (q_lora_rank null), rope_interleave false
+  deepseek_v3_yarn as deepseek_v3 with YaRN (factor 4, original_max_position_embeddings 16, mscale 1,
+                   mscale_all_dim 0.7: the rotary tables times their ratio, the softmax scale times
+                   mscale_all_dim's squared)
 Weights come from a seeded numpy generator (norm weights 1 + 0.2 N, so that every norm's
 weight matters).
 
@@ -50,14 +53,14 @@ def tensor_names(qr):
     return names
 
 
-def write(name, qr, interleave, seed):
+def write(name, qr, interleave, seed, rope=None):
     cfg = DeepseekV3Config(hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
                            num_key_value_heads=NH, vocab_size=V, max_position_embeddings=MAXPOS,
                            rms_norm_eps=EPS, q_lora_rank=qr, kv_lora_rank=KVR, qk_nope_head_dim=NOPE,
                            qk_rope_head_dim=ROPE, v_head_dim=DV, first_k_dense_replace=L,
                            moe_intermediate_size=12, n_routed_experts=4, n_shared_experts=1,
                            num_experts_per_tok=2, n_group=1, topk_group=1, rope_interleave=interleave,
-                           rope_parameters={"rope_type": "default", "rope_theta": THETA},
+                           rope_parameters=rope or {"rope_type": "default", "rope_theta": THETA},
                            tie_word_embeddings=False, attention_dropout=0.0)
     model = float64_model(DeepseekV3ForCausalLM, cfg)
     rng = np.random.RandomState(seed)
@@ -77,6 +80,9 @@ def write(name, qr, interleave, seed):
 def main():
     write("deepseek_v3", QR, True, 20261203)
     write("deepseek_v3_q", None, False, 20261204)
+    write("deepseek_v3_yarn", QR, True, 20261205,
+          {"rope_type": "yarn", "rope_theta": THETA, "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.7,
+           "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 16})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
  *   - the whole model: tests/ref_deepseek_v3.py wrote, in float64, two tiny dense models (every
  *     layer dense: first_k_dense_replace = num_hidden_layers; 4 heads, qk_nope 8 + qk_rope 6 = 14
  *     != v_head_dim 10, kv_lora_rank 16): deepseek_v3 (q_lora_rank 24: q_a_proj, q_a_layernorm,
- *     q_b_proj; rope_interleave true) and deepseek_v3_q (q_proj; rope_interleave false). The C model
+ *     q_b_proj; rope_interleave true), deepseek_v3_q (q_proj; rope_interleave false) and
+ *     deepseek_v3_yarn (as deepseek_v3 with YaRN factor 4, mscale 1, mscale_all_dim 0.7: the rotary
+ *     tables times their ratio, the softmax scale times mscale_all_dim's squared; f32 only: its
+ *     sharper softmax takes bf16 gradients to 20u, and bf16 is checked on the other two). The C model
  *     loads transformers' config.json and runs the same batch: loss, logits <= 2e-5 relative, every
  *     gradient <= 1e-4 (max|a - b| / max|ref|); bf16 compute: loss <= 1u, logits <= 4u, gradients
  *     <= 16u (u = 2^-8; tests/test_model_ref.c argues 8u for llama's layer, and MLA chains two more
@@ -122,7 +125,8 @@ static double run_model(struct ref *r, enum rf_dtype compute, float *logits, flo
   return ce / counted;
 }
 
-static void test_reference(const char *name) {
+/* dtypes: 1 (f32) or 2 (f32 and bf16 compute) */
+static void test_reference(const char *name, int dtypes) {
   struct ref r;
   ref_load(&r, name);
   RF_CHECK(
@@ -136,7 +140,7 @@ static void test_reference(const char *name) {
     for (int t = 0; t < r.desc.units[u].n_tensors; t++, i++)
       g[i] = rf_xmalloc((size_t)r.desc.units[u].tensors[t].numel * 4);
   const enum rf_dtype dts[2] = {RF_DTYPE_F32, RF_DTYPE_BF16};
-  for (int d = 0; d < 2; d++) {
+  for (int d = 0; d < dtypes; d++) {
     double loss = run_model(&r, dts[d], logits, g);
     double tl = d ? BF16_U : 2e-5, tg = d ? 16 * BF16_U : 1e-4, tz = d ? 4 * BF16_U : 2e-5;
     double el = fabs(loss - r.loss) / fabs(r.loss);
@@ -319,8 +323,9 @@ static void test_tables_and_config(void) {
 
 int main(void) {
   printf("deepseek_v3 (dense layers) against transformers:\n");
-  test_reference("deepseek_v3");
-  test_reference("deepseek_v3_q");
+  test_reference("deepseek_v3", 2);
+  test_reference("deepseek_v3_q", 2);
+  test_reference("deepseek_v3_yarn", 1);
   test_attention();
   test_rope_and_expand();
   test_tables_and_config();

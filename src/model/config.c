@@ -106,6 +106,39 @@ int rf_model_config_check(struct rf_model_config *cfg, const char *what) {
   return 0;
 }
 
+/* YaRN's mscale: 0.1 m ln(factor) + 1 (1 when factor <= 1), transformers' yarn_get_mscale. */
+static double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
+
+int rf_model_json_yarn(const struct rf_model_config_json *j, struct rf_model_config *cfg, int mscale_ok) {
+  if (strcmp(cfg->rope_type, "yarn") != 0) return 0;
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(j->root, cfg->rope_field);
+  struct rf_model_yarn *y = &cfg->yarn;
+  RF_TRY(rf_model_json_double(j, o, "factor", 0.0, &y->factor));
+  RF_REQUIRE(y->factor > 0, "%s: field '%s': yarn without 'factor'", j->path, cfg->rope_field);
+  RF_TRY(rf_model_json_double(j, o, "beta_fast", 32.0, &y->beta_fast));
+  RF_TRY(rf_model_json_double(j, o, "beta_slow", 1.0, &y->beta_slow));
+  RF_TRY(rf_model_json_double(j, o, "original_max_position_embeddings", 0.0, &y->original_max));
+  RF_REQUIRE(y->original_max > 0, "%s: field '%s': yarn without 'original_max_position_embeddings'", j->path,
+             cfg->rope_field);
+  RF_REQUIRE(mscale_ok || (!cJSON_GetObjectItemCaseSensitive(o, "mscale") &&
+                           !cJSON_GetObjectItemCaseSensitive(o, "mscale_all_dim")),
+             "%s: field '%s': yarn's mscale is not implemented", j->path, cfg->rope_field);
+  double mscale = 0, mscale_all_dim = 0;
+  if (mscale_ok) {
+    RF_TRY(rf_model_json_double(j, o, "mscale", 0.0, &mscale));
+    RF_TRY(rf_model_json_double(j, o, "mscale_all_dim", 0.0, &mscale_all_dim));
+  }
+  double att = mscale > 0 && mscale_all_dim > 0
+                   ? yarn_mscale(y->factor, mscale) / yarn_mscale(y->factor, mscale_all_dim)
+                   : yarn_mscale(y->factor, 1.0);
+  RF_TRY(rf_model_json_double(j, o, "attention_factor", att, &y->attention_factor));
+  y->softmax_mscale = mscale_all_dim > 0 ? yarn_mscale(y->factor, mscale_all_dim) : 1.0;
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncate");
+  RF_REQUIRE(!t || cJSON_IsBool(t), "%s: field 'truncate' must be true or false", j->path);
+  y->truncate = !t || cJSON_IsTrue(t);
+  return 0;
+}
+
 /* Integer field `name`, a positive integer below 2^31 (zero too when zero_ok);
  * absent or null: *out = dflt, or an error when dflt < 0. */
 int rf_model_json_int(const struct rf_model_config_json *j, const char *name, int dflt, int zero_ok,

@@ -44,6 +44,8 @@ struct rf_model_config_deepseek_v3 {
 /* YaRN rotary embeddings (rope_type "yarn"): transformers' _compute_yarn_parameters. */
 struct rf_model_yarn {
   double factor, beta_fast, beta_slow, original_max, attention_factor;
+  double softmax_mscale; /* mscale_all_dim's yarn_get_mscale (1 without): MLA's softmax scale times its
+                          * square (transformers' yarn_apply_mscale) */
   int truncate;
 };
 

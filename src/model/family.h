@@ -100,6 +100,14 @@ int rf_model_json_bool(const struct rf_model_config_json *j, const char *name, i
 int rf_model_json_word(const struct rf_model_config_json *j, const struct cJSON *obj, const char *name,
                        const char *dflt, char *buf);
 
+/* rope_parameters (or rope_scaling) naming "yarn" into cfg->yarn (transformers'
+ * _compute_yarn_parameters): factor, beta_fast (32), beta_slow (1),
+ * original_max_position_embeddings, truncate (true), attention_factor (default: 0.1 ln(factor) + 1,
+ * or with mscale and mscale_all_dim the ratio of their yarn_get_mscale); mscale and mscale_all_dim
+ * refused unless mscale_ok (DeepSeek-V3's MLA also scales its softmax by mscale_all_dim's, squared).
+ * Nothing when the rope_type is not yarn. */
+int rf_model_json_yarn(const struct rf_model_config_json *j, struct rf_model_config *cfg, int mscale_ok);
+
 /* The llama fields (family_llama.c), which the llama-shaped families read too:
  * head_dim (default hidden_size / num_attention_heads), attention_bias, mlp_bias. */
 int rf_model_llama_read(const struct rf_model_config_json *j, struct rf_model_config *cfg);

@@ -26,7 +26,7 @@ static int deepseek_v3_read(const struct rf_model_config_json *j, struct rf_mode
   RF_TRY(rf_model_json_bool(j, "rope_interleave", 1, &d->rope_interleave));
   RF_TRY(rf_model_json_bool(j, "attention_bias", 0, &cfg->attention_bias));
   cfg->head_dim = d->qk_nope_head_dim + d->qk_rope_head_dim;
-  return 0;
+  return rf_model_json_yarn(j, cfg, 1);
 }
 
 static int deepseek_v3_experts_per_token(const struct rf_model_config *cfg) {

@@ -10,30 +10,6 @@
 #include "core/core.h"
 #include "model/family.h"
 
-/* rope_parameters (or rope_scaling) naming "yarn": factor, beta_fast (32), beta_slow (1),
- * original_max_position_embeddings, truncate (true), attention_factor (0.1 ln(factor) + 1). */
-static int gpt_oss_read_yarn(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
-  if (strcmp(cfg->rope_type, "yarn") != 0) return 0;
-  const cJSON *o = cJSON_GetObjectItemCaseSensitive(j->root, cfg->rope_field);
-  struct rf_model_yarn *y = &cfg->yarn;
-  RF_TRY(rf_model_json_double(j, o, "factor", 0.0, &y->factor));
-  RF_REQUIRE(y->factor > 0, "%s: field '%s': yarn without 'factor'", j->path, cfg->rope_field);
-  RF_TRY(rf_model_json_double(j, o, "beta_fast", 32.0, &y->beta_fast));
-  RF_TRY(rf_model_json_double(j, o, "beta_slow", 1.0, &y->beta_slow));
-  RF_TRY(rf_model_json_double(j, o, "original_max_position_embeddings", 0.0, &y->original_max));
-  RF_REQUIRE(y->original_max > 0, "%s: field '%s': yarn without 'original_max_position_embeddings'", j->path,
-             cfg->rope_field);
-  RF_TRY(rf_model_json_double(j, o, "attention_factor", y->factor <= 1 ? 1.0 : 0.1 * log(y->factor) + 1.0,
-                              &y->attention_factor));
-  RF_REQUIRE(!cJSON_GetObjectItemCaseSensitive(o, "mscale") &&
-                 !cJSON_GetObjectItemCaseSensitive(o, "mscale_all_dim"),
-             "%s: field '%s': yarn's mscale is not implemented", j->path, cfg->rope_field);
-  const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncate");
-  RF_REQUIRE(!t || cJSON_IsBool(t), "%s: field 'truncate' must be true or false", j->path);
-  y->truncate = !t || cJSON_IsTrue(t);
-  return 0;
-}
-
 /* layer_types (default: sliding on even layers, transformers' GptOssConfig) and sliding_window. */
 static int gpt_oss_read_layers(const struct rf_model_config_json *j, struct rf_model_config *cfg) {
   RF_TRY(rf_model_json_int(j, "sliding_window", 128, 0, &cfg->sliding_window));
@@ -78,7 +54,7 @@ static int gpt_oss_read(const struct rf_model_config_json *j, struct rf_model_co
   cfg->moe.decoder_sparse_step = 1;
   cfg->moe.norm_topk_prob = 1; /* softmax over the top-k logits = the top-k probabilities renormalized */
   RF_TRY(gpt_oss_read_layers(j, cfg));
-  return gpt_oss_read_yarn(j, cfg);
+  return rf_model_json_yarn(j, cfg, 0);
 }
 
 static int gpt_oss_layer_is_moe(const struct rf_model_config *cfg, int l) {

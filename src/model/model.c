@@ -644,8 +644,11 @@ static struct rf_model_weight weight_rows(const struct rf_model_weight *w, size_
   return v;
 }
 
-/* MLA's softmax scale: 1/sqrt(qk head dim). */
-static float mla_scale(const struct rf_model_config *c) { return 1.0f / sqrtf((float)c->head_dim); }
+/* MLA's softmax scale: 1/sqrt(qk head dim), with YaRN's mscale_all_dim times its mscale squared. */
+static float mla_scale(const struct rf_model_config *c) {
+  double m = c->yarn.factor > 0 ? c->yarn.softmax_mscale : 1.0;
+  return (float)(1.0 / sqrt((double)c->head_dim) * m * m);
+}
 
 /* DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention), xn = s_norm:
  *   q = q_b(q_a_layernorm(q_a(xn))) (or q_proj(xn)), each head (q_nope, q_pe), q_pe rotated;
