@@ -19,6 +19,8 @@
  *     apply_rotary_pos_emb_interleave (pairs (2i, 2i+1), de-interleaved there: the same scores)
  *     and of rotate_half, and its inverse undoing it; the kv expansion's backward as its adjoint
  *     (<expand(x), y> = <x, expand_backward(y)>, k_pe's gradient the heads' sum);
+ *   - bf16 weights in f32 compute give the f32 run on the same values exactly (they are widened; the
+ *     two row views of kv_a_proj_with_mqa included);
  *   - the kernel tables: a table without the mla_ entries (the CUDA table) refuses deepseek_v3 naming
  *     mla_attention_forward and runs a llama; config fields not implemented are refused by name. */
 #include <math.h>
@@ -93,8 +95,10 @@ static void ref_free(struct ref *r) {
   rf_model_desc_free(&r->desc);
 }
 
-/* One forward and backward on one rank: the mean cross-entropy, its gradients (zeroed first). */
-static double run_model(struct ref *r, enum rf_dtype compute, float *logits, float **grads) {
+/* One forward and backward on one rank: the mean cross-entropy, its gradients (zeroed first). w: the
+weights (f32, or bf16 when bf16 is non-NULL: bf16[i] replaces w[i]). */
+static double run_model_w(struct ref *r, float *const *w, uint16_t *const *bf16, enum rf_dtype compute,
+                          float *logits, float **grads) {
   struct rf_model_ws ws;
   RF_ASSERT(rf_model_ws_init(&ws, &r->cfg, r->B, r->T) == 0);
   RF_ASSERT(rf_model_ws_set_compute(&ws, compute) == 0);
@@ -104,7 +108,12 @@ static double run_model(struct ref *r, enum rf_dtype compute, float *logits, flo
            ws.bytes, predicted);
   int nu = r->desc.n_units, L = r->cfg.num_hidden_layers, n = r->B * r->T;
   struct rf_model_weight *wt = rf_xcalloc((size_t)r->n_tensors, sizeof *wt);
-  for (int i = 0; i < r->n_tensors; i++) wt[i].f32 = r->w[i];
+  for (int i = 0; i < r->n_tensors; i++) {
+    if (bf16)
+      wt[i].bf16 = bf16[i];
+    else
+      wt[i].f32 = w[i];
+  }
   int first[64] = {0}, i = 0;
   for (int u = 0; u < nu; u++) {
     first[u] = i;
@@ -123,6 +132,49 @@ static double run_model(struct ref *r, enum rf_dtype compute, float *logits, flo
   free(wt);
   rf_model_ws_free(&ws);
   return ce / counted;
+}
+
+static double run_model(struct ref *r, enum rf_dtype compute, float *logits, float **grads) {
+  return run_model_w(r, r->w, NULL, compute, logits, grads);
+}
+
+/* bf16 weights (rounded from the reference's) in f32 compute against the same values as f32 weights:
+ * equal (they are widened; kv_a_proj_with_mqa's two row views of a bf16 weight included). */
+static void test_bf16_weights(const char *name) {
+  struct ref r;
+  ref_load(&r, name);
+  size_t n = (size_t)r.B * r.T * (size_t)r.cfg.vocab_size;
+  float **wr = rf_xcalloc((size_t)r.n_tensors, sizeof(float *)),
+        **g1 = rf_xcalloc((size_t)r.n_tensors, sizeof(float *));
+  float **g2 = rf_xcalloc((size_t)r.n_tensors, sizeof(float *));
+  uint16_t **wb = rf_xcalloc((size_t)r.n_tensors, sizeof(uint16_t *));
+  int i = 0;
+  for (int u = 0; u < r.desc.n_units; u++)
+    for (int t = 0; t < r.desc.units[u].n_tensors; t++, i++) {
+      size_t ne = (size_t)r.desc.units[u].tensors[t].numel;
+      wr[i] = rf_xmalloc(ne * 4), wb[i] = rf_xmalloc(ne * 2), g1[i] = rf_xmalloc(ne * 4),
+      g2[i] = rf_xmalloc(ne * 4);
+      for (size_t k = 0; k < ne; k++) {
+        wb[i][k] = rf_bf16_from_f32(r.w[i][k]);
+        wr[i][k] = rf_f32_from_bf16(wb[i][k]);
+      }
+    }
+  float *l1 = rf_xmalloc(n * 4), *l2 = rf_xmalloc(n * 4);
+  double a = run_model_w(&r, wr, NULL, RF_DTYPE_F32, l1, g1),
+         b = run_model_w(&r, NULL, wb, RF_DTYPE_F32, l2, g2);
+  double worst = rf_test_max_abs_diff(l1, l2, n);
+  i = 0;
+  for (int u = 0; u < r.desc.n_units; u++)
+    for (int t = 0; t < r.desc.units[u].n_tensors; t++, i++)
+      worst =
+          rf_test_max(worst, rf_test_max_abs_diff(g1[i], g2[i], (size_t)r.desc.units[u].tensors[t].numel));
+  RF_CHECK(a == b && worst == 0,
+           "%s: bf16 weights against their f32 values: loss %.9g vs %.9g, max diff %.3g", name, b, a, worst);
+  printf("  %s: bf16 weights in f32 compute = the same values in f32 (loss, logits, %d gradients)\n", name,
+         r.n_tensors);
+  for (i = 0; i < r.n_tensors; i++) free(wr[i]), free(wb[i]), free(g1[i]), free(g2[i]);
+  free(wr), free(wb), free(g1), free(g2), free(l1), free(l2);
+  ref_free(&r);
 }
 
 /* dtypes: 1 (f32) or 2 (f32 and bf16 compute) */
@@ -326,6 +378,7 @@ int main(void) {
   test_reference("deepseek_v3", 2);
   test_reference("deepseek_v3_q", 2);
   test_reference("deepseek_v3_yarn", 1);
+  test_bf16_weights("deepseek_v3");
   test_attention();
   test_rope_and_expand();
   test_tables_and_config();
