@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "model/model.h"
@@ -359,7 +360,8 @@ static void test_tables_and_config(void) {
     size_t pre = (size_t)(at - text);
     char *edited = rf_xmalloc(len + 64);
     snprintf(edited, len + 64, "%.*s%s%s", (int)pre, text, bad[i].to, at + strlen(bad[i].from));
-    const char *path = "test_model_deepseek_v3_bad.json";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/rf_test_deepseek_v3_bad.%d.json", (int)getpid());
     FILE *f = fopen(path, "w");
     RF_ASSERT(f && fputs(edited, f) >= 0 && fclose(f) == 0);
     struct rf_model_config c;
