@@ -61,6 +61,10 @@ struct rf_backend {
                         struct rf_device_stream *stream);
   void (*muon_apply)(float *p, const float *u, int64_t len, float dec, float alr,
                      struct rf_device_stream *stream);
+  /* Muon's Newton-Schulz iteration on device memory (rf_optim_newton_schulz_cuda's contract: the
+   * host's result within f32 roundoff); NULL: on the owner's host staging. */
+  void (*muon_newton_schulz)(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
+                             double *ss, struct rf_device_stream *stream);
 };
 
 /* The host: every build, memory from the heap. */

@@ -1,6 +1,7 @@
 /* The CUDA backend (make BACKEND=cuda, or cuda-emu on the CPU stand-in): the device of
  * device_cuda.c, the model's kernels of kernels_cuda.cu, AdamW fused in adamw_cuda.cu, 8-bit AdamW
- * in adamw8bit_cuda.cu, Muon's element-wise stages in muon_cuda.cu. */
+ * in adamw8bit_cuda.cu, Muon's element-wise stages in muon_cuda.cu and its Newton-Schulz in
+ * newton_schulz_cuda.c. */
 #include "backend/backend.h"
 #include "comm/comm_nccl.h"
 #include "device/device_cuda.h"
@@ -28,5 +29,6 @@ const struct rf_backend rf_backend_cuda = {
     .adamw8bit_step = rf_optim_adamw8bit_cuda_step,
     .muon_momentum = rf_optim_muon_cuda_momentum,
     .muon_apply = rf_optim_muon_cuda_apply,
+    .muon_newton_schulz = rf_optim_newton_schulz_cuda,
     .comm_open = rf_backend_cuda_comm_open,
 };

@@ -30,6 +30,11 @@ struct rf_optim_muon {
   /* where the backend has Muon's kernels (muon_momentum, muon_apply: CUDA): a device buffer of the
    * largest piece, between the kernels and the transport's host staging (a copy each way) */
   float *dstage;
+  /* where it has Newton-Schulz (muon_newton_schulz): the largest matrix, its work and the sum of
+   * squares in device memory; an owned matrix goes there from the host staging and back (a copy
+   * each way, the way back a host wait) */
+  float *dns_x, *dns_work;
+  double *dns_ss;
 };
 
 static int rf_optim_muon_check_view(const struct rf_optim *o, const struct rf_tensor_view *v, int i) {
@@ -122,6 +127,17 @@ static int rf_optim_muon_create(struct rf_optim *o) {
     mu->dstage = rf_device_alloc(o->dev, (size_t)most * sizeof(float), 64);
     o->stats.workspace_bytes += most * (int64_t)sizeof(float);
   }
+  if (!o->measure && o->dev->backend && o->dev->backend->muon_newton_schulz && mu->n_mats > 0) {
+    int64_t most = 1, work = 1;
+    for (int k = 0; k < mu->n_mats; k++) {
+      most = rf_max_i64(most, mu->mats[k].rows * mu->mats[k].cols);
+      work = rf_max_i64(work, rf_optim_newton_schulz_device_work(mu->mats[k].rows, mu->mats[k].cols));
+    }
+    mu->dns_x = rf_device_alloc(o->dev, (size_t)most * sizeof(float), 256);
+    mu->dns_work = rf_device_alloc(o->dev, (size_t)work * sizeof(float), 256);
+    mu->dns_ss = rf_device_alloc(o->dev, sizeof(double), 256);
+    o->stats.workspace_bytes += (most + work) * (int64_t)sizeof(float) + (int64_t)sizeof(double);
+  }
   free(desc);
   struct rf_optim_owners_stats ts;
   rf_optim_owners_get_stats(mu->owners, &ts);
@@ -134,6 +150,9 @@ static void rf_optim_muon_free(struct rf_optim *o) {
   if (!mu) return;
   rf_optim_adamw_state_free(o, &mu->s);
   rf_device_release(o->dev, mu->dstage);
+  rf_device_release(o->dev, mu->dns_x);
+  rf_device_release(o->dev, mu->dns_work);
+  rf_device_release(o->dev, mu->dns_ss);
   rf_optim_owners_free(mu->owners);
   free(mu->mats);
   free(mu->matrix_of);
@@ -176,8 +195,18 @@ static void rf_optim_muon_compute(void *ctx, int k, float *x, float *work, void 
   struct rf_optim_muon *mu = ctx;
   struct rf_optim *o = mu->o;
   uint64_t t0 = rf_time_ns();
-  o->stats.muon_ns_flops += rf_optim_newton_schulz(
-      x, mu->mats[k].rows, mu->mats[k].cols, o->opt.muon_ns_steps, o->opt.muon_ns_eps, work, poll, poll_arg);
+  int64_t rows = mu->mats[k].rows, cols = mu->mats[k].cols;
+  if (mu->dns_x) { /* on the device: the staging there, the iteration, back (one wait) */
+    size_t bytes = (size_t)(rows * cols) * sizeof(float);
+    rf_device_copy(o->dev, mu->dns_x, x, bytes, RF_DEVICE_COPY_HOST_TO_DEVICE, o->stream);
+    o->dev->backend->muon_newton_schulz(mu->dns_x, rows, cols, o->opt.muon_ns_steps, o->opt.muon_ns_eps,
+                                        mu->dns_work, mu->dns_ss, o->stream);
+    rf_device_copy(o->dev, x, mu->dns_x, bytes, RF_DEVICE_COPY_DEVICE_TO_HOST, o->stream);
+    o->stats.muon_ns_flops += rf_optim_ns_flops(rows, cols, o->opt.muon_ns_steps);
+  } else {
+    o->stats.muon_ns_flops +=
+        rf_optim_newton_schulz(x, rows, cols, o->opt.muon_ns_steps, o->opt.muon_ns_eps, work, poll, poll_arg);
+  }
   o->stats.muon_ns_time_ns += rf_time_ns() - t0;
   o->stats.muon_matrices++;
   mu->mats[k].ns_count++;

@@ -1,5 +1,6 @@
 /* src/optim: the Newton-Schulz orthogonalization of Muon. Its GEMMs (through
- * src/gemm) are here and nowhere else in the optimizers. */
+ * src/gemm) are here and nowhere else in the optimizers (on CUDA: newton_schulz_cuda.c,
+ * the same steps on cuBLASLt). */
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +15,11 @@ double rf_optim_ns_flops(int64_t rows, int64_t cols, int steps) {
 int64_t rf_optim_newton_schulz_work(int64_t rows, int64_t cols) {
   int64_t n = rf_min_i64(rows, cols);
   return 2 * rows * cols + 2 * n * n;
+}
+
+int64_t rf_optim_newton_schulz_device_work(int64_t rows, int64_t cols) {
+  int64_t n = rf_min_i64(rows, cols), nm = (rows * cols + 3) / 4 * 4, nn = (n * n + 3) / 4 * 4;
+  return 2 * nm + 2 * nn;
 }
 
 double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,

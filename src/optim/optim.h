@@ -311,5 +311,26 @@ double rf_optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, f
                               void (*poll)(void *), void *poll_arg);
 /* 2*A*B + 2*min(A,B)^2. */
 int64_t rf_optim_newton_schulz_work(int64_t rows, int64_t cols);
+/* The floats of device work rf_optim_newton_schulz_cuda needs: the same four buffers, each
+ * rounded up to 4 floats (cuBLASLt's operands 16-byte aligned). */
+int64_t rf_optim_newton_schulz_device_work(int64_t rows, int64_t cols);
+
+/* rf_optim_newton_schulz on the device (newton_schulz_cuda.c, BACKEND=cuda builds only; the
+ * backend's muon_newton_schulz): x (rows x cols, row-major), work
+ * (rf_optim_newton_schulz_device_work floats, 16-byte aligned) and ss (one f64) in device memory,
+ * queued on stream, no host wait. The same steps: the transpose when rows > cols, the division by
+ * max(Frobenius norm, eps) (the norm's f64 sum of squares the device table's, in another order
+ * than the host's serial sum), the three products of each iteration on cuBLASLt in f32 (another
+ * order of summation than oneDNN's): the host's result within f32 roundoff, not its bits
+ * (tests/gpu/test_optim_cuda.c states the bound). Its cuBLASLt context is the GPU's, made at the
+ * first call and kept. */
+void rf_optim_newton_schulz_cuda(float *x, int64_t rows, int64_t cols, int steps, float eps, float *work,
+                                 double *ss, struct rf_device_stream *stream);
+/* Its element-wise kernels (muon_cuda.cu): dst (cols x rows) = src (rows x cols)^T; y[i] /=
+ * max((float)sqrt(*ss), eps), the host's f32 division. */
+void rf_optim_muon_cuda_transpose(float *dst, const float *src, int64_t rows, int64_t cols,
+                                  struct rf_device_stream *stream);
+void rf_optim_muon_cuda_normalize(float *y, int64_t len, const double *ss, float eps,
+                                  struct rf_device_stream *stream);
 
 #endif
