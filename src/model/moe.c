@@ -71,6 +71,92 @@ void rf_model_router_backward(float *dlogits, const float *dtopw, const float *p
   }
 }
 
+/* DeepSeek-V3's group score: the sum of the group's two best biased scores. */
+static float router_group_score(const float *c, int g, int gs) {
+  const float *v = c + (size_t)g * gs;
+  float a = -INFINITY, b = -INFINITY;
+  for (int i = 0; i < gs; i++) {
+    if (v[i] > a) {
+      b = a;
+      a = v[i];
+    } else if (v[i] > b) {
+      b = v[i];
+    }
+  }
+  return a + b;
+}
+
+/* Group g is kept when fewer than topk_group groups beat it (a higher score, or the same score and a
+ * lower index). */
+static int router_group_kept(const float *c, int g, int n_group, int gs, int topk_group) {
+  float sg = router_group_score(c, g, gs);
+  int better = 0;
+  for (int h = 0; h < n_group; h++) {
+    float sh = router_group_score(c, h, gs);
+    better += sh > sg || (sh == sg && h < g);
+  }
+  return better < topk_group;
+}
+
+void rf_model_router_group_forward(float *scores, int32_t *top, float *topw, float *choice,
+                                   const float *logits, const float *bias, int n, int n_experts, int n_group,
+                                   int topk_group, int k, int renorm, float scale) {
+  int gs = n_experts / n_group;
+  RF_ASSERT(n_group > 0 && n_experts % n_group == 0 && gs >= 2 && topk_group >= 1 && topk_group <= n_group &&
+            k >= 1 && k <= topk_group * gs);
+  for (int r = 0; r < n; r++) {
+    const float *z = logits + (size_t)r * n_experts;
+    float *s = scores + (size_t)r * n_experts;
+    int32_t *tr = top + (size_t)r * k;
+    float *wr = topw + (size_t)r * k;
+    for (int e = 0; e < n_experts; e++) {
+      s[e] = (float)(1.0 / (1.0 + exp(-(double)z[e])));
+      choice[e] = s[e] + (bias ? bias[e] : 0.0f);
+    }
+    for (int g = 0; g < n_group; g++)
+      if (!router_group_kept(choice, g, n_group, gs, topk_group))
+        for (int i = 0; i < gs; i++) choice[g * gs + i] = -INFINITY;
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      for (int e = 0; e < n_experts; e++) {
+        int taken = choice[e] == -INFINITY;
+        for (int i = 0; i < j; i++) taken |= tr[i] == e;
+        if (!taken && (best < 0 || choice[e] > choice[best])) best = e;
+      }
+      tr[j] = best;
+      sum += s[best];
+    }
+    for (int j = 0; j < k; j++)
+      wr[j] = renorm ? (float)((double)scale * s[tr[j]] / (sum + 1e-20)) : (float)((double)scale * s[tr[j]]);
+  }
+}
+
+/* w_j = c s_j / D, D = sum over the chosen of s + 1e-20 (renorm), else w_j = c s_j:
+ * ds_m = (c g_m - sum_j g_j w_j) / D for a chosen m (else c g_m); then the sigmoid:
+ * dz = ds * s (1 - s). The unchosen experts get zero. */
+void rf_model_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
+                                    const int32_t *top, const float *topw, int n, int n_experts, int k,
+                                    int renorm, float scale) {
+  for (int r = 0; r < n; r++) {
+    const float *s = scores + (size_t)r * n_experts;
+    const int32_t *tr = top + (size_t)r * k;
+    const float *g = dtopw + (size_t)r * k, *wr = topw + (size_t)r * k;
+    float *d = dlogits + (size_t)r * n_experts;
+    double sum = 0.0, dot = 0.0;
+    for (int j = 0; j < k; j++) {
+      sum += s[tr[j]];
+      dot += (double)g[j] * wr[j];
+    }
+    memset(d, 0, sizeof(float) * (size_t)n_experts);
+    for (int j = 0; j < k; j++) {
+      double se = s[tr[j]];
+      double ds = renorm ? ((double)scale * g[j] - dot) / (sum + 1e-20) : (double)scale * g[j];
+      d[tr[j]] = (float)(ds * se * (1.0 - se));
+    }
+  }
+}
+
 double rf_model_moe_balance(struct rf_model_ws *ws, const double *counts, const double *probs, double rows,
                             float grad_weight) {
   int ne = ws->cfg.moe.num_local_experts;

@@ -71,6 +71,22 @@ void rf_model_router_forward(float *probs, int32_t *top, float *topw, float *log
 void rf_model_router_backward(float *dlogits, const float *dtopw, const float *probs, const int32_t *top,
                               const float *topw, const float *dprobs_extra, int n, int n_experts, int k,
                               int renorm);
+/* DeepSeek-V3's sigmoid group-limited router (transformers' DeepseekV3TopkRouter) on f32 logits
+ * [n, E]: scores = sigmoid(logits) [n, E]; for choosing only, scores + bias (bias [E] the
+ * e_score_correction_bias, NULL: zero); E / n_group experts a group, a group's score the sum of its
+ * two best; the topk_group best groups kept; top [n, k] the k best experts of the kept groups, in
+ * rank order; ties: the lower group, the lower expert (torch.topk's CPU choice among equal values is
+ * its own, docs/moe.md); topw [n, k] the unbiased scores of the chosen, divided by their sum
+ * (+1e-20) when renorm (norm_topk_prob), times scale (routed_scaling_factor). choice [E] is
+ * scratch. */
+void rf_model_router_group_forward(float *scores, int32_t *top, float *topw, float *choice,
+                                   const float *logits, const float *bias, int n, int n_experts, int n_group,
+                                   int topk_group, int k, int renorm, float scale);
+/* dlogits [n, E] from d(topw) [n, k] through the normalization and the sigmoid (the choice and the
+ * bias are not differentiated; the unchosen experts get zero). Overwrites dlogits. */
+void rf_model_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
+                                    const int32_t *top, const float *topw, int n, int n_experts, int k,
+                                    int renorm, float scale);
 /* The MoE layer's token movement (the host ops of the kernel table's moe_ entries; every array in
  * the layout of struct rf_model_moe_acts):
  *   stats: count[top[r, j]] += 1, psum[e] += probs[r, e] over the n rows (f64 sums);
