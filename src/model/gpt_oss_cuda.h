@@ -1,7 +1,9 @@
-/* GPT-OSS's kernels on CUDA (gpt_oss_cuda.cu; BACKEND=cuda and cuda-emu builds only): attention
- * with sinks and a sliding window (forward and backward, the sinks' gradient), the clamped
- * SwiGLU on interleaved gate and up, and the transposes of the experts' [in, out] weights and
- * their gradients. Each launch takes the caller's stream, allocates nothing and never waits.
+/* GPT-OSS's kernels on CUDA (gpt_oss_cuda.cu; BACKEND=cuda and cuda-emu builds only): the
+ * clamped SwiGLU on interleaved gate and up, the transposes of the experts' [in, out] weights
+ * and their gradients, and the kernel table's entries for attention with sinks and a sliding
+ * window (forward and backward, the sinks' gradient), over attention_cuda.cu's f32 attention
+ * (cuda_attention_sink_forward, _backward: kernels_cuda.cuh). Each launch takes the caller's
+ * stream, allocates nothing and never waits.
  *
  * Semantics are those of ops.c's rf_model_attention_sink_forward / _backward,
  * rf_model_swiglu_clamp_forward / _backward, rf_model_weight_transpose and
@@ -9,7 +11,7 @@
  * kernel table on the same inputs, with the tolerances it states:
  *   - attention: q [B*T, nh*hd], k and v [B*T, nkv*hd], y like q, lse [B, nh, T] (each row's
  *     log-sum-exp, the sink's exp(sink_h) included), scale 1/sqrt(hd); sinks [nh] (NULL: none);
- *     window > 0: row i sees keys (i - window, i], 0: every key up to i. As attention_cuda.cu's
+ *     window > 0: row i sees keys (i - window, i], 0: every key up to i. attention_cuda.cu's
  *     f32 kernels, flash-style (O(T) memory, a fixed order: deterministic), within f32
  *     roundoff of the host;
  *   - the clamped SwiGLU and the transposes: the host's operations in its order with
@@ -25,17 +27,6 @@
 extern "C" {
 #endif
 
-/* y, lse overwritten. head_dim in [1, 256]; nh a multiple of nkv. */
-void rf_gpt_oss_cuda_attention_forward(float *y, float *lse, const float *q, const float *k, const float *v,
-                                       const float *sinks, int window, int batch, int seq, int nh, int nkv,
-                                       int hd, cudaStream_t stream);
-/* dq, dk, dv overwritten; dsinks [nh] += -sum over rows of exp(sink_h - lse) (dY . Y), in f64 as
- * the host (skipped when sinks or dsinks is NULL). dd: batch * nh * seq floats of scratch (the
- * rows' dY . Y). */
-void rf_gpt_oss_cuda_attention_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy,
-                                        const float *y, const float *lse, const float *q, const float *k,
-                                        const float *v, const float *sinks, int window, int batch, int seq,
-                                        int nh, int nkv, int hd, float *dd, cudaStream_t stream);
 /* h [n] from gu [n, 2] (gate even, up odd): g = min(gate, limit), u = clamp(up, -limit, limit),
  * h = (u + 1) g sigmoid(alpha g); the backward overwrites dgu [n, 2] (a clamped input: 0). */
 void rf_gpt_oss_cuda_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha, float limit,
@@ -49,7 +40,8 @@ void rf_gpt_oss_cuda_weight_transpose(float *dst, const float *wf, const uint16_
 void rf_gpt_oss_cuda_transpose_add(float *dst, const float *src, int rows, int cols, cudaStream_t stream);
 
 /* The kernel table's entries (struct rf_model_kernels, kernels.h: attention_sink_forward, _backward,
- * swiglu_clamp_forward, _backward, weight_transpose, transpose_add) over the launches above:
+ * swiglu_clamp_forward, _backward, weight_transpose, transpose_add) over the launches above and
+ * attention_cuda.cu's:
  * rf_model_kernels_cuda (kernels_cuda.cu) points at them. */
 struct rf_device_stream;
 struct rf_model_weight;

@@ -1,5 +1,5 @@
 /* What the CUDA kernel table's files (kernels_cuda.cu, attention_cuda.cu) share: the
- * launch checks, the stream and scratch checks, and the attention's two entries. */
+ * launch checks, the stream and scratch checks, and the attention's entries and launches. */
 #ifndef RF_MODEL_KERNELS_CUDA_CUH
 #define RF_MODEL_KERNELS_CUDA_CUH
 
@@ -58,5 +58,17 @@ void cuda_attention_forward(float *y, float *lse, const float *q, const float *k
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *y, const float *lse,
                              const float *q, const float *k, const float *v, int batch, int seq, int nh, int nkv,
                              int hd, void *scratch, size_t scratch_bytes, struct rf_device_stream *stream);
+/* attention_cuda.cu's f32 attention with GPT-OSS's sinks [nh] (NULL: none) and sliding window (0:
+ * none), on the caller's stream (gpt_oss_cuda.cu's attention_sink_* entries; the two above pass NULL
+ * and 0): y, lse overwritten; dq, dk, dv overwritten, dsinks [nh] += -sum over rows of exp(sink_h -
+ * lse) (dY . Y) (in f64 as ops.c; untouched when sinks or dsinks is NULL), dd [B * nh * T] floats of
+ * scratch. head_dim in [1, 256]; nh a multiple of nkv. */
+void cuda_attention_sink_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                                 const float *sinks, int window, int batch, int seq, int nh, int nkv, int hd,
+                                 cudaStream_t stream);
+void cuda_attention_sink_backward(float *dq, float *dk, float *dv, float *dsinks, const float *dy, const float *y,
+                                  const float *lse, const float *q, const float *k, const float *v,
+                                  const float *sinks, int window, int batch, int seq, int nh, int nkv, int hd,
+                                  float *dd, cudaStream_t stream);
 
 #endif
