@@ -37,19 +37,13 @@
 
 #include "core/core.h"
 #include "device/device.h"
+#include "gpu/gpu_test.h"
 #include "model/config.h"
 #include "model/kernels.h"
 #include "model/ops.h"
 #include "rf_test.h"
 
-#define U (1.0 / 16777216.0) /* 2^-24 */
-
-static void ck_(cudaError_t e, const char *call, const char *file, int line) {
-  if (e == cudaSuccess) return;
-  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
-  exit(1);
-}
-#define CK(call) ck_((call), #call, __FILE__, __LINE__)
+#define U RF_GPU_U
 
 /* Every launch names a stream (the CUDA table refuses NULL): one blocking stream, so that the
  * cudaMemcpy reads on the legacy stream wait for its kernels. */
@@ -64,44 +58,10 @@ static float *rand_buf(size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
   return p;
 }
-static void *dalloc(size_t bytes) {
-  void *p = NULL;
-  CK(cudaMalloc(&p, bytes ? bytes : 4));
-  return p;
-}
-static void *dput(const void *h, size_t bytes) {
-  void *p = dalloc(bytes);
-  CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-  return p;
-}
-static float *dnan(size_t n) {
-  float *p = dalloc(n * sizeof(float));
-  CK(cudaMemset(p, 0xff, n * sizeof(float)));
-  return p;
-}
-static float *dget(const float *d, size_t n) {
-  float *h = rf_xmalloc(n * sizeof(float) + 4);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-  return h;
-}
-
-/* max |got - ref| / max(max |ref|, zero_scale) within tol_u u. */
-static void check_rel_scaled(const char *what, const float *dgot, const float *ref, size_t n, double tol_u,
-                             double zero_scale) {
-  float *got = dget(dgot, n);
-  double amax = rf_test_max_abs(ref, n), diff = rf_test_max_abs_diff(got, ref, n);
-  double scale = amax > zero_scale ? amax : zero_scale;
-  double rel = scale > 0 ? diff / scale : diff;
-  printf("  %-52s n=%-8zu max|ref| %-9.3g err %8.2f u (tol %.0f u)\n", what, n, amax, rel / U, tol_u);
-  RF_CHECK(rel <= tol_u * U && (amax > 0 || zero_scale > 0), "%s: %.3g u from the host (tolerance %.0f u)",
-           what, rel / U, tol_u);
-  free(got);
-}
 
 /* The same bits (NaN payloads included). */
 static void check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
-  float *got = dget(dgot, n);
+  float *got = rf_gpu_dget(dgot, n);
   size_t ndiff = 0;
   int64_t ulps = 0;
   for (size_t i = 0; i < n; i++) {
@@ -128,16 +88,18 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
   if (nh > 1) sinks[nh - 1] = -6.0f;
   float *y = rf_xmalloc(nq * 4), *lse = rf_xmalloc(nl * 4);
   float *dq = rf_xmalloc(nq * 4), *dk = rf_xmalloc(nk * 4), *dv = rf_xmalloc(nk * 4);
-  float *d_q = dput(q, nq * 4), *d_k = dput(k, nk * 4), *d_v = dput(v, nk * 4), *d_dy = dput(dy, nq * 4);
-  float *d_sinks = dput(sinks, (size_t)nh * 4), *d_dsinks = dput(dsinks, (size_t)nh * 4);
-  float *d_y = dnan(nq), *d_lse = dnan(nl), *d_dq = dnan(nq), *d_dk = dnan(nk), *d_dv = dnan(nk);
+  float *d_q = rf_gpu_dput(q, nq * 4), *d_k = rf_gpu_dput(k, nk * 4), *d_v = rf_gpu_dput(v, nk * 4),
+        *d_dy = rf_gpu_dput(dy, nq * 4);
+  float *d_sinks = rf_gpu_dput(sinks, (size_t)nh * 4), *d_dsinks = rf_gpu_dput(dsinks, (size_t)nh * 4);
+  float *d_y = rf_gpu_dnan(nq), *d_lse = rf_gpu_dnan(nl), *d_dq = rf_gpu_dnan(nq), *d_dk = rf_gpu_dnan(nk),
+        *d_dv = rf_gpu_dnan(nk);
   struct rf_model_config c;
   memset(&c, 0, sizeof c);
   c.hidden_size = nh * hd, c.intermediate_size = nh * hd, c.num_attention_heads = nh,
   c.num_key_value_heads = nkv;
   c.head_dim = hd, c.vocab_size = 8, c.num_hidden_layers = 1, c.max_position_embeddings = t;
   size_t hb = H->scratch_bytes(&c, b, t), db = D->scratch_bytes(&c, b, t);
-  void *hs = rf_xmalloc(hb), *ds = dalloc(db);
+  void *hs = rf_xmalloc(hb), *ds = rf_gpu_dalloc(db);
   const float *hsk = with_sinks ? sinks : NULL, *dsk = with_sinks ? d_sinks : NULL;
   H->attention_sink_forward(y, lse, q, k, v, hsk, window, b, t, nh, nkv, hd, hs, hb, KS);
   D->attention_sink_forward(d_y, d_lse, d_q, d_k, d_v, dsk, window, b, t, nh, nkv, hd, ds, db, KS);
@@ -146,11 +108,11 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
   char what[128];
   snprintf(what, sizeof what, "sink attention y B=%d T=%d h=%d/%d hd=%d w=%d%s", b, t, nh, nkv, hd, window,
            with_sinks ? " sinks" : "");
-  check_rel_scaled(what, d_y, y, nq, tol, 0.0);
-  check_rel_scaled("sink attention lse", d_lse, lse, nl, tol, 0.0);
+  rf_gpu_check_rel_scaled(what, d_y, y, nq, tol, 0.0);
+  rf_gpu_check_rel_scaled("sink attention lse", d_lse, lse, nl, tol, 0.0);
   /* the backward from the host's forward (y, lse), compared alone */
-  CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
   float *dsinks_ref = rf_xmalloc((size_t)nh * 4);
   memcpy(dsinks_ref, dsinks, (size_t)nh * 4);
   H->attention_sink_backward(dq, dk, dv, dsinks_ref, dy, y, lse, q, k, v, hsk, window, b, t, nh, nkv, hd, hs,
@@ -160,11 +122,11 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
   /* rows that see one key: dS = P (dP - D) with D = P dP, so dS = P (1 - P) dP (0 without a sink):
    * a cancellation of terms of the inputs' size (1), which both sides round; measured against 1 */
   double zs = t == 1 || window == 1 ? 1.0 : 0.0;
-  check_rel_scaled("sink attention backward dq", d_dq, dq, nq, 2 * tol, zs);
-  check_rel_scaled("sink attention backward dk", d_dk, dk, nk, 2 * tol, zs);
-  check_rel_scaled("sink attention backward dv", d_dv, dv, nk, 2 * tol, 0.0);
+  rf_gpu_check_rel_scaled("sink attention backward dq", d_dq, dq, nq, 2 * tol, zs);
+  rf_gpu_check_rel_scaled("sink attention backward dk", d_dk, dk, nk, 2 * tol, zs);
+  rf_gpu_check_rel_scaled("sink attention backward dv", d_dv, dv, nk, 2 * tol, 0.0);
   /* dsinks: the bound of the header, from the terms' magnitudes (brute force) */
-  float *got = dget(d_dsinks, (size_t)nh);
+  float *got = rf_gpu_dget(d_dsinks, (size_t)nh);
   int ok = 1;
   double worst = 0.0;
   for (int h = 0; h < nh; h++) {
@@ -191,12 +153,13 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
          with_sinks ? "within" : "untouched", worst);
   RF_CHECK(ok, "dsinks: %s", with_sinks ? "outside the bound" : "written without sinks");
   free(got);
-  free(hs), CK(cudaFree(ds));
+  free(hs), RF_GPU_CK(cudaFree(ds));
   free(q), free(k), free(v), free(dy), free(y), free(lse), free(dq), free(dk), free(dv), free(sinks),
       free(dsinks), free(dsinks_ref);
-  CK(cudaFree(d_q)), CK(cudaFree(d_k)), CK(cudaFree(d_v)), CK(cudaFree(d_dy)), CK(cudaFree(d_y)),
-      CK(cudaFree(d_lse)), CK(cudaFree(d_dq)), CK(cudaFree(d_dk)), CK(cudaFree(d_dv)), CK(cudaFree(d_sinks)),
-      CK(cudaFree(d_dsinks));
+  RF_GPU_CK(cudaFree(d_q)), RF_GPU_CK(cudaFree(d_k)), RF_GPU_CK(cudaFree(d_v)), RF_GPU_CK(cudaFree(d_dy)),
+      RF_GPU_CK(cudaFree(d_y)), RF_GPU_CK(cudaFree(d_lse)), RF_GPU_CK(cudaFree(d_dq)),
+      RF_GPU_CK(cudaFree(d_dk)), RF_GPU_CK(cudaFree(d_dv)), RF_GPU_CK(cudaFree(d_sinks)),
+      RF_GPU_CK(cudaFree(d_dsinks));
 }
 
 /* ---- the clamped SwiGLU ---- */
@@ -210,7 +173,8 @@ static void test_swiglu_clamp(size_t n, float alpha, float limit, float scale) {
   for (size_t i = 0; i < n; i++)
     hits += !(gu[2 * i] <= limit) + (gu[2 * i + 1] < -limit || gu[2 * i + 1] > limit);
   float *h = rf_xmalloc(n * 4 + 4), *dgu = rf_xmalloc(2 * n * 4 + 4);
-  float *d_gu = dput(gu, 2 * n * 4), *d_dh = dput(dh, n * 4), *d_h = dnan(n), *d_dgu = dnan(2 * n);
+  float *d_gu = rf_gpu_dput(gu, 2 * n * 4), *d_dh = rf_gpu_dput(dh, n * 4), *d_h = rf_gpu_dnan(n),
+        *d_dgu = rf_gpu_dnan(2 * n);
   H->swiglu_clamp_forward(h, gu, n, alpha, limit, KS);
   D->swiglu_clamp_forward(d_h, d_gu, n, alpha, limit, KS);
   char what[128];
@@ -222,7 +186,7 @@ static void test_swiglu_clamp(size_t n, float alpha, float limit, float scale) {
   check_bits("clamped swiglu backward dgu", d_dgu, dgu, 2 * n);
   RF_CHECK(n < 1000 || hits > n / 10, "the inputs hit the clamp (%zu of %zu)", hits, n);
   free(gu), free(dh), free(h), free(dgu);
-  CK(cudaFree(d_gu)), CK(cudaFree(d_dh)), CK(cudaFree(d_h)), CK(cudaFree(d_dgu));
+  RF_GPU_CK(cudaFree(d_gu)), RF_GPU_CK(cudaFree(d_dh)), RF_GPU_CK(cudaFree(d_h)), RF_GPU_CK(cudaFree(d_dgu));
 }
 
 /* ---- transposes ---- */
@@ -233,8 +197,9 @@ static void test_transpose(int rows, int cols, int bf16) {
   uint16_t *wb = rf_xmalloc(n * 2 + 2);
   for (size_t i = 0; i < n; i++) wb[i] = rf_bf16_from_f32(w[i]);
   float *dst = rf_xmalloc(n * 4 + 4);
-  float *d_w = dput(w, n * 4), *d_dst = dnan(n), *d_acc = dput(acc, n * 4), *d_src = dput(src, n * 4);
-  uint16_t *d_wb = dput(wb, n * 2);
+  float *d_w = rf_gpu_dput(w, n * 4), *d_dst = rf_gpu_dnan(n), *d_acc = rf_gpu_dput(acc, n * 4),
+        *d_src = rf_gpu_dput(src, n * 4);
+  uint16_t *d_wb = rf_gpu_dput(wb, n * 2);
   struct rf_model_weight hw = {0}, dw = {0};
   if (bf16)
     hw.bf16 = wb, dw.bf16 = d_wb;
@@ -250,25 +215,26 @@ static void test_transpose(int rows, int cols, int bf16) {
   snprintf(what, sizeof what, "transpose add %d x %d", rows, cols);
   check_bits(what, d_acc, acc, n);
   free(w), free(acc), free(src), free(wb), free(dst);
-  CK(cudaFree(d_w)), CK(cudaFree(d_dst)), CK(cudaFree(d_acc)), CK(cudaFree(d_src)), CK(cudaFree(d_wb));
+  RF_GPU_CK(cudaFree(d_w)), RF_GPU_CK(cudaFree(d_dst)), RF_GPU_CK(cudaFree(d_acc)),
+      RF_GPU_CK(cudaFree(d_src)), RF_GPU_CK(cudaFree(d_wb));
 }
 
 /* An expert without tokens: its zero-size calls write nothing (NaN sentinels stay NaN). */
 static void test_empty(void) {
-  float *d_a = dnan(64), *d_b = dnan(64);
+  float *d_a = rf_gpu_dnan(64), *d_b = rf_gpu_dnan(64);
   struct rf_model_weight dw = {.f32 = d_b};
   D->swiglu_clamp_forward(d_a, d_b, 0, 1.702f, 7.0f, KS);
   D->swiglu_clamp_backward(d_a, d_b, d_b, 0, 1.702f, 7.0f, KS);
   D->weight_transpose(d_a, &dw, 0, 8, KS);
   D->weight_transpose(d_a, &dw, 8, 0, KS);
   D->transpose_add(d_a, d_b, 0, 8, KS);
-  float *got = dget(d_a, 64);
+  float *got = rf_gpu_dget(d_a, 64);
   int untouched = 1;
   for (int i = 0; i < 64; i++) untouched &= rf_f32_bits(got[i]) == 0xffffffffu;
   printf("  %-52s %s\n", "zero rows (an expert without tokens)", untouched ? "nothing written" : "WRITTEN");
   RF_CHECK(untouched, "a zero-size call wrote into its output");
   free(got);
-  CK(cudaFree(d_a)), CK(cudaFree(d_b));
+  RF_GPU_CK(cudaFree(d_a)), RF_GPU_CK(cudaFree(d_b));
 }
 
 int main(void) {
@@ -278,9 +244,9 @@ int main(void) {
     return 1;
   }
   struct cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  RF_GPU_CK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t ks;
-  CK(cudaStreamCreate(&ks));
+  RF_GPU_CK(cudaStreamCreate(&ks));
   ks_stream.handle = ks;
   printf("test_gpt_oss_cuda on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
          prop.multiProcessorCount);

@@ -35,6 +35,7 @@
 
 #include "core/core.h"
 #include "device/device_cuda.h"
+#include "gpu/gpu_test.h"
 #include "gpu/gpu_timing.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -47,16 +48,7 @@ static struct rf_device_stream ks_stream;
 static struct rf_device ks_device; /* the stream's device: the linear layers cast through its table */
 #define KS (&ks_stream)
 
-#define U (1.0 / 16777216.0) /* 2^-24 */
-
-/* A CUDA call that must succeed (an expression: stops the test with the call
- * and the reason). */
-static void ck_(cudaError_t e, const char *call, const char *file, int line) {
-  if (e == cudaSuccess) return;
-  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
-  exit(1);
-}
-#define CK(call) ck_((call), #call, __FILE__, __LINE__)
+#define U RF_GPU_U
 
 static uint64_t g_rng = 20261128;
 static const struct rf_model_kernels *H = &rf_model_kernels_host, *D = &rf_model_kernels_cuda;
@@ -67,53 +59,13 @@ static float *rand_buf(size_t n, float scale) {
   return p;
 }
 
-static void *dalloc(size_t bytes) {
-  void *p = NULL;
-  CK(cudaMalloc(&p, bytes ? bytes : 4));
-  return p;
-}
-static void *dput(const void *h, size_t bytes) {
-  void *p = dalloc(bytes);
-  CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-  return p;
-}
-/* A device buffer of n floats full of NaN (0xff bytes). */
-static float *dnan(size_t n) {
-  float *p = dalloc(n * sizeof(float));
-  CK(cudaMemset(p, 0xff, n * sizeof(float)));
-  return p;
-}
-/* The device buffer's n floats, into a new host buffer (after the device's
- * work). */
-static float *dget(const float *d, size_t n) {
-  float *h = rf_xmalloc(n * sizeof(float) + 4);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-  return h;
-}
-
-/* got (device, copied back) against ref (host): max |got - ref| / max |ref| within tol_u u.
- * zero_scale > 0: the reference may be all zero (exactly, in exact arithmetic), and the
- * difference is then measured against zero_scale (the inputs' size) instead. */
-static void check_rel_scaled(const char *what, const float *dgot, const float *ref, size_t n, double tol_u,
-                             double zero_scale) {
-  float *got = dget(dgot, n);
-  double amax = rf_test_max_abs(ref, n), diff = rf_test_max_abs_diff(got, ref, n);
-  double scale = amax > zero_scale ? amax : zero_scale;
-  double rel = scale > 0 ? diff / scale : diff;
-  printf("  %-40s n=%-8zu max|ref| %-9.3g err %8.2f u (tol %.0f u)\n", what, n, amax, rel / U, tol_u);
-  RF_CHECK(rel <= tol_u * U && (amax > 0 || zero_scale > 0), "%s: %.3g u from the host (tolerance %.0f u)",
-           what, rel / U, tol_u);
-  free(got);
-}
-
 static void check_rel(const char *what, const float *dgot, const float *ref, size_t n, double tol_u) {
-  check_rel_scaled(what, dgot, ref, n, tol_u, 0.0);
+  rf_gpu_check_rel_scaled(what, dgot, ref, n, tol_u, 0.0);
 }
 
 /* The same bits; prints how many elements differ and by how many ulps at most (same signs). */
 static void check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
-  float *got = dget(dgot, n);
+  float *got = rf_gpu_dget(dgot, n);
   size_t ndiff = 0;
   int64_t ulps = 0;
   for (size_t i = 0; i < n; i++) {
@@ -150,12 +102,12 @@ static struct scratch scratch_make(const struct rf_model_config *c, int batch, i
   s.hb = H->scratch_bytes(c, batch, seq);
   s.db = D->scratch_bytes(c, batch, seq);
   s.h = rf_xmalloc(s.hb);
-  s.d = dalloc(s.db);
+  s.d = rf_gpu_dalloc(s.db);
   return s;
 }
 static void scratch_free(struct scratch *s) {
   free(s->h);
-  CK(cudaFree(s->d));
+  RF_GPU_CK(cudaFree(s->d));
 }
 
 /* ---- linear layers (linear_cuda.c: cuBLASLt) and RMSNorm applied again ---- */
@@ -170,13 +122,14 @@ static struct stages stages_make(enum rf_dtype compute, size_t rows, size_t wide
   size_t act = rows * wide, wt = out * in, band = (size_t)RF_MODEL_STAGE_ROWS * in;
   s.h.act = rf_xmalloc(act * 2), s.h.act2 = rf_xmalloc(act * 2), s.h.wbf16 = rf_xmalloc(wt * 2);
   s.h.wf32 = rf_xmalloc(band * 4);
-  s.d.act = dalloc(act * 2), s.d.act2 = dalloc(act * 2), s.d.wbf16 = dalloc(wt * 2);
-  s.d.wf32 = dalloc(band * 4);
+  s.d.act = rf_gpu_dalloc(act * 2), s.d.act2 = rf_gpu_dalloc(act * 2), s.d.wbf16 = rf_gpu_dalloc(wt * 2);
+  s.d.wf32 = rf_gpu_dalloc(band * 4);
   return s;
 }
 static void stages_free(struct stages *s) {
   free(s->h.act), free(s->h.act2), free(s->h.wbf16), free(s->h.wf32);
-  CK(cudaFree(s->d.act)), CK(cudaFree(s->d.act2)), CK(cudaFree(s->d.wbf16)), CK(cudaFree(s->d.wf32));
+  RF_GPU_CK(cudaFree(s->d.act)), RF_GPU_CK(cudaFree(s->d.act2)), RF_GPU_CK(cudaFree(s->d.wbf16)),
+      RF_GPU_CK(cudaFree(s->d.wf32));
 }
 
 /* y = x W^T + beta y, dx = dy W + beta dx, dw += dy^T x, on [n, in] x [out, in], as the host's
@@ -190,9 +143,10 @@ static void test_linear(int n, int in, int out, enum rf_dtype compute, int bf16_
   float *dx = rand_buf(nx, 1.0f), *dw = rand_buf(nw, 1.0f);
   uint16_t *wb = rf_xmalloc(nw * 2);
   for (size_t i = 0; i < nw; i++) wb[i] = rf_bf16_from_f32(w[i]);
-  float *d_x = dput(x, nx * 4), *d_w = dput(w, nw * 4), *d_y = dput(y, ny * 4), *d_dy = dput(dy, ny * 4);
-  float *d_dx = dput(dx, nx * 4), *d_dw = dput(dw, nw * 4);
-  uint16_t *d_wb = dput(wb, nw * 2);
+  float *d_x = rf_gpu_dput(x, nx * 4), *d_w = rf_gpu_dput(w, nw * 4), *d_y = rf_gpu_dput(y, ny * 4),
+        *d_dy = rf_gpu_dput(dy, ny * 4);
+  float *d_dx = rf_gpu_dput(dx, nx * 4), *d_dw = rf_gpu_dput(dw, nw * 4);
+  uint16_t *d_wb = rf_gpu_dput(wb, nw * 2);
   struct rf_model_weight hw = {0}, dwt = {0};
   if (bf16_weight)
     hw.bf16 = wb, dwt.bf16 = d_wb;
@@ -214,21 +168,22 @@ static void test_linear(int n, int in, int out, enum rf_dtype compute, int bf16_
   check_rel(what, d_dw, dw, nw, 4.0 * n);
   stages_free(&st);
   free(x), free(w), free(y), free(dy), free(dx), free(dw), free(wb);
-  CK(cudaFree(d_x)), CK(cudaFree(d_w)), CK(cudaFree(d_y)), CK(cudaFree(d_dy)), CK(cudaFree(d_dx)),
-      CK(cudaFree(d_dw)), CK(cudaFree(d_wb));
+  RF_GPU_CK(cudaFree(d_x)), RF_GPU_CK(cudaFree(d_w)), RF_GPU_CK(cudaFree(d_y)), RF_GPU_CK(cudaFree(d_dy)),
+      RF_GPU_CK(cudaFree(d_dx)), RF_GPU_CK(cudaFree(d_dw)), RF_GPU_CK(cudaFree(d_wb));
 }
 
 static void test_rmsnorm_apply(int rows, int dim) {
   size_t n = (size_t)rows * dim;
   float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *rstd = rand_buf(rows, 1.0f);
   float *out = rf_xmalloc(n * 4);
-  float *d_x = dput(x, n * 4), *d_w = dput(w, (size_t)dim * 4), *d_r = dput(rstd, (size_t)rows * 4);
-  float *d_out = dnan(n);
+  float *d_x = rf_gpu_dput(x, n * 4), *d_w = rf_gpu_dput(w, (size_t)dim * 4),
+        *d_r = rf_gpu_dput(rstd, (size_t)rows * 4);
+  float *d_out = rf_gpu_dnan(n);
   H->rmsnorm_apply(out, x, rstd, w, rows, dim, KS);
   D->rmsnorm_apply(d_out, d_x, d_r, d_w, rows, dim, KS);
   check_bits("rmsnorm apply (the backward's recomputation)", d_out, out, n);
   free(x), free(w), free(rstd), free(out);
-  CK(cudaFree(d_x)), CK(cudaFree(d_w)), CK(cudaFree(d_r)), CK(cudaFree(d_out));
+  RF_GPU_CK(cudaFree(d_x)), RF_GPU_CK(cudaFree(d_w)), RF_GPU_CK(cudaFree(d_r)), RF_GPU_CK(cudaFree(d_out));
 }
 
 /* ---- elementwise and row ops ---- */
@@ -241,9 +196,9 @@ static void test_embedding(void) {
   float *table = rand_buf((size_t)vocab * dim, 1.0f), *out = rf_xmalloc(sizeof(float) * n * dim);
   uint16_t *tb = rf_xmalloc(sizeof(uint16_t) * vocab * dim);
   rf_bf16_from_f32_n(tb, table, (size_t)vocab * dim);
-  int32_t *dtok = dput(tok, sizeof(int32_t) * n);
-  float *dtable = dput(table, sizeof(float) * vocab * dim), *dout = dnan((size_t)n * dim);
-  uint16_t *dtb = dput(tb, sizeof(uint16_t) * vocab * dim);
+  int32_t *dtok = rf_gpu_dput(tok, sizeof(int32_t) * n);
+  float *dtable = rf_gpu_dput(table, sizeof(float) * vocab * dim), *dout = rf_gpu_dnan((size_t)n * dim);
+  uint16_t *dtb = rf_gpu_dput(tb, sizeof(uint16_t) * vocab * dim);
   struct rf_model_weight hw = {.f32 = table}, dw = {.f32 = dtable}, hwb = {.bf16 = tb}, dwb = {.bf16 = dtb};
   H->embedding_forward(out, &hw, tok, n, dim, KS);
   D->embedding_forward(dout, &dw, dtok, n, dim, KS);
@@ -254,20 +209,22 @@ static void test_embedding(void) {
   struct rf_model_config c = config(dim, 2 * dim, 4, 4, dim / 4, vocab, n);
   struct scratch s = scratch_make(&c, 1, n);
   float *g = rand_buf((size_t)n * dim, 1.0f);
-  float *dg = dput(g, sizeof(float) * n * dim);
+  float *dg = rf_gpu_dput(g, sizeof(float) * n * dim);
   H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, KS); /* adds into the table's values */
   D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, KS);
   check_bits("embedding backward (adds, repeated tokens)", dtable, table, (size_t)vocab * dim);
   scratch_free(&s);
   free(tok), free(table), free(out), free(tb), free(g);
-  CK(cudaFree(dtok)), CK(cudaFree(dtable)), CK(cudaFree(dout)), CK(cudaFree(dtb)), CK(cudaFree(dg));
+  RF_GPU_CK(cudaFree(dtok)), RF_GPU_CK(cudaFree(dtable)), RF_GPU_CK(cudaFree(dout)), RF_GPU_CK(cudaFree(dtb)),
+      RF_GPU_CK(cudaFree(dg));
 }
 
 static void test_rmsnorm(int rows, int dim) {
   size_t n = (size_t)rows * dim;
   float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *out = rf_xmalloc(n * sizeof(float));
   float *rstd = rf_xmalloc(sizeof(float) * rows);
-  float *dx_ = dput(x, n * 4), *dw_ = dput(w, (size_t)dim * 4), *dout = dnan(n), *drstd = dnan((size_t)rows);
+  float *dx_ = rf_gpu_dput(x, n * 4), *dw_ = rf_gpu_dput(w, (size_t)dim * 4), *dout = rf_gpu_dnan(n),
+        *drstd = rf_gpu_dnan((size_t)rows);
   H->rmsnorm_forward(out, rstd, x, w, rows, dim, 1e-5f, KS);
   D->rmsnorm_forward(dout, drstd, dx_, dw_, rows, dim, 1e-5f, KS);
   char what[96];
@@ -275,20 +232,20 @@ static void test_rmsnorm(int rows, int dim) {
   check_rel(what, dout, out, n, 8.0 * dim);
   check_rel("rmsnorm forward rstd", drstd, rstd, (size_t)rows, 8.0 * dim);
   float *g = rand_buf(n, 1.0f), *gx = rand_buf(n, 1.0f), *gw = rand_buf(dim, 1.0f);
-  float *dg = dput(g, n * 4), *dgx = dput(gx, n * 4), *dgw = dput(gw, (size_t)dim * 4);
+  float *dg = rf_gpu_dput(g, n * 4), *dgx = rf_gpu_dput(gx, n * 4), *dgw = rf_gpu_dput(gw, (size_t)dim * 4);
   struct rf_model_config c = config(dim, dim, 1, 1, dim, 8, rows);
   struct scratch s = scratch_make(&c, 1, rows);
   /* the device's rstd is the host's (copied) so that the backward is compared
    * alone */
-  CK(cudaMemcpy(drstd, rstd, sizeof(float) * rows, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(drstd, rstd, sizeof(float) * rows, cudaMemcpyHostToDevice));
   H->rmsnorm_backward(gx, gw, g, x, rstd, w, rows, dim, s.h, s.hb, KS);
   D->rmsnorm_backward(dgx, dgw, dg, dx_, drstd, dw_, rows, dim, s.d, s.db, KS);
   check_rel("rmsnorm backward dx (adds)", dgx, gx, n, 8.0 * dim);
   check_rel("rmsnorm backward dw (adds, column sums)", dgw, gw, (size_t)dim, 8.0 * rows);
   scratch_free(&s);
   free(x), free(w), free(out), free(rstd), free(g), free(gx), free(gw);
-  CK(cudaFree(dx_)), CK(cudaFree(dw_)), CK(cudaFree(dout)), CK(cudaFree(drstd)), CK(cudaFree(dg)),
-      CK(cudaFree(dgx)), CK(cudaFree(dgw));
+  RF_GPU_CK(cudaFree(dx_)), RF_GPU_CK(cudaFree(dw_)), RF_GPU_CK(cudaFree(dout)), RF_GPU_CK(cudaFree(drstd)),
+      RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dgx)), RF_GPU_CK(cudaFree(dgw));
 }
 
 static void test_rope(void) {
@@ -296,18 +253,19 @@ static void test_rope(void) {
   size_t n = (size_t)b * t * nh * hd;
   float *cos_t = rf_xmalloc(sizeof(float) * t * hd / 2), *sin_t = rf_xmalloc(sizeof(float) * t * hd / 2);
   rf_model_rope_tables(cos_t, sin_t, t, hd, 10000.0);
-  float *dc = dput(cos_t, sizeof(float) * t * hd / 2), *ds = dput(sin_t, sizeof(float) * t * hd / 2);
+  float *dc = rf_gpu_dput(cos_t, sizeof(float) * t * hd / 2),
+        *ds = rf_gpu_dput(sin_t, sizeof(float) * t * hd / 2);
   for (int inverse = 0; inverse < 2; inverse++) {
     float *x = rand_buf(n, 1.0f);
-    float *dx = dput(x, n * 4);
+    float *dx = rf_gpu_dput(x, n * 4);
     H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, KS);
     D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, KS);
     check_bits(inverse ? "rope inverse" : "rope", dx, x, n);
     free(x);
-    CK(cudaFree(dx));
+    RF_GPU_CK(cudaFree(dx));
   }
   free(cos_t), free(sin_t);
-  CK(cudaFree(dc)), CK(cudaFree(ds));
+  RF_GPU_CK(cudaFree(dc)), RF_GPU_CK(cudaFree(ds));
 }
 
 static void test_swiglu_bias(void) {
@@ -315,18 +273,19 @@ static void test_swiglu_bias(void) {
   size_t n = (size_t)rows * cols;
   float *g = rand_buf(n, 6.0f), *u = rand_buf(n, 1.0f), *dh = rand_buf(n, 1.0f), *h = rf_xmalloc(n * 4);
   g[0] = 100.0f, g[1] = -100.0f; /* exp's clamps */
-  float *dgp = dput(g, n * 4), *dup_ = dput(u, n * 4), *ddh = dput(dh, n * 4), *dh_out = dnan(n);
+  float *dgp = rf_gpu_dput(g, n * 4), *dup_ = rf_gpu_dput(u, n * 4), *ddh = rf_gpu_dput(dh, n * 4),
+        *dh_out = rf_gpu_dnan(n);
   H->swiglu_forward(h, g, u, n, KS);
   D->swiglu_forward(dh_out, dgp, dup_, n, KS);
   check_bits("swiglu forward", dh_out, h, n);
   float *dgate = rf_xmalloc(n * 4), *dupo = rf_xmalloc(n * 4);
-  float *d_dgate = dnan(n), *d_dup = dnan(n);
+  float *d_dgate = rf_gpu_dnan(n), *d_dup = rf_gpu_dnan(n);
   H->swiglu_backward(dgate, dupo, dh, g, u, n, KS);
   D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, KS);
   check_bits("swiglu backward dgate", d_dgate, dgate, n);
   check_bits("swiglu backward dup", d_dup, dupo, n);
   float *bias = rand_buf(cols, 1.0f);
-  float *dbias = dput(bias, (size_t)cols * 4), *dy = dput(h, n * 4);
+  float *dbias = rf_gpu_dput(bias, (size_t)cols * 4), *dy = rf_gpu_dput(h, n * 4);
   H->bias_forward(h, bias, rows, cols, KS);
   D->bias_forward(dy, dbias, rows, cols, KS);
   check_bits("bias forward (adds)", dy, h, n);
@@ -337,8 +296,9 @@ static void test_swiglu_bias(void) {
   check_rel("bias backward (adds, column sums)", dbias, bias, (size_t)cols, 8.0 * rows);
   scratch_free(&s);
   free(g), free(u), free(dh), free(h), free(dgate), free(dupo), free(bias);
-  CK(cudaFree(dgp)), CK(cudaFree(dup_)), CK(cudaFree(ddh)), CK(cudaFree(dh_out)), CK(cudaFree(d_dgate)),
-      CK(cudaFree(d_dup)), CK(cudaFree(dbias)), CK(cudaFree(dy));
+  RF_GPU_CK(cudaFree(dgp)), RF_GPU_CK(cudaFree(dup_)), RF_GPU_CK(cudaFree(ddh)), RF_GPU_CK(cudaFree(dh_out)),
+      RF_GPU_CK(cudaFree(d_dgate)), RF_GPU_CK(cudaFree(d_dup)), RF_GPU_CK(cudaFree(dbias)),
+      RF_GPU_CK(cudaFree(dy));
 }
 
 static void test_cross_entropy(int rows, int vocab) {
@@ -346,16 +306,16 @@ static void test_cross_entropy(int rows, int vocab) {
   float *z = rand_buf(n, 8.0f), *lse = rf_xmalloc(sizeof(float) * rows);
   int32_t *t = rf_xmalloc(sizeof(int32_t) * rows);
   for (int i = 0; i < rows; i++) t[i] = i % 5 == 2 ? -1 : (int32_t)(rf_test_rand_u64(&g_rng) % vocab);
-  float *dz = dput(z, n * 4), *dlse = dnan((size_t)rows);
-  int32_t *dt = dput(t, sizeof(int32_t) * rows);
-  double *dloss = dalloc(sizeof(double));
+  float *dz = rf_gpu_dput(z, n * 4), *dlse = rf_gpu_dnan((size_t)rows);
+  int32_t *dt = rf_gpu_dput(t, sizeof(int32_t) * rows);
+  double *dloss = rf_gpu_dalloc(sizeof(double));
   struct rf_model_config c = config(64, 64, 1, 1, 64, vocab, rows);
   struct scratch s = scratch_make(&c, 1, rows);
   double loss = 0.0, dev_loss = 0.0;
   H->cross_entropy_forward(&loss, lse, z, t, rows, vocab, s.h, s.hb, KS);
   D->cross_entropy_forward(dloss, dlse, dz, dt, rows, vocab, s.d, s.db, KS);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(&dev_loss, dloss, sizeof(double), cudaMemcpyDeviceToHost));
+  RF_GPU_CK(cudaDeviceSynchronize());
+  RF_GPU_CK(cudaMemcpy(&dev_loss, dloss, sizeof(double), cudaMemcpyDeviceToHost));
   char what[96];
   snprintf(what, sizeof what, "cross-entropy lse %d x %d", rows, vocab);
   check_rel(what, dlse, lse, (size_t)rows, 2.0);
@@ -363,22 +323,22 @@ static void test_cross_entropy(int rows, int vocab) {
   RF_CHECK(fabs(dev_loss - loss) <= 1e-12 * fabs(loss) && loss > 0, "cross-entropy loss %.17g, host %.17g",
            dev_loss, loss);
   /* the backward on the host's lse, so that it is compared alone */
-  CK(cudaMemcpy(dlse, lse, sizeof(float) * rows, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(dlse, lse, sizeof(float) * rows, cudaMemcpyHostToDevice));
   H->cross_entropy_backward(z, lse, t, rows, vocab, 1.0f / 3.0f, KS);
   D->cross_entropy_backward(dz, dlse, dt, rows, vocab, 1.0f / 3.0f, KS);
   check_bits("cross-entropy backward", dz, z, n);
   scratch_free(&s);
   free(z), free(lse), free(t);
-  CK(cudaFree(dz)), CK(cudaFree(dlse)), CK(cudaFree(dt)), CK(cudaFree(dloss));
+  RF_GPU_CK(cudaFree(dz)), RF_GPU_CK(cudaFree(dlse)), RF_GPU_CK(cudaFree(dt)), RF_GPU_CK(cudaFree(dloss));
 }
 
 static void test_router(int n, int ne, int topk, int renorm) {
   float *z = rand_buf((size_t)n * ne, 3.0f), *extra = rand_buf(ne, 0.1f);
   float *p = rf_xmalloc(sizeof(float) * n * ne), *w = rf_xmalloc(sizeof(float) * n * topk);
   int32_t *t = rf_xmalloc(sizeof(int32_t) * n * topk), *dt_h = rf_xmalloc(sizeof(int32_t) * n * topk);
-  float *dz = dput(z, sizeof(float) * n * ne), *dextra = dput(extra, sizeof(float) * ne);
-  float *dp = dnan((size_t)n * ne), *dw = dnan((size_t)n * topk);
-  int32_t *dt = dalloc(sizeof(int32_t) * n * topk);
+  float *dz = rf_gpu_dput(z, sizeof(float) * n * ne), *dextra = rf_gpu_dput(extra, sizeof(float) * ne);
+  float *dp = rf_gpu_dnan((size_t)n * ne), *dw = rf_gpu_dnan((size_t)n * topk);
+  int32_t *dt = rf_gpu_dalloc(sizeof(int32_t) * n * topk);
   H->router_forward(p, t, w, z, n, ne, topk, renorm, KS);
   D->router_forward(dp, dt, dw, dz, n, ne, topk, renorm, KS);
   char what[96];
@@ -386,22 +346,22 @@ static void test_router(int n, int ne, int topk, int renorm) {
   snprintf(what, sizeof what, "router probs %d x %d top %d%s", n, ne, topk, renorm ? " renorm" : "");
   check_rel(what, dp, p, (size_t)n * ne, 2.0);
   check_rel("router weights", dw, w, (size_t)n * topk, 2.0);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(dt_h, dt, sizeof(int32_t) * n * topk, cudaMemcpyDeviceToHost));
+  RF_GPU_CK(cudaDeviceSynchronize());
+  RF_GPU_CK(cudaMemcpy(dt_h, dt, sizeof(int32_t) * n * topk, cudaMemcpyDeviceToHost));
   RF_CHECK(memcmp(dt_h, t, sizeof(int32_t) * n * topk) == 0,
            "router: the chosen experts differ from the host's");
   /* the backward on the host's forward, compared alone; prefilled with NaN (overwritten) */
   float *g = rand_buf((size_t)n * topk, 1.0f), *d = rf_xmalloc(sizeof(float) * n * ne);
-  float *dg = dput(g, sizeof(float) * n * topk), *dd = dnan((size_t)n * ne);
-  CK(cudaMemcpy(dp, p, sizeof(float) * n * ne, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dw, w, sizeof(float) * n * topk, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dt, t, sizeof(int32_t) * n * topk, cudaMemcpyHostToDevice));
+  float *dg = rf_gpu_dput(g, sizeof(float) * n * topk), *dd = rf_gpu_dnan((size_t)n * ne);
+  RF_GPU_CK(cudaMemcpy(dp, p, sizeof(float) * n * ne, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(dw, w, sizeof(float) * n * topk, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(dt, t, sizeof(int32_t) * n * topk, cudaMemcpyHostToDevice));
   H->router_backward(d, g, p, t, w, extra, n, ne, topk, renorm, KS);
   D->router_backward(dd, dg, dp, dt, dw, dextra, n, ne, topk, renorm, KS);
   check_rel("router backward", dd, d, (size_t)n * ne, 4.0);
   free(z), free(extra), free(p), free(w), free(t), free(dt_h), free(g), free(d);
-  CK(cudaFree(dz)), CK(cudaFree(dextra)), CK(cudaFree(dp)), CK(cudaFree(dw)), CK(cudaFree(dt)),
-      CK(cudaFree(dg)), CK(cudaFree(dd));
+  RF_GPU_CK(cudaFree(dz)), RF_GPU_CK(cudaFree(dextra)), RF_GPU_CK(cudaFree(dp)), RF_GPU_CK(cudaFree(dw)),
+      RF_GPU_CK(cudaFree(dt)), RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dd));
 }
 
 /* ---- attention ---- */
@@ -411,8 +371,10 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   float *q = rand_buf(nq, 2.0f), *k = rand_buf(nk, 2.0f), *v = rand_buf(nk, 1.0f), *dy = rand_buf(nq, 1.0f);
   float *y = rf_xmalloc(nq * 4), *lse = rf_xmalloc(nl * 4);
   float *dq = rf_xmalloc(nq * 4), *dk = rf_xmalloc(nk * 4), *dv = rf_xmalloc(nk * 4);
-  float *d_q = dput(q, nq * 4), *d_k = dput(k, nk * 4), *d_v = dput(v, nk * 4), *d_dy = dput(dy, nq * 4);
-  float *d_y = dnan(nq), *d_lse = dnan(nl), *d_dq = dnan(nq), *d_dk = dnan(nk), *d_dv = dnan(nk);
+  float *d_q = rf_gpu_dput(q, nq * 4), *d_k = rf_gpu_dput(k, nk * 4), *d_v = rf_gpu_dput(v, nk * 4),
+        *d_dy = rf_gpu_dput(dy, nq * 4);
+  float *d_y = rf_gpu_dnan(nq), *d_lse = rf_gpu_dnan(nl), *d_dq = rf_gpu_dnan(nq), *d_dk = rf_gpu_dnan(nk),
+        *d_dv = rf_gpu_dnan(nk);
   struct rf_model_config c = config(nh * hd, nh * hd, nh, nkv, hd, 8, t);
   struct scratch s = scratch_make(&c, b, t);
   H->attention_forward(y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, KS);
@@ -423,19 +385,20 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
   check_rel(what, d_y, y, nq, tol);
   check_rel("attention lse", d_lse, lse, nl, tol);
   /* the backward from the host's forward (y, lse), compared alone */
-  CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(d_y, y, nq * 4, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(d_lse, lse, nl * 4, cudaMemcpyHostToDevice));
   H->attention_backward(dq, dk, dv, dy, y, lse, q, k, v, b, t, nh, nkv, hd, s.h, s.hb, KS);
   D->attention_backward(d_dq, d_dk, d_dv, d_dy, d_y, d_lse, d_q, d_k, d_v, b, t, nh, nkv, hd, s.d, s.db, KS);
   /* T = 1: dq = dk = 0 exactly (P = 1, dP = D), both sides a roundoff of dP - D
    */
-  check_rel_scaled("attention backward dq", d_dq, dq, nq, 2 * tol, t == 1 ? 1.0 : 0.0);
-  check_rel_scaled("attention backward dk", d_dk, dk, nk, 2 * tol, t == 1 ? 1.0 : 0.0);
+  rf_gpu_check_rel_scaled("attention backward dq", d_dq, dq, nq, 2 * tol, t == 1 ? 1.0 : 0.0);
+  rf_gpu_check_rel_scaled("attention backward dk", d_dk, dk, nk, 2 * tol, t == 1 ? 1.0 : 0.0);
   check_rel("attention backward dv", d_dv, dv, nk, 2 * tol);
   scratch_free(&s);
   free(q), free(k), free(v), free(dy), free(y), free(lse), free(dq), free(dk), free(dv);
-  CK(cudaFree(d_q)), CK(cudaFree(d_k)), CK(cudaFree(d_v)), CK(cudaFree(d_dy)), CK(cudaFree(d_y)),
-      CK(cudaFree(d_lse)), CK(cudaFree(d_dq)), CK(cudaFree(d_dk)), CK(cudaFree(d_dv));
+  RF_GPU_CK(cudaFree(d_q)), RF_GPU_CK(cudaFree(d_k)), RF_GPU_CK(cudaFree(d_v)), RF_GPU_CK(cudaFree(d_dy)),
+      RF_GPU_CK(cudaFree(d_y)), RF_GPU_CK(cudaFree(d_lse)), RF_GPU_CK(cudaFree(d_dq)),
+      RF_GPU_CK(cudaFree(d_dk)), RF_GPU_CK(cudaFree(d_dv));
 }
 
 /* ---- AdamW ---- */
@@ -443,9 +406,9 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
 static void test_adamw(void) {
   const int64_t nw = 3000 * 7, nb = 777, n = nw + nb;
   float *master = rand_buf((size_t)n, 0.5f), *grad = rf_xcalloc((size_t)n, sizeof(float));
-  float *dp = dput(master, (size_t)n * 4), *dg = dalloc((size_t)n * 4);
-  float *dm = dalloc((size_t)n * 4), *dv = dalloc((size_t)n * 4);
-  CK(cudaMemset(dm, 0, (size_t)n * 4)), CK(cudaMemset(dv, 0, (size_t)n * 4));
+  float *dp = rf_gpu_dput(master, (size_t)n * 4), *dg = rf_gpu_dalloc((size_t)n * 4);
+  float *dm = rf_gpu_dalloc((size_t)n * 4), *dv = rf_gpu_dalloc((size_t)n * 4);
+  RF_GPU_CK(cudaMemset(dm, 0, (size_t)n * 4)), RF_GPU_CK(cudaMemset(dv, 0, (size_t)n * 4));
   int64_t st[2][2] = {{0, nw}, {0, nb}};
   struct rf_tensor_view views[2];
   memset(views, 0, sizeof views);
@@ -478,7 +441,7 @@ static void test_adamw(void) {
   RF_ASSERT(rf_optim_create(&o, &opt, views, flags, 2, n, NULL) == 0);
   for (int s = 0; s < 5; s++) {
     for (int64_t i = 0; i < n; i++) grad[i] = rf_test_rand_f32(&g_rng) * (i % 11 == 0 ? 1e-3f : 1.0f);
-    CK(cudaMemcpy(dg, grad, (size_t)n * 4, cudaMemcpyHostToDevice));
+    RF_GPU_CK(cudaMemcpy(dg, grad, (size_t)n * 4, cudaMemcpyHostToDevice));
     float lr = 1e-2f * (float)(s + 1);
     RF_ASSERT(rf_optim_step(o, lr) == 0);
     struct rf_optim_hyper h;
@@ -494,7 +457,7 @@ static void test_adamw(void) {
   check_bits("adamw v", dv, v.data, (size_t)n);
   rf_optim_free(o);
   free(master), free(grad);
-  CK(cudaFree(dp)), CK(cudaFree(dg)), CK(cudaFree(dm)), CK(cudaFree(dv));
+  RF_GPU_CK(cudaFree(dp)), RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dm)), RF_GPU_CK(cudaFree(dv));
 }
 
 /* ---- timing ---- */
@@ -582,7 +545,7 @@ static void t_adamw(void *c_) {
 
 static float *dfill(size_t n, float scale) {
   float *h = rand_buf(n, scale);
-  float *d = dput(h, n * 4);
+  float *d = rf_gpu_dput(h, n * 4);
   free(h);
   return d;
 }
@@ -593,7 +556,7 @@ static void timing_table(const char *gpu) {
   size_t n = (size_t)c.b * c.t;
   struct rf_model_config cfg = config(c.hidden, c.inter, c.nh, c.nkv, c.hd, c.vocab, c.t);
   c.scratch_bytes = D->scratch_bytes(&cfg, c.b, c.t);
-  c.scratch = dalloc(c.scratch_bytes);
+  c.scratch = rf_gpu_dalloc(c.scratch_bytes);
   c.x = dfill(n * c.hidden, 1), c.y = dfill(n * c.hidden, 1), c.w = dfill((size_t)c.hidden, 1);
   c.dw = dfill((size_t)c.hidden, 1);
   c.rstd = dfill(n, 1);
@@ -605,11 +568,11 @@ static void timing_table(const char *gpu) {
   c.cs = dfill((size_t)c.t * c.hd / 2, 1), c.sn = dfill((size_t)c.t * c.hd / 2, 1);
   size_t np = (size_t)c.inter * c.hidden * 4;
   c.p = dfill(np, 1), c.g = dfill(np, 1), c.m = dfill(np, 0), c.vv = dfill(np, 0);
-  CK(cudaMemset(c.vv, 0, np * 4));
-  c.loss = dalloc(sizeof(double));
+  RF_GPU_CK(cudaMemset(c.vv, 0, np * 4));
+  c.loss = rf_gpu_dalloc(sizeof(double));
   int32_t *tok = rf_xmalloc(sizeof(int32_t) * n);
   for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rf_test_rand_u64(&g_rng) % c.vocab);
-  c.tok = dput(tok, sizeof(int32_t) * n);
+  c.tok = rf_gpu_dput(tok, sizeof(int32_t) * n);
   c.table.f32 = dfill((size_t)c.vocab * c.hidden, 1);
   printf(
       "timing on %s: median of %d runs, 8 x 2048 tokens, hidden 2048, 32/8 "
@@ -642,9 +605,9 @@ int main(void) {
     return 1;
   }
   struct cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  RF_GPU_CK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t ks;
-  CK(cudaStreamCreate(&ks));
+  RF_GPU_CK(cudaStreamCreate(&ks));
   ks_stream.handle = ks;
   rf_device_cuda_init(&ks_device, 0, NULL);
   ks_stream.dev = &ks_device;

@@ -1,0 +1,64 @@
+/* What the GPU kernel tests share (test_kernels_cuda.c, test_gpt_oss_cuda.c): a CUDA call
+ * that must succeed, device buffers put, filled with NaN and read back, and a device result
+ * checked against the host's within a tolerance in units of f32's roundoff. */
+#ifndef RF_TESTS_GPU_TEST_H
+#define RF_TESTS_GPU_TEST_H
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "rf_test.h"
+
+#define RF_GPU_U (1.0 / 16777216.0) /* 2^-24, f32's unit roundoff */
+
+/* A CUDA call that must succeed (an expression: stops the test with the call and the reason). */
+static inline void rf_gpu_ck(cudaError_t e, const char *call, const char *file, int line) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+  exit(1);
+}
+#define RF_GPU_CK(call) rf_gpu_ck((call), #call, __FILE__, __LINE__)
+
+static inline void *rf_gpu_dalloc(size_t bytes) {
+  void *p = NULL;
+  RF_GPU_CK(cudaMalloc(&p, bytes ? bytes : 4));
+  return p;
+}
+/* A device copy of the host's `bytes` at h. */
+static inline void *rf_gpu_dput(const void *h, size_t bytes) {
+  void *p = rf_gpu_dalloc(bytes);
+  RF_GPU_CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+  return p;
+}
+/* A device buffer of n floats full of NaN (0xff bytes). */
+static inline float *rf_gpu_dnan(size_t n) {
+  float *p = rf_gpu_dalloc(n * sizeof(float));
+  RF_GPU_CK(cudaMemset(p, 0xff, n * sizeof(float)));
+  return p;
+}
+/* The device buffer's n floats, into a new host buffer (after the device's work). */
+static inline float *rf_gpu_dget(const float *d, size_t n) {
+  float *h = rf_xmalloc(n * sizeof(float) + 4);
+  RF_GPU_CK(cudaDeviceSynchronize());
+  RF_GPU_CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/* got (device, copied back) against ref (host): max |got - ref| / max |ref| within tol_u u.
+ * zero_scale > 0: the reference may be all zero (exactly, in exact arithmetic), and the
+ * difference is then measured against zero_scale (the inputs' size) instead. */
+static inline void rf_gpu_check_rel_scaled(const char *what, const float *dgot, const float *ref, size_t n,
+                                           double tol_u, double zero_scale) {
+  float *got = rf_gpu_dget(dgot, n);
+  double amax = rf_test_max_abs(ref, n), diff = rf_test_max_abs_diff(got, ref, n);
+  double scale = amax > zero_scale ? amax : zero_scale;
+  double rel = scale > 0 ? diff / scale : diff;
+  printf("  %-52s n=%-8zu max|ref| %-9.3g err %8.2f u (tol %.0f u)\n", what, n, amax, rel / RF_GPU_U, tol_u);
+  RF_CHECK(rel <= tol_u * RF_GPU_U && (amax > 0 || zero_scale > 0),
+           "%s: %.3g u from the host (tolerance %.0f u)", what, rel / RF_GPU_U, tol_u);
+  free(got);
+}
+
+#endif
