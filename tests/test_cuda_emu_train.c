@@ -64,41 +64,14 @@ static char out[1 << 16];
 static char dir[] = "/tmp/rf_test_cuda_emu_train.XXXXXX";
 static char data[256], model[256];
 
-/* The losses and norms of a run's log. */
-static void read_log(const char *log, double *loss, double *norm) {
-  int n = rf_cli_log_field(log, "\"loss\":", loss, STEPS);
-  int m = rf_cli_log_field(log, "\"grad_norm\":", norm, STEPS);
-  RF_CHECK(n == STEPS && m == STEPS, "%s: %d losses and %d norms (want %d)", log, n, m, STEPS);
-}
-
-/* The run of model_path (shape: "--batch B --seq T") on --device cuda against --device cpu. */
+/* The run of model_path (shape: "--batch B --seq T") on --device cuda against --device cpu, and
+ * then (max_syncs > 0) the cuda run's host waits per step. */
 static void same_run_of(const char *env, int world, const char *model_path, const char *shape,
                         const char *args, double loss_tol, double norm_tol, int max_syncs) {
-  static int runs;
-  char ref_log[320], gpu_log[320], cmd[1024];
-  snprintf(ref_log, sizeof ref_log, "%s/cpu-%d-%d.jsonl", dir, world, runs);
-  snprintf(gpu_log, sizeof gpu_log, "%s/cuda-%d-%d.jsonl", dir, world, runs++);
-  char common[64];
-  snprintf(common, sizeof common, "--steps %d %s", STEPS, shape);
-  int rc =
-      rf_cli_run_mpi(out, sizeof out, world, 120, "train --device cpu --model %s --data %s %s %s --log %s",
-                     model_path, data, common, args, ref_log);
-  RF_CHECK(rc == 0, "cpu W=%d %s: exit %d\n%s", world, args, rc, out);
-  snprintf(cmd, sizeof cmd, "rfsdp train --device cuda --model %s --data %s %s %s --log %s", model_path, data,
-           common, args, gpu_log);
-  rc = rf_cuda_emu_run(out, sizeof out, env, world, 300, cmd);
-  RF_CHECK(rc == 0, "cuda W=%d %s %s: exit %d\n%s", world, env, args, rc, out);
-  if (rc != 0) return;
-  double loss[STEPS], norm[STEPS], ref_loss[STEPS], ref_norm[STEPS];
-  read_log(ref_log, ref_loss, ref_norm);
-  read_log(gpu_log, loss, norm);
-  double wl = rf_cli_worst_relative(loss, ref_loss, STEPS), wn = rf_cli_worst_relative(norm, ref_norm, STEPS);
-  printf(
-      "--device cuda %s W=%d %s%s%s: losses within %.2g of --device cpu (tolerance %.0e), norms within %.2g "
-      "(%.0e)\n",
-      model_path, world, env, env[0] ? " " : "", args, wl, loss_tol, wn, norm_tol);
-  RF_CHECK(wl <= loss_tol && wn <= norm_tol, "cuda %s W=%d %s: losses %.3g, norms %.3g from the cpu run",
-           model_path, world, args, wl, wn);
+  char gpu_log[320];
+  if (rf_cuda_emu_same_run(dir, data, model_path, STEPS, env, world, shape, args, loss_tol, norm_tol, gpu_log,
+                           sizeof gpu_log) != 0)
+    return;
   if (max_syncs <= 0) return;
   double syncs[STEPS];
   int n = rf_cli_log_field(gpu_log, "\"host_syncs\":", syncs, STEPS), over = 0;
