@@ -1,10 +1,11 @@
 /* What the GPU kernel tests share (test_kernels_cuda.c, test_gpt_oss_cuda.c): a CUDA call
  * that must succeed, device buffers put, filled with NaN and read back, and a device result
- * checked against the host's within a tolerance in units of f32's roundoff. */
+ * checked against the host's within a tolerance in units of f32's roundoff or bit for bit. */
 #ifndef RF_TESTS_GPU_TEST_H
 #define RF_TESTS_GPU_TEST_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -58,6 +59,26 @@ static inline void rf_gpu_check_rel_scaled(const char *what, const float *dgot, 
   printf("  %-52s n=%-8zu max|ref| %-9.3g err %8.2f u (tol %.0f u)\n", what, n, amax, rel / RF_GPU_U, tol_u);
   RF_CHECK(rel <= tol_u * RF_GPU_U && (amax > 0 || zero_scale > 0),
            "%s: %.3g u from the host (tolerance %.0f u)", what, rel / RF_GPU_U, tol_u);
+  free(got);
+}
+
+/* got (device, copied back) against ref (host), the same bits (NaN payloads included); prints how
+ * many elements differ and by how many ulps at most (same signs). */
+static inline void rf_gpu_check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
+  float *got = rf_gpu_dget(dgot, n);
+  size_t ndiff = 0;
+  int64_t ulps = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t a = rf_f32_bits(got[i]), b = rf_f32_bits(ref[i]);
+    if (a == b) continue;
+    ndiff++;
+    int64_t d = llabs((int64_t)a - (int64_t)b);
+    ulps = d > ulps ? d : ulps;
+  }
+  printf("  %-52s n=%-8zu %s (%zu differ, max %lld ulp)\n", what, n, ndiff ? "DIFFERENT" : "same bits", ndiff,
+         (long long)ulps);
+  RF_CHECK(ndiff == 0, "%s: %zu of %zu elements differ from the host (max %lld ulp)", what, ndiff, n,
+           (long long)ulps);
   free(got);
 }
 

@@ -59,25 +59,6 @@ static float *rand_buf(size_t n, float scale) {
   return p;
 }
 
-/* The same bits (NaN payloads included). */
-static void check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
-  float *got = rf_gpu_dget(dgot, n);
-  size_t ndiff = 0;
-  int64_t ulps = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t a = rf_f32_bits(got[i]), b = rf_f32_bits(ref[i]);
-    if (a == b) continue;
-    ndiff++;
-    int64_t d = llabs((int64_t)a - (int64_t)b);
-    ulps = d > ulps ? d : ulps;
-  }
-  printf("  %-52s n=%-8zu %s (%zu differ, max %lld ulp)\n", what, n, ndiff ? "DIFFERENT" : "same bits", ndiff,
-         (long long)ulps);
-  RF_CHECK(ndiff == 0, "%s: %zu of %zu elements differ from the host (max %lld ulp)", what, ndiff, n,
-           (long long)ulps);
-  free(got);
-}
-
 /* ---- attention with sinks and a window ---- */
 
 static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int window, int with_sinks) {
@@ -180,10 +161,10 @@ static void test_swiglu_clamp(size_t n, float alpha, float limit, float scale) {
   char what[128];
   snprintf(what, sizeof what, "clamped swiglu n=%zu alpha %.3g limit %.3g (%zu clamped)", n, alpha, limit,
            hits);
-  check_bits(what, d_h, h, n);
+  rf_gpu_check_bits(what, d_h, h, n);
   H->swiglu_clamp_backward(dgu, dh, gu, n, alpha, limit, KS);
   D->swiglu_clamp_backward(d_dgu, d_dh, d_gu, n, alpha, limit, KS);
-  check_bits("clamped swiglu backward dgu", d_dgu, dgu, 2 * n);
+  rf_gpu_check_bits("clamped swiglu backward dgu", d_dgu, dgu, 2 * n);
   RF_CHECK(n < 1000 || hits > n / 10, "the inputs hit the clamp (%zu of %zu)", hits, n);
   free(gu), free(dh), free(h), free(dgu);
   RF_GPU_CK(cudaFree(d_gu)), RF_GPU_CK(cudaFree(d_dh)), RF_GPU_CK(cudaFree(d_h)), RF_GPU_CK(cudaFree(d_dgu));
@@ -209,11 +190,11 @@ static void test_transpose(int rows, int cols, int bf16) {
   D->weight_transpose(d_dst, &dw, rows, cols, KS);
   char what[128];
   snprintf(what, sizeof what, "weight transpose %d x %d %s", rows, cols, bf16 ? "bf16" : "f32");
-  check_bits(what, d_dst, dst, n);
+  rf_gpu_check_bits(what, d_dst, dst, n);
   H->transpose_add(acc, src, rows, cols, KS);
   D->transpose_add(d_acc, d_src, rows, cols, KS);
   snprintf(what, sizeof what, "transpose add %d x %d", rows, cols);
-  check_bits(what, d_acc, acc, n);
+  rf_gpu_check_bits(what, d_acc, acc, n);
   free(w), free(acc), free(src), free(wb), free(dst);
   RF_GPU_CK(cudaFree(d_w)), RF_GPU_CK(cudaFree(d_dst)), RF_GPU_CK(cudaFree(d_acc)),
       RF_GPU_CK(cudaFree(d_src)), RF_GPU_CK(cudaFree(d_wb));

@@ -63,25 +63,6 @@ static void check_rel(const char *what, const float *dgot, const float *ref, siz
   rf_gpu_check_rel_scaled(what, dgot, ref, n, tol_u, 0.0);
 }
 
-/* The same bits; prints how many elements differ and by how many ulps at most (same signs). */
-static void check_bits(const char *what, const float *dgot, const float *ref, size_t n) {
-  float *got = rf_gpu_dget(dgot, n);
-  size_t ndiff = 0;
-  int64_t ulps = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t a = rf_f32_bits(got[i]), b = rf_f32_bits(ref[i]);
-    if (a == b) continue;
-    ndiff++;
-    int64_t d = llabs((int64_t)a - (int64_t)b);
-    ulps = d > ulps ? d : ulps;
-  }
-  printf("  %-40s n=%-8zu %s (%zu differ, max %lld ulp)\n", what, n, ndiff ? "DIFFERENT" : "same bits", ndiff,
-         (long long)ulps);
-  RF_CHECK(ndiff == 0, "%s: %zu of %zu elements differ from the host (max %lld ulp)", what, ndiff, n,
-           (long long)ulps);
-  free(got);
-}
-
 static struct rf_model_config config(int hidden, int inter, int nh, int nkv, int hd, int vocab, int seq) {
   struct rf_model_config c;
   memset(&c, 0, sizeof c);
@@ -181,7 +162,7 @@ static void test_rmsnorm_apply(int rows, int dim) {
   float *d_out = rf_gpu_dnan(n);
   H->rmsnorm_apply(out, x, rstd, w, rows, dim, KS);
   D->rmsnorm_apply(d_out, d_x, d_r, d_w, rows, dim, KS);
-  check_bits("rmsnorm apply (the backward's recomputation)", d_out, out, n);
+  rf_gpu_check_bits("rmsnorm apply (the backward's recomputation)", d_out, out, n);
   free(x), free(w), free(rstd), free(out);
   RF_GPU_CK(cudaFree(d_x)), RF_GPU_CK(cudaFree(d_w)), RF_GPU_CK(cudaFree(d_r)), RF_GPU_CK(cudaFree(d_out));
 }
@@ -202,17 +183,17 @@ static void test_embedding(void) {
   struct rf_model_weight hw = {.f32 = table}, dw = {.f32 = dtable}, hwb = {.bf16 = tb}, dwb = {.bf16 = dtb};
   H->embedding_forward(out, &hw, tok, n, dim, KS);
   D->embedding_forward(dout, &dw, dtok, n, dim, KS);
-  check_bits("embedding forward f32", dout, out, (size_t)n * dim);
+  rf_gpu_check_bits("embedding forward f32", dout, out, (size_t)n * dim);
   H->embedding_forward(out, &hwb, tok, n, dim, KS);
   D->embedding_forward(dout, &dwb, dtok, n, dim, KS);
-  check_bits("embedding forward bf16", dout, out, (size_t)n * dim);
+  rf_gpu_check_bits("embedding forward bf16", dout, out, (size_t)n * dim);
   struct rf_model_config c = config(dim, 2 * dim, 4, 4, dim / 4, vocab, n);
   struct scratch s = scratch_make(&c, 1, n);
   float *g = rand_buf((size_t)n * dim, 1.0f);
   float *dg = rf_gpu_dput(g, sizeof(float) * n * dim);
   H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, KS); /* adds into the table's values */
   D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, KS);
-  check_bits("embedding backward (adds, repeated tokens)", dtable, table, (size_t)vocab * dim);
+  rf_gpu_check_bits("embedding backward (adds, repeated tokens)", dtable, table, (size_t)vocab * dim);
   scratch_free(&s);
   free(tok), free(table), free(out), free(tb), free(g);
   RF_GPU_CK(cudaFree(dtok)), RF_GPU_CK(cudaFree(dtable)), RF_GPU_CK(cudaFree(dout)), RF_GPU_CK(cudaFree(dtb)),
@@ -260,7 +241,7 @@ static void test_rope(void) {
     float *dx = rf_gpu_dput(x, n * 4);
     H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, KS);
     D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, KS);
-    check_bits(inverse ? "rope inverse" : "rope", dx, x, n);
+    rf_gpu_check_bits(inverse ? "rope inverse" : "rope", dx, x, n);
     free(x);
     RF_GPU_CK(cudaFree(dx));
   }
@@ -277,18 +258,18 @@ static void test_swiglu_bias(void) {
         *dh_out = rf_gpu_dnan(n);
   H->swiglu_forward(h, g, u, n, KS);
   D->swiglu_forward(dh_out, dgp, dup_, n, KS);
-  check_bits("swiglu forward", dh_out, h, n);
+  rf_gpu_check_bits("swiglu forward", dh_out, h, n);
   float *dgate = rf_xmalloc(n * 4), *dupo = rf_xmalloc(n * 4);
   float *d_dgate = rf_gpu_dnan(n), *d_dup = rf_gpu_dnan(n);
   H->swiglu_backward(dgate, dupo, dh, g, u, n, KS);
   D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, KS);
-  check_bits("swiglu backward dgate", d_dgate, dgate, n);
-  check_bits("swiglu backward dup", d_dup, dupo, n);
+  rf_gpu_check_bits("swiglu backward dgate", d_dgate, dgate, n);
+  rf_gpu_check_bits("swiglu backward dup", d_dup, dupo, n);
   float *bias = rand_buf(cols, 1.0f);
   float *dbias = rf_gpu_dput(bias, (size_t)cols * 4), *dy = rf_gpu_dput(h, n * 4);
   H->bias_forward(h, bias, rows, cols, KS);
   D->bias_forward(dy, dbias, rows, cols, KS);
-  check_bits("bias forward (adds)", dy, h, n);
+  rf_gpu_check_bits("bias forward (adds)", dy, h, n);
   struct rf_model_config c = config(cols, cols, 1, 1, cols, 8, rows);
   struct scratch s = scratch_make(&c, 1, rows);
   H->bias_backward(bias, dh, rows, cols, s.h, s.hb, KS);
@@ -326,7 +307,7 @@ static void test_cross_entropy(int rows, int vocab) {
   RF_GPU_CK(cudaMemcpy(dlse, lse, sizeof(float) * rows, cudaMemcpyHostToDevice));
   H->cross_entropy_backward(z, lse, t, rows, vocab, 1.0f / 3.0f, KS);
   D->cross_entropy_backward(dz, dlse, dt, rows, vocab, 1.0f / 3.0f, KS);
-  check_bits("cross-entropy backward", dz, z, n);
+  rf_gpu_check_bits("cross-entropy backward", dz, z, n);
   scratch_free(&s);
   free(z), free(lse), free(t);
   RF_GPU_CK(cudaFree(dz)), RF_GPU_CK(cudaFree(dlse)), RF_GPU_CK(cudaFree(dt)), RF_GPU_CK(cudaFree(dloss));
@@ -452,9 +433,9 @@ static void test_adamw(void) {
   struct rf_optim_state_slab m, v;
   rf_optim_state(o, 0, &m);
   rf_optim_state(o, 1, &v);
-  check_bits("adamw p after 5 steps (decay and not)", dp, master, (size_t)n);
-  check_bits("adamw m", dm, m.data, (size_t)n);
-  check_bits("adamw v", dv, v.data, (size_t)n);
+  rf_gpu_check_bits("adamw p after 5 steps (decay and not)", dp, master, (size_t)n);
+  rf_gpu_check_bits("adamw m", dm, m.data, (size_t)n);
+  rf_gpu_check_bits("adamw v", dv, v.data, (size_t)n);
   rf_optim_free(o);
   free(master), free(grad);
   RF_GPU_CK(cudaFree(dp)), RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dm)), RF_GPU_CK(cudaFree(dv));
