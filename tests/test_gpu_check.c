@@ -1,15 +1,16 @@
 /* rf-test: timeout=600
  * scripts/gpu-check and scripts/gpu-bundle on a machine without a GPU (docs/gpu.md):
  * gpu-check refuses with "no CUDA device" and exit 2, creating nothing (its output folder
- * stays absent); its parts' limits add up to under 9 minutes (a device command gets 10); the script runs end
- * to end on the CPU stand-in (gpu-check --dry over make BACKEND=cuda-emu: the GPU tests, the CPU reference,
- * the training parts on the stand-in's GPU (--device cuda at W = 1 and 2, against the CPU run, and the GPU's
- * checkpoint resumed on CPUs: each must pass) and one summary whose benchmark table
- * names the one shape rfsdp and PyTorch both run, exit 0), and a part that
- * hangs stops it there (exit 3, the later parts not run, the summary printed); the bundle of build-cuda's
- * programs is complete (every library any of its files needs is in it or is one the GPU machine provides:
- * glibc, CUDA, NCCL), and the check that says so fails, naming the library, when one is taken out. The bundle
- * part needs the CUDA build: without nvcc the test exits 77 (not run) after the refusal checks. */
+ * stays absent); its parts before the 1.1B rows have limits adding up to under 9 minutes and its budget is
+ * under 9.5 (a device command gets 10), and a part the budget leaves no time for stops the run there; the
+ * script runs end to end on the CPU stand-in (gpu-check --dry over make BACKEND=cuda-emu: the GPU tests, the
+ * CPU reference, the training parts on the stand-in's GPU (--device cuda at W = 1 and 2, against the CPU run,
+ * and the GPU's checkpoint resumed on CPUs: each must pass) and one summary whose benchmark table names the
+ * one shape rfsdp and PyTorch both run, exit 0), and a part that hangs stops it there (exit 3, the later
+ * parts not run, the summary printed); the bundle of build-cuda's programs is complete (every library any of
+ * its files needs is in it or is one the GPU machine provides: glibc, CUDA, NCCL), and the check that says so
+ * fails, naming the library, when one is taken out. The bundle part needs the CUDA build: without nvcc the
+ * test exits 77 (not run) after the refusal checks. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,7 +33,11 @@ int main(void) {
     rmdir(dir);
   }
   int rc = rf_cli_sh(out, sizeof out, "scripts/gpu-check --limits");
-  RF_CHECK(rc == 0 && atoi(out) > 0 && atoi(out) < 540, "gpu-check's limits add up to %s s (under 540)", out);
+  long total = 0, main_parts = 0, budget = 0;
+  RF_CHECK(rc == 0 && sscanf(out, "%ld %ld %ld", &total, &main_parts, &budget) == 3 && main_parts > 0 &&
+               main_parts < 540 && budget >= main_parts && budget < 570 && total >= budget,
+           "gpu-check's limits: %s (the parts before the 1.1B rows under 540 s, the budget under 570 s)",
+           out);
   if (rf_cuda_emu_build() == 0) { /* the dry run, on the stand-in */
     char dir[] = "/tmp/rf_gpu_dry_XXXXXX";
     RF_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -45,14 +50,28 @@ int main(void) {
     RF_CHECK(sum && strstr(sum, "benchmark, both at ") && strstr(sum, "tiny.json 4x32 tokens per step") &&
                  strstr(sum, "rfsdp --device cuda ") && strstr(sum, "PyTorch FSDP2 "),
              "gpu-check --dry: the benchmark table names its one shape, for rfsdp and for PyTorch");
-    const char *parts[] = {"train_gpu_w1",        "train_gpu_w2_equal",
-                           "train_gpu_w2_ragged", "resume_gpu_ckpt_on_cpu_w2",
-                           "bench_rfsdp 4x32",    "bench_rfsdp_bf16 4x32"};
+    const char *parts[] = {
+        "train_gpu_w1",     "train_gpu_w2_equal",    "train_gpu_w2_ragged",     "resume_gpu_ckpt_on_cpu_w2",
+        "bench_rfsdp 4x32", "bench_rfsdp_bf16 4x32", "bench_rfsdp_1b_bf16 2x64"};
     for (int i = 0; sum && i < (int)(sizeof parts / sizeof *parts); i++) {
       char ok[64];
       snprintf(ok, sizeof ok, "ok    %s", parts[i]);
       RF_CHECK(strstr(sum, ok), "gpu-check --dry: %s passed on the stand-in\n%s", parts[i], sum);
     }
+    /* the 1.1B rows: their table, and FP8 run or refused by name (until --fp8 block runs on cuda) */
+    RF_CHECK(sum && strstr(sum, "the 1.1B rows, at ") && strstr(sum, "2x64 bf16 compute: ") &&
+                 (strstr(sum, "ok    bench_rfsdp_1b_fp8 2x64") ||
+                  (strstr(sum, "not run  bench_rfsdp_1b_fp8") && strstr(sum, "not on device cuda yet"))),
+             "gpu-check --dry: the 1.1B rows\n%s", sum ? sum : out);
+    /* the budget: a part whose limit (120 s, and 5 s to kill it) would end past it does not start, and the
+     * run stops there, with the summary */
+    rc = rf_cli_sh(out, sizeof out, "RF_GPU_CHECK_BUDGET_S=124 scripts/gpu-check --dry '%s/c'", dir);
+    sum = strstr(out, "== gpu-check summary:");
+    RF_CHECK(rc == 0 && sum && strstr(sum, "not run  test_device_cuda") &&
+                 strstr(sum, "s of the 124 s budget left, its limit is 120 s") &&
+                 strstr(out, "stopped at test_device_cuda: the budget of 124 s") &&
+                 !strstr(out, "test_gemm_cuda") && !strstr(out, "train_cpu_3_steps"),
+             "the budget stops gpu-check before a part it has no time for: exit %d\n%s", rc, out);
     rc = rf_cli_sh(out, sizeof out,
                    "RF_GPU_CHECK_HANG=test_gemm_cuda RF_GPU_CHECK_HANG_S=2 scripts/gpu-check --dry '%s/b'",
                    dir);
