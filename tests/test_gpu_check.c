@@ -41,7 +41,7 @@ int main(void) {
   if (rf_cuda_emu_build() == 0) { /* the dry run, on the stand-in */
     char dir[] = "/tmp/rf_gpu_dry_XXXXXX";
     RF_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    rc = rf_cli_sh(out, sizeof out, "scripts/gpu-check --dry '%s/a'", dir);
+    rc = rf_cli_sh(out, sizeof out, "scripts/gpu-check --dry --tar '%s/a.tar.gz' '%s/a'", dir, dir);
     printf("gpu-check --dry: exit %d in %.1f s\n%s", rc, rf_cli_last_seconds(), out);
     const char *sum = strstr(out, "== gpu-check summary: cuda-emu");
     RF_CHECK(rc == 0 && sum && strstr(sum, "ok    test_device_cuda") && strstr(sum, "ok    test_gemm_cuda") &&
@@ -63,6 +63,16 @@ int main(void) {
                  (strstr(sum, "ok    bench_rfsdp_1b_fp8 2x64") ||
                   (strstr(sum, "not run  bench_rfsdp_1b_fp8") && strstr(sum, "not on device cuda yet"))),
              "gpu-check --dry: the 1.1B rows\n%s", sum ? sum : out);
+    /* --tar: what it printed and its logs in one archive, without the checkpoints and token files */
+    int tar_rc = rf_cli_sh(out, sizeof out, "tar -tzf '%s/a.tar.gz'", dir);
+    RF_CHECK(tar_rc == 0 && strstr(out, "a/gpu-check.txt") && strstr(out, "a/train_gpu_w1.log") &&
+                 strstr(out, "a/gpu1.jsonl") && !strstr(out, "a/ckpt/") && !strstr(out, "data.train.tok"),
+             "gpu-check --tar: the archive holds the summary and the logs, no checkpoint: exit %d\n%s",
+             tar_rc, out);
+    tar_rc = rf_cli_sh(out, sizeof out, "tar -xzOf '%s/a.tar.gz' a/gpu-check.txt", dir);
+    RF_CHECK(
+        tar_rc == 0 && strstr(out, "== gpu-check summary: cuda-emu") && strstr(out, "the 1.1B rows, at "),
+        "gpu-check --tar: gpu-check.txt is what it printed: exit %d\n%.2000s", tar_rc, out);
     /* the budget: a part whose limit (120 s, and 5 s to kill it) would end past it does not start, and the
      * run stops there, with the summary */
     rc = rf_cli_sh(out, sizeof out, "RF_GPU_CHECK_BUDGET_S=124 scripts/gpu-check --dry '%s/c'", dir);
