@@ -3,10 +3,11 @@
 same weights, both ways (as tests/ref_mixtral_export.py for Mixtral).
 
 Writes tests/data/deepseek_v3_export/:
-  config.json          a tiny DeepSeek-V3 with dense layers only (first_k_dense_replace = 2 = layers):
-                       multi-head latent attention (hidden 16, 2 heads, q_lora_rank 12, kv_lora_rank 8,
-                       qk_nope 4 + qk_rope 4 != v_head_dim 6, interleaved rotary pairs), MLP of 24;
-                       vocab 256
+  config.json          a tiny DeepSeek-V3: multi-head latent attention (hidden 16, 2 heads, q_lora_rank 12,
+                       kv_lora_rank 8, qk_nope 4 + qk_rope 4 != v_head_dim 6, interleaved rotary pairs),
+                       layer 0 dense (MLP of 24), layer 1 with routed experts (4 of 8 in 2 groups, 1 group
+                       kept, top-2, one shared expert; the balancing bias moved by the 2 training steps,
+                       so the export's mlp.gate.e_score_correction_bias is not zero); vocab 256
   hf.safetensors       the weights of a seeded random DeepseekV3ForCausalLM, as transformers saves them
   tokens.i32           raw int32 [2, 12] seeded random tokens
   hf_logits.f32        transformers' logits (float64 model) of hf.safetensors on the tokens
@@ -30,8 +31,8 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "deepsee
 CFG = dict(model_type="deepseek_v3", hidden_size=16, intermediate_size=24, num_hidden_layers=2,
            num_attention_heads=2, num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
            rms_norm_eps=1e-6, q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
-           v_head_dim=6, first_k_dense_replace=2, moe_intermediate_size=8, n_routed_experts=4,
-           n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1, rope_interleave=True,
+           v_head_dim=6, first_k_dense_replace=1, moe_intermediate_size=8, n_routed_experts=4,
+           n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, rope_interleave=True,
            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False)
 
 

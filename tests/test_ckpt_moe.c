@@ -11,9 +11,11 @@
  *  - both worlds write the same bytes.
  * The same for GPT-OSS (tests/ref_gpt_oss_export.py wrote tests/data/gpt_oss_export/: sinks, a
  * sliding layer, YaRN, the biased router, [in, out] experts with biases, the clamped SwiGLU),
- * its export loaded strictly into GptOssForCausalLM; and for DeepSeek-V3 with dense layers
- * (tests/ref_deepseek_v3_export.py wrote tests/data/deepseek_v3_export/: multi-head latent attention,
- * low-rank q, v_head_dim != the qk head dim), its export loaded strictly into DeepseekV3ForCausalLM. */
+ * its export loaded strictly into GptOssForCausalLM; and for DeepSeek-V3 (tests/ref_deepseek_v3_export.py
+ * wrote tests/data/deepseek_v3_export/: multi-head latent attention, low-rank q, v_head_dim != the qk
+ * head dim, a dense layer and a MoE layer: the sigmoid group-limited router, fused routed experts,
+ * a shared expert, the balancing bias moved by the 2 steps), its export loaded strictly into
+ * DeepseekV3ForCausalLM (the bias into the router's e_score_correction_bias buffer). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

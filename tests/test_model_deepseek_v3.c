@@ -1,6 +1,16 @@
 /* rf-test: timeout=60 */
 /* DeepSeek-V3's multi-head latent attention (src/model/model.c's mla_ functions, the ops of
- * ops.c) against transformers' own DeepseekV3ForCausalLM and against direct formulas:
+ * ops.c) and its MoE layers (moe.c) against transformers' own DeepseekV3ForCausalLM and against
+ * direct formulas:
+ *   - the MoE layers: tests/ref_deepseek_v3.py's deepseek_v3_moe (3 layers, the first dense; 8
+ *     routed experts of 12 in 4 groups, 2 kept, top-2, routed_scaling_factor 2.5, one shared
+ *     expert, a random balancing bias; the router in float64, every choice >= 8.9e-3 from a tie):
+ *     loss, logits <= 2e-5, every gradient <= 1e-4 (router, fused experts, shared experts), the
+ *     bias's exactly zero; bf16 compute: loss <= 1u, logits <= 8u (two rounded expert chains and
+ *     the shared one, weighted by the router; observed 5.0u), gradients <= 16u; bf16 weights equal
+ *     their f32 values; the balancing-bias update against its formula, the loads of two forwards
+ *     against the chosen experts counted by hand, their reset; a table without the router_group_
+ *     entries refused; the router's refusals (n_group, topk_group, top-k, shared experts);
  *   - the whole model: tests/ref_deepseek_v3.py wrote, in float64, two tiny dense models (every
  *     layer dense: first_k_dense_replace = num_hidden_layers; 4 heads, qk_nope 8 + qk_rope 6 = 14
  *     != v_head_dim 10, kv_lora_rank 16): deepseek_v3 (q_lora_rank 24: q_a_proj, q_a_layernorm,
@@ -178,13 +188,13 @@ static void test_bf16_weights(const char *name) {
   ref_free(&r);
 }
 
-/* dtypes: 1 (f32) or 2 (f32 and bf16 compute) */
-static void test_reference(const char *name, int dtypes) {
+/* dtypes: 1 (f32) or 2 (f32 and bf16 compute); moe_layers: the layers with routed experts */
+static void test_reference(const char *name, int dtypes, int moe_layers) {
   struct ref r;
   ref_load(&r, name);
-  RF_CHECK(
-      r.cfg.head_dim == 14 && r.cfg.deepseek_v3.v_head_dim == 10 && rf_model_config_moe_layers(&r.cfg) == 0,
-      "%s: qk head dim 14, v head dim 10, every layer dense", name);
+  RF_CHECK(r.cfg.head_dim == 14 && r.cfg.deepseek_v3.v_head_dim == 10 &&
+               rf_model_config_moe_layers(&r.cfg) == moe_layers,
+           "%s: qk head dim 14, v head dim 10, %d layers with routed experts", name, moe_layers);
   size_t n = (size_t)r.B * r.T, v = (size_t)r.cfg.vocab_size;
   float *logits = rf_xmalloc(n * v * 4);
   float **g = rf_xcalloc((size_t)r.n_tensors, sizeof(float *));
@@ -195,7 +205,9 @@ static void test_reference(const char *name, int dtypes) {
   const enum rf_dtype dts[2] = {RF_DTYPE_F32, RF_DTYPE_BF16};
   for (int d = 0; d < dtypes; d++) {
     double loss = run_model(&r, dts[d], logits, g);
-    double tl = d ? BF16_U : 2e-5, tg = d ? 16 * BF16_U : 1e-4, tz = d ? 4 * BF16_U : 2e-5;
+    /* routed experts: each output also passes two rounded expert chains and the shared one, weighted
+     * by the router (times routed_scaling_factor 2.5): logits <= 8u (observed 5.0u) */
+    double tl = d ? BF16_U : 2e-5, tg = d ? 16 * BF16_U : 1e-4, tz = d ? (moe_layers ? 8 : 4) * BF16_U : 2e-5;
     double el = fabs(loss - r.loss) / fabs(r.loss);
     double ez = rf_test_max_abs_diff(logits, r.logits, n * v) / rf_test_max_abs(r.logits, n * v);
     RF_CHECK(el <= tl, "%s %s: loss %.8f, reference %.8f (rel %.3g > %g)", name, rf_dtype_name(dts[d]), loss,
@@ -209,7 +221,11 @@ static void test_reference(const char *name, int dtypes) {
         double amax = rf_test_max_abs(r.g[i], ne);
         double e = rf_test_max_abs_diff(g[i], r.g[i], ne) / (amax > 0 ? amax : 1.0);
         worst = rf_test_max(worst, e);
-        RF_CHECK(amax > 0, "%s: the reference gradient is zero", r.desc.units[u].tensors[t].name);
+        /* the balancing bias (a buffer in transformers) takes no gradient: exactly zero here too */
+        int frozen = strstr(r.desc.units[u].tensors[t].name, "e_score_correction_bias") != NULL;
+        RF_CHECK(frozen ? rf_test_max_abs(g[i], ne) == 0 : amax > 0, "%s: the %s gradient is %s",
+                 r.desc.units[u].tensors[t].name, frozen ? "balancing bias's" : "reference",
+                 frozen ? "not zero" : "zero");
         RF_CHECK(e <= tg, "%s %s %s: gradient rel err %.3g > %g", name, rf_dtype_name(dts[d]),
                  r.desc.units[u].tensors[t].name, e, tg);
       }
@@ -329,6 +345,53 @@ static void test_rope_and_expand(void) {
   free(kvb), free(kpe), free(k), free(v), free(gk), free(gv), free(gb), free(gpe);
 }
 
+/* ---- the balancing bias ------------------------------------------------------------------- */
+
+/* rf_model_bias_update against its formula (b += u sign(mean - load)) on a piece of a layer's bias,
+ * and the loads a forward leaves in ws->moe_load against the chosen experts counted by hand. */
+static void test_balancing_bias(void) {
+  const double load[8] = {5, 1, 2, 4, 3, 0, 3, 6}; /* mean 3 */
+  float piece[5] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f}; /* elements 2..6 */
+  rf_model_bias_update(piece, 2, 5, load, 8, 0.25f);
+  const float want[5] = {0.75f, 0.25f, 0.5f, 0.75f, 0.5f};
+  RF_CHECK(memcmp(piece, want, sizeof want) == 0,
+           "bias update: %g %g %g %g %g, want 0.75 0.25 0.5 0.75 0.5 (under-loaded up, over-loaded down)",
+           piece[0], piece[1], piece[2], piece[3], piece[4]);
+  struct ref r;
+  ref_load(&r, "deepseek_v3_moe");
+  struct rf_model_ws ws;
+  RF_ASSERT(rf_model_ws_init(&ws, &r.cfg, r.B, r.T) == 0);
+  struct rf_model_weight *wt = rf_xcalloc((size_t)r.n_tensors, sizeof *wt);
+  for (int i = 0; i < r.n_tensors; i++) wt[i].f32 = r.w[i];
+  int first = 0, n = r.B * r.T, ne = r.cfg.moe.num_local_experts, k = r.cfg.moe.num_experts_per_tok;
+  for (int pass = 0; pass < 2; pass++) { /* two forwards: the loads add up until reset */
+    RF_ASSERT(rf_model_embed_forward(&ws, &wt[0], r.tokens) == 0);
+    first = r.desc.units[0].n_tensors;
+    for (int l = 0; l < r.cfg.num_hidden_layers; l++) {
+      rf_model_layer_forward(&ws, l, &wt[first]);
+      first += r.desc.units[1 + l].n_tensors;
+    }
+  }
+  double got[2 * 8] = {0}, want_load[2 * 8] = {0};
+  RF_ASSERT(ne == 8 && rf_model_config_moe_layers(&r.cfg) == 2);
+  rf_model_ws_moe_load_read(&ws, got);
+  for (int l = 1; l < 3; l++)
+    for (int i = 0; i < n * k; i++) want_load[(l - 1) * ne + ws.layers[l].moe.top[i]] += 2;
+  RF_CHECK(memcmp(got, want_load, sizeof got) == 0, "the loads of two forwards are twice the chosen experts");
+  rf_model_ws_moe_load_reset(&ws);
+  rf_model_ws_moe_load_read(&ws, got);
+  double left = 0;
+  for (int i = 0; i < 16; i++) left += fabs(got[i]);
+  RF_CHECK(left == 0, "the loads reset to zero (%g left)", left);
+  printf("  balancing bias: the update's signs; the loads of layers 1, 2 (%g of %d rows each) counted\n",
+         want_load[0] + want_load[1] + want_load[2] + want_load[3] + want_load[4] + want_load[5] +
+             want_load[6] + want_load[7],
+         2 * n * k);
+  free(wt);
+  rf_model_ws_free(&ws);
+  ref_free(&r);
+}
+
 /* ---- the tables and the config --------------------------------------------------------------- */
 
 static void test_tables_and_config(void) {
@@ -345,16 +408,37 @@ static void test_tables_and_config(void) {
   RF_CHECK(rf_model_kernels_missing_for(&rf_model_kernels_host, &ds) == NULL &&
                rf_model_kernels_missing_for(&rf_model_kernels_checked, &ds) == NULL,
            "the host and checked tables have every MLA entry");
-  /* fields the trainable model does not implement yet, refused by name */
-  char *text = NULL;
-  size_t len = 0;
-  RF_ASSERT(rf_file_read_all("tests/data/deepseek_v3_ref_config.json", &text, &len) == 0);
+  /* the router: a table with MLA but without the router_group_ entries (the CUDA table lacks both)
+   * refuses the MoE layers naming the first, and runs a mixtral */
+  struct rf_model_config dsm, mixtral;
+  RF_ASSERT(rf_model_config_load(&dsm, "tests/data/deepseek_v3_moe_ref_config.json") == 0);
+  RF_ASSERT(rf_model_config_load(&mixtral, "tests/data/mixtral_ref_config.json") == 0);
+  struct rf_model_kernels no_router = rf_model_kernels_host;
+  no_router.router_group_forward = NULL, no_router.router_group_backward = NULL;
+  m = rf_model_kernels_missing_for(&no_router, &dsm);
+  RF_CHECK(m && strcmp(m, "router_group_forward") == 0,
+           "deepseek_v3's MoE without the router_group_ entries: %s", m ? m : "(none missing)");
+  RF_CHECK(rf_model_kernels_missing_for(&no_router, &mixtral) == NULL,
+           "a mixtral needs no router_group_ entry");
+  RF_CHECK(rf_model_kernels_missing_for(&rf_model_kernels_host, &dsm) == NULL &&
+               rf_model_kernels_missing_for(&rf_model_kernels_checked, &dsm) == NULL,
+           "the host and checked tables have the router's entries");
+  /* fields the trainable model does not implement, or a router it cannot build, refused by name */
   const struct {
-    const char *from, *to, *expect;
-  } bad[] = {{"\"first_k_dense_replace\": 2", "\"first_k_dense_replace\": 1", "'first_k_dense_replace'"},
-             {"\"attention_bias\": false", "\"attention_bias\": true", "'attention_bias'"},
-             {"\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2", "'num_key_value_heads'"}};
+    const char *file, *from, *to, *expect;
+  } bad[] = {
+      {"deepseek_v3", "\"attention_bias\": false", "\"attention_bias\": true", "'attention_bias'"},
+      {"deepseek_v3", "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2", "'num_key_value_heads'"},
+      {"deepseek_v3_moe", "\"n_group\": 4", "\"n_group\": 3", "'n_group'"},
+      {"deepseek_v3_moe", "\"topk_group\": 2", "\"topk_group\": 5", "'topk_group'"},
+      {"deepseek_v3_moe", "\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5",
+       "'num_experts_per_tok'"},
+      {"deepseek_v3_moe", "\"n_shared_experts\": 1", "\"n_shared_experts\": 0", "'n_shared_experts'"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *text = NULL, src[128];
+    size_t len = 0;
+    snprintf(src, sizeof src, "tests/data/%s_ref_config.json", bad[i].file);
+    RF_ASSERT(rf_file_read_all(src, &text, &len) == 0);
     char *at = strstr(text, bad[i].from);
     RF_ASSERT(at);
     size_t pre = (size_t)(at - text);
@@ -371,15 +455,19 @@ static void test_tables_and_config(void) {
              rc ? rf_error_msg() : "(accepted)");
     remove(path);
     free(edited);
+    free(text);
   }
-  free(text);
 }
 
 int main(void) {
   printf("deepseek_v3 (dense layers) against transformers:\n");
-  test_reference("deepseek_v3", 2);
-  test_reference("deepseek_v3_q", 2);
-  test_reference("deepseek_v3_yarn", 1);
+  test_reference("deepseek_v3", 2, 0);
+  test_reference("deepseek_v3_q", 2, 0);
+  test_reference("deepseek_v3_yarn", 1, 0);
+  printf("deepseek_v3 with routed and shared experts against transformers:\n");
+  test_reference("deepseek_v3_moe", 2, 2);
+  test_bf16_weights("deepseek_v3_moe");
+  test_balancing_bias();
   test_bf16_weights("deepseek_v3");
   test_attention();
   test_rope_and_expand();

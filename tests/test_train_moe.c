@@ -24,6 +24,11 @@
  *    [hidden, 2*inter] its own matrix) at W = 3 fsdp2, against the one-rank runs;
  *  - deepseek_v3 with dense layers (multi-head latent attention: low-rank q, v_head_dim 10 != 14):
  *    the same five runs as gpt_oss and 8-bit AdamW at W = 3 planned/ragged, against the one-rank runs;
+ *  - deepseek_v3 with MoE layers (3 layers, the first dense; 8 experts in 4 groups, 2 groups kept,
+ *    top-2, one shared expert, bias_update_speed 0.01 so that the balancing bias moves the choice
+ *    within the run): W = 2 planned/ragged, W = 3 planned/equal and fsdp2 with AdamW, W = 2 fsdp2
+ *    with Muon, against the one-rank runs; its balancing bias after 4 steps the same bits at
+ *    W = 1, 2, 3 and moved; a resume at W = 2 and 3 bit-identical (the bias in the checkpoint);
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -39,17 +44,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "core/core.h"
 #include "rf_cli.h"
 #include "rf_test.h"
 
 #define STEPS 4
 static char dir[64] = "/tmp/rf_test_train_moe.XXXXXX";
-static char model[256], qwen[256], oss[256], dsv3[256], data[200];
+static char model[256], qwen[256], oss[256], dsv3[256], dsm[256], data[200];
 static const char *cur = model; /* the model check_world runs */
 
 static const char *cur_name(void) {
-  return cur == model ? "mixtral" : cur == qwen ? "qwen3" : cur == oss ? "gpt_oss" : "deepseek_v3";
+  return cur == model  ? "mixtral"
+         : cur == qwen ? "qwen3"
+         : cur == oss  ? "gpt_oss"
+         : cur == dsm  ? "deepseek_v3_moe"
+                       : "deepseek_v3";
 }
 
 static int run(char *out, int out_size, int world, const char *fmt, ...)
@@ -137,25 +147,73 @@ static void check_invariance(void) {
   check_world("flat", "equal", 2, "f32", "adamw");
   check_world("fsdp2", "equal", 3, "f32", "muon");
   check_world("planned", "ragged", 3, "f32", "adamw8bit");
+  cur = dsm;
+  check_world("planned", "ragged", 2, "f32", "adamw");
+  check_world("planned", "equal", 3, "f32", "adamw");
+  check_world("fsdp2", "equal", 3, "f32", "adamw");
+  check_world("fsdp2", "equal", 2, "f32", "muon");
   cur = model;
 }
 
-/* 6 uninterrupted steps, and a run resumed at `world2` from that run's checkpoint of step 3. */
+/* DeepSeek-V3's balancing bias after 4 steps (bias_update_speed 0.01): the same bits in the
+ * checkpoints of W = 1 (planned), 2 (planned/ragged) and 3 (fsdp2: the bias [8] cut across the
+ * ranks), moved (not zero), each element within 4 steps of 0.01 of its initial zero. */
+static void check_bias(void) {
+  float bias[3][2][8];
+  const char *names[2] = {"model.layers.1.mlp.gate.e_score_correction_bias",
+                          "model.layers.2.mlp.gate.e_score_correction_bias"};
+  const char *layouts[3] = {"--layout planned", "--layout planned --shard ragged", "--layout fsdp2"};
+  for (int w = 1; w <= 3; w++) {
+    char out[16384], ck[256];
+    snprintf(ck, sizeof ck, "%s/bias-%d", dir, w);
+    int rc =
+        run(out, sizeof out, w, "train --model %s --data %s %s --batch 12 %s --ckpt-dir %s --save-every 4",
+            dsm, data, common, layouts[w - 1], ck);
+    RF_CHECK(rc == 0, "bias run W=%d: rc %d\n%s", w, rc, out);
+    char step[300];
+    snprintf(step, sizeof step, "%s/step-00000004", ck);
+    struct rf_ckpt c;
+    RF_CHECK(rf_ckpt_open(&c, step) == 0, "W=%d: %s", w, rf_error_msg());
+    const int64_t shape[1] = {8};
+    for (int l = 0; l < 2; l++)
+      RF_CHECK(rf_ckpt_read(&c, names[l], RF_DTYPE_F32, 1, shape, 0, 8, bias[w - 1][l]) == 0, "W=%d: %s", w,
+               rf_error_msg());
+    rf_ckpt_close(&c);
+  }
+  double moved = 0, worst = 0;
+  for (int l = 0; l < 2; l++)
+    for (int e = 0; e < 8; e++) {
+      moved = rf_test_max(moved, fabs(bias[0][l][e]));
+      worst = rf_test_max(worst, fabs(bias[0][l][e]) - 4 * 0.01);
+    }
+  RF_CHECK(memcmp(bias[0], bias[1], sizeof bias[0]) == 0 && memcmp(bias[0], bias[2], sizeof bias[0]) == 0,
+           "the balancing bias differs between W = 1, 2, 3");
+  RF_CHECK(moved > 0 && worst <= 1e-6, "the balancing bias moved %g at most, %g past 4 steps of 0.01", moved,
+           worst);
+  printf(
+      "balancing bias after 4 steps: the same bits at W = 1, 2, 3; largest |b| %.3g (layer 1: %+.2f %+.2f "
+      "%+.2f %+.2f %+.2f %+.2f %+.2f %+.2f)\n",
+      moved, bias[0][0][0], bias[0][0][1], bias[0][0][2], bias[0][0][3], bias[0][0][4], bias[0][0][5],
+      bias[0][0][6], bias[0][0][7]);
+}
+
+/* 6 uninterrupted steps, and a run resumed at `world2` from that run's checkpoint of step 3 (of the
+ * model `cur`). */
 static void check_resume(int world, int world2, const char *optim) {
   char out[16384], a[200], b[200], loga[256], logb[256];
-  snprintf(a, sizeof a, "%s/full-%s-%d-%d", dir, optim, world, world2);
-  snprintf(b, sizeof b, "%s/cut-%s-%d-%d", dir, optim, world, world2);
+  snprintf(a, sizeof a, "%s/full-%s-%s-%d-%d", dir, cur_name(), optim, world, world2);
+  snprintf(b, sizeof b, "%s/cut-%s-%s-%d-%d", dir, cur_name(), optim, world, world2);
   snprintf(loga, sizeof loga, "%s.jsonl", a);
   snprintf(logb, sizeof logb, "%s.jsonl", b);
   const char *args = "--batch 6 --seq 8 --lr 3e-3 --seed 11 --peak-gflops 50 --print-every 0 --save-every 3";
   int rc =
       run(out, sizeof out, world, "train --model %s --data %s %s --optim %s --steps 6 --ckpt-dir %s --log %s",
-          model, data, args, optim, a, loga);
+          cur, data, args, optim, a, loga);
   RF_CHECK(rc == 0, "uninterrupted %s W=%d: rc %d\n%s", optim, world, rc, out);
   rc = run(
       out, sizeof out, world2,
       "train --model %s --data %s %s --optim %s --steps 6 --ckpt-dir %s --resume %s/step-00000003 --log %s",
-      model, data, args, optim, b, a, logb);
+      cur, data, args, optim, b, a, logb);
   RF_CHECK(rc == 0, "resumed %s W=%d->%d: rc %d\n%s", optim, world, world2, rc, out);
   double la[6] = {0}, lb[6] = {0};
   int na = rf_cli_log_field(loga, "\"loss\":", la, 6), nb = rf_cli_log_field(logb, "\"loss\":", lb, 6);
@@ -174,7 +232,7 @@ static void check_resume(int world, int world2, const char *optim) {
     RF_CHECK(worst <= 1e-4 * fabs(la[5]), "%s W=%d->%d: resumed losses differ by %.3g", optim, world, world2,
              worst);
   }
-  printf("resume %-9s W=%d -> W=%d: losses differ by %.2g\n", optim, world, world2, worst);
+  printf("resume %s %-9s W=%d -> W=%d: losses differ by %.2g\n", cur_name(), optim, world, world2, worst);
 }
 
 static void write_config(const char *path, int inter, const char *extra) {
@@ -283,12 +341,26 @@ int main(void) {
       "\"moe_intermediate_size\": 12, \"n_routed_experts\": 4, \"n_shared_experts\": 1, "
       "\"num_experts_per_tok\": 2}";
   RF_ASSERT(rf_file_write_all(dsv3, dk, strlen(dk)) == 0);
+  snprintf(dsm, sizeof dsm, "%s/deepseek_v3_moe.json", dir);
+  const char *dm =
+      "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+      "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 256, "
+      "\"max_position_embeddings\": 64, \"q_lora_rank\": 24, \"kv_lora_rank\": 16, \"qk_nope_head_dim\": 8, "
+      "\"qk_rope_head_dim\": 6, \"v_head_dim\": 10, \"first_k_dense_replace\": 1, "
+      "\"moe_intermediate_size\": 12, \"n_routed_experts\": 8, \"n_shared_experts\": 1, "
+      "\"num_experts_per_tok\": 2, \"n_group\": 4, \"topk_group\": 2, \"bias_update_speed\": 0.01}";
+  RF_ASSERT(rf_file_write_all(dsm, dm, strlen(dm)) == 0);
 
   check_invariance();
   check_resume(2, 2, "adamw");
   check_resume(3, 3, "adamw8bit");
   check_resume(2, 2, "muon");
   check_resume(2, 3, "adamw");
+  cur = dsm; /* DeepSeek-V3's MoE layers: the balancing bias is resumed too */
+  check_resume(2, 2, "adamw");
+  check_resume(3, 3, "adamw");
+  cur = model;
+  check_bias();
   check_bad_input();
 
   char cmd[128];

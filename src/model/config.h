@@ -15,7 +15,7 @@ struct cJSON;
 
 /* The model families a Hugging Face config.json may name (model_type): each is a
  * table of per-family operations in a file of its own (family.h), listed once in
- * families.c. llama, qwen2, mixtral, qwen3_moe, gpt_oss and deepseek_v3 (dense layers) are
+ * families.c. llama, qwen2, mixtral, qwen3_moe, gpt_oss and deepseek_v3 are
  * trainable; every family can be described (and planned). */
 struct rf_model_family;
 
@@ -23,8 +23,8 @@ struct rf_model_family;
 int rf_model_family_count(void);
 /* "llama", "qwen2", "gpt_oss", "deepseek_v3", "mixtral", "qwen3_moe" (the model_type). */
 const char *rf_model_family_name(const struct rf_model_family *family);
-/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe, gpt_oss, deepseek_v3: dense layers
- * only). The name lists of messages and --help come from these (rf_train_model_families). */
+/* 1 for the families rfsdp trains (llama, qwen2, mixtral, qwen3_moe, gpt_oss, deepseek_v3). The name lists of
+ * messages and --help come from these (rf_train_model_families). */
 int rf_model_family_trainable(const struct rf_model_family *family);
 /* The i-th family of the list (0 <= i < rf_model_family_count()). */
 const struct rf_model_family *rf_model_family_at(int i);
@@ -39,6 +39,13 @@ struct rf_model_config_deepseek_v3 {
   int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   int num_experts_per_tok; /* routed experts per token; 0 when the config leaves it out */
   int rope_interleave;     /* the rotary pairs (2i, 2i+1) (true, transformers' default) or (i, i + rope/2) */
+  /* the sigmoid group-limited router (moe.c): n_group groups of experts (8), the topk_group best kept
+   * (4), the weights renormalized with norm_topk_prob (true) and times routed_scaling_factor (2.5) */
+  int n_group, topk_group, norm_topk_prob;
+  double routed_scaling_factor;
+  /* rfsdp's own field (transformers has none): the balancing bias's step u after each optimizer step,
+   * e_score_correction_bias += u * sign(mean load - load) (1e-3, DeepSeek-V3's paper; 0: off) */
+  double bias_update_speed;
 };
 
 /* YaRN rotary embeddings (rope_type "yarn"): transformers' _compute_yarn_parameters. */
@@ -105,12 +112,14 @@ struct rf_model_config {
  * llama, as a config.json without model_type is. */
 const struct rf_model_family *rf_model_config_family(const struct rf_model_config *cfg);
 
-/* Layer l of a model with routed experts (mixtral, qwen3_moe) has them (1) or a dense MLP (0). */
+/* Layer l of a model with routed experts (mixtral, qwen3_moe, gpt_oss, deepseek_v3) has them (1) or a
+ * dense MLP (0). */
 int rf_model_config_layer_is_moe(const struct rf_model_config *cfg, int l);
 /* The layers with routed experts (their router statistics make the load-balancing loss). */
 int rf_model_config_moe_layers(const struct rf_model_config *cfg);
 
-/* A family with routed experts that the trainable model implements (mixtral, qwen3_moe). */
+/* A family with routed experts that the trainable model implements (mixtral, qwen3_moe, gpt_oss,
+ * deepseek_v3: even where every layer is dense). */
 int rf_model_config_is_moe(const struct rf_model_config *cfg);
 
 /* The one reader of a Hugging Face config.json (model_type llama, gpt_oss or

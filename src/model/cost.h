@@ -11,15 +11,15 @@
 #include "model/desc.h"
 #include "rfsdp_types.h"
 
-/* Routed experts a token meets: num_experts_per_tok of every MoE family (gpt_oss
- * and deepseek_v3: 0 when the config leaves it out); 0 for a dense model. */
+/* Routed experts a token meets: num_experts_per_tok of every MoE family (gpt_oss: 0
+ * when the config leaves it out, deepseek_v3: transformers' 8); 0 for a dense model. */
 int rf_model_experts_per_token(const struct rf_model_config *cfg);
 
 /* Training FLOPs per token of sequences of `seq` tokens: rf_model_flops_per_token
  * less 6 x the matmul weights of the experts a token does not meet in the
- * planned-only families (a fused tensor of E experts, or DeepSeek's one tensor per
- * routed expert, k of E active; a trainable MoE family's count holds only the
- * active experts already). */
+ * planned-only families (a fused tensor of E experts, or one tensor per routed
+ * expert (separate_experts: no family describes them so since DeepSeek-V3 trains), k of E active; a trainable
+ * MoE family's count holds only the active experts already). */
 double rf_model_step_flops_per_token(const struct rf_model_desc *d, const struct rf_model_config *cfg,
                                      int seq);
 

@@ -131,11 +131,16 @@ enum rf_model_layer_tensor {
   RF_MODEL_LAYER_TENSOR_ROUTER_BIAS,
   RF_MODEL_LAYER_TENSOR_EXPERTS_GATE_UP_BIAS,
   RF_MODEL_LAYER_TENSOR_EXPERTS_DOWN_BIAS,
-  RF_MODEL_LAYER_TENSOR_Q_A,       /* deepseek_v3: q_a_proj (Q is then q_b_proj, else q_proj) */
-  RF_MODEL_LAYER_TENSOR_Q_A_NORM,  /* q_a_layernorm */
-  RF_MODEL_LAYER_TENSOR_KV_A,      /* kv_a_proj_with_mqa: [kv_lora_rank + rope, hidden] */
-  RF_MODEL_LAYER_TENSOR_KV_A_NORM, /* kv_a_layernorm */
-  RF_MODEL_LAYER_TENSOR_KV_B,      /* kv_b_proj: [heads * (nope + v_head_dim), kv_lora_rank] */
+  RF_MODEL_LAYER_TENSOR_Q_A,               /* deepseek_v3: q_a_proj (Q is then q_b_proj, else q_proj) */
+  RF_MODEL_LAYER_TENSOR_Q_A_NORM,          /* q_a_layernorm */
+  RF_MODEL_LAYER_TENSOR_KV_A,              /* kv_a_proj_with_mqa: [kv_lora_rank + rope, hidden] */
+  RF_MODEL_LAYER_TENSOR_KV_A_NORM,         /* kv_a_layernorm */
+  RF_MODEL_LAYER_TENSOR_KV_B,              /* kv_b_proj: [heads * (nope + v_head_dim), kv_lora_rank] */
+  RF_MODEL_LAYER_TENSOR_ROUTER_SCORE_BIAS, /* deepseek_v3: mlp.gate.e_score_correction_bias [E] (choice only)
+                                            */
+  RF_MODEL_LAYER_TENSOR_SHARED_GATE,       /* deepseek_v3: mlp.shared_experts.gate_proj */
+  RF_MODEL_LAYER_TENSOR_SHARED_UP,         /* mlp.shared_experts.up_proj */
+  RF_MODEL_LAYER_TENSOR_SHARED_DOWN,       /* mlp.shared_experts.down_proj */
   RF_MODEL_LAYER_TENSOR_COUNT
 };
 /* The most tensors one layer unit holds (gpt_oss: 17; a llama with every bias: 16): the size

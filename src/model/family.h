@@ -10,8 +10,7 @@
  * The families are listed once, in families.c (RF_MODEL_FAMILIES: their order is
  * the order of the names in messages and --help). Each lives in its own file:
  * family_llama.c (llama, and qwen2: q, k, v biases), family_mixtral.c,
- * family_qwen3_moe.c, family_gpt_oss.c and the planned-only
- * family_deepseek_v3.c. docs/model.md walks through adding one.
+ * family_qwen3_moe.c, family_gpt_oss.c and family_deepseek_v3.c. docs/model.md walks through adding one.
  *
  * The rest of this header is what a family file builds with: the config.json
  * readers (config.c) and the description builder (desc.c). */
@@ -29,14 +28,18 @@ struct rf_model_desc_builder;
 
 /* The router a trainable family's MoE layers run (moe.c). */
 enum rf_model_router {
-  RF_MODEL_ROUTER_NONE = 0,     /* dense layers only (or a planned-only family) */
-  RF_MODEL_ROUTER_SOFTMAX_TOPK, /* softmax over the experts, the top num_experts_per_tok, their
-                                 * probabilities renormalized when moe.norm_topk_prob; fused SwiGLU
-                                 * experts (mlp.experts.gate_up_proj, down_proj) */
-  RF_MODEL_ROUTER_TOPK_SOFTMAX, /* GPT-OSS: a router with a bias, softmax over the top
-                                 * num_experts_per_tok logits (the same weights and gradients as
-                                 * SOFTMAX_TOPK renormalized); fused experts [in, out] with biases,
-                                 * gate and up interleaved, the clamped SwiGLU (moe.c) */
+  RF_MODEL_ROUTER_NONE = 0,      /* dense layers only (or a planned-only family) */
+  RF_MODEL_ROUTER_SOFTMAX_TOPK,  /* softmax over the experts, the top num_experts_per_tok, their
+                                  * probabilities renormalized when moe.norm_topk_prob; fused SwiGLU
+                                  * experts (mlp.experts.gate_up_proj, down_proj) */
+  RF_MODEL_ROUTER_TOPK_SOFTMAX,  /* GPT-OSS: a router with a bias, softmax over the top
+                                  * num_experts_per_tok logits (the same weights and gradients as
+                                  * SOFTMAX_TOPK renormalized); fused experts [in, out] with biases,
+                                  * gate and up interleaved, the clamped SwiGLU (moe.c) */
+  RF_MODEL_ROUTER_SIGMOID_GROUP, /* DeepSeek-V3: sigmoid scores, group-limited top-k chosen with the
+                                  * e_score_correction_bias (not trained: moved after each step by the
+                                  * loads, rf_train_model_step), fused SwiGLU experts as SOFTMAX_TOPK's
+                                  * plus shared experts on the same input (moe.c) */
 };
 
 struct rf_model_family {

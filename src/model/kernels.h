@@ -178,13 +178,25 @@ struct rf_model_kernels {
                         int rope, int dv, struct rf_device_stream *stream);
   void (*mla_kv_expand_backward)(float *dkvb, float *dkpe, const float *dk, const float *dv, int n, int nh,
                                  int nope, int rope, int vd, struct rf_device_stream *stream);
+  /* ---- DeepSeek-V3's sigmoid group-limited router (rf_model_kernels_missing_for asks for them of a
+   * MoE config of that router only; the CUDA table leaves them NULL). ---- */
+  /* rf_model_router_group_forward (bias: f32 device memory [n_experts]; its choice scratch in
+   * scratch, n_experts floats), rf_model_router_group_backward. */
+  void (*router_group_forward)(float *scores, int32_t *top, float *topw, const float *logits,
+                               const float *bias, int n, int n_experts, int n_group, int topk_group, int k,
+                               int renorm, float scale, void *scratch, size_t scratch_bytes,
+                               struct rf_device_stream *stream);
+  void (*router_group_backward)(float *dlogits, const float *dtopw, const float *scores, const int32_t *top,
+                                const float *topw, int n, int n_experts, int k, int renorm, float scale,
+                                struct rf_device_stream *stream);
 };
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
 /* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model, the
  * attention_sink_ ones for a family with sinks, swiglu_clamp_ and the transposes for GPT-OSS's experts,
- * the mla_ ones for a family with multi-head latent attention (DeepSeek-V3). */
+ * the mla_ ones for a family with multi-head latent attention (DeepSeek-V3), the router_group_ ones for
+ * a MoE config of DeepSeek-V3's router. */
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k, const struct rf_model_config *cfg);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */

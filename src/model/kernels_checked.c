@@ -978,6 +978,74 @@ static void ck_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *dk,
   LAUNCH("mla_kv_expand_backward", run_mla_kv_expand_backward, a);
 }
 
+/* ---- DeepSeek-V3's router ---- */
+
+struct ck_router_group {
+  struct ck_head h;
+  float *scores_out, *topw_out, *dlogits;
+  int32_t *top_out;
+  const float *logits, *bias, *dtopw, *scores, *topw;
+  const int32_t *top;
+  void *scratch;
+  size_t scratch_bytes;
+  int n, n_experts, n_group, topk_group, k, renorm;
+  float scale;
+};
+
+static void run_router_group_forward(void *arg) {
+  struct ck_router_group *a = arg;
+  ck_enter(&a->h);
+  HOST.router_group_forward(V(a->scores_out), V(a->top_out), V(a->topw_out), V(a->logits), V(a->bias), a->n,
+                            a->n_experts, a->n_group, a->topk_group, a->k, a->renorm, a->scale, V(a->scratch),
+                            a->scratch_bytes, NULL);
+}
+
+static void ck_router_group_forward(float *scores, int32_t *top, float *topw, const float *logits,
+                                    const float *bias, int n, int n_experts, int n_group, int topk_group,
+                                    int k, int renorm, float scale, void *scratch, size_t scratch_bytes,
+                                    struct rf_device_stream *stream) {
+  struct ck_router_group a = {.h = ck_head(stream, "router_group_forward"),
+                              .scores_out = scores,
+                              .top_out = top,
+                              .topw_out = topw,
+                              .logits = logits,
+                              .bias = bias,
+                              .scratch = scratch,
+                              .scratch_bytes = scratch_bytes,
+                              .n = n,
+                              .n_experts = n_experts,
+                              .n_group = n_group,
+                              .topk_group = topk_group,
+                              .k = k,
+                              .renorm = renorm,
+                              .scale = scale};
+  LAUNCH("router_group_forward", run_router_group_forward, a);
+}
+
+static void run_router_group_backward(void *arg) {
+  struct ck_router_group *a = arg;
+  ck_enter(&a->h);
+  HOST.router_group_backward(V(a->dlogits), V(a->dtopw), V(a->scores), V(a->top), V(a->topw), a->n,
+                             a->n_experts, a->k, a->renorm, a->scale, NULL);
+}
+
+static void ck_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
+                                     const int32_t *top, const float *topw, int n, int n_experts, int k,
+                                     int renorm, float scale, struct rf_device_stream *stream) {
+  struct ck_router_group a = {.h = ck_head(stream, "router_group_backward"),
+                              .dlogits = dlogits,
+                              .dtopw = dtopw,
+                              .scores = scores,
+                              .top = top,
+                              .topw = topw,
+                              .n = n,
+                              .n_experts = n_experts,
+                              .k = k,
+                              .renorm = renorm,
+                              .scale = scale};
+  LAUNCH("router_group_backward", run_router_group_backward, a);
+}
+
 const struct rf_model_kernels rf_model_kernels_checked = {
     .name = "checked",
     .host_memory = 0,
@@ -1017,4 +1085,6 @@ const struct rf_model_kernels rf_model_kernels_checked = {
     .mla_rope_apply = ck_mla_rope_apply,
     .mla_kv_expand = ck_mla_kv_expand,
     .mla_kv_expand_backward = ck_mla_kv_expand_backward,
+    .router_group_forward = ck_router_group_forward,
+    .router_group_backward = ck_router_group_backward,
 };

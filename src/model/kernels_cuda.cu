@@ -601,4 +601,6 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     NULL,
     NULL,
     NULL,
+    NULL, /* router_group_forward, _backward: DeepSeek-V3's router, not on this device yet */
+    NULL,
 };

@@ -19,13 +19,18 @@
 static size_t host_att_slice_bytes(int seq) { return sizeof(float) * 2 * RF_MODEL_ATT_BLOCK * (size_t)seq; }
 
 static size_t host_scratch_bytes(const struct rf_model_config *cfg, int batch, int seq) {
-  (void)cfg;
   (void)batch;
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  return (size_t)threads * host_att_slice_bytes(seq);
+  size_t bytes = (size_t)threads * host_att_slice_bytes(seq);
+  /* DeepSeek-V3's router: its choice, one row's experts */
+  size_t choice = sizeof(float) * (size_t)cfg->moe.num_local_experts;
+  if (rf_model_config_is_moe(cfg) && rf_model_config_family(cfg)->router == RF_MODEL_ROUTER_SIGMOID_GROUP &&
+      choice > bytes)
+    bytes = choice;
+  return bytes;
 }
 
 /* The slices a scratch of `bytes` holds (at least one is needed). */
@@ -292,8 +297,25 @@ static void host_mla_kv_expand_backward(float *dkvb, float *dkpe, const float *d
   rf_model_mla_kv_expand_backward(dkvb, dkpe, dk, dv, n, nh, nope, rope, vd);
 }
 
+static void host_router_group_forward(float *scores, int32_t *top, float *topw, const float *logits,
+                                      const float *bias, int n, int n_experts, int n_group, int topk_group,
+                                      int k, int renorm, float scale, void *scratch, size_t scratch_bytes,
+                                      struct rf_device_stream *stream) {
+  (void)stream;
+  RF_ASSERT(scratch_bytes >= sizeof(float) * (size_t)n_experts);
+  rf_model_router_group_forward(scores, top, topw, scratch, logits, bias, n, n_experts, n_group, topk_group,
+                                k, renorm, scale);
+}
+
+static void host_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
+                                       const int32_t *top, const float *topw, int n, int n_experts, int k,
+                                       int renorm, float scale, struct rf_device_stream *stream) {
+  (void)stream;
+  rf_model_router_group_backward(dlogits, dtopw, scores, top, topw, n, n_experts, k, renorm, scale);
+}
+
 /* What a model needs of a table (bits of missing_entry's `needs`). */
-enum { NEED_MOE = 1, NEED_SINKS = 2, NEED_OSS_EXPERTS = 4, NEED_MLA = 8 };
+enum { NEED_MOE = 1, NEED_SINKS = 2, NEED_OSS_EXPERTS = 4, NEED_MLA = 8, NEED_GROUP_ROUTER = 16 };
 
 /* The first entry k lacks; the router's and the MoE layer's only when needs has NEED_MOE, the
  * sinks' and GPT-OSS experts' only when it has theirs. */
@@ -338,11 +360,14 @@ static const char *missing_entry(const struct rf_model_kernels *k, int needs) {
                  RF_KERNEL_ENTRY(mla_attention_backward),
                  RF_KERNEL_ENTRY(mla_rope_apply),
                  RF_KERNEL_ENTRY(mla_kv_expand),
-                 RF_KERNEL_ENTRY(mla_kv_expand_backward)};
+                 RF_KERNEL_ENTRY(mla_kv_expand_backward),
+                 RF_KERNEL_ENTRY(router_group_forward),
+                 RF_KERNEL_ENTRY(router_group_backward)};
 #undef RF_KERNEL_ENTRY
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
     const char *e = entries[i].name;
-    int need = strncmp(e, "moe_", 4) == 0 || strncmp(e, "router_", 7) == 0      ? NEED_MOE
+    int need = strncmp(e, "router_group_", 13) == 0                             ? NEED_GROUP_ROUTER
+               : strncmp(e, "moe_", 4) == 0 || strncmp(e, "router_", 7) == 0    ? NEED_MOE
                : strncmp(e, "attention_sink_", 15) == 0                         ? NEED_SINKS
                : strncmp(e, "swiglu_clamp_", 13) == 0 || strstr(e, "transpose") ? NEED_OSS_EXPERTS
                : strncmp(e, "mla_", 4) == 0                                     ? NEED_MLA
@@ -353,7 +378,7 @@ static const char *missing_entry(const struct rf_model_kernels *k, int needs) {
 }
 
 const char *rf_model_kernels_missing(const struct rf_model_kernels *k) {
-  return missing_entry(k, NEED_MOE | NEED_SINKS | NEED_OSS_EXPERTS | NEED_MLA);
+  return missing_entry(k, NEED_MOE | NEED_SINKS | NEED_OSS_EXPERTS | NEED_MLA | NEED_GROUP_ROUTER);
 }
 
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
@@ -362,7 +387,8 @@ const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
   int moe = rf_model_config_is_moe(cfg);
   return missing_entry(k, (moe ? NEED_MOE : 0) | (f->attention_sinks ? NEED_SINKS : 0) |
                               (moe && f->router == RF_MODEL_ROUTER_TOPK_SOFTMAX ? NEED_OSS_EXPERTS : 0) |
-                              (f->mla ? NEED_MLA : 0));
+                              (f->mla ? NEED_MLA : 0) |
+                              (moe && f->router == RF_MODEL_ROUTER_SIGMOID_GROUP ? NEED_GROUP_ROUTER : 0));
 }
 
 const struct rf_model_kernels rf_model_kernels_host = {
@@ -404,4 +430,6 @@ const struct rf_model_kernels rf_model_kernels_host = {
     .mla_rope_apply = host_mla_rope_apply,
     .mla_kv_expand = host_mla_kv_expand,
     .mla_kv_expand_backward = host_mla_kv_expand_backward,
+    .router_group_forward = host_router_group_forward,
+    .router_group_backward = host_router_group_backward,
 };

@@ -49,17 +49,33 @@ static size_t moe_cap(const struct rf_model_config *c, size_t n) {
          (size_t)c->moe.num_local_experts * (size_t)(moe_rows(c, n) - 1);
 }
 
+/* DeepSeek-V3's shared experts' width (n_shared_experts * moe_intermediate_size) where the model
+ * has MoE layers of its router, else 0. */
+static size_t shared_inter(const struct rf_model_config *c) {
+  if (!rf_model_config_is_moe(c) || rf_model_config_family(c)->router != RF_MODEL_ROUTER_SIGMOID_GROUP ||
+      rf_model_config_moe_layers(c) == 0)
+    return 0;
+  return (size_t)c->deepseek_v3.n_shared_experts * (size_t)c->deepseek_v3.moe_intermediate_size;
+}
+
+/* The SwiGLU scratch's width (s_inner, s_inner2): the dense MLP's, or the shared experts' when wider. */
+static size_t inner_len(const struct rf_model_config *c) {
+  size_t inter = (size_t)c->intermediate_size;
+  return shared_inter(c) > inter ? shared_inter(c) : inter;
+}
+
 /* Floats (4-byte words) of one MoE layer's activations and of the MoE scratch. */
 static size_t moe_layer_words(const struct rf_model_config *c, size_t n) {
   size_t e = (size_t)c->moe.num_local_experts, k = (size_t)c->moe.num_experts_per_tok, p = moe_cap(c, n);
   return n * e + 3 * n * k + p + e + 1 +
-         p * (2 * (size_t)c->moe.moe_intermediate_size + (size_t)c->hidden_size);
+         p * (2 * (size_t)c->moe.moe_intermediate_size + (size_t)c->hidden_size) + 2 * n * shared_inter(c);
 }
 
 static size_t moe_scratch_bytes(const struct rf_model_config *c, size_t n) {
   size_t e = (size_t)c->moe.num_local_experts, p = moe_cap(c, n), h = (size_t)c->hidden_size;
   size_t inter = (size_t)c->moe.moe_intermediate_size;
-  return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + 2 * e * sizeof(double);
+  size_t load = shared_inter(c) ? (size_t)rf_model_config_moe_layers(c) * e : 0; /* moe_load */
+  return sizeof(float) * (p * (2 * h + 3 * inter) + n * e + e) + (2 * e + load) * sizeof(double);
 }
 
 /* DeepSeek-V3's multi-head latent attention (the family's choice). */
@@ -112,6 +128,10 @@ static size_t stage_wide(const struct rf_model_config *c) {
   if (rf_model_config_is_moe(c) && (size_t)c->moe.moe_intermediate_size > wide)
     wide = (size_t)c->moe.moe_intermediate_size;
   if (oss_experts(c) && 2 * (size_t)c->intermediate_size > wide) wide = 2 * (size_t)c->intermediate_size;
+  if (shared_inter(c)) { /* DeepSeek-V3: the shared experts' down_proj rows, the balancing bias */
+    wide = shared_inter(c) > wide ? shared_inter(c) : wide;
+    wide = (size_t)c->moe.num_local_experts > wide ? (size_t)c->moe.num_local_experts : wide;
+  }
   if (has_mla(c)) { /* the rows of q_b_proj, kv_b_proj (the low ranks) and o_proj (heads * v_head_dim) */
     const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
     size_t ins[] = {(size_t)d->q_lora_rank, (size_t)d->kv_lora_rank,
@@ -121,9 +141,11 @@ static size_t stage_wide(const struct rf_model_config *c) {
   return wide;
 }
 
-/* A converted bias is staged (s_bias): biases, sinks, GPT-OSS's experts' biases. */
+/* A converted bias is staged (s_bias): biases, sinks, GPT-OSS's experts' biases, DeepSeek-V3's
+ * balancing bias. */
 static int has_s_bias(const struct rf_model_config *c) {
-  return c->attention_bias || c->mlp_bias || rf_model_config_family(c)->attention_sinks || oss_experts(c);
+  return c->attention_bias || c->mlp_bias || rf_model_config_family(c)->attention_sinks || oss_experts(c) ||
+         shared_inter(c);
 }
 
 /* Floats of s_wt and of s_gwt (GPT-OSS's experts, [in, out]: one expert's two matrices). */
@@ -152,7 +174,7 @@ size_t rf_model_ws_bytes(const struct rf_model_config *c, int batch, int seq) {
   if (qk) bytes += f * n * (qd + kd);     /* s_qkn */
   bytes += f * (n * (2 * h + v + 2 + h)); /* xf, xnf, logits, rstdf, lse, dx */
   bytes += f * ((size_t)seq * hd);        /* rotary tables (MLA: of the rotary dim, within these) */
-  bytes += f * (n * (2 * h + 2 * inter + qd + kd + vd + (ad > qd ? ad : qd)));
+  bytes += f * (n * (2 * h + 2 * inner_len(c) + qd + kd + vd + (ad > qd ? ad : qd)));
   bytes += f * mla_scratch_words(c, n);
   bytes += rf_model_kernels_host.scratch_bytes(c, batch, seq) + sizeof(double); /* scratch, loss */
   bytes += f * (normw_len(c) + (size_t)RF_MODEL_STAGE_ROWS * wide);
@@ -177,6 +199,10 @@ static void ws_moe_layer(struct rf_model_ws *ws, struct rf_model_moe_acts *a, si
   a->off = ws_ints(ws, e + 1);
   a->gu = ws_floats(ws, p * 2 * (size_t)c->moe.moe_intermediate_size);
   a->ey = ws_floats(ws, p * (size_t)c->hidden_size);
+  if (shared_inter(c)) {
+    a->sgate = ws_floats(ws, n * shared_inter(c));
+    a->sup = ws_floats(ws, n * shared_inter(c));
+  }
 }
 
 static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
@@ -193,6 +219,8 @@ static void ws_moe_scratch(struct rf_model_ws *ws, size_t n) {
   ws->moe_psum = ws_alloc(ws, e * sizeof(double));
   ws->moe_off = rf_xcalloc(e + 1, sizeof(int32_t));
   ws->moe_balance_host = rf_xcalloc(e, sizeof(float));
+  if (shared_inter(c))
+    ws->moe_load = ws_alloc(ws, (size_t)rf_model_config_moe_layers(c) * e * sizeof(double));
 }
 
 /* The rotary tables, computed on the host and copied to the device (taken at the call). */
@@ -261,6 +289,7 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   int qk = has_qk_norm(c);
   ws->expert_rows = moe_rows(c, n);
   ws->moe_cap = (int)moe_cap(c, n);
+  int moe_index = 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     struct rf_model_layer_acts *a = &ws->layers[l];
     for (int t = 0; t < RF_MODEL_LAYER_TENSOR_COUNT; t++)
@@ -291,6 +320,7 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
     }
     if (rf_model_config_layer_is_moe(c, l)) {
       ws_moe_layer(ws, &a->moe, n);
+      a->moe.index = moe_index++;
     } else {
       a->gate = ws_floats(ws, n * inter);
       a->up = ws_floats(ws, n * inter);
@@ -307,8 +337,8 @@ int rf_model_ws_init_on(struct rf_model_ws *ws, struct rf_device *dev, struct rf
   rope_upload(ws, seq, rope_dim(c));
   ws->s_norm = ws_floats(ws, n * h);
   ws->s_dnorm = ws_floats(ws, n * h);
-  ws->s_inner = ws_floats(ws, n * inter);
-  ws->s_inner2 = ws_floats(ws, n * inter);
+  ws->s_inner = ws_floats(ws, n * inner_len(c));
+  ws->s_inner2 = ws_floats(ws, n * inner_len(c));
   ws->s_qkv = ws_floats(ws, n * (qd + kd + vd));
   ws->s_att = ws_floats(ws, n * (ad > qd ? ad : qd));
   if (has_mla(c)) {
@@ -350,6 +380,7 @@ static void compute_sizes(const struct rf_model_config *c, int batch, int seq, s
   size_t qd = (size_t)c->num_attention_heads * c->head_dim, n = (size_t)batch * seq;
   if (rf_model_config_is_moe(c) && 2 * (size_t)c->moe.moe_intermediate_size > inter)
     inter = 2 * (size_t)c->moe.moe_intermediate_size;
+  inter = shared_inter(c) > inter ? shared_inter(c) : inter; /* DeepSeek-V3's shared experts */
   size_t wide = h > inter ? h : inter;
   wide = wide > qd ? wide : qd;
   wide = wide > v ? wide : v;
@@ -462,6 +493,22 @@ void rf_model_ws_read_logits(const struct rf_model_ws *ws, int row, int rows, fl
   RF_ASSERT(row >= 0 && rows >= 0 && row + rows <= ws->b * ws->t);
   rf_device_copy(ws->dev, out, rf_model_ws_logits(ws, row), sizeof(float) * (size_t)rows * ws->cfg.vocab_size,
                  RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
+}
+
+void rf_model_ws_moe_load_reset(struct rf_model_ws *ws) {
+  RF_ASSERT(ws->moe_load);
+  rf_device_memset(
+      ws->dev, ws->moe_load, 0,
+      sizeof(double) * (size_t)rf_model_config_moe_layers(&ws->cfg) * ws->cfg.moe.num_local_experts,
+      ws->stream);
+}
+
+void rf_model_ws_moe_load_read(const struct rf_model_ws *ws, double *load) {
+  RF_ASSERT(ws->moe_load);
+  rf_device_copy(
+      ws->dev, load, ws->moe_load,
+      sizeof(double) * (size_t)rf_model_config_moe_layers(&ws->cfg) * ws->cfg.moe.num_local_experts,
+      RF_DEVICE_COPY_DEVICE_TO_HOST, ws->stream);
 }
 
 void rf_model_ws_moe_stats(const struct rf_model_ws *ws, double *count, double *psum) {

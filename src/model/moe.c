@@ -1,4 +1,6 @@
-/* The sparse MoE block of mixtral and qwen3_moe: the router (softmax, top-k, weights renormalized or not),
+/* The sparse MoE block of mixtral, qwen3_moe, gpt_oss and deepseek_v3: the router (softmax, top-k, weights
+ * renormalized or not; GPT-OSS's biased top-k softmax; DeepSeek-V3's sigmoid group-limited top-k with its
+ * shared experts),
  * tokens grouped by expert, every expert's SwiGLU through src/gemm, the
  * load-balancing loss. Under FP8 block training the experts' products run on their
  * e4m3 codes (expert_weight slices the codes and scales); the router stays in the
@@ -154,6 +156,17 @@ void rf_model_router_group_backward(float *dlogits, const float *dtopw, const fl
       double ds = renorm ? ((double)scale * g[j] - dot) / (sum + 1e-20) : (double)scale * g[j];
       d[tr[j]] = (float)(ds * se * (1.0 - se));
     }
+  }
+}
+
+void rf_model_bias_update(float *bias, int64_t begin, int64_t len, const double *load, int n_experts,
+                          float u) {
+  double mean = 0;
+  for (int e = 0; e < n_experts; e++) mean += load[e];
+  mean /= n_experts;
+  for (int64_t j = 0; j < len; j++) {
+    double under = mean - load[begin + j]; /* > 0: the expert is under-loaded, its bias rises */
+    bias[j] += under > 0 ? u : under < 0 ? -u : 0.0f;
   }
 }
 
@@ -387,6 +400,71 @@ static void oss_experts_backward(struct rf_model_ws *ws, struct rf_model_moe_act
   }
 }
 
+/* ---- DeepSeek-V3: the sigmoid group-limited router and the shared experts ---- */
+
+static int group_router(const struct rf_model_ws *ws) {
+  return rf_model_config_family(&ws->cfg)->router == RF_MODEL_ROUTER_SIGMOID_GROUP;
+}
+
+/* The router's products in f32 whatever the compute dtype (transformers' DeepseekV3TopkRouter:
+ * F.linear on float32 operands). */
+static struct rf_model_stage f32_stage(const struct rf_model_ws *ws) {
+  struct rf_model_stage st = ws->stage;
+  st.compute = RF_DTYPE_F32;
+  return st;
+}
+
+/* The router of layer a: logits = xn W^T (f32) into s_dprobs; scores, choices and weights (the
+ * balancing bias only chooses). */
+static void group_route(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const int8_t *slot,
+                        const struct rf_model_weight *w, const float *xn, int n) {
+  const struct rf_model_config *c = &ws->cfg;
+  const struct rf_model_config_deepseek_v3 *d = &c->deepseek_v3;
+  int ne = c->moe.num_local_experts;
+  struct rf_model_stage st = f32_stage(ws);
+  rf_model_ws_linear_forward(ws, ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, c->hidden_size,
+                             ne, 0.0f, &st);
+  const float *bias = rf_model_ws_bias_f32(ws, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER_SCORE_BIAS]], 0, ne);
+  ws->kern->router_group_forward(a->probs, a->top, a->topw, ws->s_dprobs, bias, n, ne, d->n_group,
+                                 d->topk_group, c->moe.num_experts_per_tok, c->moe.norm_topk_prob,
+                                 (float)d->routed_scaling_factor, ws->scratch, ws->scratch_bytes, ws->stream);
+}
+
+/* The shared experts on the same input: out += down(silu(gate(xn)) * up(xn)), gate and up kept. */
+static void shared_forward(struct rf_model_ws *ws, struct rf_model_moe_acts *a, const int8_t *slot,
+                           const struct rf_model_weight *w, const float *xn, float *out, int n) {
+  const struct rf_model_config *c = &ws->cfg;
+  int h = c->hidden_size, s = c->deepseek_v3.n_shared_experts * c->deepseek_v3.moe_intermediate_size;
+  const struct rf_model_stage *st = &ws->stage;
+  rf_model_ws_linear_forward(ws, a->sgate, xn, &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_GATE]], n, h, s, 0.0f,
+                             st);
+  rf_model_ws_linear_forward(ws, a->sup, xn, &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_UP]], n, h, s, 0.0f, st);
+  ws->kern->swiglu_forward(ws->s_inner, a->sgate, a->sup, (size_t)n * s, ws->stream);
+  rf_model_ws_linear_forward(ws, out, ws->s_inner, &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_DOWN]], n, s, h, 1.0f,
+                             st);
+}
+
+/* shared_forward's backward: dxn += its d(xn), its three gradients added. */
+static void shared_backward(struct rf_model_ws *ws, const struct rf_model_moe_acts *a, const int8_t *slot,
+                            const struct rf_model_weight *w, float *const *grads, const float *xn,
+                            const float *dout, float *dxn, int n) {
+  const struct rf_model_config *c = &ws->cfg;
+  int h = c->hidden_size, s = c->deepseek_v3.n_shared_experts * c->deepseek_v3.moe_intermediate_size;
+  size_t ns = (size_t)n * s;
+  const struct rf_model_stage *st = &ws->stage;
+  const struct rf_model_weight *wd = &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_DOWN]];
+  ws->kern->swiglu_forward(ws->s_inner, a->sgate, a->sup, ns, ws->stream);
+  rf_model_ws_linear_backward(ws, NULL, grads[slot[RF_MODEL_LAYER_TENSOR_SHARED_DOWN]], dout, ws->s_inner, wd,
+                              n, s, h, 0.0f, st);
+  rf_model_ws_linear_backward(ws, ws->s_inner, NULL, dout, NULL, wd, n, s, h, 0.0f, st); /* dh */
+  /* dgate -> s_inner2, dup -> s_inner (in place over dh) */
+  ws->kern->swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->sgate, a->sup, ns, ws->stream);
+  rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_SHARED_GATE]], ws->s_inner2, xn,
+                              &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_GATE]], n, h, s, 1.0f, st);
+  rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_SHARED_UP]], ws->s_inner, xn,
+                              &w[slot[RF_MODEL_LAYER_TENSOR_SHARED_UP]], n, h, s, 1.0f, st);
+}
+
 void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w, const float *xn,
                           float *out) {
   const struct rf_model_config *c = &ws->cfg;
@@ -395,15 +473,22 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
   const struct rf_model_stage *st = &ws->stage;
   int n = ws->b * ws->t, ne = c->moe.num_local_experts, k = c->moe.num_experts_per_tok;
   int h = c->hidden_size, inter = c->moe.moe_intermediate_size, rows = ws->expert_rows;
-  rf_model_ws_linear_forward(ws, ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f,
-                             st);
-  if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
-    ws->kern->bias_forward(ws->s_dprobs,
-                           rf_model_ws_bias_f32(ws, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], 0, ne), n,
-                           ne, ws->stream);
-  ws->kern->router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob,
-                           ws->stream);
-  ws->kern->moe_stats(ws->moe_count, ws->moe_psum, a->top, a->probs, n, ne, k, ws->stream);
+  if (group_router(ws)) {
+    group_route(ws, a, slot, w, xn, n);
+  } else {
+    rf_model_ws_linear_forward(ws, ws->s_dprobs, xn, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f,
+                               st);
+    if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
+      ws->kern->bias_forward(ws->s_dprobs,
+                             rf_model_ws_bias_f32(ws, &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], 0, ne), n,
+                             ne, ws->stream);
+    ws->kern->router_forward(a->probs, a->top, a->topw, ws->s_dprobs, n, ne, k, c->moe.norm_topk_prob,
+                             ws->stream);
+  }
+  /* the counts: of the load-balancing loss (summed over the layers), or DeepSeek-V3's per layer (its
+   * balancing bias; the score sums land in moe_psum, unused) */
+  ws->kern->moe_stats(group_router(ws) ? ws->moe_load + (size_t)a->index * ne : ws->moe_count, ws->moe_psum,
+                      a->top, a->probs, n, ne, k, ws->stream);
   const int32_t *off = moe_group(ws, a, xn, n);
   if (oss(ws)) {
     oss_experts_forward(ws, a, slot, w, off);
@@ -424,6 +509,7 @@ void rf_model_moe_forward(struct rf_model_ws *ws, int layer, const struct rf_mod
     }
   }
   ws->kern->moe_combine(out, a->ey, a->pos, a->topw, n, k, h, ws->stream);
+  if (group_router(ws)) shared_forward(ws, a, slot, w, xn, out, n);
 }
 
 void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_model_weight *w,
@@ -437,13 +523,23 @@ void rf_model_moe_backward(struct rf_model_ws *ws, int layer, const struct rf_mo
   /* the routing weights: d(topw[r, j]) = dout[r] . ey[pos[r, j]] (into s_dxg, free until the experts) */
   float *dtopw = ws->s_dxg;
   ws->kern->moe_combine_weights_backward(dtopw, dout, a->ey, a->pos, n, k, h, ws->stream);
-  ws->kern->router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
-                            c->moe.norm_topk_prob, ws->stream);
-  if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
-    ws->kern->bias_backward(grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], ws->s_dprobs, n, ne, ws->scratch,
-                            ws->scratch_bytes, ws->stream);
-  rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
-                              &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
+  if (group_router(ws)) { /* the balancing bias takes no gradient; the router's products in f32 */
+    ws->kern->router_group_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, n, ne, k,
+                                    c->moe.norm_topk_prob, (float)c->deepseek_v3.routed_scaling_factor,
+                                    ws->stream);
+    struct rf_model_stage rst = f32_stage(ws);
+    rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
+                                &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, &rst);
+    shared_backward(ws, a, slot, w, grads, xn, dout, dxn, n);
+  } else {
+    ws->kern->router_backward(ws->s_dprobs, dtopw, a->probs, a->top, a->topw, ws->moe_balance, n, ne, k,
+                              c->moe.norm_topk_prob, ws->stream);
+    if (slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS] >= 0)
+      ws->kern->bias_backward(grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER_BIAS]], ws->s_dprobs, n, ne,
+                              ws->scratch, ws->scratch_bytes, ws->stream);
+    rf_model_ws_linear_backward(ws, dxn, grads[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], ws->s_dprobs, xn,
+                                &w[slot[RF_MODEL_LAYER_TENSOR_ROUTER]], n, h, ne, 0.0f, st);
+  }
   /* the experts' output gradients, weighted, grouped (into s_dxg; zero padding rows) */
   const int32_t *off = moe_group(ws, a, xn, n);
   float *dyg = ws->s_dxg;

@@ -87,6 +87,12 @@ void rf_model_router_group_forward(float *scores, int32_t *top, float *topw, flo
 void rf_model_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
                                     const int32_t *top, const float *topw, int n, int n_experts, int k,
                                     int renorm, float scale);
+/* DeepSeek-V3's balancing bias after a step: bias[j] (element begin + j of a layer's
+ * e_score_correction_bias, j < len) += u * sign(mean(load) - load[begin + j]), load [n_experts]
+ * the layer's top-k assignments of the step (summed over the ranks): an over-loaded expert's bias
+ * falls, an under-loaded one's rises, one at the mean keeps its bias. */
+void rf_model_bias_update(float *bias, int64_t begin, int64_t len, const double *load, int n_experts,
+                          float u);
 /* The MoE layer's token movement (the host ops of the kernel table's moe_ entries; every array in
  * the layout of struct rf_model_moe_acts):
  *   stats: count[top[r, j]] += 1, psum[e] += probs[r, e] over the n rows (f64 sums);

@@ -15,6 +15,7 @@
 #include "core/trace.h"
 #include "data/data.h"
 #include "fsdp/fsdp.h"
+#include "model/family.h"
 #include "optim/optim.h"
 #include "rfsdp_optim.h"
 
@@ -56,6 +57,19 @@ int rf_train_model_init(struct rf_train_model *m, const struct rf_model_config *
   m->balance =
       rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits && rf_model_config_moe_layers(cfg) > 0;
   if (m->balance) m->balance_stats = rf_xcalloc(2 * (size_t)cfg->moe.num_local_experts + 1, sizeof(double));
+  if (rf_model_config_is_moe(cfg) && rf_model_config_family(cfg)->router == RF_MODEL_ROUTER_SIGMOID_GROUP &&
+      cfg->deepseek_v3.bias_update_speed > 0)
+    m->n_bias = rf_model_config_moe_layers(cfg);
+  if (m->n_bias) {
+    size_t ne = (size_t)cfg->moe.num_local_experts;
+    m->bias_tensor = rf_xcalloc((size_t)m->n_bias, sizeof(int));
+    m->bias_load = rf_xcalloc((size_t)m->n_bias * ne, sizeof(double));
+    m->bias_pieces = rf_xcalloc((size_t)m->n_bias * ne, sizeof(float));
+    for (int l = 0, i = 0; l < cfg->num_hidden_layers; l++)
+      if (rf_model_config_layer_is_moe(cfg, l))
+        m->bias_tensor[i++] = m->first_tensor[m->map.first_layer + l] +
+                              rf_model_layer_slot(cfg, l, RF_MODEL_LAYER_TENSOR_ROUTER_SCORE_BIAS);
+  }
   m->logits_host = rf_xcalloc((size_t)cfg->vocab_size, sizeof(float));
   m->step_scalars = rf_device_alloc(m->fsdp->device, 2 * sizeof(double), 64);
   /* the workspaces on the context's device, their allocations counted in its counters */
@@ -102,6 +116,9 @@ void rf_train_model_free(struct rf_train_model *m) {
   free(m->first_tensor);
   free(m->comm);
   free(m->balance_stats);
+  free(m->bias_tensor);
+  free(m->bias_load);
+  free(m->bias_pieces);
   free(m->logits_host);
   memset(m, 0, sizeof *m);
 }
@@ -326,6 +343,31 @@ static double rf_train_micro(struct rf_train_model *m, const int32_t *tokens, co
   return loss;
 }
 
+/* DeepSeek-V3's balancing bias after a step (collective): each MoE layer's loads summed over the
+ * ranks, then b_e += u * sign(mean load - load_e) on this rank's piece of each bias (its master,
+ * device memory: copied to the host and back on the compute stream). */
+static void rf_train_bias_update(struct rf_train_model *m) {
+  struct rf_fsdp *f = m->fsdp;
+  struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
+  int ne = m->cfg.moe.num_local_experts;
+  float u = (float)m->cfg.deepseek_v3.bias_update_speed;
+  rf_model_ws_moe_load_read(&m->ws, m->bias_load);
+  rf_comm_allreduce(m->comm, m->bias_load, m->n_bias * ne, RF_DTYPE_F64, RF_REDUCE_OP_SUM);
+  for (int i = 0; i < m->n_bias; i++) {
+    const double *load = m->bias_load + (size_t)i * ne;
+    struct rf_tensor_view v;
+    rf_fsdp_tensor(f, m->bias_tensor[i], &v);
+    int64_t len = v.end - v.begin;
+    if (len <= 0) continue; /* no piece on this rank */
+    float *piece = m->bias_pieces + (size_t)i * ne;
+    rf_device_copy(f->device, piece, v.master, sizeof(float) * (size_t)len, RF_DEVICE_COPY_DEVICE_TO_HOST,
+                   compute);
+    rf_model_bias_update(piece, v.begin, len, load, ne, u);
+    rf_device_copy(f->device, v.master, piece, sizeof(float) * (size_t)len, RF_DEVICE_COPY_HOST_TO_DEVICE,
+                   compute);
+  }
+}
+
 double rf_train_model_micro_step(struct rf_train_model *m, const int32_t *tokens, const int32_t *targets,
                                  float grad_scale) {
   return rf_train_micro(m, tokens, targets, grad_scale, NULL);
@@ -344,6 +386,7 @@ int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const stru
   rf_comm_watchdog_note(a->step + 1, "forward and backward");
   rf_fsdp_zero_grad(f);
   rf_device_memset(f->device, m->step_scalars, 0, 2 * sizeof(double), compute);
+  if (m->n_bias) rf_model_ws_moe_load_reset(&m->ws); /* this step's loads only */
   for (int micro = 0; micro < a->accum; micro++) {
     uint64_t t = rf_trace_now();
     RF_TRY(a->batch(a->ctx, micro, a->tokens, a->targets));
@@ -372,6 +415,7 @@ int rf_train_model_step(struct rf_train_model *m, struct rf_optim *o, const stru
   if (t) rf_trace_span(RF_TRACE_LANE_COMPUTE, "loss all-reduce", t, rf_time_ns(), -1, -1);
   out->loss = loss * a->scale;
   out->norm = norm;
+  if (m->n_bias && rc == 0) rf_train_bias_update(m);
   return rc; /* 1: skipped (a non-finite norm) */
 }
 

@@ -38,11 +38,19 @@ struct rf_train_model {
   struct rf_comm *comm;  /* owned: a view of the caller's communicator of every rank (the data's) counting
                           * into the context's counters (rf_comm_view: its backend borrowed) */
   double *balance_stats; /* [2 E + 1]: counts, probability sums, rows */
-  float *logits_host;    /* owned: [vocab], one row of logits copied to the host (sampling,
-                            rf_train_model_logits) */
-  double *step_scalars;  /* owned, device memory of the context: [0] the step's loss sum over its
-                            micro-batches, [1] the gradient norm's sum of squares, read together once at
-                            the end of rf_train_model_step */
+  /* DeepSeek-V3's balancing bias (bias_update_speed u > 0, MoE layers): after each step that is not
+   * skipped, every rank adds u * sign(mean load - load_e) to its piece of each MoE layer's
+   * e_score_correction_bias (outside the optimizer; its gradient stays zero), the loads summed over
+   * the step's micro-batches and over `comm` (so the same at every world size) */
+  int n_bias;           /* MoE layers whose bias moves (0: none) */
+  int *bias_tensor;     /* owned [n_bias]: each one's tensor index in the runtime */
+  double *bias_load;    /* owned [n_bias, E] */
+  float *bias_pieces;   /* owned [n_bias, E]: the pieces, copied from the device, moved, copied back */
+  float *logits_host;   /* owned: [vocab], one row of logits copied to the host (sampling,
+                           rf_train_model_logits) */
+  double *step_scalars; /* owned, device memory of the context: [0] the step's loss sum over its
+                           micro-batches, [1] the gradient norm's sum of squares, read together once at
+                           the end of rf_train_model_step */
 };
 
 /* Declares the model's units and tensors to a new runtime context on `mesh`

@@ -26,14 +26,16 @@
  * expert: expert e's rows are [off[e], off[e+1]) of the grouped buffers, in token
  * order, padded with zero rows to a multiple of the workspace's expert_rows. */
 struct rf_model_moe_acts {
-  float *probs; /* [N, E] router softmax */
-  int32_t *top; /* [N, k] chosen experts, by decreasing probability */
-  float *topw;  /* [N, k] their renormalized weights */
-  int32_t *pos; /* [N, k] the grouped row of each (token, choice) */
-  int32_t *tok; /* [P] the token of each grouped row, -1 for padding */
-  int32_t *off; /* [E + 1] */
-  float *gu;    /* [P, 2*inter] gate_up_proj outputs */
-  float *ey;    /* [P, hidden] expert outputs (before the routing weights) */
+  float *probs;       /* [N, E] router softmax (deepseek_v3: the sigmoid scores) */
+  int32_t *top;       /* [N, k] chosen experts, by decreasing probability */
+  float *topw;        /* [N, k] their renormalized weights */
+  int32_t *pos;       /* [N, k] the grouped row of each (token, choice) */
+  int32_t *tok;       /* [P] the token of each grouped row, -1 for padding */
+  int32_t *off;       /* [E + 1] */
+  float *gu;          /* [P, 2*inter] gate_up_proj outputs */
+  float *ey;          /* [P, hidden] expert outputs (before the routing weights) */
+  float *sgate, *sup; /* deepseek_v3: [N, n_shared_experts * moe_inter] the shared experts' gate, up */
+  int index;          /* the layer's place among the MoE layers (its row of ws->moe_load) */
 };
 
 struct rf_model_layer_acts {
@@ -99,6 +101,8 @@ struct rf_model_ws {
   float *s_kvb, *s_kpe, *s_cn, *s_dcn, *s_dckv, *s_qan, *s_dqan, *s_dqa;
   double *moe_count, *moe_psum; /* [E] the last forward's top-k assignments and probability sums */
   float *moe_balance;           /* [E] d(loss)/d(prob) of the load-balancing loss (backward) */
+  double *moe_load;             /* deepseek_v3: [MoE layers, E] each layer's top-k assignments, added up
+                                 * over forwards until rf_model_ws_moe_load_reset (the balancing bias) */
   int32_t *moe_off;             /* owned, HOST memory [E + 1]: a layer's expert offsets read back */
   float *moe_balance_host;      /* owned, HOST memory [E]: moe_balance before its upload */
   /* the compute on activations (src/model/kernels.h): its table, the stream it runs on (NULL: the
@@ -174,6 +178,10 @@ void rf_model_ws_read_logits(const struct rf_model_ws *ws, int row, int rows, fl
 /* Copies the last forward's router statistics (ws->moe_count, moe_psum, [E] each) into the host
  * arrays count and psum; waits for the workspace's stream. A MoE config only. */
 void rf_model_ws_moe_stats(const struct rf_model_ws *ws, double *count, double *psum);
+/* DeepSeek-V3's loads (ws->moe_load, a config of its router with MoE layers only): zeroed on the
+ * workspace's stream; copied into load [MoE layers, E] (host memory), waiting for the stream. */
+void rf_model_ws_moe_load_reset(struct rf_model_ws *ws);
+void rf_model_ws_moe_load_read(const struct rf_model_ws *ws, double *load);
 /* The workspace's linear layers: ws->kern's linear_forward / _backward on ws->stream with the stage
  * st (ws->stage, or a copy of it), then st's progress callback, on the host thread. */
 void rf_model_ws_linear_forward(struct rf_model_ws *ws, float *y, const float *x,
