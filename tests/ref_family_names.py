@@ -9,9 +9,9 @@ defaults fill the rest), the model is built on the meta device (no weights), and
 writes tests/data/NAME_names_config.json (transformers' own config.json) and
 tests/data/NAME_names.txt: one line per state_dict entry, "name dim0 dim1 ...".
 
-Only gpt_oss for now: transformers 5 holds DeepSeek-V3's routed experts fused
-(mlp.experts.gate_up_proj [E, 2*moe_inter, hidden], down_proj [E, hidden, moe_inter])
-where rfsdp describes the Hub checkpoint's one tensor set per expert.
+gpt_oss, and deepseek_v3 (a dense layer, then MoE layers: the router, its
+e_score_correction_bias buffer, the fused routed experts as transformers 5 holds them, the
+shared experts).
 
 Usage: /work/venv/bin/python tests/ref_family_names.py   (needs torch, transformers)
 """
@@ -26,6 +26,12 @@ FAMILIES = {
                     num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=50,
                     num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
                     max_position_embeddings=64, tie_word_embeddings=False),
+    "deepseek_v3": dict(model_type="deepseek_v3", hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=50, q_lora_rank=24,
+                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=6, v_head_dim=10,
+                        first_k_dense_replace=1, moe_intermediate_size=12, n_routed_experts=8,
+                        n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2,
+                        max_position_embeddings=64, tie_word_embeddings=False),
 }
 
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")

@@ -5,7 +5,9 @@
  *    Qwen2-0.5B);
  *  - a tiny gpt_oss config's description holds exactly the tensors, names and
  *    shapes, of transformers' GptOssForCausalLM (tests/ref_family_names.py wrote
- *    them to tests/data/gpt_oss_names.txt);
+ *    them to tests/data/gpt_oss_names.txt), and a tiny deepseek_v3's (a dense layer,
+ *    two MoE layers) those of DeepseekV3ForCausalLM's state_dict (the balancing
+ *    bias buffer and the fused routed experts included: deepseek_v3_names.txt);
  *  - bad files (malformed JSON, unknown model_type, a missing or non-positive
  *    dimension, bad generic fields) fail with the file and the field named;
  *  - the peers' padding agrees with the numbers computed from their published
@@ -301,6 +303,7 @@ int main(void) {
   check_total("configs/mixtral-8x7b.json", INT64_C(46702792704), 34);
   check_total("configs/qwen3-235b-a22b.json", INT64_C(235093634560), 96);
   check_names("gpt_oss");
+  check_names("deepseek_v3"); /* the routed experts fused as transformers 5 holds them */
 
   struct rf_model_desc m;
   int rc = rf_model_desc_load("configs/nonexistent.json", &m);
