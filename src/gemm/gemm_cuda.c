@@ -183,11 +183,28 @@ void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d,
   rf_gemm_cuda_product(g, d, a, b, bias, c, c_dtype, stream);
 }
 
-/* The FP8 plan of (m, n, k), made when new; NULL when cuBLASLt refuses it or has no
- * algorithm (its descriptors destroyed again, nothing cached). */
-static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, int m, int n, int k) {
+int64_t rf_gemm_cuda_fp8_scales(int64_t rows, int64_t k, int tile_rows) {
+  int64_t kb = (k + RF_FP8_TILE - 1) / RF_FP8_TILE;
+  if (tile_rows == 1) return kb * rows;
+  return (rows + RF_FP8_TILE - 1) / RF_FP8_TILE * ((kb + 3) / 4 * 4);
+}
+
+int64_t rf_gemm_cuda_fp8_scale_at(int64_t rows, int64_t k, int tile_rows, int64_t r, int64_t kb) {
+  if (tile_rows == 1) return kb * rows + r;
+  return r / RF_FP8_TILE * (((k + RF_FP8_TILE - 1) / RF_FP8_TILE + 3) / 4 * 4) + kb;
+}
+
+static int32_t rf_gemm_cuda_fp8_mode(int tile_rows) {
+  return tile_rows == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                        : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+/* The FP8 plan of (m, n, k, the tiles, y's dtype), made when new; NULL when cuBLASLt
+ * refuses it or has no algorithm (its descriptors destroyed again, nothing cached). */
+static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, int m, int n, int k,
+                                                       int x_tile, int w_tile, enum rf_dtype y_dtype) {
   struct rf_gemm_cuda_key key = {
-      m, n, k, 0, 1, k, k, n, RF_DTYPE_FP8E4M3, RF_DTYPE_BF16, 0, RF_GEMM_CUDA_ALIGN};
+      m, n, k, x_tile, w_tile, k, k, n, RF_DTYPE_FP8E4M3, y_dtype, 0, RF_GEMM_CUDA_ALIGN};
   for (int i = 0; i < g->nplans; i++)
     if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return &g->plans[i];
   if (g->nplans == RF_GEMM_CUDA_SHAPES)
@@ -198,10 +215,10 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, i
   RF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k));
   RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, k));
-  RF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, (uint64_t)n, (uint64_t)m, n));
+  RF_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p->lc, rf_gemm_cuda_type(y_dtype), (uint64_t)n, (uint64_t)m, n));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-          bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  int32_t amode = rf_gemm_cuda_fp8_mode(w_tile), bmode = rf_gemm_cuda_fp8_mode(x_tile);
   int found = 0;
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t result;
@@ -241,23 +258,31 @@ static struct rf_gemm_cuda_plan *rf_gemm_cuda_fp8_plan(struct rf_gemm_cuda *g, i
   return p;
 }
 
-int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, const uint8_t *x, const float *x_scales,
-                         const uint8_t *w, const float *w_scales, uint16_t *y, cudaStream_t stream) {
-  if (m <= 0 || n <= 0 || k <= 0 || m % 16 || n % 16 || k % 16)
-    RF_DIE("gemm (cuda): FP8 product %d x %d x %d: sizes must be positive multiples of 16", m, n, k);
-  if (((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)x_scales | (uintptr_t)w_scales) %
+int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, struct rf_gemm_cuda_fp8_operand x,
+                         struct rf_gemm_cuda_fp8_operand w, float beta, void *y, enum rf_dtype y_dtype,
+                         cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || k <= 0 || m % 16 || n % 16 || k % RF_FP8_TILE)
+    RF_DIE("gemm (cuda): FP8 product %d x %d x %d: m and n must be positive multiples of 16, k of %d", m, n,
+           k, RF_FP8_TILE);
+  if ((x.tile_rows != 1 && x.tile_rows != RF_FP8_TILE) || (w.tile_rows != 1 && w.tile_rows != RF_FP8_TILE) ||
+      (x.tile_rows == RF_FP8_TILE && w.tile_rows == RF_FP8_TILE))
+    RF_DIE("gemm (cuda): FP8 tiles %d x %d and %d x %d (1 or %d rows, not both %d)", x.tile_rows, RF_FP8_TILE,
+           w.tile_rows, RF_FP8_TILE, RF_FP8_TILE, RF_FP8_TILE);
+  if (y_dtype != RF_DTYPE_F32 && y_dtype != RF_DTYPE_BF16)
+    RF_DIE("gemm (cuda): FP8 product into %s (f32 or bf16)", rf_dtype_name(y_dtype));
+  if (((uintptr_t)x.codes | (uintptr_t)w.codes | (uintptr_t)y | (uintptr_t)x.scales | (uintptr_t)w.scales) %
           RF_GEMM_CUDA_ALIGN !=
       0)
     RF_DIE("gemm (cuda): FP8 operands and scales must be %d-byte aligned", RF_GEMM_CUDA_ALIGN);
-  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_fp8_plan(g, m, n, k);
+  const struct rf_gemm_cuda_plan *p = rf_gemm_cuda_fp8_plan(g, m, n, k, x.tile_rows, w.tile_rows, y_dtype);
   if (!p) return -1;
-  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
-                                                 sizeof w_scales));
-  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
-                                                 sizeof x_scales));
-  const float one = 1.0f, zero = 0.0f;
-  RF_CUBLAS_CHECK(cublasLtMatmul(g->handle, p->op, &one, w, p->la, x, p->lb, &zero, y, p->lc, y, p->lc,
-                                 &p->algo, g->workspace, g->workspace_bytes, stream));
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w.scales,
+                                                 sizeof w.scales));
+  RF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x.scales,
+                                                 sizeof x.scales));
+  const float one = 1.0f;
+  RF_CUBLAS_CHECK(cublasLtMatmul(g->handle, p->op, &one, w.codes, p->la, x.codes, p->lb, &beta, y, p->lc, y,
+                                 p->lc, &p->algo, g->workspace, g->workspace_bytes, stream));
   g->stats.products++;
   return 0;
 }

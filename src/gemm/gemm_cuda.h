@@ -45,21 +45,34 @@ void rf_gemm_cuda_run(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, cons
 void rf_gemm_cuda_run_bias(struct rf_gemm_cuda *g, const struct rf_gemm_desc *d, const void *a, const void *b,
                            const void *bias, void *c, enum rf_dtype c_dtype, cudaStream_t stream);
 
-/* The FP8 block-scaled product of DeepSeek-V3's recipe on Hopper's cuBLASLt
- * (../shared/gpu/fp8_probe.c's calls): y [m, n] (bf16, row-major) = x w^T, with x [m, k]
- * e4m3 codes in 1 x 128 tiles (x_scales [m, ceil(k/128)]) and w [n, k] e4m3 codes in
- * 128 x 128 tiles (w_scales [ceil(n/128), ceil(k/128)]), both scale tensors row-major over
- * the tiles as src/core/fp8.c lays them out (rf_fp8_quantize; x from
- * rf_fused_fp8_quantize_rows_bf16), f32 accumulation. cuBLASLt's TN form: A = w (k x n,
- * column-major, transposed; CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F), B = x (k x m;
- * ..._VEC128_32F), D = y^T. That fp8.c's layouts are the ones cuBLASLt reads (the K blocks
- * innermost, as the data's own) is this code's reading of cuBLASLt's header, NOT YET
- * CHECKED ON A GPU: tests/gpu/test_gemm_cuda.c checks it against rf_gemm_fp8_run there.
- * m, n, k multiples of 16; every pointer 16-byte aligned. Returns 0; -1 when this cuBLASLt
- * offers no algorithm for it (before Hopper; the CPU stand-in, which has no FP8), having
- * queued nothing. Planned and cached per (m, n, k) as the other products. */
-int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, const uint8_t *x, const float *x_scales,
-                         const uint8_t *w, const float *w_scales, uint16_t *y, cudaStream_t stream);
+/* The FP8 block-scaled product of DeepSeek-V3's recipe on Hopper's cuBLASLt (cuBLAS 12.9):
+ * y [m, n] (row-major, f32 or bf16) = x w^T + beta y, x [m, k] and w [n, k] e4m3 codes
+ * (row-major: k contiguous), each in 1 x 128 tiles (tile_rows 1:
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) or 128 x 128 tiles (tile_rows 128:
+ * ..._BLK128x128_32F; not both), f32 accumulation. cuBLASLt's TN form: A = w (k x n,
+ * column-major, transposed), B = x (k x m), D = y^T. The scale tensors in cuBLASLt's layouts
+ * (rf_gemm_cuda_fp8_scale_at), which are not src/core/fp8.c's: as PyTorch's
+ * test_scaled_mm_vs_emulated_block_wise hands them to cuBLASLt, 1 x 128 tiles
+ * outer-dimension-major, 128 x 128 tiles the K blocks innermost with the row of tiles padded
+ * to a multiple of 4 (this code's reading, NOT YET CHECKED ON A GPU: tests/gpu/test_gemm_cuda.c
+ * checks it against rf_gemm_fp8_run there). m, n multiples of 16, k of 128; every pointer
+ * 16-byte aligned. Returns 0; -1 when this cuBLASLt offers no algorithm for it (before
+ * Hopper), having queued nothing. Planned and cached per shape as the other products. */
+struct rf_gemm_cuda_fp8_operand {
+  const uint8_t *codes;
+  const float *scales; /* rf_gemm_cuda_fp8_scales(rows, k, tile_rows) floats */
+  int tile_rows;       /* 1 or 128 (RF_FP8_TILE) */
+};
+int rf_gemm_cuda_run_fp8(struct rf_gemm_cuda *g, int m, int n, int k, struct rf_gemm_cuda_fp8_operand x,
+                         struct rf_gemm_cuda_fp8_operand w, float beta, void *y, enum rf_dtype y_dtype,
+                         cudaStream_t stream);
+
+/* The scales of an FP8 operand of `rows` rows and k columns (k along K) in tiles of
+ * tile_rows x 128, in cuBLASLt's layout: how many floats, and where tile (row r, K block kb)
+ * lies: tile_rows 1, kb * rows + r; tile_rows 128, (r / 128) * L4 + kb, L4 = ceil(k / 128)
+ * rounded up to a multiple of 4. */
+int64_t rf_gemm_cuda_fp8_scales(int64_t rows, int64_t k, int tile_rows);
+int64_t rf_gemm_cuda_fp8_scale_at(int64_t rows, int64_t k, int tile_rows, int64_t r, int64_t kb);
 
 struct rf_gemm_cuda_stats {
   int64_t plans;    /* shapes planned (descriptors + heuristic) */

@@ -118,64 +118,92 @@ static void check_shape(struct rf_gemm_cuda *g, int m, int n, int k, int ta, int
   free(a), free(b), free(c16), free(c), free(ref), free(got), free(s), free(bias), free(bias16);
 }
 
+/* An FP8 operand's scales from src/core/fp8.c's layout (rows x ceil(k/128) tiles of tile_rows
+ * rows, row-major over the tiles) into cuBLASLt's (rf_gemm_cuda_fp8_scale_at; padding NaN: a
+ * product that read it would show NaN). */
+static float *cublaslt_scales(const float *s, int rows, int k, int tile_rows) {
+  int64_t count = rf_gemm_cuda_fp8_scales(rows, k, tile_rows), kb = (k + RF_FP8_TILE - 1) / RF_FP8_TILE;
+  float *out = malloc((size_t)count * 4);
+  for (int64_t i = 0; i < count; i++) out[i] = NAN;
+  for (int64_t r = 0; r < rows; r += tile_rows)
+    for (int64_t q = 0; q < kb; q++)
+      out[rf_gemm_cuda_fp8_scale_at(rows, k, tile_rows, r, q)] = s[(r / tile_rows) * kb + q];
+  return out;
+}
+
 /* The FP8 block-scaled product (rf_gemm_cuda_run_fp8) against the host's product on the
  * same codes and scales (rf_gemm_fp8_run: a bf16 product of the codes per 128-wide slice of
  * K, scaled by its two tiles' scales, added in f32): x [m, k] in 1 x 128 tiles, w [n, k] in
- * 128 x 128 tiles (n = 272: a partial tile row), quantized by rf_fp8_quantize. Both sides sum
+ * w_tile x 128 tiles (128: n = 272 leaves a partial tile row; 1: the weight gradient's
+ * operands), quantized by rf_fp8_quantize, their scales moved into cuBLASLt's layouts; y
+ * f32 or bf16, with beta 1 onto a y already there (the host's accumulate). Both sides sum
  * exact products of e4m3 values in f32 in other orders: within 2^-16 S (S = sum over k of
- * |x w| dequantized) plus y's bf16 rounding, 2^-8 |y|. Returns 0 when run, 77 when this
- * cuBLASLt has no FP8 block scaling (the stand-in: "not run" printed). */
-static int check_fp8(struct rf_gemm_cuda *g, int m, int n, int k) {
-  uint64_t st = (uint64_t)m * 131 + (uint64_t)n * 17 + (uint64_t)k;
+ * |x w| dequantized, plus |y| before) plus y's bf16 rounding, 2^-8 |y|. Returns 0 when run,
+ * 77 when this cuBLASLt has no FP8 block scaling ("not run" printed). */
+static int check_fp8(struct rf_gemm_cuda *g, int m, int n, int k, int w_tile, enum rf_dtype y_dtype,
+                     float beta) {
+  uint64_t st = (uint64_t)m * 131 + (uint64_t)n * 17 + (uint64_t)k + (uint64_t)w_tile;
   float *x = malloc((size_t)m * k * 4), *w = malloc((size_t)n * k * 4);
   for (size_t i = 0; i < (size_t)m * k; i++) x[i] = rf_test_rand_f32(&st) * (i % 300 == 7 ? 40.0f : 1.0f);
   for (size_t i = 0; i < (size_t)n * k; i++) w[i] = rf_test_rand_f32(&st) * 0.05f;
-  struct rf_fp8_grid gx = {m, k, 1, RF_FP8_TILE}, gw = {n, k, RF_FP8_TILE, RF_FP8_TILE};
+  struct rf_fp8_grid gx = {m, k, 1, RF_FP8_TILE}, gw = {n, k, w_tile, RF_FP8_TILE};
   uint8_t *xc = malloc((size_t)m * k), *wc = malloc((size_t)n * k);
   float *xs = malloc((size_t)rf_fp8_grid_tiles(&gx) * 4), *ws = malloc((size_t)rf_fp8_grid_tiles(&gw) * 4);
   RF_ASSERT(rf_fp8_quantize(&gx, x, 0, "x", xc, xs) == 0 && rf_fp8_quantize(&gw, w, 0, "w", wc, ws) == 0);
   uint16_t *xb = malloc((size_t)m * k * 2), *wb = malloc((size_t)n * k * 2);
   rf_fp8_codes_to_bf16(xb, xc, (size_t)m * k);
   rf_fp8_codes_to_bf16(wb, wc, (size_t)n * k);
-  struct rf_gemm_fp8_desc d = {m, n, k, {xb, xs, gx, 0}, {wb, ws, gw, 1}, 0};
+  struct rf_gemm_fp8_desc d = {m, n, k, {xb, xs, gx, 0}, {wb, ws, gw, 1}, beta != 0.0f};
   float *ref = malloc((size_t)m * n * 4), *work = malloc((size_t)rf_gemm_fp8_work_elems(&d) * 4);
+  float *y0 = malloc((size_t)m * n * 4);
+  uint16_t *y0b = malloc((size_t)m * n * 2);
+  for (size_t i = 0; i < (size_t)m * n; i++) {
+    y0b[i] = rf_bf16_from_f32(rf_test_rand_f32(&st));
+    y0[i] = y_dtype == RF_DTYPE_BF16 ? rf_f32_from_bf16(y0b[i]) : rf_test_rand_f32(&st);
+    ref[i] = y0[i];
+  }
   rf_gemm_fp8_run(&d, ref, work);
+  float *cxs = cublaslt_scales(xs, m, k, 1), *cws = cublaslt_scales(ws, n, k, w_tile);
   void *dxc = to_gpu(xc, (size_t)m * k), *dwc = to_gpu(wc, (size_t)n * k);
-  void *dxs = to_gpu(xs, (size_t)rf_fp8_grid_tiles(&gx) * 4),
-       *dws = to_gpu(ws, (size_t)rf_fp8_grid_tiles(&gw) * 4);
-  void *dy = rf_device_alloc(&gpu, (size_t)m * n * 2, 256);
-  int rc = rf_gemm_cuda_run_fp8(g, m, n, k, dxc, dxs, dwc, dws, dy, rf_device_cuda_stream(&gpu, GS));
+  void *dxs = to_gpu(cxs, (size_t)rf_gemm_cuda_fp8_scales(m, k, 1) * 4),
+       *dws = to_gpu(cws, (size_t)rf_gemm_cuda_fp8_scales(n, k, w_tile) * 4);
+  size_t ysize = rf_dtype_size(y_dtype);
+  void *dy = to_gpu(y_dtype == RF_DTYPE_BF16 ? (void *)y0b : (void *)y0, (size_t)m * n * ysize);
+  struct rf_gemm_cuda_fp8_operand ox = {dxc, dxs, 1}, ow = {dwc, dws, w_tile};
+  int rc = rf_gemm_cuda_run_fp8(g, m, n, k, ox, ow, beta, dy, y_dtype, rf_device_cuda_stream(&gpu, GS));
   if (rc != 0) {
-    printf("not run: FP8 block-scaled product %dx%dx%d: this cuBLASLt has no algorithm for it%s\n", m, n, k,
-#ifdef RF_CUDA_EMU
-           " (the CPU stand-in emulates no FP8)"
-#else
-           ""
-#endif
-    );
+    printf("not run: FP8 block-scaled product %dx%dx%d: this cuBLASLt has no algorithm for it\n", m, n, k);
   } else {
-    uint16_t *y = malloc((size_t)m * n * 2);
-    rf_device_copy(&gpu, y, dy, (size_t)m * n * 2, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
+    void *y = malloc((size_t)m * n * ysize);
+    rf_device_copy(&gpu, y, dy, (size_t)m * n * ysize, RF_DEVICE_COPY_DEVICE_TO_HOST, GS);
     double worst = 0;
+    int64_t kb = k / RF_FP8_TILE;
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) {
-        double sum = 0;
+        double sum = beta != 0.0f ? fabs((double)y0[(size_t)i * n + j]) : 0.0;
         for (int p = 0; p < k; p++)
-          sum += fabs((double)rf_f32_from_bf16(xb[(size_t)i * k + p]) *
-                      xs[(size_t)i * (k / RF_FP8_TILE) + p / RF_FP8_TILE] *
-                      rf_f32_from_bf16(wb[(size_t)j * k + p]) *
-                      ws[(size_t)(j / RF_FP8_TILE) * (k / RF_FP8_TILE) + p / RF_FP8_TILE]);
-        double r = ref[(size_t)i * n + j], tol = ldexp(sum, -16) + ldexp(fabs(r), -8) + 1e-30;
-        worst = rf_test_max(worst, fabs((double)rf_f32_from_bf16(y[(size_t)i * n + j]) - r) / tol);
+          sum +=
+              fabs((double)rf_f32_from_bf16(xb[(size_t)i * k + p]) * xs[(size_t)i * kb + p / RF_FP8_TILE] *
+                   rf_f32_from_bf16(wb[(size_t)j * k + p]) * ws[(size_t)(j / w_tile) * kb + p / RF_FP8_TILE]);
+        double r = ref[(size_t)i * n + j],
+               tol = ldexp(sum, -16) + (y_dtype == RF_DTYPE_BF16 ? ldexp(fabs(r), -8) : 0.0) + 1e-30;
+        double got = y_dtype == RF_DTYPE_BF16 ? rf_f32_from_bf16(((uint16_t *)y)[(size_t)i * n + j])
+                                              : ((float *)y)[(size_t)i * n + j];
+        worst = rf_test_max(worst, fabs(got - r) / tol);
       }
-    printf("FP8 block-scaled product %dx%dx%d: worst error %.3g tolerances\n", m, n, k, worst);
-    RF_CHECK(worst <= 1.0, "FP8 product %dx%dx%d: worst error %.3g tolerances (scale layouts?)", m, n, k,
-             worst);
+    printf(
+        "FP8 block-scaled product %dx%dx%d (x 1x128, w %dx128 tiles) -> %s, beta %g: worst error %.3g "
+        "tolerances\n",
+        m, n, k, w_tile, rf_dtype_name(y_dtype), beta, worst);
+    RF_CHECK(worst <= 1.0,
+             "FP8 product %dx%dx%d (w %dx128) -> %s: worst error %.3g tolerances (scale layouts?)", m, n, k,
+             w_tile, rf_dtype_name(y_dtype), worst);
     free(y);
   }
   rf_device_release(&gpu, dxc), rf_device_release(&gpu, dwc), rf_device_release(&gpu, dxs);
   rf_device_release(&gpu, dws), rf_device_release(&gpu, dy);
   free(x), free(w), free(xc), free(wc), free(xs), free(ws), free(xb), free(wb), free(ref), free(work);
+  free(y0), free(y0b), free(cxs), free(cws);
   return rc == 0 ? 0 : 77;
 }
 
@@ -224,7 +252,11 @@ int main(void) {
   check_shape(g, 40, 24, 72, 0, 1, 0, 1.0f, 0.0f, RF_DTYPE_F32, 0, 4);
   check_shape(g, 24, 40, 64, 1, 0, 0, 1.0f, 1.0f, RF_DTYPE_BF16, 0, 2);
   check_quiet(g);
-  if (check_fp8(g, 256, 384, 512) == 0) check_fp8(g, 48, 272, 384);
+  if (check_fp8(g, 256, 384, 512, RF_FP8_TILE, RF_DTYPE_BF16, 0.0f) == 0) {
+    check_fp8(g, 48, 272, 384, RF_FP8_TILE, RF_DTYPE_BF16, 0.0f); /* L4 = 4 for 3 K blocks */
+    check_fp8(g, 64, 272, 640, RF_FP8_TILE, RF_DTYPE_F32, 1.0f);  /* the linear layer's, L4 = 8 for 5 */
+    check_fp8(g, 96, 80, 256, 1, RF_DTYPE_F32, 1.0f);             /* the weight gradient's, VEC128 both */
+  }
   printf(
       "algorithm of 256x512x384 (x W^T): %s\n",
       rf_gemm_cuda_algo_name(

@@ -17,7 +17,22 @@
  *   - the workspace: at least what the heuristic said the algorithm needs, at most the
  *     preference's maximum, device memory 256-byte aligned holding that many bytes;
  *   - every matrix lies inside one live device allocation; D is C or does not overlap
- *     it; alpha and beta are host memory (CUBLASLT_POINTER_MODE_HOST). */
+ *     it; alpha and beta are host memory (CUBLASLT_POINTER_MODE_HOST).
+ * FP8 block scaling (Hopper, cuBLAS 12.9): A and B CUDA_R_8F_E4M3 (e4m3 codes), each with
+ * a scale mode, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (one f32 per 128 elements along K
+ * of a row of op(A), a column of op(B)) or _BLK128x128_32F (one per 128 x 128 tile), not
+ * both BLK; C and D CUDA_R_16BF or CUDA_R_32F; the TN layout only (A transposed, B not);
+ * m, n and k multiples of 16 (16-byte aligned rows of codes), k a multiple of 128 (whole
+ * scale blocks); the default epilogue. The scale tensors, device memory, 16-byte aligned,
+ * each inside one live allocation of its whole size, laid out as PyTorch's
+ * test_scaled_mm_vs_emulated_block_wise hands them to cuBLASLt (this stand-in's reading;
+ * not yet checked on a GPU): VEC128 outer-dimension-major, the scale of row i and K block
+ * kb at kb * rows + i (rows: m for A, n for B); BLK128x128 the K blocks innermost, tile
+ * (ib, kb) at ib * L4 + kb, L4 = the K blocks rounded up to a multiple of 4. Each 128-wide
+ * block's products of the codes' values (exact in f32) are summed in f32 in k order,
+ * multiplied by the two scales' product and added to the f32 accumulator, block by block,
+ * as the DeepSeek-V3 kernels promote their partial sums; then alpha, beta C, D's rounding. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +55,9 @@ struct rf_emu_matmul_desc {
   cudaDataType_t scale;
   int32_t transa, transb;
   uint32_t epilogue;
-  const void *bias; /* CUBLASLT_MATMUL_DESC_BIAS_POINTER */
+  const void *bias;         /* CUBLASLT_MATMUL_DESC_BIAS_POINTER */
+  int32_t scale_mode[2];    /* A, B: CUBLASLT_MATMUL_DESC_A/B_SCALE_MODE (SCALAR_32F unset) */
+  const void *scale_ptr[2]; /* A, B: CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER */
 };
 struct rf_emu_matrix_layout {
   cudaDataType type;
@@ -93,10 +110,40 @@ cublasStatus_t destroy(void *p, const char *what) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-size_t type_size(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : t == CUDA_R_64F ? 8 : 4; }
+size_t type_size(cudaDataType t) {
+  return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 ? 1 : t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : t == CUDA_R_64F ? 8 : 4;
+}
 
 const char *type_name(cudaDataType t) {
-  return t == CUDA_R_16BF ? "CUDA_R_16BF" : t == CUDA_R_32F ? "CUDA_R_32F" : "an unsupported type";
+  return t == CUDA_R_16BF     ? "CUDA_R_16BF"
+         : t == CUDA_R_32F    ? "CUDA_R_32F"
+         : t == CUDA_R_8F_E4M3 ? "CUDA_R_8F_E4M3"
+                               : "an unsupported type";
+}
+
+const uint64_t RF_EMU_K_BLOCK = 128; /* VEC128_32F and BLK128x128_32F: 128 along K */
+
+/* The f32 count of a scale tensor of an operand with `rows` rows (of op(A), columns of
+ * op(B)) and k along K in the mode (block modes only). */
+size_t scale_count(int32_t mode, uint64_t rows, uint64_t k) {
+  uint64_t kb = (k + RF_EMU_K_BLOCK - 1) / RF_EMU_K_BLOCK;
+  if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return (size_t)(kb * rows);
+  return (size_t)((rows + RF_EMU_K_BLOCK - 1) / RF_EMU_K_BLOCK * ((kb + 3) / 4 * 4));
+}
+
+/* Where the scale of row i, K block kb lies (scale_count's layout). */
+size_t scale_at(int32_t mode, uint64_t rows, uint64_t k, uint64_t i, uint64_t kb) {
+  if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return (size_t)(kb * rows + i);
+  uint64_t l4 = ((k + RF_EMU_K_BLOCK - 1) / RF_EMU_K_BLOCK + 3) / 4 * 4;
+  return (size_t)(i / RF_EMU_K_BLOCK * l4 + kb);
+}
+
+/* The value of an e4m3 code: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0
+ * subnormal (m 2^-9); S.1111.111 NaN; no infinities. */
+float e4m3_value(uint8_t c) {
+  uint32_t e = (c >> 3) & 0xfu, m = c & 0x7u;
+  float v = e == 15 && m == 7 ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), (int)e - 10);
+  return c & 0x80u ? -v : v;
 }
 
 /* The product's shape from the descriptors, checked: 0, or the refusal. */
@@ -132,8 +179,10 @@ cublasStatus_t check_problem(const rf_emu_matmul_desc *op, const rf_emu_matrix_l
                     "%s: layout %c is %llu x %llu with ld %lld (ld >= rows needed)", api, names[i],
                     (unsigned long long)l->rows, (unsigned long long)l->cols, (long long)l->ld);
   }
-  if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F))
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: A %s and B %s (both CUDA_R_16BF or both CUDA_R_32F)", api,
+  const int fp8 = a->type == CUDA_R_8F_E4M3 || b->type == CUDA_R_8F_E4M3;
+  if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F && a->type != CUDA_R_8F_E4M3))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "%s: A %s and B %s (both CUDA_R_16BF, both CUDA_R_32F or both CUDA_R_8F_E4M3)", api,
                   type_name(a->type), type_name(b->type));
   if (c->type != d->type || (c->type != CUDA_R_16BF && c->type != CUDA_R_32F) ||
       (a->type == CUDA_R_32F && c->type != CUDA_R_32F))
@@ -150,6 +199,38 @@ cublasStatus_t check_problem(const rf_emu_matmul_desc *op, const rf_emu_matrix_l
         (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n,
         (unsigned long long)c->rows, (unsigned long long)c->cols, (unsigned long long)d->rows,
         (unsigned long long)d->cols);
+  const char *modes = "VEC128_32F or BLK128x128_32F, not both BLK128x128_32F";
+  for (int i = 0; i < 2; i++) {
+    int32_t mode = op->scale_mode[i];
+    int block = mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F || mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    if (!fp8 && mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: a block scale mode (%c: %d) on %s operands (FP8 only)", api,
+                    "AB"[i], (int)mode, type_name(a->type));
+    if (fp8 && !block)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: FP8 %c with scale mode %d (emulated: %s)", api, "AB"[i],
+                    (int)mode, modes);
+  }
+  if (fp8) {
+    if (op->scale_mode[0] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F &&
+        op->scale_mode[1] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: FP8 scale modes BLK128x128_32F for both A and B (%s)", api,
+                    modes);
+    if (op->transa != CUBLAS_OP_T || op->transb != CUBLAS_OP_N)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "%s: FP8 with transposes %d, %d: only TN (A CUBLAS_OP_T, B CUBLAS_OP_N)", api, op->transa,
+                    op->transb);
+    if (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: FP8 block scaling with epilogue %u (the default only)", api,
+                    op->epilogue);
+    if (m % 16 || n % 16 || k % 16 || a->ld % 16 || b->ld % 16)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "%s: FP8 m=%llu n=%llu k=%llu lda=%lld ldb=%lld: all multiples of 16 (16-byte rows)", api,
+                    (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, (long long)a->ld,
+                    (long long)b->ld);
+    if (k % RF_EMU_K_BLOCK)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: FP8 block scaling with k=%llu: a multiple of %llu", api,
+                    (unsigned long long)k, (unsigned long long)RF_EMU_K_BLOCK);
+  }
   *s = shape{m, n, k};
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -157,7 +238,8 @@ cublasStatus_t check_problem(const rf_emu_matmul_desc *op, const rf_emu_matrix_l
 /* What an algorithm was chosen for (its words 3..): the descriptors' contents. */
 uint64_t fingerprint(const rf_emu_matmul_desc *op, const rf_emu_matrix_layout *const *l) {
   uint64_t h = rf_emu::mix((uint64_t)op->compute ^ ((uint64_t)op->transa << 8) ^
-                           ((uint64_t)op->transb << 16) ^ ((uint64_t)op->epilogue << 24));
+                           ((uint64_t)op->transb << 16) ^ ((uint64_t)op->epilogue << 24) ^
+                           ((uint64_t)op->scale_mode[0] << 40) ^ ((uint64_t)op->scale_mode[1] << 48));
   for (int i = 0; i < 4; i++)
     h = rf_emu::mix(h ^ rf_emu::mix((uint64_t)l[i]->type ^ (l[i]->rows << 8) ^ (l[i]->cols << 32) ^
                                     ((uint64_t)l[i]->ld << 20)));
@@ -246,6 +328,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
   (*desc)->scale = scale;
   (*desc)->transa = (*desc)->transb = CUBLAS_OP_N;
   (*desc)->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  (*desc)->scale_mode[0] = (*desc)->scale_mode[1] = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
   return st;
 }
 
@@ -278,6 +361,27 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
           "cublasLtMatmulDescSetAttribute: %zu bytes for the bias pointer (%zu: the pointer's value)", size,
           sizeof(void *));
     memcpy(&desc->bias, buf, sizeof(void *));
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER || attr == CUBLASLT_MATMUL_DESC_B_SCALE_POINTER) {
+    if (size != sizeof(void *))
+      return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                    "cublasLtMatmulDescSetAttribute: %zu bytes for a scale pointer (%zu: the pointer's value)", size,
+                    sizeof(void *));
+    memcpy(&desc->scale_ptr[attr == CUBLASLT_MATMUL_DESC_B_SCALE_POINTER], buf, sizeof(void *));
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_A_SCALE_MODE || attr == CUBLASLT_MATMUL_DESC_B_SCALE_MODE) {
+    int32_t mode;
+    if (size != sizeof mode)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescSetAttribute: %zu bytes for a scale mode (4)",
+                    size);
+    memcpy(&mode, buf, sizeof mode);
+    if (mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F && mode != CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F &&
+        mode != CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescSetAttribute: scale mode %d not emulated",
+                    (int)mode);
+    desc->scale_mode[attr == CUBLASLT_MATMUL_DESC_B_SCALE_MODE] = mode;
     return CUBLAS_STATUS_SUCCESS;
   }
   return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescSetAttribute: attribute %d not emulated",
@@ -455,6 +559,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (rf_emu::check_device_range(workspace, workspace_bytes, "cublasLtMatmul, workspace") != cudaSuccess)
       return CUBLAS_STATUS_INVALID_VALUE;
   }
+  const int fp8 = la->type == CUDA_R_8F_E4M3;
+  if (fp8)
+    for (int i = 0; i < 2; i++) {
+      const void *sp = op->scale_ptr[i];
+      uint64_t rows = i == 0 ? s.m : s.n;
+      size_t bytes = scale_count(op->scale_mode[i], rows, s.k) * sizeof(float);
+      if (!sp)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: FP8 block scaling without CUBLASLT_MATMUL_DESC_%c_SCALE_POINTER",
+                      api, "AB"[i]);
+      if ((uintptr_t)sp % 16 != 0)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: the %c scales at %p are not 16-byte aligned", api, "AB"[i],
+                      sp);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %c's scales (%zu floats for %s)", api, "AB"[i], bytes / sizeof(float),
+               op->scale_mode[i] == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ? "VEC128_32F" : "BLK128x128_32F");
+      if (rf_emu::check_device_range(sp, bytes, what) != cudaSuccess) return CUBLAS_STATUS_INVALID_VALUE;
+    }
   struct rf_emu::where wa = rf_emu::locate(alpha), wb = rf_emu::locate(beta);
   if (wa.place == rf_emu::PLACE_DEVICE || wb.place == rf_emu::PLACE_DEVICE ||
       wa.place == rf_emu::PLACE_DEVICE_FREED || wb.place == rf_emu::PLACE_DEVICE_FREED)
@@ -472,6 +593,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   void *vd = rf_emu::view(D);
   const void *vbias =
       bias ? rf_emu::view(op->bias) : NULL; /* the pointer of this call, as cuBLASLt reads it */
+  if (fp8) {
+    const float *vsa = (const float *)rf_emu::view(op->scale_ptr[0]),
+                *vsb = (const float *)rf_emu::view(op->scale_ptr[1]);
+    const int32_t mode_a = op->scale_mode[0], mode_b = op->scale_mode[1];
+    rf_emu::enqueue(s_, "cublasLtMatmul (FP8 block scaled)", [=] {
+      size_t m = s.m, n = s.n, k = s.k, nk = k / RF_EMU_K_BLOCK;
+      const uint8_t *ca = (const uint8_t *)va, *cb = (const uint8_t *)vb;
+      for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < m; i++) { /* TN: row i of op(A) is column i of A, k contiguous */
+          const uint8_t *x = ca + i * (size_t)a.ld, *y = cb + j * (size_t)b.ld;
+          float acc = 0.0f;
+          for (size_t q = 0; q < nk; q++) {
+            float part = 0.0f;
+            for (size_t p = q * RF_EMU_K_BLOCK; p < (q + 1) * RF_EMU_K_BLOCK; p++)
+              part += e4m3_value(x[p]) * e4m3_value(y[p]);
+            acc += part * (vsa[scale_at(mode_a, m, k, i, q)] * vsb[scale_at(mode_b, n, k, j, q)]);
+          }
+          float v = al * acc;
+          if (be != 0.0f) v += be * load(vc, c.type, j * (size_t)c.ld + i);
+          store(vd, d.type, j * (size_t)d.ld + i, v);
+        }
+    });
+    return CUBLAS_STATUS_SUCCESS;
+  }
   rf_emu::enqueue(s_, "cublasLtMatmul", [=] {
     size_t m = s.m, n = s.n, k = s.k;
     std::vector<float> pa(m * k), pb(n * k); /* op(A) by rows, op(B) by columns: k contiguous */

@@ -287,6 +287,89 @@ static void check_kernels(void) {
   cudaFree(d), cudaFree(order), cudaFree(sum), cudaFree(ballot);
 }
 
+/* FP8 block scaling on 16 x 32 x 256 (m x n x k, TN): A in 128 x 128 tiles, B in 1 x 128: a
+ * value with the scale layouts (BLK: tile (ib, kb) at ib * 4 + kb; VEC128: (j, kb) at kb * n + j),
+ * and each rule broken: NN, k not a multiple of 128, a scale tensor short of its size, host
+ * scales, no scale pointer, BLK128x128 on both. */
+static void check_cublaslt_fp8(cublasLtHandle_t lt, cublasLtMatmulPreference_t pref) {
+  const int m = 16, n = 32, k = 256;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld, lka, lkb, lnn;
+  cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  int32_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &blk, sizeof blk);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, n, k);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+  cublasLtMatrixLayoutCreate(&lka, CUDA_R_8F_E4M3, 64, m, 64);
+  cublasLtMatrixLayoutCreate(&lkb, CUDA_R_8F_E4M3, 64, n, 64);
+  cublasLtMatrixLayoutCreate(&lnn, CUDA_R_8F_E4M3, m, k, m); /* A not transposed: m x k */
+  cublasLtMatmulHeuristicResult_t r;
+  int found = 0;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
+            found == 1,
+        "a heuristic for FP8 16x32x256");
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, lka, lkb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "FP8 with k = 64 (not a multiple of 128) is refused");
+  cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &r, &found);
+  uint8_t ha[16 * 256], hb[32 * 256];
+  for (int i = 0; i < m * k; i++) ha[i] = (uint8_t)(i % 5 == 0 ? 0x38 : i % 5 == 1 ? 0xb0 : 0x00); /* 1, -0.5 */
+  for (int i = 0; i < n * k; i++) hb[i] = (uint8_t)(i % 3 == 0 ? 0x40 : 0x30); /* 2, 0.5 */
+  float hsa[4] = {0.5f, 4.0f, -1.0f, -1.0f}, hsb[2 * 32]; /* A: one tile row, L4 = 4 (2 used) */
+  for (int i = 0; i < 2 * n; i++) hsb[i] = 0.25f * (float)(1 + i % 7);
+  uint8_t *a = (uint8_t *)dalloc(sizeof ha), *b = (uint8_t *)dalloc(sizeof hb);
+  float *sa = dalloc(sizeof hsa), *sb = dalloc(sizeof hsb), *sshort = dalloc(2 * sizeof(float)),
+        *d = dalloc(m * n * 4), hd[16 * 32], one = 1.0f, zero = 0.0f;
+  cudaMemcpy(a, ha, sizeof ha, cudaMemcpyHostToDevice);
+  cudaMemcpy(b, hb, sizeof hb, cudaMemcpyHostToDevice);
+  cudaMemcpy(sa, hsa, sizeof hsa, cudaMemcpyHostToDevice);
+  cudaMemcpy(sb, hsb, sizeof hsb, cudaMemcpyHostToDevice);
+  CHECK(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "FP8 without scale pointers is refused");
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sshort, sizeof sshort);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+  CHECK(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "A's BLK128x128 scales short of L4 = 4 per tile row are refused");
+  float *hs = hsa;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &hs, sizeof hs);
+  CHECK(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "host scales are refused");
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+  CHECK(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_SUCCESS,
+        "an FP8 block-scaled cublasLtMatmul");
+  cudaMemcpy(hd, d, sizeof hd, cudaMemcpyDeviceToHost);
+  int i = 3, j = 5; /* D(i, j) = sum over kb of sa[kb] sb[kb * n + j] sum_p A(p, i) B(p, j) */
+  float want = 0;
+  for (int q = 0; q < 2; q++) {
+    float part = 0;
+    for (int p = 128 * q; p < 128 * (q + 1); p++) {
+      uint8_t ca = ha[i * k + p], cb = hb[j * k + p];
+      part += (ca == 0x38 ? 1.0f : ca == 0xb0 ? -0.5f : 0.0f) * (cb == 0x40 ? 2.0f : 0.5f);
+    }
+    want += part * (hsa[q] * hsb[q * n + j]);
+  }
+  CHECK(hd[j * m + i] == want, "FP8 D(%d,%d) = %g, want %g (the scale layouts)", i, j, hd[j * m + i], want);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &nn, sizeof nn);
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, lnn, lb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "FP8 NN (not TN) is refused");
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &blk, sizeof blk);
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "BLK128x128 scales on both A and B are refused");
+  cudaDeviceSynchronize();
+  cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lka), cublasLtMatrixLayoutDestroy(lkb), cublasLtMatrixLayoutDestroy(lnn);
+  cublasLtMatmulDescDestroy(op);
+  cudaFree(a), cudaFree(b), cudaFree(sa), cudaFree(sb), cudaFree(sshort), cudaFree(d);
+}
+
 /* ---- cuBLASLt's rules ---- */
 static void check_cublaslt(void) {
   cublasLtHandle_t lt;
@@ -355,6 +438,7 @@ static void check_cublaslt(void) {
   CHECK(hc[2 * 8 + 1] == want + ha[8 + 1], "C(1,2) + bias(1) = %g, want %g", hc[2 * 8 + 1], want + ha[8 + 1]);
   cudaDeviceSynchronize();
   cublasLtMatmulDescDestroy(opb);
+  check_cublaslt_fp8(lt, pref);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(l8), cublasLtMatrixLayoutDestroy(l4);
   cublasLtMatmulDescDestroy(op);

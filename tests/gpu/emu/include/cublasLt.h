@@ -60,7 +60,7 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSC = 5,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
-  /* FP8 block scaling: named so that the CUDA build compiles here; not emulated (refused) */
+  /* FP8 block scaling (Hopper): the scale tensors' device pointers and their modes */
   CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
   CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
   CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31,
