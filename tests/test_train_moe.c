@@ -28,7 +28,9 @@
  *    top-2, one shared expert, bias_update_speed 0.01 so that the balancing bias moves the choice
  *    within the run): W = 2 planned/ragged, W = 3 planned/equal and fsdp2 with AdamW, W = 2 fsdp2
  *    with Muon, against the one-rank runs; its balancing bias after 4 steps the same bits at
- *    W = 1, 2, 3 and moved; a resume at W = 2 and 3 bit-identical (the bias in the checkpoint);
+ *    W = 1, 2, 3 (and W = 2 with two micro-batches a step, W = 1 evaluating after every step) and
+ *    moved; a resume at W = 2 and 3 bit-identical
+ * (the bias in the checkpoint);
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
  *    losses): AdamW at W = 2, 8-bit AdamW at W = 3, Muon at W = 2; and a
@@ -156,19 +158,23 @@ static void check_invariance(void) {
 }
 
 /* DeepSeek-V3's balancing bias after 4 steps (bias_update_speed 0.01): the same bits in the
- * checkpoints of W = 1 (planned), 2 (planned/ragged) and 3 (fsdp2: the bias [8] cut across the
- * ranks), moved (not zero), each element within 4 steps of 0.01 of its initial zero. */
+ * checkpoints of W = 1 (planned), 2 (planned/ragged), 3 (fsdp2: the bias [8] cut across the
+ * ranks), 2 with two micro-batches a step (the loads summed over both) and 1 with an evaluation
+ * after every step (its forwards' loads must not count: each step's loads start from zero),
+ * moved (not zero), each element within 4 steps of 0.01 of its initial zero. */
 static void check_bias(void) {
-  float bias[3][2][8];
+  float bias[5][2][8];
   const char *names[2] = {"model.layers.1.mlp.gate.e_score_correction_bias",
                           "model.layers.2.mlp.gate.e_score_correction_bias"};
-  const char *layouts[3] = {"--layout planned", "--layout planned --shard ragged", "--layout fsdp2"};
-  for (int w = 1; w <= 3; w++) {
+  const char *layouts[5] = {"--layout planned", "--layout planned --shard ragged", "--layout fsdp2",
+                            "--layout planned --accum 2", "--layout planned --eval-every 1"};
+  for (int r = 0; r < 5; r++) {
+    int w = r < 3 ? r + 1 : r == 3 ? 2 : 1;
     char out[16384], ck[256];
-    snprintf(ck, sizeof ck, "%s/bias-%d", dir, w);
+    snprintf(ck, sizeof ck, "%s/bias-%d", dir, r);
     int rc =
         run(out, sizeof out, w, "train --model %s --data %s %s --batch 12 %s --ckpt-dir %s --save-every 4",
-            dsm, data, common, layouts[w - 1], ck);
+            dsm, data, common, layouts[r], ck);
     RF_CHECK(rc == 0, "bias run W=%d: rc %d\n%s", w, rc, out);
     char step[300];
     snprintf(step, sizeof step, "%s/step-00000004", ck);
@@ -176,7 +182,7 @@ static void check_bias(void) {
     RF_CHECK(rf_ckpt_open(&c, step) == 0, "W=%d: %s", w, rf_error_msg());
     const int64_t shape[1] = {8};
     for (int l = 0; l < 2; l++)
-      RF_CHECK(rf_ckpt_read(&c, names[l], RF_DTYPE_F32, 1, shape, 0, 8, bias[w - 1][l]) == 0, "W=%d: %s", w,
+      RF_CHECK(rf_ckpt_read(&c, names[l], RF_DTYPE_F32, 1, shape, 0, 8, bias[r][l]) == 0, "W=%d: %s", w,
                rf_error_msg());
     rf_ckpt_close(&c);
   }
@@ -186,12 +192,17 @@ static void check_bias(void) {
       moved = rf_test_max(moved, fabs(bias[0][l][e]));
       worst = rf_test_max(worst, fabs(bias[0][l][e]) - 4 * 0.01);
     }
-  RF_CHECK(memcmp(bias[0], bias[1], sizeof bias[0]) == 0 && memcmp(bias[0], bias[2], sizeof bias[0]) == 0,
-           "the balancing bias differs between W = 1, 2, 3");
+  RF_CHECK(memcmp(bias[0], bias[1], sizeof bias[0]) == 0 && memcmp(bias[0], bias[2], sizeof bias[0]) == 0 &&
+               memcmp(bias[0], bias[3], sizeof bias[0]) == 0,
+           "the balancing bias differs between W = 1, 2, 3 and W = 2 with two micro-batches");
+  RF_CHECK(memcmp(bias[0], bias[4], sizeof bias[0]) == 0,
+           "the balancing bias differs with an evaluation after every step (its loads counted)");
   RF_CHECK(moved > 0 && worst <= 1e-6, "the balancing bias moved %g at most, %g past 4 steps of 0.01", moved,
            worst);
   printf(
-      "balancing bias after 4 steps: the same bits at W = 1, 2, 3; largest |b| %.3g (layer 1: %+.2f %+.2f "
+      "balancing bias after 4 steps: the same bits at W = 1, 2, 3, 2 x 2 micro-batches and with evaluations; "
+      "largest |b| %.3g "
+      "(layer 1: %+.2f %+.2f "
       "%+.2f %+.2f %+.2f %+.2f %+.2f %+.2f)\n",
       moved, bias[0][0][0], bias[0][0][1], bias[0][0][2], bias[0][0][3], bias[0][0][4], bias[0][0][5],
       bias[0][0][6], bias[0][0][7]);
