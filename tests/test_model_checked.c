@@ -370,6 +370,16 @@ static void check_refusals(struct rf_device *checked) {
       "a table without the mla_ entries refuses deepseek_v3, naming the first: %s",
       rc ? rf_error_msg() : "(accepted)");
   if (rc == 0) rf_model_ws_free(&ws);
+  /* with MLA but without DeepSeek-V3's router (the CUDA table lacks both): its MoE layers refused */
+  partial = rf_model_kernels_host;
+  partial.router_group_forward = NULL, partial.router_group_backward = NULL;
+  RF_ASSERT(rf_model_config_load(&ds, "tests/data/deepseek_v3_moe_ref_config.json") == 0);
+  rc = rf_model_ws_init_on(&ws, &host, hs, &ds, 1, 4);
+  RF_CHECK(rc == -1 && strstr(rf_error_msg(), "router_group_forward") &&
+               strstr(rf_error_msg(), "group-limited router"),
+           "a table without the router_group_ entries refuses deepseek_v3's MoE layers: %s",
+           rc ? rf_error_msg() : "(accepted)");
+  if (rc == 0) rf_model_ws_free(&ws);
   rf_device_stream_free(&host, hs);
   /* the host table on the checked device's memory */
   struct rf_backend hostly = {.name = "hostly", .model = &rf_model_kernels_host};

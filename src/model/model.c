@@ -241,6 +241,8 @@ static void rope_upload(struct rf_model_ws *ws, int seq, int hd) {
 static const char *rf_model_kernels_what(const char *entry) {
   if (strncmp(entry, "linear", 6) == 0) return "linear layers";
   if (strncmp(entry, "moe", 3) == 0) return "MoE token movement";
+  if (strncmp(entry, "mla_", 4) == 0) return "latent-attention kernels (DeepSeek-V3's)";
+  if (strncmp(entry, "router_group_", 13) == 0) return "group-limited router kernels (DeepSeek-V3's)";
   return "kernels";
 }
 
