@@ -28,8 +28,8 @@
  *    top-2, one shared expert, bias_update_speed 0.01 so that the balancing bias moves the choice
  *    within the run): W = 2 planned/ragged, W = 3 planned/equal and fsdp2 with AdamW, W = 2 fsdp2
  *    with Muon, against the one-rank runs; its balancing bias after 4 steps the same bits at
- *    W = 1, 2, 3 (and W = 2 with two micro-batches a step, W = 1 evaluating after every step) and
- *    moved; a resume at W = 2 and 3 bit-identical
+ *    W = 1, 2, 3 (and W = 2 with two micro-batches a step, W = 1 evaluating after every step, W = 4
+ *    as HSDP of 2 replicas) and moved; a resume at W = 2 and 3 bit-identical
  * (the bias in the checkpoint);
  *  - resume: a run stopped at a checkpoint and resumed ends bit-identical to the
  *    uninterrupted run (every rank file of the final checkpoints, and the log's
@@ -159,17 +159,19 @@ static void check_invariance(void) {
 
 /* DeepSeek-V3's balancing bias after 4 steps (bias_update_speed 0.01): the same bits in the
  * checkpoints of W = 1 (planned), 2 (planned/ragged), 3 (fsdp2: the bias [8] cut across the
- * ranks), 2 with two micro-batches a step (the loads summed over both) and 1 with an evaluation
- * after every step (its forwards' loads must not count: each step's loads start from zero),
+ * ranks), 2 with two micro-batches a step (the loads summed over both), 1 with an evaluation
+ * after every step (its forwards' loads must not count: each step's loads start from zero) and
+ * 4 as HSDP of 2 replicas (each replica moves its copy of the pieces alike),
  * moved (not zero), each element within 4 steps of 0.01 of its initial zero. */
 static void check_bias(void) {
-  float bias[5][2][8];
+  float bias[6][2][8];
   const char *names[2] = {"model.layers.1.mlp.gate.e_score_correction_bias",
                           "model.layers.2.mlp.gate.e_score_correction_bias"};
-  const char *layouts[5] = {"--layout planned", "--layout planned --shard ragged", "--layout fsdp2",
-                            "--layout planned --accum 2", "--layout planned --eval-every 1"};
-  for (int r = 0; r < 5; r++) {
-    int w = r < 3 ? r + 1 : r == 3 ? 2 : 1;
+  const char *layouts[6] = {
+      "--layout planned",           "--layout planned --shard ragged", "--layout fsdp2",
+      "--layout planned --accum 2", "--layout planned --eval-every 1", "--layout planned --replicate 2"};
+  for (int r = 0; r < 6; r++) {
+    int w = r < 3 ? r + 1 : r == 3 ? 2 : r == 4 ? 1 : 4;
     char out[16384], ck[256];
     snprintf(ck, sizeof ck, "%s/bias-%d", dir, r);
     int rc =
@@ -197,10 +199,13 @@ static void check_bias(void) {
            "the balancing bias differs between W = 1, 2, 3 and W = 2 with two micro-batches");
   RF_CHECK(memcmp(bias[0], bias[4], sizeof bias[0]) == 0,
            "the balancing bias differs with an evaluation after every step (its loads counted)");
+  RF_CHECK(memcmp(bias[0], bias[5], sizeof bias[0]) == 0,
+           "the balancing bias differs under HSDP (W = 4, 2 replicas)");
   RF_CHECK(moved > 0 && worst <= 1e-6, "the balancing bias moved %g at most, %g past 4 steps of 0.01", moved,
            worst);
   printf(
-      "balancing bias after 4 steps: the same bits at W = 1, 2, 3, 2 x 2 micro-batches and with evaluations; "
+      "balancing bias after 4 steps: the same bits at W = 1, 2, 3, 2 x 2 micro-batches, with evaluations and "
+      "HSDP 2 x 2; "
       "largest |b| %.3g "
       "(layer 1: %+.2f %+.2f "
       "%+.2f %+.2f %+.2f %+.2f %+.2f %+.2f)\n",
