@@ -11,6 +11,9 @@ Writes tests/data/deepseek_v3_export/:
   hf.safetensors       the weights of a seeded random DeepseekV3ForCausalLM, as transformers saves them
   tokens.i32           raw int32 [2, 12] seeded random tokens
   hf_logits.f32        transformers' logits (float64 model) of hf.safetensors on the tokens
+  hub.safetensors      hf.safetensors in the Hub checkpoint's layout: each routed expert its own
+                       mlp.experts.N.gate_proj/up_proj/down_proj (the rows transformers' conversion
+                       fuses into gate_up_proj[N] = [gate; up], down_proj[N]); the same logits
   step-00000002/       the checkpoint of `rfsdp train --init hf.safetensors --steps 2` at W = 2
   export_logits.f32    transformers' logits of that checkpoint exported by `rfsdp ckpt export`, loaded
                        strictly into DeepseekV3ForCausalLM (every name and shape must match)
@@ -23,6 +26,7 @@ Usage: /work/venv/bin/python tests/ref_deepseek_v3_export.py [--rfsdp build/rfsd
 import os
 
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
 from ref_common import export_reference
@@ -43,8 +47,26 @@ def init(name, p):  # each parameter once, under torch.no_grad, after torch.manu
         p.copy_(0.5 * torch.randn_like(p) / p.shape[-1] ** 0.5)
 
 
+def hub_layout():
+    """hf.safetensors with the fused experts split per expert, as the Hub keeps them."""
+    out = {}
+    for k, v in load_file(os.path.join(HERE, "hf.safetensors")).items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            f = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[k[:-len("gate_up_proj")] + f"{e}.gate_proj.weight"] = v[e, :f].contiguous()
+                out[k[:-len("gate_up_proj")] + f"{e}.up_proj.weight"] = v[e, f:].contiguous()
+        elif k.endswith("mlp.experts.down_proj"):
+            for e in range(v.shape[0]):
+                out[k[:-len("down_proj")] + f"{e}.down_proj.weight"] = v[e].contiguous()
+        else:
+            out[k] = v
+    save_file(out, os.path.join(HERE, "hub.safetensors"))
+
+
 def main():
     export_reference(HERE, CFG, DeepseekV3Config, DeepseekV3ForCausalLM, init)
+    hub_layout()
 
 
 if __name__ == "__main__":

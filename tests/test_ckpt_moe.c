@@ -15,7 +15,9 @@
  * wrote tests/data/deepseek_v3_export/: multi-head latent attention, low-rank q, v_head_dim != the qk
  * head dim, a dense layer and a MoE layer: the sigmoid group-limited router, fused routed experts,
  * a shared expert, the balancing bias moved by the 2 steps), its export loaded strictly into
- * DeepseekV3ForCausalLM (the bias into the router's e_score_correction_bias buffer). */
+ * DeepseekV3ForCausalLM (the bias into the router's e_score_correction_bias buffer); and
+ * transformers' file split into the Hub's layout (mlp.experts.N.gate_proj/up_proj/down_proj,
+ * hub.safetensors) gives transformers' logits too. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,6 +78,10 @@ int main(void) {
     snprintf(in, sizeof in, "%s/hf.safetensors", REF);
     snprintf(want, sizeof want, "%s/hf_logits.f32", REF);
     check_logits(dir, "hf.safetensors", in, want);
+    if (r == 2) { /* DeepSeek-V3's routed experts in the Hub's layout: one tensor set per expert */
+      snprintf(in, sizeof in, "%s/hub.safetensors", REF);
+      check_logits(dir, "hub.safetensors", in, want);
+    }
     snprintf(model, sizeof model, "%s/export.safetensors", dir);
     int rc = rf_cli_run(out, sizeof out, "ckpt export %s/step-00000002 --out %s", REF, model);
     RF_CHECK(rc == 0, "export: %s", out);
