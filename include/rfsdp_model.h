@@ -25,8 +25,7 @@ struct rf_train_model;
 
 /* The model_type names the config reader knows, in its table's order, joined by
  * `sep` into out (size bytes): every family (trainable 0: llama, qwen2, gpt_oss,
- * deepseek_v3, mixtral, qwen3_moe) or only those rfsdp trains (1: all of them; deepseek_v3
- * where every layer is dense, its routed experts planned only). For messages and --help,
+ * deepseek_v3, mixtral, qwen3_moe) or only those rfsdp trains (1: all of them). For messages and --help,
  * never written by hand. Returns 0, or -1
  * with rf_fsdp_error() when out is NULL or too small. */
 int rf_train_model_families(char *out, size_t size, int trainable, const char *sep);
