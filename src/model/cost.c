@@ -48,10 +48,14 @@ int64_t rf_model_activation_bytes(const struct rf_model_config *cfg, int micro, 
 }
 
 int64_t rf_model_scalar_reduce_bytes(const struct rf_model_config *cfg, int accum) {
+  int moe = rf_model_config_is_moe(cfg);
+  /* DeepSeek-V3's balancing bias: every MoE layer's loads once a step (rf_train_model_step) */
+  int bias = moe && rf_model_config_family(cfg)->router == RF_MODEL_ROUTER_SIGMOID_GROUP &&
+             cfg->deepseek_v3.bias_update_speed > 0;
   return 8 + 4 +
-         (rf_model_config_is_moe(cfg) && cfg->moe.output_router_logits
-              ? (int64_t)accum * (2 * cfg->moe.num_local_experts + 1) * 8
-              : 0);
+         (moe && cfg->moe.output_router_logits ? (int64_t)accum * (2 * cfg->moe.num_local_experts + 1) * 8
+                                               : 0) +
+         (bias ? (int64_t)rf_model_config_moe_layers(cfg) * cfg->moe.num_local_experts * 8 : 0);
 }
 
 void rf_model_desc_optim_flags(const struct rf_model_desc *d, int *flags) {

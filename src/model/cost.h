@@ -33,7 +33,8 @@ int64_t rf_model_activation_bytes(const struct rf_model_config *cfg, int micro, 
 
 /* Bytes the trainer all-reduces on the world per step besides the gradient norm:
  * the loss (f64) and the end-of-step agreement (i32); a trainable MoE with its
- * load-balancing loss adds 2E + 1 router statistics (f64) per micro-batch. */
+ * load-balancing loss adds 2E + 1 router statistics (f64) per micro-batch, DeepSeek-V3
+ * with its balancing bias moving (MoE layers) x E loads (f64) per step. */
 int64_t rf_model_scalar_reduce_bytes(const struct rf_model_config *cfg, int accum);
 
 /* The optimizer groups (RF_OPTIM_FLAG_DECAY, RF_OPTIM_FLAG_MATRIX) of the
