@@ -444,17 +444,47 @@ size_t rf_model_ws_fp8_bytes(const struct rf_model_config *cfg, int batch, int s
   return (2 * act + weight) * sizeof(uint16_t) + (2 * tiles + work) * sizeof(float);
 }
 
+/* The device stage of FP8 block mode (struct rf_model_fp8_stage's ca, cb, sa, sb, y, bad), sized
+ * for the largest operands linear_cuda.c makes: activations [rows, wide] with rows padded to 16
+ * and k to 128; the weight gradient's transposed operands [wide, tokens], each sequence padded
+ * to 128 tokens; a weight [out, in] (or transposed) padded likewise; the scales of each. */
+static int fp8_device_stage(struct rf_model_ws *ws, struct rf_model_fp8_stage *q) {
+  size_t act = 0, weight = 0;
+  compute_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight);
+  size_t n = (size_t)ws->cap_b * ws->cap_t,
+         rows = (size_t)moe_rows(&ws->cfg, n) > n ? (size_t)moe_rows(&ws->cfg, n) : n;
+  size_t wide = act / rows, rows16 = (size_t)rf_round_up((int64_t)rows, 16);
+  size_t wide16 = (size_t)rf_round_up((int64_t)wide, 16),
+         wide128 = (size_t)rf_round_up((int64_t)wide, RF_FP8_TILE);
+  size_t seq = (size_t)ws->cap_t,
+         seq_pad = seq % RF_FP8_TILE ? (size_t)rf_round_up((int64_t)seq, RF_FP8_TILE) : seq;
+  size_t tokens = rows / seq * seq_pad, whole = (size_t)rf_round_up((int64_t)rows, RF_FP8_TILE);
+  tokens = tokens > whole ? tokens : whole;
+  size_t ca = rows16 * wide128 > wide16 * tokens ? rows16 * wide128 : wide16 * tokens;
+  size_t wpad = weight + (RF_FP8_TILE + 16) * wide128 + 16 * RF_FP8_TILE;
+  size_t cb = wpad > wide16 * tokens ? wpad : wide16 * tokens;
+  size_t scales = ca / RF_FP8_TILE + (wide16 / RF_FP8_TILE + 1) * (wide128 / RF_FP8_TILE + 4) + 64;
+  scales = scales > cb / RF_FP8_TILE + 64 ? scales : cb / RF_FP8_TILE + 64;
+  q->ca = ws_alloc(ws, ca);
+  q->cb = ws_alloc(ws, cb);
+  q->sa = ws_floats(ws, scales);
+  q->sb = ws_floats(ws, scales);
+  size_t y = (rows16 > wide16 ? rows16 : wide16) * wide16;
+  q->y = ws_floats(ws, y);
+  q->bad = ws_ints(ws, 1);
+  q->cap_a = (int64_t)ca, q->cap_b = (int64_t)cb, q->cap_scales = (int64_t)scales, q->cap_y = (int64_t)y;
+  return 0;
+}
+
 int rf_model_ws_set_fp8(struct rf_model_ws *ws, int pow2) {
   RF_REQUIRE(!oss_experts(&ws->cfg), "--fp8 block: GPT-OSS's [in, out] experts are not quantized yet");
   RF_REQUIRE(!has_mla(&ws->cfg), "--fp8 block: DeepSeek-V3's latent attention is not quantized yet");
-  /* the FP8 products are host code (ops.c on e4m3 codes): a device that runs host code only */
-  RF_REQUIRE(
-      rf_device_runs_host_code(ws->dev),
-      "--fp8 block: the FP8 linear layers are not on device %s yet (--device cpu or checked runs them)",
-      ws->dev->ops->name);
   struct rf_model_fp8_stage *q = &ws->stage.fp8;
   q->pow2 = pow2;
-  if (q->work) return 0;
+  if (q->work || q->ca) return 0;
+  /* the host's FP8 products are host code (ops.c on e4m3 codes); another device's table
+   * (CUDA: linear_cuda.c) multiplies e4m3 codes on cuBLASLt from the device stage */
+  if (!rf_device_runs_host_code(ws->dev)) return fp8_device_stage(ws, q);
   size_t act = 0, weight = 0, tiles = 0, work = 0;
   fp8_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight, &tiles, &work);
   q->a = ws_halves(ws, act);

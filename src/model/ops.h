@@ -49,6 +49,14 @@ struct rf_model_fp8_stage {
   int seq;  /* tokens per sequence: dW's token tiles restart at each (0: one run) */
   uint16_t *a, *b, *w;
   float *sa, *sb, *work;
+  /* On a device that runs no host code (CUDA: linear_cuda.c, rf_gemm_cuda_run_fp8): ca, cb the
+   * two operands' e4m3 codes (sa, sb their scales in cuBLASLt's layouts; a, b, w, work NULL),
+   * y an f32 product staged when its shape is not a multiple of 16, bad the device flag of an
+   * operand holding NaN or an infinity. */
+  uint8_t *ca, *cb;
+  float *y;
+  int *bad;
+  int64_t cap_a, cap_b, cap_scales, cap_y; /* their sizes (codes, floats) */
 };
 struct rf_model_stage {
   enum rf_dtype compute;
