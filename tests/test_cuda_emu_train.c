@@ -38,6 +38,13 @@
  * The runtime's NCCL requests are never waited for on the host (the compute stream waits for
  * their events): those waits, counted in host_syncs when made, are what the bound of 1 excludes
  * (mutation dbuffer-nccl-gather-host-waited).
+ * Kernel launches (issue 35 item 3, counted by the stand-in: RF_EMU_LAUNCHES=1): the gradient
+ * norm's sum of squares and AdamW run once per unit over its whole shard (the fused kernels of
+ * src/model/fused_cuda.cu through the backend's shard entries), not once per tensor's piece: step 3
+ * of the W = 1 f32 run launches each exactly once per unit and at most LAUNCHES_CUDA kernels in all
+ * (mutations cuda-shard-adamw-per-piece, cuda-shard-sumsq-drops-chunk: the latter by the norms).
+ * The fused sum runs in another order than the pieces' running sum (within 1e-12 relative before
+ * the sqrt: tests/gpu/test_fused_cuda.c), inside the f32 bounds above.
  * A hung collective is still caught: with the stand-in's RF_EMU_NCCL_HANG=K the K-th NCCL
  * operation of every rank never completes and reports nothing (as when a peer stops); the host
  * runs on to its next wait for the device (the end-of-step read), where the NCCL backend, the
@@ -115,6 +122,58 @@ static void hung_collective(int world, int k, const char *nccl_name, const char 
   if (msg) printf("W=%d: %.*s\n", world, (int)strcspn(msg, "\n"), msg);
 }
 
+/* The stand-in's launch count (RF_EMU_LAUNCHES=1) of `kernel` in out: the total when kernel is
+ * NULL; 0 when it never ran. */
+static long launches_of(const char *text, const char *kernel) {
+  const char *tag = "cuda-emu launches: ";
+  for (const char *p = strstr(text, tag); p; p = strstr(p + 1, tag)) {
+    long n = 0;
+    int used = 0;
+    if (sscanf(p + strlen(tag), "%ld%n", &n, &used) != 1) continue;
+    const char *name = p + strlen(tag) + used;
+    size_t len = strcspn(name, "\n");
+    if (!kernel ? len == 0 : len == strlen(kernel) + 1 && strncmp(name + 1, kernel, len - 1) == 0) return n;
+  }
+  return kernel ? 0 : -1;
+}
+
+/* Kernel launches of one step (issue 35 item 3): a run of 3 steps less a run of 2 (W = 1, the
+ * dense f32 LLaMA), counted by the stand-in per kernel. A unit's shard is one launch of the fused
+ * AdamW (fused_cuda.cu's adamw_pieces_kernel) and one of the norm's sum of squares (with its
+ * finish), never one per piece (adamw_cuda.cu's adamw_piece_kernel, the device table's
+ * rf_cuda_sumsq_kernel); the step's total at most LAUNCHES_CUDA (measured: printed). */
+#define UNITS_TINY 4      /* the tiny LLaMA's units: the embedding, 2 layers, the head */
+#define LAUNCHES_CUDA 102 /* measured 2026-12-03; 153 with a launch per piece (21 tensors) */
+static void launches_per_step(void) {
+  static char two[1 << 16];
+  long n[2][5];
+  const char *kernels[] = {NULL, "adamw_pieces_kernel", "sumsq_pieces_kernel", "adamw_piece_kernel",
+                           "rf_cuda_sumsq_kernel"};
+  for (int r = 0; r < 2; r++) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "rfsdp train --device cuda --model %s --data %s --steps %d --batch 6 --seq 32 2>&1", model, data,
+             2 + r);
+    int rc = rf_cuda_emu_run(r ? out : two, sizeof out, "RF_EMU_LAUNCHES=1", 0, 300, cmd);
+    RF_CHECK(rc == 0, "--device cuda %d steps: exit %d\n%s", 2 + r, rc, r ? out : two);
+    if (rc != 0) return;
+    for (int k = 0; k < 5; k++) n[r][k] = launches_of(r ? out : two, kernels[k]);
+  }
+  long step[5];
+  for (int k = 0; k < 5; k++) step[k] = n[1][k] - n[0][k];
+  printf(
+      "--device cuda W=1: kernel launches in step 3: %ld (at most %d); fused AdamW %ld, fused sum of "
+      "squares %ld (units %d); per-piece AdamW %ld, per-piece sum of squares %ld\n",
+      step[0], LAUNCHES_CUDA, step[1], step[2], UNITS_TINY, step[3], step[4]);
+  RF_CHECK(n[0][0] > 0 && step[0] > 0 && step[0] <= LAUNCHES_CUDA,
+           "kernel launches per step %ld (runs: %ld, %ld), at most %d", step[0], n[0][0], n[1][0],
+           LAUNCHES_CUDA);
+  RF_CHECK(step[1] == UNITS_TINY && step[2] == UNITS_TINY && step[3] == 0 && step[4] == 0,
+           "a launch per unit: fused AdamW %ld and sum of squares %ld per step (want %d each), per-piece "
+           "AdamW %ld and sum of squares %ld (want 0)",
+           step[1], step[2], UNITS_TINY, step[3], step[4]);
+}
+
 static void write_json(char *path, size_t path_size, const char *name, const char *text) {
   snprintf(path, path_size, "%s/%s", dir, name);
   RF_ASSERT(rf_file_write_all(path, text, strlen(text)) == 0);
@@ -140,6 +199,7 @@ int main(void) {
   same_run("", 1, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("RF_EMU_DEVICES=2", 2, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 3, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
+  launches_per_step();
   same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
   same_run("RF_EMU_DEVICES=2", 2, "--optim adamw8bit", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 2, "--optim muon", 1e-5, 1e-4, 0);

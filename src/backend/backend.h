@@ -27,6 +27,22 @@ struct rf_optim_hyper;     /* optim/optim.h */
 struct rf_optim_8bit_plan; /* optim/optim.h */
 struct rf_comm;            /* comm/comm.h */
 
+/* A piece of the rank's shard slabs (elements [offset, offset + len) of its parameter, gradient and
+ * moment slabs; AdamW's weight decay on it or not) for a backend's shard kernels. */
+struct rf_shard_piece {
+  int64_t offset, len;
+  int decay;
+};
+/* The pieces one launch of a backend's shard kernels covers (a unit's shard: the norm's sum of
+ * squares, AdamW), made once at set-up by the backend's shard_plan, freed by its shard_plan_free. */
+struct rf_shard_plan {
+  void *pieces;  /* owned, device memory: the backend's records of the pieces */
+  void *scratch; /* owned, device memory: the sum of squares' partials */
+  size_t scratch_bytes;
+  int n_pieces;
+  int64_t n_chunks; /* blocks of one launch; 0: the pieces are empty, nothing is launched */
+};
+
 struct rf_backend {
   const char *name; /* as --device spells it */
   /* Why this program cannot use the backend (static storage; the same on every rank of a
@@ -55,6 +71,18 @@ struct rf_backend {
    * NULL: the host code (launched, or at once on the host). */
   void (*adamw8bit_step)(const struct rf_optim_8bit_plan *plan, const struct rf_optim_hyper *h,
                          struct rf_device_stream *stream);
+  /* A unit's shard in one launch each (src/model/fused_cuda.cu); all NULL: a launch per piece
+   * (sum_squares_add of the device table, adamw_piece). shard_plan uploads pieces[0..n) (offsets
+   * into the slabs the kernels get) on `stream`; shard_sum_squares_add adds the pieces' sum of g^2
+   * (f64, a fixed order: not the pieces' order) into *acc; shard_adamw is adamw_piece over every
+   * piece (h->gscale: the clip factor, NaN skips the update). */
+  void (*shard_plan)(struct rf_device *dev, struct rf_shard_plan *out, const struct rf_shard_piece *pieces,
+                     int n, struct rf_device_stream *stream);
+  void (*shard_plan_free)(struct rf_device *dev, struct rf_shard_plan *plan);
+  void (*shard_sum_squares_add)(double *acc, const float *g, const struct rf_shard_plan *plan,
+                                struct rf_device_stream *stream);
+  void (*shard_adamw)(const struct rf_optim_hyper *h, float *p, const float *g, float *m, float *v,
+                      const struct rf_shard_plan *plan, struct rf_device_stream *stream);
   /* Muon's element-wise stages as kernels (src/optim/muon.c's pack and unpack; their results staged
    * through a device buffer and copies), bit for bit the host's; NULL: the host code on the views. */
   void (*muon_momentum)(float *buf, const float *g, float *u, int64_t len, float momentum, int nesterov,

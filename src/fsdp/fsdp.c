@@ -161,6 +161,7 @@ void rf_fsdp_free(struct rf_fsdp *f) {
   rf_device_release(f->device, f->master);
   rf_device_release(f->device, f->grad);
   rf_device_release(f->device, f->sumsq);
+  rf_fsdp_norm_plans_free(f);
   if (f->norm_req) {
     rf_comm_wait(f->norm_req);
     rf_comm_req_free(f->norm_req);
@@ -359,6 +360,7 @@ int rf_fsdp_finalize(struct rf_fsdp *f) {
   f->finalized = 1;
   f->views = rf_xcalloc((size_t)f->n_tensors, sizeof *f->views);
   for (int t = 0; t < f->n_tensors; t++) rf_fsdp_tensor(f, t, &f->views[t]);
+  rf_fsdp_norm_plans_make(f);
   rf_fsdp_init_params(f);
   return 0;
 }

@@ -19,6 +19,8 @@
 
 #define RF_FSDP_NAME_MAX 128
 
+struct rf_shard_plan; /* backend/backend.h */
+
 /* A declared tensor. */
 struct rf_fsdp_tensor {
   char name[RF_FSDP_NAME_MAX];
@@ -99,6 +101,10 @@ struct rf_fsdp {
       *grad_across; /* owned, shard_elems bf16: HSDP's replica all-reduce with reduce_dtype bf16, else NULL */
   double *sumsq;    /* owned, two f64 of device memory: the gradient norm's sum of squares (grads.c) */
   float *gscale;    /* in sumsq's allocation (sumsq + 1): the clip factor on the device (grads.c) */
+  /* owned, n_units: each unit's gradient pieces (offsets into grad) for the backend's
+   * shard_sum_squares_add, one launch per unit (grads.c); NULL where the backend has none (a
+   * launch per piece) */
+  struct rf_shard_plan *norm_plans;
   /* the norm's all-reduce on the device over dmesh.shard (W > 1): after `norm_written` on compute */
   struct rf_comm_req *norm_req;
   struct rf_device_event *norm_done, norm_written;
@@ -160,5 +166,9 @@ void rf_fsdp_init_params(struct rf_fsdp *f);
  * Nothing comes back to the host: no wait, but on MPI the all-reduce's wait for the compute stream. */
 void rf_fsdp_grad_norm_on_device(struct rf_fsdp *f, double max_norm);
 int64_t rf_fsdp_slots_in_use_bytes(const struct rf_fsdp *f);
+/* f->norm_plans at finalize where the device's backend has shard kernels (grads.c), and their
+ * release. */
+void rf_fsdp_norm_plans_make(struct rf_fsdp *f);
+void rf_fsdp_norm_plans_free(struct rf_fsdp *f);
 
 #endif

@@ -1,6 +1,8 @@
 /* After the backward: scaling, the global norm (padding excluded) and clipping. */
 #include <math.h>
+#include <stdlib.h>
 
+#include "backend/backend.h"
 #include "fsdp/fsdp.h"
 
 /* Calls fn on this rank's gradient piece of every tensor: padding is never seen. */
@@ -54,11 +56,39 @@ double rf_fsdp_grad_norm(struct rf_fsdp *f) {
   return sqrt(sq);
 }
 
+void rf_fsdp_norm_plans_make(struct rf_fsdp *f) {
+  const struct rf_backend *b = f->device->backend;
+  if (!b || !b->shard_sum_squares_add) return;
+  f->norm_plans = rf_xcalloc((size_t)rf_max_i64(f->n_units, 1), sizeof *f->norm_plans);
+  struct rf_shard_piece *pieces = rf_xcalloc((size_t)rf_max_i64(f->n_tensors, 1), sizeof *pieces);
+  for (int u = 0; u < f->n_units; u++) {
+    const struct rf_fsdp_unit *x = &f->units[u];
+    for (int i = 0; i < x->n_tensors; i++) {
+      const struct rf_tensor_view *v = &f->views[x->first_tensor + i];
+      pieces[i] = (struct rf_shard_piece){.offset = v->shard_offset, .len = v->end - v->begin};
+    }
+    b->shard_plan(f->device, &f->norm_plans[u], pieces, x->n_tensors, f->stream[RF_FSDP_STREAM_COMPUTE]);
+  }
+  free(pieces);
+}
+
+void rf_fsdp_norm_plans_free(struct rf_fsdp *f) {
+  if (!f->norm_plans) return;
+  for (int u = 0; u < f->n_units; u++) f->device->backend->shard_plan_free(f->device, &f->norm_plans[u]);
+  free(f->norm_plans);
+  f->norm_plans = NULL;
+}
+
 void rf_fsdp_grad_norm_on_device(struct rf_fsdp *f, double max_norm) {
   struct rf_device_stream *compute = f->stream[RF_FSDP_STREAM_COMPUTE];
   struct rf_fsdp_piece_ctx c = {.dev = f->device, .stream = compute, .sq = f->sumsq};
   rf_device_memset(f->device, f->sumsq, 0, sizeof(double), compute);
-  rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
+  if (f->norm_plans) { /* a launch per unit (its pieces' sums in a fixed order, not the pieces') */
+    for (int u = 0; u < f->n_units; u++)
+      f->device->backend->shard_sum_squares_add(f->sumsq, f->grad, &f->norm_plans[u], compute);
+  } else {
+    rf_fsdp_for_pieces(f, rf_fsdp_square_piece, &c);
+  }
   if (f->mesh.shard.world > 1) { /* a NaN or Inf on any rank makes the sum non-finite on every rank */
     rf_device_event_record(f->device, &f->norm_written, compute);
     rf_comm_stream_wait(&f->dmesh.shard, f->device, &f->norm_written);

@@ -456,6 +456,7 @@ __global__ void adamw_pieces_kernel(struct rf_optim_hyper h, float *p, const flo
   int k = piece_of(pieces, n_pieces, blockIdx.x, &i0, &i1);
   float dec = pieces[k].decay ? h.decay : 1.0f;
   float s = gscale ? *gscale : 1.0f;
+  if (s != s) return; /* NaN: a non-finite norm, the update skipped (as adamw_cuda.cu's) */
   for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
     rf_adamw_element(h, dec, gscale ? __fmul_rn(g[i], s) : g[i], p + i, m + i, v + i);
   }

@@ -106,7 +106,9 @@ int64_t rf_fused_pieces_plan(struct rf_fused_piece *pieces, int n);
 void rf_fused_sum_squares(double *sumsq, int accumulate, const float *g, const struct rf_fused_piece *pieces,
                           int n_pieces, int64_t n_chunks, void *scratch, size_t scratch_bytes,
                           cudaStream_t stream);
-/* grads.c's clipping from the (all-reduced) sum of squares: *norm = sqrt(*sumsq) and
+/* grads.c's clipping from the (all-reduced) sum of squares (the step uses the device table's
+ * rf_device_clip_factor instead: NaN for a non-finite norm, which skips the update; this one
+ * gives 1 there): *norm = sqrt(*sumsq) and
  * *factor = (float)(max_norm / (norm + 1e-6)) when max_norm > 0, the norm finite and above
  * it; 1 otherwise (the host leaves the gradients alone then: multiplying by 1 changes no
  * bit). norm may be NULL. One thread. */
@@ -114,7 +116,9 @@ void rf_fused_clip_factor(float *factor, double *norm, const double *sumsq, doub
                           cudaStream_t stream);
 /* AdamW (adamw.c's arithmetic, RF_OPTIM_ADAMW_*) on every piece of the shard in one
  * launch, each gradient first multiplied by *gscale (device; NULL: not scaled), as
- * rf_fsdp_clip_grads then the host step do. h: struct rf_optim_hyper (optim.h). */
+ * rf_fsdp_clip_grads then the host step do; a NaN *gscale (rf_device_clip_factor's for a
+ * non-finite norm) changes nothing. h: struct rf_optim_hyper (optim.h). The CUDA
+ * training step's AdamW (the backend's shard_adamw, src/optim/shard_cuda.c). */
 struct rf_optim_hyper;
 void rf_fused_adamw(const struct rf_optim_hyper *h, float *p, const float *g, float *m, float *v,
                     const float *gscale, const struct rf_fused_piece *pieces, int n_pieces, int64_t n_chunks,

@@ -75,6 +75,61 @@ void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, floa
   rf_device_stream_launch(stream, "AdamW (the host loop)", rf_optim_adamw_launched, &a, sizeof a);
 }
 
+/* 1 when view i's master and grad lie at its shard offset from view b's (one slab each, as the
+ * runtime lays them out): the shard kernels reach both from b's pointers. */
+static int rf_optim_adamw_in_slab(const struct rf_optim *o, int b, int i) {
+  const struct rf_tensor_view *x = &o->views[b].v, *y = &o->views[i].v;
+  uintptr_t d = (uintptr_t)((y->shard_offset - x->shard_offset) * (int64_t)sizeof(float));
+  return (uintptr_t)y->master - (uintptr_t)x->master == d && (uintptr_t)y->grad - (uintptr_t)x->grad == d;
+}
+
+static void rf_optim_adamw_groups_free(struct rf_optim *o, struct rf_optim_adamw_state *a);
+
+/* The views not flagged MATRIX, in runs of one unit, each a plan of the backend's shard_adamw;
+ * none when a view is not in the slab of its run's base. */
+static void rf_optim_adamw_groups(struct rf_optim *o, struct rf_optim_adamw_state *a) {
+  const struct rf_backend *b = o->dev->backend;
+  if (o->measure || !b || !b->shard_adamw || o->n == 0) return;
+  struct rf_shard_piece *pieces = rf_xcalloc((size_t)o->n, sizeof *pieces);
+  a->groups = rf_xcalloc((size_t)o->n, sizeof *a->groups);
+  int apart = 0; /* a view of its own memory: a launch per piece */
+  for (int i0 = 0, i1; i0 < o->n && !apart; i0 = i1) {
+    int base = -1;
+    for (i1 = i0; i1 < o->n && o->views[i1].v.unit == o->views[i0].v.unit; i1++) {
+      const struct rf_optim_view *w = &o->views[i1];
+      if ((w->flags & RF_OPTIM_FLAG_MATRIX) || w->v.end == w->v.begin) continue;
+      if (base < 0 || w->v.shard_offset < o->views[base].v.shard_offset) base = i1;
+    }
+    if (base < 0) continue; /* nothing of this unit to update here */
+    int n = 0;
+    for (int i = i0; i < i1 && !apart; i++) {
+      const struct rf_optim_view *w = &o->views[i];
+      if ((w->flags & RF_OPTIM_FLAG_MATRIX) || w->v.end == w->v.begin) continue;
+      apart = !rf_optim_adamw_in_slab(o, base, i);
+      pieces[n++] = (struct rf_shard_piece){.offset = w->v.shard_offset - o->views[base].v.shard_offset,
+                                            .len = w->v.end - w->v.begin,
+                                            .decay = !!(w->flags & RF_OPTIM_FLAG_DECAY)};
+    }
+    if (apart) break;
+    struct rf_optim_adamw_group *g = &a->groups[a->n_groups++];
+    g->base = base;
+    g->plan = rf_xcalloc(1, sizeof *g->plan);
+    b->shard_plan(o->dev, g->plan, pieces, n, o->stream);
+  }
+  free(pieces);
+  if (apart) rf_optim_adamw_groups_free(o, a);
+}
+
+static void rf_optim_adamw_groups_free(struct rf_optim *o, struct rf_optim_adamw_state *a) {
+  for (int k = 0; k < a->n_groups; k++) {
+    o->dev->backend->shard_plan_free(o->dev, a->groups[k].plan);
+    free(a->groups[k].plan);
+  }
+  free(a->groups);
+  a->groups = NULL;
+  a->n_groups = 0;
+}
+
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a) {
   size_t slab = (size_t)rf_max_i64(o->shard_elems, 1);
   if (!o->measure) {
@@ -82,9 +137,11 @@ void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *
     a->v = rf_device_alloc(o->dev, slab * sizeof(float), 64);
   }
   o->stats.state_bytes = 2 * o->shard_elems * (int64_t)sizeof(float);
+  rf_optim_adamw_groups(o, a);
 }
 
 void rf_optim_adamw_state_free(struct rf_optim *o, struct rf_optim_adamw_state *a) {
+  rf_optim_adamw_groups_free(o, a);
   rf_device_release(o->dev, a->m);
   rf_device_release(o->dev, a->v);
 }
@@ -92,7 +149,12 @@ void rf_optim_adamw_state_free(struct rf_optim *o, struct rf_optim_adamw_state *
 void rf_optim_adamw_state_step(struct rf_optim *o, struct rf_optim_adamw_state *a, float lr) {
   struct rf_optim_hyper h;
   rf_optim_hyper_init(o, lr, &h);
-  for (int i = 0; i < o->n; i++) {
+  for (int k = 0; k < a->n_groups; k++) { /* a launch per unit: its pieces together */
+    const struct rf_tensor_view *b = &o->views[a->groups[k].base].v;
+    o->dev->backend->shard_adamw(&h, b->master, b->grad, a->m + b->shard_offset, a->v + b->shard_offset,
+                                 a->groups[k].plan, o->stream);
+  }
+  for (int i = 0; i < o->n && a->n_groups == 0; i++) {
     const struct rf_optim_view *w = &o->views[i];
     int64_t len = w->v.end - w->v.begin;
     if ((w->flags & RF_OPTIM_FLAG_MATRIX) || len == 0) continue;

@@ -171,6 +171,17 @@ void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, floa
  * operations in their order without FMA contraction, so the host's bits. */
 void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
                                float *v, int64_t len, struct rf_device_stream *stream);
+/* The CUDA backend's shard entries (shard_cuda.c, BACKEND=cuda builds only; backend.h): a unit's
+ * pieces in one launch of fused_cuda.cu's kernels. */
+struct rf_shard_piece;
+struct rf_shard_plan;
+void rf_shard_cuda_plan(struct rf_device *dev, struct rf_shard_plan *out, const struct rf_shard_piece *pieces,
+                        int n, struct rf_device_stream *stream);
+void rf_shard_cuda_plan_free(struct rf_device *dev, struct rf_shard_plan *plan);
+void rf_shard_cuda_sum_squares_add(double *acc, const float *g, const struct rf_shard_plan *plan,
+                                   struct rf_device_stream *stream);
+void rf_shard_cuda_adamw(const struct rf_optim_hyper *h, float *p, const float *g, float *m, float *v,
+                         const struct rf_shard_plan *plan, struct rf_device_stream *stream);
 
 /* 8-bit AdamW on a device that runs kernels, not host code (CUDA: adamw8bit_cuda.cu, the backend's
  * adamw8bit_step): adamw8bit.c's step as one launch, a thread block per 8-bit block (a 32 x 32 tile of
@@ -216,9 +227,21 @@ void rf_optim_muon_cuda_momentum(float *buf, const float *g, float *u, int64_t l
 void rf_optim_muon_cuda_apply(float *p, const float *u, int64_t len, float dec, float alr,
                               struct rf_device_stream *stream);
 
+/* A run of views of one unit that the backend's shard_adamw updates in one launch: the pieces'
+ * offsets are from view `base` (the run's smallest shard offset; its master, grad, m and v are the
+ * kernel's pointers). */
+struct rf_optim_adamw_group {
+  int base;
+  struct rf_shard_plan *plan; /* owned */
+};
+
 /* f32 AdamW state over the shard (m, v at the views' shard offsets). */
 struct rf_optim_adamw_state {
   float *m, *v;
+  /* where the backend has shard kernels (CUDA) and the views lie in one slab at their shard
+   * offsets: a launch per unit; else none (a launch per piece, the backend's adamw_piece) */
+  int n_groups;
+  struct rf_optim_adamw_group *groups; /* owned */
 };
 
 void rf_optim_adamw_state_init(struct rf_optim *o, struct rf_optim_adamw_state *a);

@@ -7,7 +7,8 @@
  * Tolerances. ub = 2^-8 is bf16's unit roundoff (a rounding to bf16 errs by at most ub of
  * the value), u = 2^-24 f32's:
  *   - the same bits: RoPE, SwiGLU forward and backward, the cross-entropy backward (given
- *     the host's lse), the residual add, AdamW over the shard (with and without clipping),
+ *     the host's lse), the residual add, AdamW over the shard (with and without clipping; a
+ *     NaN clip factor, a non-finite norm's, changes nothing),
  *     the clip factor: the kernels do the host's f32 operations in its order (no FMA
  *     contraction) and round once as the host's rf_bf16_from_f32 does; FP8 codes and
  *     scales of bf16 activations in 1 x 128 tiles against rf_fp8_quantize (zero,
@@ -415,6 +416,11 @@ static void test_shard(double max_norm) {
     }
     free(gsq), free(gnorm), free(gfac);
   }
+  /* a non-finite norm: the device's factor is NaN (rf_device_clip_factor, the training step's),
+   * the update skipped: p, m and v stay the host's */
+  float fnan = NAN;
+  upload(dfac, &fnan, sizeof fnan);
+  rf_fused_adamw(&h, dp, dg, dm, dv, dfac, dpc, NP, chunks, g_st);
   char what[96];
   snprintf(what, sizeof what, "adamw over the shard p (max_norm %g)", max_norm);
   check_f32_bits(what, dp, p, (size_t)total);

@@ -37,7 +37,8 @@
  * grid x < 2^31, y and z < 65536, dynamic shared memory above 48 KiB only up to what
  * cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) allowed, at most
  * sm_90's 227 KiB); a refused launch is the thread's last error and does not run; a
- * launched kernel runs on its stream's worker (block.cpp). */
+ * launched kernel runs on its stream's worker (block.cpp). RF_EMU_LAUNCHES=1 prints the
+ * process's launches at exit, in all and per kernel name (a step's launch count). */
 #include <errno.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -53,6 +54,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -181,6 +183,8 @@ struct state {
   std::set<rf_emu_event *> events;        /* live ones */
   stream *legacy[RF_EMU_MAX_DEVICES];
   std::map<const void *, int> max_dynamic_smem; /* cudaFuncSetAttribute */
+  std::map<std::string, uint64_t> launches;     /* by kernel name, with RF_EMU_LAUNCHES=1 */
+  int log_launches;
   int devices;
   uint64_t seed, delay_us, streams_made;
 };
@@ -205,6 +209,18 @@ void install_fault_handler() {
   sigaction(SIGBUS, &sa, NULL);
 }
 
+/* RF_EMU_LAUNCHES=1: at exit, the process's kernel launches, in all and by kernel name
+ * ("cuda-emu launches: N" then "cuda-emu launches: N name" per kernel). */
+void print_launches() {
+  std::lock_guard<std::mutex> lock(g->mu);
+  uint64_t all = 0;
+  for (const auto &k : g->launches) all += k.second;
+  fprintf(stderr, "cuda-emu launches: %llu\n", (unsigned long long)all);
+  for (const auto &k : g->launches)
+    fprintf(stderr, "cuda-emu launches: %llu %s\n", (unsigned long long)k.second, k.first.c_str());
+  fflush(stderr);
+}
+
 void init_once() {
   g = new state();
   g->devices = (int)env_u64("RF_EMU_DEVICES", 1);
@@ -212,6 +228,8 @@ void init_once() {
     die("RF_EMU_DEVICES=%d: 1 to %d", g->devices, RF_EMU_MAX_DEVICES);
   g->seed = env_u64("RF_EMU_SEED", 1);
   g->delay_us = env_u64("RF_EMU_DELAY_US", 200);
+  g->log_launches = (int)env_u64("RF_EMU_LAUNCHES", 0);
+  if (g->log_launches) atexit(print_launches);
   size_t span = RF_EMU_DEVICE_SPAN * RF_EMU_MAX_DEVICES;
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
   void *d = mmap(NULL, span, PROT_NONE, flags, -1, 0), *v = mmap(NULL, span, PROT_NONE, flags, -1, 0);
@@ -613,6 +631,7 @@ void launch_kernel(const void *func, const char *name, dim3 grid, dim3 block, si
   {
     std::lock_guard<std::mutex> lock(S->mu);
     seed = mix(S->seed ^ mix(s->id) ^ (++s->launches * 0xd6e8feb86659fd93ull));
+    if (S->log_launches) S->launches[name]++;
   }
   enqueue(s, name, [name, grid, block, smem, limit, body, seed] {
     run_grid(name, grid, block, smem, limit, body, seed);
