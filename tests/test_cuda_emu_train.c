@@ -22,8 +22,10 @@
  * oneDNN and the host loops, a few f32 units of roundoff per value (tests/gpu/
  * test_kernels_cuda.c measures each kernel); over 4 AdamW steps of lr 1e-3 that stays
  * under 1e-5 relative in the loss and 1e-4 in the gradient norm (measured: printed). bf16
- * compute rounds the operands to bf16 on both sides, so the same bound holds unless a
- * roundoff flips a bf16 rounding: 1e-3 there (bf16's unit is 3.9e-3). The tensor-core
+ * compute rounds the operands to bf16 on both sides (on CUDA the norms before the products
+ * write their bf16 operand directly: the f32 norm's bits rounded once, the operand a cast would
+ * give), so the f32 bound holds unless a roundoff flips a bf16 rounding: ub / 4 = 2^-10 in the
+ * loss and ub = 2^-8 in the norm (ub: bf16's unit roundoff; measured: printed). The tensor-core
  * attention rounds q, k, v, dY, P and dS to bf16 where the cpu run's attention stays f32, each
  * rounding a relative error of at most ub = 2^-8 (bf16's unit roundoff), which moves the loss by a fraction
  * of ub (tolerance ub / 4, 2^-10) and the gradient norm by at most about ub (2^-8); measured 3.6e-5
@@ -43,6 +45,9 @@
  * src/model/fused_cuda.cu through the backend's shard entries), not once per tensor's piece: step 3
  * of the W = 1 f32 run launches each exactly once per unit and at most LAUNCHES_CUDA kernels in all
  * (mutations cuda-shard-adamw-per-piece, cuda-shard-sumsq-drops-chunk: the latter by the norms).
+ * With --compute-dtype bf16 the norms before the products write the products' bf16 operand
+ * (the table's rmsnorm_forward_bf16, rmsnorm_apply_bf16): 2 of each per layer, no f32 apply, at
+ * most LAUNCHES_CUDA_BF16 (mutations model-norm-bf16-off, cuda-linear-ignores-staged-norm).
  * The fused sum runs in another order than the pieces' running sum (within 1e-12 relative before
  * the sqrt: tests/gpu/test_fused_cuda.c), inside the f32 bounds above.
  * A hung collective is still caught: with the stand-in's RF_EMU_NCCL_HANG=K the K-th NCCL
@@ -137,41 +142,64 @@ static long launches_of(const char *text, const char *kernel) {
   return kernel ? 0 : -1;
 }
 
-/* Kernel launches of one step (issue 35 item 3): a run of 3 steps less a run of 2 (W = 1, the
- * dense f32 LLaMA), counted by the stand-in per kernel. A unit's shard is one launch of the fused
- * AdamW (fused_cuda.cu's adamw_pieces_kernel) and one of the norm's sum of squares (with its
- * finish), never one per piece (adamw_cuda.cu's adamw_piece_kernel, the device table's
- * rf_cuda_sumsq_kernel); the step's total at most LAUNCHES_CUDA (measured: printed). */
-#define UNITS_TINY 4      /* the tiny LLaMA's units: the embedding, 2 layers, the head */
-#define LAUNCHES_CUDA 102 /* measured 2026-12-03; 153 with a launch per piece (21 tensors) */
-static void launches_per_step(void) {
+/* Kernel launches of step 3 of the W = 1 tiny LLaMA (a run of 3 steps less a run of 2, counted by
+ * the stand-in): in all (kernels[0] NULL) and of each kernel named, into step[]. 0 when both ran. */
+static int launches_of_step(const char *args, const char *const *kernels, int nk, long *step) {
   static char two[1 << 16];
-  long n[2][5];
-  const char *kernels[] = {NULL, "adamw_pieces_kernel", "sumsq_pieces_kernel", "adamw_piece_kernel",
-                           "rf_cuda_sumsq_kernel"};
   for (int r = 0; r < 2; r++) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "rfsdp train --device cuda --model %s --data %s --steps %d --batch 6 --seq 32 2>&1", model, data,
-             2 + r);
-    int rc = rf_cuda_emu_run(r ? out : two, sizeof out, "RF_EMU_LAUNCHES=1", 0, 300, cmd);
-    RF_CHECK(rc == 0, "--device cuda %d steps: exit %d\n%s", 2 + r, rc, r ? out : two);
-    if (rc != 0) return;
-    for (int k = 0; k < 5; k++) n[r][k] = launches_of(r ? out : two, kernels[k]);
+             "rfsdp train --device cuda --model %s --data %s --steps %d --batch 6 --seq 32 %s 2>&1", model,
+             data, 2 + r, args);
+    char *text = r ? out : two;
+    int rc = rf_cuda_emu_run(text, sizeof out, "RF_EMU_LAUNCHES=1", 0, 300, cmd);
+    RF_CHECK(rc == 0 && launches_of(text, NULL) > 0, "--device cuda %d steps %s: exit %d\n%s", 2 + r, args,
+             rc, text);
+    if (rc != 0) return -1;
   }
+  for (int k = 0; k < nk; k++) step[k] = launches_of(out, kernels[k]) - launches_of(two, kernels[k]);
+  return 0;
+}
+
+/* Issue 35 item 3, f32: a unit's shard is one launch of the fused AdamW (fused_cuda.cu's
+ * adamw_pieces_kernel) and one of the norm's sum of squares (with its finish), never one per
+ * piece (adamw_cuda.cu's adamw_piece_kernel, the device table's rf_cuda_sumsq_kernel); the step's
+ * total at most LAUNCHES_CUDA (measured: printed). */
+#define UNITS_TINY 4 /* the tiny LLaMA's units: the embedding, 2 layers, the head */
+#define LAYERS_TINY 2
+#define LAUNCHES_CUDA 102 /* measured 2026-12-03; 153 with a launch per piece (21 tensors) */
+/* bf16 compute: the norms before the products write their bf16 operand (fused_cuda.cu's
+ * add_rmsnorm_forward_kernel in the forward, rmsnorm_apply_bf16_kernel in the backward: 2 per layer
+ * each) instead of the f32 norm and a cast per product (q, k, v; gate, up: 5 per norm pair), so a
+ * step launches at most LAUNCHES_CUDA_BF16 (measured: printed) and no f32 rmsnorm_apply. */
+#define LAUNCHES_CUDA_BF16 159 /* measured 2026-12-03; 179 with the f32 norms and their casts */
+static void launches_per_step(void) {
+  const char *kernels[] = {NULL, "adamw_pieces_kernel", "sumsq_pieces_kernel", "adamw_piece_kernel",
+                           "rf_cuda_sumsq_kernel"};
   long step[5];
-  for (int k = 0; k < 5; k++) step[k] = n[1][k] - n[0][k];
+  if (launches_of_step("", kernels, 5, step) != 0) return;
   printf(
       "--device cuda W=1: kernel launches in step 3: %ld (at most %d); fused AdamW %ld, fused sum of "
       "squares %ld (units %d); per-piece AdamW %ld, per-piece sum of squares %ld\n",
       step[0], LAUNCHES_CUDA, step[1], step[2], UNITS_TINY, step[3], step[4]);
-  RF_CHECK(n[0][0] > 0 && step[0] > 0 && step[0] <= LAUNCHES_CUDA,
-           "kernel launches per step %ld (runs: %ld, %ld), at most %d", step[0], n[0][0], n[1][0],
+  RF_CHECK(step[0] > 0 && step[0] <= LAUNCHES_CUDA, "kernel launches per step %ld, at most %d", step[0],
            LAUNCHES_CUDA);
   RF_CHECK(step[1] == UNITS_TINY && step[2] == UNITS_TINY && step[3] == 0 && step[4] == 0,
            "a launch per unit: fused AdamW %ld and sum of squares %ld per step (want %d each), per-piece "
            "AdamW %ld and sum of squares %ld (want 0)",
            step[1], step[2], UNITS_TINY, step[3], step[4]);
+  const char *k16[] = {NULL, "add_rmsnorm_forward_kernel", "rmsnorm_apply_bf16_kernel",
+                       "rmsnorm_apply_kernel", "rf_cuda_f32_to_bf16_kernel"};
+  if (launches_of_step("--compute-dtype bf16", k16, 5, step) != 0) return;
+  printf(
+      "--device cuda W=1 bf16: kernel launches in step 3: %ld (at most %d); fused norm %ld, bf16 apply %ld "
+      "(%d each), f32 apply %ld, casts to bf16 %ld\n",
+      step[0], LAUNCHES_CUDA_BF16, step[1], step[2], 2 * LAYERS_TINY, step[3], step[4]);
+  RF_CHECK(step[0] > 0 && step[0] <= LAUNCHES_CUDA_BF16 && step[1] == 2 * LAYERS_TINY &&
+               step[2] == 2 * LAYERS_TINY && step[3] == 0,
+           "bf16: kernel launches per step %ld (at most %d), fused norms %ld and bf16 applies %ld (want %d), "
+           "f32 applies %ld (want 0)",
+           step[0], LAUNCHES_CUDA_BF16, step[1], step[2], 2 * LAYERS_TINY, step[3]);
 }
 
 static void write_json(char *path, size_t path_size, const char *name, const char *text) {
@@ -200,7 +228,7 @@ int main(void) {
   same_run("RF_EMU_DEVICES=2", 2, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 3, "", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   launches_per_step();
-  same_run("", 2, "--compute-dtype bf16", 1e-3, 1e-3, 0);
+  same_run("", 2, "--compute-dtype bf16", 0x1p-10, 0x1p-8, 0);
   same_run("RF_EMU_DEVICES=2", 2, "--optim adamw8bit", 1e-5, 1e-4, HOST_SYNCS_CUDA);
   same_run("", 2, "--optim muon", 1e-5, 1e-4, 0);
   hung_collective(2, 20, "ncclReduceScatter", "reduce-scatter");

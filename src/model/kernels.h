@@ -189,6 +189,16 @@ struct rf_model_kernels {
   void (*router_group_backward)(float *dlogits, const float *dtopw, const float *scores, const int32_t *top,
                                 const float *topw, int n, int n_experts, int k, int renorm, float scale,
                                 struct rf_device_stream *stream);
+  /* ---- optional (never "missing"): bf16 compute's normalized activations straight in bf16, the
+   * operand of the products after the norm (rf_model_stage.x16: one rounding instead of a cast per
+   * product): rmsnorm_forward and rmsnorm_apply with out rounded to bf16 (to nearest even) and no
+   * f32 out. The CUDA table's: fused_cuda.cu's rf_fused_add_rmsnorm_forward without a branch, and
+   * rmsnorm_apply's kernel with a bf16 store. NULL (the host and checked tables): the f32 norm, then
+   * the linear layer's cast for each product. ---- */
+  void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const float *x, const float *w, int n_rows,
+                               int dim, float eps, struct rf_device_stream *stream);
+  void (*rmsnorm_apply_bf16)(uint16_t *out, const float *x, const float *rstd, const float *w, int n_rows,
+                             int dim, struct rf_device_stream *stream);
 };
 
 /* The name of the first entry of k that is NULL ("linear_forward"), or NULL when every entry is set. */

@@ -34,6 +34,7 @@
 #include <limits.h>
 
 #include "model/attention_tc.h"
+#include "model/fused_cuda.h"   /* the norm with a bf16 output (bf16 compute) */
 #include "model/gpt_oss_cuda.h" /* GPT-OSS's entries: attention with sinks, the clamped SwiGLU, transposes */
 #include "model/kernels_cuda.cuh"
 #include "model/linear_cuda.h"
@@ -257,6 +258,30 @@ static void cuda_rmsnorm_apply(float *out, const float *x, const float *rstd, co
   if (n == 0) return;
   rmsnorm_apply_kernel<<<kc_blocks(n), RF_KC_THREADS, 0, kc_stream(stream)>>>(out, x, rstd, w, n, dim);
   RF_CUDA_LAUNCHED("rmsnorm apply");
+}
+
+/* bf16 compute: the norm's output rounded to bf16 for the products after it (kernels.h's
+ * rmsnorm_forward_bf16, _apply_bf16). The forward is fused_cuda.cu's (its sum of squares and
+ * products are rmsnorm_forward_kernel's, so rstd and the rounded output are the bits of the f32
+ * norm then the linear layer's cast); the apply is rmsnorm_apply_kernel's with a bf16 store. */
+static void cuda_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *x, const float *w, int n_rows,
+                                      int dim, float eps, struct rf_device_stream *stream) {
+  /* no branch: the residual is only read */
+  rf_fused_add_rmsnorm_forward(out, rstd, (float *)x, NULL, w, n_rows, dim, eps, kc_stream(stream));
+}
+
+__global__ void rmsnorm_apply_bf16_kernel(uint16_t *out, const float *x, const float *rstd, const float *w,
+                                          size_t n, int dim) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = rf_bf16_dev(__fmul_rn(__fmul_rn(x[i], rstd[i / (size_t)dim]), w[i % (size_t)dim]));
+}
+
+static void cuda_rmsnorm_apply_bf16(uint16_t *out, const float *x, const float *rstd, const float *w,
+                                    int n_rows, int dim, struct rf_device_stream *stream) {
+  size_t n = (size_t)n_rows * (size_t)dim;
+  if (n == 0) return;
+  rmsnorm_apply_bf16_kernel<<<kc_blocks(n), RF_KC_THREADS, 0, kc_stream(stream)>>>(out, x, rstd, w, n, dim);
+  RF_CUDA_LAUNCHED("rmsnorm apply (bf16)");
 }
 
 /* ---- SwiGLU ---- */
@@ -603,4 +628,6 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     NULL,
     NULL, /* router_group_forward, _backward: DeepSeek-V3's router, not on this device yet */
     NULL,
+    cuda_rmsnorm_forward_bf16, /* fused_cuda.cu: the norm's output in bf16 (bf16 compute) */
+    cuda_rmsnorm_apply_bf16,
 };

@@ -37,6 +37,15 @@ static void to_bf16(struct rf_device_stream *stream, uint16_t *dst, const float 
   rf_device_cast(stream->dev, dst, RF_DTYPE_BF16, src, RF_DTYPE_F32, n, 0, stream);
 }
 
+/* x in bf16: the norm's bf16 output where the workspace staged it (rf_model_stage.x16), else x cast
+ * into buf. */
+static const uint16_t *staged_x(struct rf_device_stream *stream, const struct rf_model_stage *st,
+                                uint16_t *buf, const float *x, size_t n) {
+  if (st->x16 && x == st->x16_of) return st->x16;
+  to_bf16(stream, buf, x, n);
+  return buf;
+}
+
 static const uint16_t *weight_bf16(struct rf_device_stream *stream, const struct rf_model_weight *w, size_t n,
                                    const struct rf_model_stage *st) {
   if (w->bf16) return w->bf16;
@@ -138,9 +147,9 @@ void rf_model_cuda_linear_forward(float *y, const float *x, const struct rf_mode
     return;
   }
   if (stage_bf16(st)) {
-    to_bf16(stream, st->act, x, (size_t)n * in);
-    lin_gemm(stream, RF_DTYPE_BF16, 0, 1, n, out, in, st->act, weight_bf16(stream, w, (size_t)out * in, st),
-             beta, y, out);
+    const uint16_t *xb = staged_x(stream, st, st->act, x, (size_t)n * in);
+    lin_gemm(stream, RF_DTYPE_BF16, 0, 1, n, out, in, xb, weight_bf16(stream, w, (size_t)out * in, st), beta,
+             y, out);
     return;
   }
   if (w->f32) {
@@ -166,10 +175,9 @@ void rf_model_cuda_linear_backward(float *dx, float *dw, const float *dy, const 
   }
   if (stage_bf16(st)) {
     to_bf16(stream, st->act, dy, (size_t)n * out);
-    if (dw) {
-      to_bf16(stream, st->act2, x, (size_t)n * in);
-      lin_gemm(stream, RF_DTYPE_BF16, 1, 0, out, in, n, st->act, st->act2, 1.0f, dw, in);
-    }
+    if (dw)
+      lin_gemm(stream, RF_DTYPE_BF16, 1, 0, out, in, n, st->act,
+               staged_x(stream, st, st->act2, x, (size_t)n * in), 1.0f, dw, in);
     if (dx)
       lin_gemm(stream, RF_DTYPE_BF16, 0, 0, n, in, out, st->act, weight_bf16(stream, w, (size_t)out * in, st),
                beta, dx, in);

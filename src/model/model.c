@@ -628,6 +628,40 @@ static int layer_window(const struct rf_model_config *c, int l) {
   return l < 64 && (c->sliding_mask >> l & 1) ? c->sliding_window : 0;
 }
 
+/* The norm before a block's products, xn = rmsnorm(x) w into ws->s_norm, or (recompute: the
+ * backward's, rstd given) rmsnorm_apply. In bf16 compute on a table with the bf16 norm entries
+ * (kernels.h) and when only the block's products read xn (`products`): xn written in bf16 only,
+ * into the stage's act2 (free between a linear layer's calls), and the stage tells the linear
+ * layers to take it for x == ws->s_norm (one rounding instead of a cast per product; the f32 norm's
+ * bits rounded, so the products' operands are unchanged); norm_staged_end after them. */
+static int ws_norm_bf16(const struct rf_model_ws *ws, int products) {
+  return products && ws->stage.compute == RF_DTYPE_BF16 && ws->kern->rmsnorm_forward_bf16 &&
+         ws->kern->rmsnorm_apply_bf16;
+}
+
+static void norm_for_products(struct rf_model_ws *ws, float *rstd, const float *x, const float *w,
+                              int recompute, int products) {
+  int n = ws->b * ws->t, h = ws->cfg.hidden_size;
+  if (!ws_norm_bf16(ws, products)) {
+    if (recompute)
+      ws->kern->rmsnorm_apply(ws->s_norm, x, rstd, w, n, h, ws->stream);
+    else
+      ws->kern->rmsnorm_forward(ws->s_norm, rstd, x, w, n, h, ws->cfg.rms_norm_eps, ws->stream);
+    return;
+  }
+  if (recompute)
+    ws->kern->rmsnorm_apply_bf16(ws->stage.act2, x, rstd, w, n, h, ws->stream);
+  else
+    ws->kern->rmsnorm_forward_bf16(ws->stage.act2, rstd, x, w, n, h, ws->cfg.rms_norm_eps, ws->stream);
+  ws->stage.x16_of = ws->s_norm;
+  ws->stage.x16 = ws->stage.act2;
+}
+
+static void norm_staged_end(struct rf_model_ws *ws) {
+  ws->stage.x16_of = NULL;
+  ws->stage.x16 = NULL;
+}
+
 /* Attention through the table: its bf16 entries in bf16 compute where it has them (kernels.h). */
 static int ws_attention_bf16(const struct rf_model_ws *ws) {
   return ws->stage.compute == RF_DTYPE_BF16 && ws->kern->attention_bf16_forward &&
@@ -694,6 +728,7 @@ static void gqa_forward(struct rf_model_ws *ws, int layer, struct rf_model_layer
                               c->rms_norm_eps, ws->stream);
   }
   rf_model_ws_linear_forward(ws, a->v, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 0.0f, st);
+  norm_staged_end(ws);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_Q_BIAS, a->q, n, qd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_K_BIAS, a->k, n, kd);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_V_BIAS, a->v, n, kd);
@@ -784,20 +819,18 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
   int n = ws->b * ws->t, h = c->hidden_size, inter = c->intermediate_size;
   const struct rf_model_stage *st = &ws->stage;
 
-  /* attention block */
-  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd1, a->x,
-                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), n, h,
-                            c->rms_norm_eps, ws->stream);
+  /* attention block (MLA reads xn1 beyond its products) */
+  norm_for_products(ws, a->rstd1, a->x, norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM)), 0,
+                    !has_mla(c));
   if (has_mla(c))
     mla_forward(ws, a, w);
   else
     gqa_forward(ws, layer, a, w);
 
-  /* MLP block */
-  ws->kern->rmsnorm_forward(ws->s_norm, a->rstd2, a->x2,
-                            norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM)), n, h, c->rms_norm_eps,
-                            ws->stream);
-  if (rf_model_config_layer_is_moe(c, layer)) {
+  /* MLP block (a MoE layer's router and grouping read xn2 in f32) */
+  int moe = rf_model_config_layer_is_moe(c, layer);
+  norm_for_products(ws, a->rstd2, a->x2, norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_POST_NORM)), 0, !moe);
+  if (moe) {
     float *out = layer_output(ws, layer);
     rf_device_copy(ws->dev, out, a->x2, sizeof(float) * (size_t)n * h, RF_DEVICE_COPY_DEVICE_TO_DEVICE,
                    ws->stream);
@@ -808,6 +841,7 @@ void rf_model_layer_forward(struct rf_model_ws *ws, int layer, const struct rf_m
                              st);
   rf_model_ws_linear_forward(ws, a->up, ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 0.0f,
                              st);
+  norm_staged_end(ws);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_GATE_BIAS, a->gate, n, inter);
   add_bias(ws, a, w, RF_MODEL_LAYER_TENSOR_UP_BIAS, a->up, n, inter);
   ws->kern->swiglu_forward(ws->s_inner, a->gate, a->up, (size_t)n * inter, ws->stream);
@@ -879,11 +913,12 @@ static void layer_mlp_backward(struct rf_model_ws *ws, const struct rf_model_lay
   ws->kern->swiglu_backward(ws->s_inner2, ws->s_inner, ws->s_inner, a->gate, a->up, ni, ws->stream);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_GATE_BIAS, ws->s_inner2, n, inter);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_UP_BIAS, ws->s_inner, n, inter);
-  ws->kern->rmsnorm_apply(ws->s_norm, a->x2, a->rstd2, wpost, n, h, ws->stream);
+  norm_for_products(ws, a->rstd2, a->x2, wpost, 1, 1);
   rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_GATE), ws->s_inner2,
                               ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_GATE), n, h, inter, 0.0f, sb);
   rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_UP), ws->s_inner,
                               ws->s_norm, lw(a, w, RF_MODEL_LAYER_TENSOR_UP), n, h, inter, 1.0f, sb);
+  norm_staged_end(ws);
 }
 
 /* The GQA block's backward: dout = d(x2) in, d(x) added into it (gqa_forward's math). */
@@ -925,13 +960,14 @@ static void gqa_backward(struct rf_model_ws *ws, int layer, const struct rf_mode
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_K_BIAS, dk, n, kd);
   bias_grad(ws, a, grads, RF_MODEL_LAYER_TENSOR_V_BIAS, dv, n, kd);
   const float *win = norm_weight(ws, lw(a, w, RF_MODEL_LAYER_TENSOR_INPUT_NORM));
-  ws->kern->rmsnorm_apply(ws->s_norm, a->x, a->rstd1, win, n, h, ws->stream);
+  norm_for_products(ws, a->rstd1, a->x, win, 1, 1);
   rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_Q), dq, ws->s_norm,
                               lw(a, w, RF_MODEL_LAYER_TENSOR_Q), n, h, qd, 0.0f, sb);
   rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_K), dk, ws->s_norm,
                               lw(a, w, RF_MODEL_LAYER_TENSOR_K), n, h, kd, 1.0f, sb);
   rf_model_ws_linear_backward(ws, ws->s_dnorm, lg(a, grads, RF_MODEL_LAYER_TENSOR_V), dv, ws->s_norm,
                               lw(a, w, RF_MODEL_LAYER_TENSOR_V), n, h, kd, 1.0f, sb);
+  norm_staged_end(ws);
   ws->kern->rmsnorm_backward(dout, lg(a, grads, RF_MODEL_LAYER_TENSOR_INPUT_NORM), ws->s_dnorm, a->x,
                              a->rstd1, win, n, h, ws->scratch, ws->scratch_bytes, ws->stream);
 }

@@ -63,6 +63,13 @@ struct rf_model_stage {
   uint16_t *act, *act2, *wbf16;
   float *wf32;
   struct rf_model_fp8_stage fp8; /* allocated by rf_model_ws_set_fp8 (work NULL: not) */
+  /* bf16 compute on a table with rmsnorm_forward_bf16 (kernels.h): x16 holds the bf16 rounding of
+   * the activations x16_of [rows, cols] would hold (the norm's output, written in bf16 only, into
+   * act2): a linear layer given x == x16_of takes x16 instead of casting x (the CUDA table's,
+   * linear_cuda.c). The workspace sets them after the norm and clears them after the products that
+   * read it (NULL: none). */
+  const float *x16_of;
+  const uint16_t *x16;
   /* Called after every linear op's matmuls when set (the trainer drives MPI
    * progress of the runtime's prefetches with it). Borrowed; NULL: none. */
   void (*progress)(void *ctx);
