@@ -167,12 +167,13 @@ static int launches_of_step(const char *args, const char *const *kernels, int nk
  * total at most LAUNCHES_CUDA (measured: printed). */
 #define UNITS_TINY 4 /* the tiny LLaMA's units: the embedding, 2 layers, the head */
 #define LAYERS_TINY 2
-#define LAUNCHES_CUDA 102 /* measured 2026-12-03; 153 with a launch per piece (21 tensors) */
+#define LAUNCHES_CUDA \
+  102 /* measured 2026-12-03; 153 with a launch per piece (21 tensors: 17 AdamW, 34 sums more) */
 /* bf16 compute: the norms before the products write their bf16 operand (fused_cuda.cu's
  * add_rmsnorm_forward_kernel in the forward, rmsnorm_apply_bf16_kernel in the backward: 2 per layer
  * each) instead of the f32 norm and a cast per product (q, k, v; gate, up: 5 per norm pair), so a
  * step launches at most LAUNCHES_CUDA_BF16 (measured: printed) and no f32 rmsnorm_apply. */
-#define LAUNCHES_CUDA_BF16 159 /* measured 2026-12-03; 179 with the f32 norms and their casts */
+#define LAUNCHES_CUDA_BF16 159 /* measured 2026-12-03; 179 with the f32 norms and their 20 casts */
 static void launches_per_step(void) {
   const char *kernels[] = {NULL, "adamw_pieces_kernel", "sumsq_pieces_kernel", "adamw_piece_kernel",
                            "rf_cuda_sumsq_kernel"};
