@@ -633,10 +633,11 @@ static int layer_window(const struct rf_model_config *c, int l) {
  * (kernels.h) and when only the block's products read xn (`products`): xn written in bf16 only,
  * into the stage's act2 (free between a linear layer's calls), and the stage tells the linear
  * layers to take it for x == ws->s_norm (one rounding instead of a cast per product; the f32 norm's
- * bits rounded, so the products' operands are unchanged); norm_staged_end after them. */
+ * bits rounded, so the products' operands are unchanged); norm_staged_end after them. Not with an
+ * FP8 stage (an FP8 linear layer quantizes x from f32). */
 static int ws_norm_bf16(const struct rf_model_ws *ws, int products) {
   return products && ws->stage.compute == RF_DTYPE_BF16 && ws->kern->rmsnorm_forward_bf16 &&
-         ws->kern->rmsnorm_apply_bf16;
+         ws->kern->rmsnorm_apply_bf16 && !ws->stage.fp8.ca && !ws->stage.fp8.work; /* FP8 reads x in f32 */
 }
 
 static void norm_for_products(struct rf_model_ws *ws, float *rstd, const float *x, const float *w,
