@@ -2,7 +2,6 @@
 #include "model/cost.h"
 
 #include <omp.h>
-#include <string.h>
 
 #include "core/core.h"
 #include "model/family.h"
@@ -19,14 +18,11 @@ static double rf_model_inactive_elems(const struct rf_model_desc *d, const struc
   double inactive = 0;
   if (rf_model_config_is_moe(cfg)) return 0;
   int k = rf_model_experts_per_token(cfg);
-  int routed =
-      rf_model_config_family(cfg)->separate_experts ? rf_model_config_family(cfg)->separate_experts(cfg) : 0;
   for (int u = 0; u < d->n_units; u++)
     for (int i = 0; i < d->units[u].n_tensors; i++) {
       const struct rf_model_tensor *t = &d->units[u].tensors[i];
       if (!t->decay) continue;
-      int64_t experts =
-          t->sub_count > 1 ? t->sub_count : (routed && strstr(t->name, ".mlp.experts.") ? routed : 1);
+      int64_t experts = t->sub_count; /* a fused tensor of E experts */
       if (experts > 1 && k < experts) inactive += (double)t->numel * (1.0 - (double)k / (double)experts);
     }
   return inactive;

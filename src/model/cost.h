@@ -17,8 +17,7 @@ int rf_model_experts_per_token(const struct rf_model_config *cfg);
 
 /* Training FLOPs per token of sequences of `seq` tokens: rf_model_flops_per_token
  * less 6 x the matmul weights of the experts a token does not meet in the
- * planned-only families (a fused tensor of E experts, or one tensor per routed
- * expert (separate_experts: no family describes them so since DeepSeek-V3 trains), k of E active; a trainable
+ * planned-only families (a fused tensor of E experts, k of E active; a trainable
  * MoE family's count holds only the active experts already). */
 double rf_model_step_flops_per_token(const struct rf_model_desc *d, const struct rf_model_config *cfg,
                                      int seq);

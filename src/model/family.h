@@ -74,9 +74,6 @@ struct rf_model_family {
   int (*layer_slot)(const struct rf_model_config *cfg, int l, enum rf_model_layer_tensor t);
   /* Routed experts a token meets (rf_model_experts_per_token; NULL: 0, dense). */
   int (*experts_per_token)(const struct rf_model_config *cfg);
-  /* Routed experts described one set of tensors each (".mlp.experts.{x}."): how many
-   * (cost.c counts the inactive ones; NULL: 0, experts fused in one tensor or none). */
-  int (*separate_experts)(const struct rf_model_config *cfg);
 };
 
 /* ---- reading config.json (config.c) ---------------------------------------------------- */
