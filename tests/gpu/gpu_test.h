@@ -1,6 +1,7 @@
-/* What the GPU kernel tests share (test_kernels_cuda.c, test_gpt_oss_cuda.c): a CUDA call
- * that must succeed, device buffers put, filled with NaN and read back, and a device result
- * checked against the host's within a tolerance in units of f32's roundoff or bit for bit. */
+/* What the GPU kernel tests share (test_kernels_cuda.c, test_gpt_oss_cuda.c, test_mla_cuda.c): a
+ * CUDA call that must succeed, the start (a device, its name, a stream), device buffers put, filled
+ * with NaN and read back, and a device result checked against the host's within a tolerance in
+ * units of f32's roundoff or bit for bit. */
 #ifndef RF_TESTS_GPU_TEST_H
 #define RF_TESTS_GPU_TEST_H
 
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 
 #include "core/core.h"
+#include "device/device.h"
 #include "rf_test.h"
 
 #define RF_GPU_U (1.0 / 16777216.0) /* 2^-24, f32's unit roundoff */
@@ -21,6 +23,24 @@ static inline void rf_gpu_ck(cudaError_t e, const char *call, const char *file, 
   exit(1);
 }
 #define RF_GPU_CK(call) rf_gpu_ck((call), #call, __FILE__, __LINE__)
+
+/* A kernel test's start: 0 after printing "NAME on GPU (sm_XY, N SMs)" and making *stream's handle a
+ * blocking stream (so that cudaMemcpy's reads on the legacy stream wait for its kernels); 1 after
+ * saying so where there is no CUDA device. */
+static inline int rf_gpu_test_begin(const char *name, struct rf_device_stream *stream) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    fprintf(stderr, "%s: no CUDA device (run it on a GPU machine: scripts/gpu-check)\n", name);
+    return 1;
+  }
+  struct cudaDeviceProp prop;
+  RF_GPU_CK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t st;
+  RF_GPU_CK(cudaStreamCreate(&st));
+  stream->handle = st;
+  printf("%s on %s (sm_%d%d, %d SMs)\n", name, prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+  return 0;
+}
 
 static inline void *rf_gpu_dalloc(size_t bytes) {
   void *p = NULL;
@@ -82,4 +102,14 @@ static inline void rf_gpu_check_bits(const char *what, const float *dgot, const 
   free(got);
 }
 
+/* The device buffer's n floats are still the NaN bytes of rf_gpu_dnan (a call that must write
+ * nothing, e.g. on zero rows): checked, printed. */
+static inline void rf_gpu_check_untouched(const char *what, const float *d, size_t n) {
+  float *got = rf_gpu_dget(d, n);
+  int untouched = 1;
+  for (size_t i = 0; i < n; i++) untouched &= rf_f32_bits(got[i]) == 0xffffffffu;
+  printf("  %-52s %s\n", what, untouched ? "nothing written" : "WRITTEN");
+  RF_CHECK(untouched, "%s: a zero-size call wrote into its output", what);
+  free(got);
+}
 #endif

@@ -53,18 +53,14 @@ static struct rf_device_stream ks_stream;
 static uint64_t g_rng = 20261203;
 static const struct rf_model_kernels *H = &rf_model_kernels_host, *D = &rf_model_kernels_cuda;
 
-static float *rand_buf(size_t n, float scale) {
-  float *p = rf_xmalloc(n * sizeof(float) + 4);
-  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
-  return p;
-}
-
 /* ---- attention with sinks and a window ---- */
 
 static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int window, int with_sinks) {
   size_t nq = (size_t)b * t * nh * hd, nk = (size_t)b * t * nkv * hd, nl = (size_t)b * nh * t;
-  float *q = rand_buf(nq, 2.0f), *k = rand_buf(nk, 2.0f), *v = rand_buf(nk, 1.0f), *dy = rand_buf(nq, 1.0f);
-  float *sinks = rand_buf((size_t)nh, 3.0f), *dsinks = rand_buf((size_t)nh, 1.0f);
+  float *q = rf_test_rand_buf(&g_rng, nq, 2.0f), *k = rf_test_rand_buf(&g_rng, nk, 2.0f),
+        *v = rf_test_rand_buf(&g_rng, nk, 1.0f), *dy = rf_test_rand_buf(&g_rng, nq, 1.0f);
+  float *sinks = rf_test_rand_buf(&g_rng, (size_t)nh, 3.0f),
+        *dsinks = rf_test_rand_buf(&g_rng, (size_t)nh, 1.0f);
   sinks[0] = 8.0f; /* dominates its rows (their scores are a few units) */
   if (nh > 1) sinks[nh - 1] = -6.0f;
   float *y = rf_xmalloc(nq * 4), *lse = rf_xmalloc(nl * 4);
@@ -146,7 +142,7 @@ static void test_attention_sink(int b, int t, int nh, int nkv, int hd, int windo
 /* ---- the clamped SwiGLU ---- */
 
 static void test_swiglu_clamp(size_t n, float alpha, float limit, float scale) {
-  float *gu = rand_buf(2 * n, scale), *dh = rand_buf(n, 1.0f);
+  float *gu = rf_test_rand_buf(&g_rng, 2 * n, scale), *dh = rf_test_rand_buf(&g_rng, n, 1.0f);
   size_t hits = 0;
   if (n >= 8) { /* the bounds themselves (the gradient passes), and a NaN gate (ops.c: limit) */
     gu[0] = limit, gu[1] = -limit, gu[2] = -limit, gu[3] = limit, gu[4] = NAN, gu[6] = -100.0f;
@@ -174,7 +170,8 @@ static void test_swiglu_clamp(size_t n, float alpha, float limit, float scale) {
 
 static void test_transpose(int rows, int cols, int bf16) {
   size_t n = (size_t)rows * cols;
-  float *w = rand_buf(n, 1.0f), *acc = rand_buf(n, 1.0f), *src = rand_buf(n, 1.0f);
+  float *w = rf_test_rand_buf(&g_rng, n, 1.0f), *acc = rf_test_rand_buf(&g_rng, n, 1.0f),
+        *src = rf_test_rand_buf(&g_rng, n, 1.0f);
   uint16_t *wb = rf_xmalloc(n * 2 + 2);
   for (size_t i = 0; i < n; i++) wb[i] = rf_bf16_from_f32(w[i]);
   float *dst = rf_xmalloc(n * 4 + 4);
@@ -209,28 +206,12 @@ static void test_empty(void) {
   D->weight_transpose(d_a, &dw, 0, 8, KS);
   D->weight_transpose(d_a, &dw, 8, 0, KS);
   D->transpose_add(d_a, d_b, 0, 8, KS);
-  float *got = rf_gpu_dget(d_a, 64);
-  int untouched = 1;
-  for (int i = 0; i < 64; i++) untouched &= rf_f32_bits(got[i]) == 0xffffffffu;
-  printf("  %-52s %s\n", "zero rows (an expert without tokens)", untouched ? "nothing written" : "WRITTEN");
-  RF_CHECK(untouched, "a zero-size call wrote into its output");
-  free(got);
+  rf_gpu_check_untouched("zero rows (an expert without tokens)", d_a, 64);
   RF_GPU_CK(cudaFree(d_a)), RF_GPU_CK(cudaFree(d_b));
 }
 
 int main(void) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    fprintf(stderr, "test_gpt_oss_cuda: no CUDA device (run it on a GPU machine: scripts/gpu-check)\n");
-    return 1;
-  }
-  struct cudaDeviceProp prop;
-  RF_GPU_CK(cudaGetDeviceProperties(&prop, 0));
-  cudaStream_t ks;
-  RF_GPU_CK(cudaStreamCreate(&ks));
-  ks_stream.handle = ks;
-  printf("test_gpt_oss_cuda on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
-         prop.multiProcessorCount);
+  if (rf_gpu_test_begin("test_gpt_oss_cuda", &ks_stream) != 0) return 1;
   RF_CHECK(D->attention_sink_forward && D->attention_sink_backward && D->swiglu_clamp_forward &&
                D->swiglu_clamp_backward && D->weight_transpose && D->transpose_add,
            "the CUDA table has GPT-OSS's entries");

@@ -53,12 +53,6 @@ static struct rf_device ks_device; /* the stream's device: the linear layers cas
 static uint64_t g_rng = 20261128;
 static const struct rf_model_kernels *H = &rf_model_kernels_host, *D = &rf_model_kernels_cuda;
 
-static float *rand_buf(size_t n, float scale) {
-  float *p = rf_xmalloc(n * sizeof(float) + 4);
-  for (size_t i = 0; i < n; i++) p[i] = scale * rf_test_rand_f32(&g_rng);
-  return p;
-}
-
 static void check_rel(const char *what, const float *dgot, const float *ref, size_t n, double tol_u) {
   rf_gpu_check_rel_scaled(what, dgot, ref, n, tol_u, 0.0);
 }
@@ -120,8 +114,9 @@ static void stages_free(struct stages *s) {
  * length; both sides use the same bf16-rounded operands). */
 static void test_linear(int n, int in, int out, enum rf_dtype compute, int bf16_weight, float beta) {
   size_t nx = (size_t)n * in, ny = (size_t)n * out, nw = (size_t)out * in;
-  float *x = rand_buf(nx, 1.0f), *w = rand_buf(nw, 0.5f), *y = rand_buf(ny, 1.0f), *dy = rand_buf(ny, 1.0f);
-  float *dx = rand_buf(nx, 1.0f), *dw = rand_buf(nw, 1.0f);
+  float *x = rf_test_rand_buf(&g_rng, nx, 1.0f), *w = rf_test_rand_buf(&g_rng, nw, 0.5f),
+        *y = rf_test_rand_buf(&g_rng, ny, 1.0f), *dy = rf_test_rand_buf(&g_rng, ny, 1.0f);
+  float *dx = rf_test_rand_buf(&g_rng, nx, 1.0f), *dw = rf_test_rand_buf(&g_rng, nw, 1.0f);
   uint16_t *wb = rf_xmalloc(nw * 2);
   for (size_t i = 0; i < nw; i++) wb[i] = rf_bf16_from_f32(w[i]);
   float *d_x = rf_gpu_dput(x, nx * 4), *d_w = rf_gpu_dput(w, nw * 4), *d_y = rf_gpu_dput(y, ny * 4),
@@ -155,7 +150,8 @@ static void test_linear(int n, int in, int out, enum rf_dtype compute, int bf16_
 
 static void test_rmsnorm_apply(int rows, int dim) {
   size_t n = (size_t)rows * dim;
-  float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *rstd = rand_buf(rows, 1.0f);
+  float *x = rf_test_rand_buf(&g_rng, n, 2.0f), *w = rf_test_rand_buf(&g_rng, dim, 1.0f),
+        *rstd = rf_test_rand_buf(&g_rng, rows, 1.0f);
   float *out = rf_xmalloc(n * 4);
   float *d_x = rf_gpu_dput(x, n * 4), *d_w = rf_gpu_dput(w, (size_t)dim * 4),
         *d_r = rf_gpu_dput(rstd, (size_t)rows * 4);
@@ -174,7 +170,8 @@ static void test_embedding(void) {
   int32_t *tok = rf_xmalloc(sizeof(int32_t) * n);
   for (int i = 0; i < n; i++)
     tok[i] = (int32_t)(rf_test_rand_u64(&g_rng) % (i % 3 ? vocab : 5)); /* repeats */
-  float *table = rand_buf((size_t)vocab * dim, 1.0f), *out = rf_xmalloc(sizeof(float) * n * dim);
+  float *table = rf_test_rand_buf(&g_rng, (size_t)vocab * dim, 1.0f),
+        *out = rf_xmalloc(sizeof(float) * n * dim);
   uint16_t *tb = rf_xmalloc(sizeof(uint16_t) * vocab * dim);
   rf_bf16_from_f32_n(tb, table, (size_t)vocab * dim);
   int32_t *dtok = rf_gpu_dput(tok, sizeof(int32_t) * n);
@@ -189,7 +186,7 @@ static void test_embedding(void) {
   rf_gpu_check_bits("embedding forward bf16", dout, out, (size_t)n * dim);
   struct rf_model_config c = config(dim, 2 * dim, 4, 4, dim / 4, vocab, n);
   struct scratch s = scratch_make(&c, 1, n);
-  float *g = rand_buf((size_t)n * dim, 1.0f);
+  float *g = rf_test_rand_buf(&g_rng, (size_t)n * dim, 1.0f);
   float *dg = rf_gpu_dput(g, sizeof(float) * n * dim);
   H->embedding_backward(table, g, tok, n, dim, s.h, s.hb, KS); /* adds into the table's values */
   D->embedding_backward(dtable, dg, dtok, n, dim, s.d, s.db, KS);
@@ -202,7 +199,8 @@ static void test_embedding(void) {
 
 static void test_rmsnorm(int rows, int dim) {
   size_t n = (size_t)rows * dim;
-  float *x = rand_buf(n, 2.0f), *w = rand_buf(dim, 1.0f), *out = rf_xmalloc(n * sizeof(float));
+  float *x = rf_test_rand_buf(&g_rng, n, 2.0f), *w = rf_test_rand_buf(&g_rng, dim, 1.0f),
+        *out = rf_xmalloc(n * sizeof(float));
   float *rstd = rf_xmalloc(sizeof(float) * rows);
   float *dx_ = rf_gpu_dput(x, n * 4), *dw_ = rf_gpu_dput(w, (size_t)dim * 4), *dout = rf_gpu_dnan(n),
         *drstd = rf_gpu_dnan((size_t)rows);
@@ -212,7 +210,8 @@ static void test_rmsnorm(int rows, int dim) {
   snprintf(what, sizeof what, "rmsnorm forward %dx%d", rows, dim);
   check_rel(what, dout, out, n, 8.0 * dim);
   check_rel("rmsnorm forward rstd", drstd, rstd, (size_t)rows, 8.0 * dim);
-  float *g = rand_buf(n, 1.0f), *gx = rand_buf(n, 1.0f), *gw = rand_buf(dim, 1.0f);
+  float *g = rf_test_rand_buf(&g_rng, n, 1.0f), *gx = rf_test_rand_buf(&g_rng, n, 1.0f),
+        *gw = rf_test_rand_buf(&g_rng, dim, 1.0f);
   float *dg = rf_gpu_dput(g, n * 4), *dgx = rf_gpu_dput(gx, n * 4), *dgw = rf_gpu_dput(gw, (size_t)dim * 4);
   struct rf_model_config c = config(dim, dim, 1, 1, dim, 8, rows);
   struct scratch s = scratch_make(&c, 1, rows);
@@ -237,7 +236,7 @@ static void test_rope(void) {
   float *dc = rf_gpu_dput(cos_t, sizeof(float) * t * hd / 2),
         *ds = rf_gpu_dput(sin_t, sizeof(float) * t * hd / 2);
   for (int inverse = 0; inverse < 2; inverse++) {
-    float *x = rand_buf(n, 1.0f);
+    float *x = rf_test_rand_buf(&g_rng, n, 1.0f);
     float *dx = rf_gpu_dput(x, n * 4);
     H->rope_apply(x, b, t, nh, hd, cos_t, sin_t, inverse, KS);
     D->rope_apply(dx, b, t, nh, hd, dc, ds, inverse, KS);
@@ -252,7 +251,8 @@ static void test_rope(void) {
 static void test_swiglu_bias(void) {
   const int rows = 300, cols = 2048;
   size_t n = (size_t)rows * cols;
-  float *g = rand_buf(n, 6.0f), *u = rand_buf(n, 1.0f), *dh = rand_buf(n, 1.0f), *h = rf_xmalloc(n * 4);
+  float *g = rf_test_rand_buf(&g_rng, n, 6.0f), *u = rf_test_rand_buf(&g_rng, n, 1.0f),
+        *dh = rf_test_rand_buf(&g_rng, n, 1.0f), *h = rf_xmalloc(n * 4);
   g[0] = 100.0f, g[1] = -100.0f; /* exp's clamps */
   float *dgp = rf_gpu_dput(g, n * 4), *dup_ = rf_gpu_dput(u, n * 4), *ddh = rf_gpu_dput(dh, n * 4),
         *dh_out = rf_gpu_dnan(n);
@@ -265,7 +265,7 @@ static void test_swiglu_bias(void) {
   D->swiglu_backward(d_dgate, d_dup, ddh, dgp, dup_, n, KS);
   rf_gpu_check_bits("swiglu backward dgate", d_dgate, dgate, n);
   rf_gpu_check_bits("swiglu backward dup", d_dup, dupo, n);
-  float *bias = rand_buf(cols, 1.0f);
+  float *bias = rf_test_rand_buf(&g_rng, cols, 1.0f);
   float *dbias = rf_gpu_dput(bias, (size_t)cols * 4), *dy = rf_gpu_dput(h, n * 4);
   H->bias_forward(h, bias, rows, cols, KS);
   D->bias_forward(dy, dbias, rows, cols, KS);
@@ -284,7 +284,7 @@ static void test_swiglu_bias(void) {
 
 static void test_cross_entropy(int rows, int vocab) {
   size_t n = (size_t)rows * vocab;
-  float *z = rand_buf(n, 8.0f), *lse = rf_xmalloc(sizeof(float) * rows);
+  float *z = rf_test_rand_buf(&g_rng, n, 8.0f), *lse = rf_xmalloc(sizeof(float) * rows);
   int32_t *t = rf_xmalloc(sizeof(int32_t) * rows);
   for (int i = 0; i < rows; i++) t[i] = i % 5 == 2 ? -1 : (int32_t)(rf_test_rand_u64(&g_rng) % vocab);
   float *dz = rf_gpu_dput(z, n * 4), *dlse = rf_gpu_dnan((size_t)rows);
@@ -314,7 +314,7 @@ static void test_cross_entropy(int rows, int vocab) {
 }
 
 static void test_router(int n, int ne, int topk, int renorm) {
-  float *z = rand_buf((size_t)n * ne, 3.0f), *extra = rand_buf(ne, 0.1f);
+  float *z = rf_test_rand_buf(&g_rng, (size_t)n * ne, 3.0f), *extra = rf_test_rand_buf(&g_rng, ne, 0.1f);
   float *p = rf_xmalloc(sizeof(float) * n * ne), *w = rf_xmalloc(sizeof(float) * n * topk);
   int32_t *t = rf_xmalloc(sizeof(int32_t) * n * topk), *dt_h = rf_xmalloc(sizeof(int32_t) * n * topk);
   float *dz = rf_gpu_dput(z, sizeof(float) * n * ne), *dextra = rf_gpu_dput(extra, sizeof(float) * ne);
@@ -332,7 +332,7 @@ static void test_router(int n, int ne, int topk, int renorm) {
   RF_CHECK(memcmp(dt_h, t, sizeof(int32_t) * n * topk) == 0,
            "router: the chosen experts differ from the host's");
   /* the backward on the host's forward, compared alone; prefilled with NaN (overwritten) */
-  float *g = rand_buf((size_t)n * topk, 1.0f), *d = rf_xmalloc(sizeof(float) * n * ne);
+  float *g = rf_test_rand_buf(&g_rng, (size_t)n * topk, 1.0f), *d = rf_xmalloc(sizeof(float) * n * ne);
   float *dg = rf_gpu_dput(g, sizeof(float) * n * topk), *dd = rf_gpu_dnan((size_t)n * ne);
   RF_GPU_CK(cudaMemcpy(dp, p, sizeof(float) * n * ne, cudaMemcpyHostToDevice));
   RF_GPU_CK(cudaMemcpy(dw, w, sizeof(float) * n * topk, cudaMemcpyHostToDevice));
@@ -349,7 +349,8 @@ static void test_router(int n, int ne, int topk, int renorm) {
 
 static void test_attention(int b, int t, int nh, int nkv, int hd) {
   size_t nq = (size_t)b * t * nh * hd, nk = (size_t)b * t * nkv * hd, nl = (size_t)b * nh * t;
-  float *q = rand_buf(nq, 2.0f), *k = rand_buf(nk, 2.0f), *v = rand_buf(nk, 1.0f), *dy = rand_buf(nq, 1.0f);
+  float *q = rf_test_rand_buf(&g_rng, nq, 2.0f), *k = rf_test_rand_buf(&g_rng, nk, 2.0f),
+        *v = rf_test_rand_buf(&g_rng, nk, 1.0f), *dy = rf_test_rand_buf(&g_rng, nq, 1.0f);
   float *y = rf_xmalloc(nq * 4), *lse = rf_xmalloc(nl * 4);
   float *dq = rf_xmalloc(nq * 4), *dk = rf_xmalloc(nk * 4), *dv = rf_xmalloc(nk * 4);
   float *d_q = rf_gpu_dput(q, nq * 4), *d_k = rf_gpu_dput(k, nk * 4), *d_v = rf_gpu_dput(v, nk * 4),
@@ -386,7 +387,7 @@ static void test_attention(int b, int t, int nh, int nkv, int hd) {
 
 static void test_adamw(void) {
   const int64_t nw = 3000 * 7, nb = 777, n = nw + nb;
-  float *master = rand_buf((size_t)n, 0.5f), *grad = rf_xcalloc((size_t)n, sizeof(float));
+  float *master = rf_test_rand_buf(&g_rng, (size_t)n, 0.5f), *grad = rf_xcalloc((size_t)n, sizeof(float));
   float *dp = rf_gpu_dput(master, (size_t)n * 4), *dg = rf_gpu_dalloc((size_t)n * 4);
   float *dm = rf_gpu_dalloc((size_t)n * 4), *dv = rf_gpu_dalloc((size_t)n * 4);
   RF_GPU_CK(cudaMemset(dm, 0, (size_t)n * 4)), RF_GPU_CK(cudaMemset(dv, 0, (size_t)n * 4));
@@ -525,7 +526,7 @@ static void t_adamw(void *c_) {
 }
 
 static float *dfill(size_t n, float scale) {
-  float *h = rand_buf(n, scale);
+  float *h = rf_test_rand_buf(&g_rng, n, scale);
   float *d = rf_gpu_dput(h, n * 4);
   free(h);
   return d;
