@@ -10,7 +10,8 @@
  *     the shared one, weighted by the router; observed 5.0u), gradients <= 16u; bf16 weights equal
  *     their f32 values; the balancing-bias update against its formula, the loads of two forwards
  *     against the chosen experts counted by hand, their reset; a table without the router_group_
- *     entries refused; the router's refusals (n_group, topk_group, top-k, shared experts);
+ *     entries refused (an all-dense model, which calls no router, not); the router's refusals (n_group,
+ * topk_group, top-k, shared experts);
  *   - the whole model: tests/ref_deepseek_v3.py wrote, in float64, two tiny dense models (every
  *     layer dense: first_k_dense_replace = num_hidden_layers; 4 heads, qk_nope 8 + qk_rope 6 = 14
  *     != v_head_dim 10, kv_lora_rank 16): deepseek_v3 (q_lora_rank 24: q_a_proj, q_a_layernorm,
@@ -408,8 +409,8 @@ static void test_tables_and_config(void) {
   RF_CHECK(rf_model_kernels_missing_for(&rf_model_kernels_host, &ds) == NULL &&
                rf_model_kernels_missing_for(&rf_model_kernels_checked, &ds) == NULL,
            "the host and checked tables have every MLA entry");
-  /* the router: a table with MLA but without the router_group_ entries (the CUDA table lacks both)
-   * refuses the MoE layers naming the first, and runs a mixtral */
+  /* the router: a table with MLA but without the router_group_ entries (the CUDA table) refuses the
+   * MoE layers naming the first, and runs a mixtral and an all-dense deepseek_v3 (no router called) */
   struct rf_model_config dsm, mixtral;
   RF_ASSERT(rf_model_config_load(&dsm, "tests/data/deepseek_v3_moe_ref_config.json") == 0);
   RF_ASSERT(rf_model_config_load(&mixtral, "tests/data/mixtral_ref_config.json") == 0);
@@ -420,6 +421,8 @@ static void test_tables_and_config(void) {
            "deepseek_v3's MoE without the router_group_ entries: %s", m ? m : "(none missing)");
   RF_CHECK(rf_model_kernels_missing_for(&no_router, &mixtral) == NULL,
            "a mixtral needs no router_group_ entry");
+  RF_CHECK(rf_model_config_moe_layers(&ds) == 0 && rf_model_kernels_missing_for(&no_router, &ds) == NULL,
+           "an all-dense deepseek_v3 needs no router_group_ entry");
   RF_CHECK(rf_model_kernels_missing_for(&rf_model_kernels_host, &dsm) == NULL &&
                rf_model_kernels_missing_for(&rf_model_kernels_checked, &dsm) == NULL,
            "the host and checked tables have the router's entries");

@@ -206,7 +206,7 @@ const char *rf_model_kernels_missing(const struct rf_model_kernels *k);
 /* The same for a model of cfg: the router's and the MoE layer's entries only for a MoE model, the
  * attention_sink_ ones for a family with sinks, swiglu_clamp_ and the transposes for GPT-OSS's experts,
  * the mla_ ones for a family with multi-head latent attention (DeepSeek-V3), the router_group_ ones for
- * a MoE config of DeepSeek-V3's router. */
+ * a config of DeepSeek-V3's router with a MoE layer (an all-dense one calls no router). */
 const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k, const struct rf_model_config *cfg);
 
 /* The host ops of ops.c and moe.c (kernels_host.c). */

@@ -385,10 +385,11 @@ const char *rf_model_kernels_missing_for(const struct rf_model_kernels *k,
                                          const struct rf_model_config *cfg) {
   const struct rf_model_family *f = rf_model_config_family(cfg);
   int moe = rf_model_config_is_moe(cfg);
+  /* DeepSeek-V3's router only where a layer is MoE (all dense: first_k_dense_replace = layers) */
+  int group = rf_model_config_moe_layers(cfg) > 0 && f->router == RF_MODEL_ROUTER_SIGMOID_GROUP;
   return missing_entry(k, (moe ? NEED_MOE : 0) | (f->attention_sinks ? NEED_SINKS : 0) |
                               (moe && f->router == RF_MODEL_ROUTER_TOPK_SOFTMAX ? NEED_OSS_EXPERTS : 0) |
-                              (f->mla ? NEED_MLA : 0) |
-                              (moe && f->router == RF_MODEL_ROUTER_SIGMOID_GROUP ? NEED_GROUP_ROUTER : 0));
+                              (f->mla ? NEED_MLA : 0) | (group ? NEED_GROUP_ROUTER : 0));
 }
 
 const struct rf_model_kernels rf_model_kernels_host = {
