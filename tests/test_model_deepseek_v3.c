@@ -32,7 +32,7 @@
  *     (<expand(x), y> = <x, expand_backward(y)>, k_pe's gradient the heads' sum);
  *   - bf16 weights in f32 compute give the f32 run on the same values exactly (they are widened; the
  *     two row views of kv_a_proj_with_mqa included);
- *   - the kernel tables: a table without the mla_ entries (the CUDA table) refuses deepseek_v3 naming
+ *   - the kernel tables: a table without the mla_ entries (as the CUDA table was) refuses deepseek_v3 naming
  *     mla_attention_forward and runs a llama; config fields not implemented are refused by name. */
 #include <math.h>
 #include <stdlib.h>
@@ -399,7 +399,7 @@ static void test_tables_and_config(void) {
   struct rf_model_config ds, llama;
   RF_ASSERT(rf_model_config_load(&ds, "tests/data/deepseek_v3_ref_config.json") == 0);
   RF_ASSERT(rf_model_config_load(&llama, "tests/data/llama_bias_config.json") == 0);
-  struct rf_model_kernels cuda_like = rf_model_kernels_host; /* the CUDA table's MLA gap */
+  struct rf_model_kernels cuda_like = rf_model_kernels_host; /* a table without MLA (the CUDA one had none) */
   cuda_like.mla_attention_forward = NULL, cuda_like.mla_attention_backward = NULL;
   cuda_like.mla_rope_apply = NULL, cuda_like.mla_kv_expand = NULL, cuda_like.mla_kv_expand_backward = NULL;
   const char *m = rf_model_kernels_missing_for(&cuda_like, &ds);

@@ -124,7 +124,8 @@ extern "C" void rf_gpt_oss_cuda_entry_attention_sink_forward(float *y, float *ls
                                                              struct rf_device_stream *stream) {
   (void)scratch;
   (void)scratch_bytes;
-  cuda_attention_sink_forward(y, lse, q, k, v, sinks, window, batch, seq, nh, nkv, hd, kc_stream(stream));
+  cuda_attention_sink_forward(y, lse, q, k, v, sinks, window, batch, seq, nh, nkv, hd, hd,
+                              1.0f / sqrtf((float)hd), kc_stream(stream));
 }
 
 extern "C" void rf_gpt_oss_cuda_entry_attention_sink_backward(
@@ -135,7 +136,7 @@ extern "C" void rf_gpt_oss_cuda_entry_attention_sink_backward(
   if (batch <= 0 || seq <= 0 || nh <= 0) return;
   kc_need(sizeof(float) * (size_t)batch * nh * seq, scratch_bytes, "attention with sinks backward");
   cuda_attention_sink_backward(dq, dk, dv, dsinks, dy, y, lse, q, k, v, sinks, window, batch, seq, nh, nkv,
-                               hd, (float *)scratch, st);
+                               hd, hd, 1.0f / sqrtf((float)hd), (float *)scratch, st);
 }
 
 extern "C" void rf_gpt_oss_cuda_entry_swiglu_clamp_forward(float *h, const float *gu, size_t n, float alpha,

@@ -161,7 +161,7 @@ struct rf_model_kernels {
                            struct rf_device_stream *stream);
   void (*transpose_add)(float *dst, const float *src, int rows, int cols, struct rf_device_stream *stream);
   /* ---- DeepSeek-V3's multi-head latent attention (rf_model_kernels_missing_for asks for them of a
-   * family with MLA only; the CUDA table leaves them NULL). ---- */
+   * family with MLA only; the CUDA table's are mla_cuda.cu's, f32 in any compute dtype). ---- */
   /* rf_model_attention_mla_forward, _backward (y as attention_backward takes it); rf_model_mla_rope_apply,
    * rf_model_mla_kv_expand, _backward. */
   void (*mla_attention_forward)(float *y, float *lse, const float *q, const float *k, const float *v,

@@ -27,6 +27,9 @@
  *     GPU's f64 exp against glibc's: within an ulp of f64 before the rounding to f32);
  *   - the MoE layer's statistics, grouping, combine and backward: moe_cuda.cu's kernels
  *     (tests/gpu/test_moe_cuda.c), moe.c's bits but for the routing weights' gradients.
+ *   - DeepSeek-V3's latent attention: mla_cuda.cu's entries over the attention above (v's head
+ *     dim apart, the scale given) and the rotary kernel here (from an offset, interleaved pairs);
+ *     its kv expansion the host's bits (tests/gpu/test_mla_cuda.c).
  * The table's stream is the device's struct rf_device_stream, whose handle is a
  * cudaStream_t (NULL: refused, an error, not CUDA's legacy stream). A failed launch stops every rank
  * (rf_die) naming the kernel. scripts/cuda-emu runs these kernels on the CPU
@@ -38,6 +41,7 @@
 #include "model/gpt_oss_cuda.h" /* GPT-OSS's entries: attention with sinks, the clamped SwiGLU, transposes */
 #include "model/kernels_cuda.cuh"
 #include "model/linear_cuda.h"
+#include "model/mla_cuda.h" /* DeepSeek-V3's entries: latent attention, its rope and kv expansion */
 #include "model/moe_cuda.h"
 
 /* ---- column sums: out[j] += sum over rows of a[r, j] (* b[r, j] * c[r]) ---- */
@@ -218,29 +222,41 @@ static void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const
 
 /* ---- rotary embedding ---- */
 
-__global__ void rope_kernel(float *x, long rows, int seq, int n_heads, int hd, const float *cos_t,
-                            const float *sin_t, float sign) {
-  int half = hd / 2;
+/* The rd elements from off of each of n_heads heads of stride floats in a row (ops.c's
+ * rf_model_mla_rope_apply; the plain rope: stride = off + rd = hd): pair i is (i step, i step +
+ * other), step 2 and other 1 interleaved, else 1 and rd / 2. */
+__global__ void rope_kernel(float *x, long rows, int seq, int n_heads, int stride, int off, int rd, int step,
+                            int other, const float *cos_t, const float *sin_t, float sign) {
+  int half = rd / 2;
   size_t total = (size_t)rows * n_heads * half;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (size_t)gridDim.x * blockDim.x) {
     size_t i = e % half, hh = (e / half) % n_heads, n = e / ((size_t)half * n_heads);
     int t = (int)(n % seq);
     float c = cos_t[(size_t)t * half + i], si = sign * sin_t[(size_t)t * half + i];
-    float *p = x + n * (size_t)n_heads * hd + hh * hd;
-    float a = p[i], b = p[i + half];
-    p[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, si));
-    p[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, si));
+    float *p = x + n * (size_t)n_heads * stride + hh * stride + off + i * step;
+    float a = p[0], b = p[other];
+    p[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, si));
+    p[other] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, si));
   }
+}
+
+void cuda_rope_launch(float *x, int batch, int seq, int n_heads, int stride, int off, int rd,
+                      const float *cos_t, const float *sin_t, int interleave, int inverse,
+                      cudaStream_t stream) {
+  long rows = (long)batch * seq;
+  if (rows <= 0 || rd < 2 || n_heads <= 0) return;
+  if (off < 0 || off + rd > stride)
+    RF_DIE("rope on CUDA: %d elements from %d of a head of %d", rd, off, stride);
+  rope_kernel<<<kc_blocks((size_t)rows * n_heads * (rd / 2)), RF_KC_THREADS, 0, stream>>>(
+      x, rows, seq, n_heads, stride, off, rd, interleave ? 2 : 1, interleave ? 1 : rd / 2, cos_t, sin_t,
+      inverse ? -1.0f : 1.0f);
+  RF_CUDA_LAUNCHED("rope");
 }
 
 static void cuda_rope_apply(float *x, int batch, int seq, int n_heads, int hd, const float *cos_t,
                             const float *sin_t, int inverse, struct rf_device_stream *stream) {
-  long rows = (long)batch * seq;
-  if (rows <= 0 || hd < 2 || n_heads <= 0) return;
-  rope_kernel<<<kc_blocks((size_t)rows * n_heads * (hd / 2)), RF_KC_THREADS, 0, kc_stream(stream)>>>(
-      x, rows, seq, n_heads, hd, cos_t, sin_t, inverse ? -1.0f : 1.0f);
-  RF_CUDA_LAUNCHED("rope");
+  cuda_rope_launch(x, batch, seq, n_heads, hd, 0, hd, cos_t, sin_t, 0, inverse, kc_stream(stream));
 }
 
 /* ---- RMSNorm applied again (the backward's recomputed normalized input) ---- */
@@ -535,7 +551,8 @@ static void cuda_moe_gather(float *dxn, const float *dyg, const int32_t *pos, in
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* The largest of: the column sums' chunks (RMSNorm over hidden, the q/k norms
- * over head_dim with a row per head, biases up to the widest linear output),
+ * over head_dim with a row per head, MLA's norms over its low ranks, biases up to
+ * the widest linear output),
  * the attention backward's D [B, heads, T], the embedding backward's sort keys,
  * the cross-entropy's row losses. */
 static size_t cuda_scratch_bytes(const struct rf_model_config *cfg, int batch, int seq) {
@@ -548,6 +565,8 @@ static size_t cuda_scratch_bytes(const struct rf_model_config *cfg, int batch, i
   if (cfg->intermediate_size > wide) wide = cfg->intermediate_size;
   if (cfg->moe.moe_intermediate_size > wide) wide = cfg->moe.moe_intermediate_size;
   if (heads * hd > wide) wide = heads * hd;
+  if (cfg->deepseek_v3.q_lora_rank > wide) wide = cfg->deepseek_v3.q_lora_rank; /* MLA's low-rank norms */
+  if (cfg->deepseek_v3.kv_lora_rank > wide) wide = cfg->deepseek_v3.kv_lora_rank;
   size_t bytes = colsum_bytes(n, wide);
   bytes = max_sz(bytes, colsum_bytes(n * heads, hd));
   bytes = max_sz(bytes, sizeof(float) * (size_t)n * heads);
@@ -621,11 +640,11 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     rf_gpt_oss_cuda_entry_swiglu_clamp_backward,
     rf_gpt_oss_cuda_entry_weight_transpose,
     rf_gpt_oss_cuda_entry_transpose_add,
-    NULL, /* mla_attention_forward, _backward, mla_rope_apply, mla_kv_expand, _backward: DeepSeek-V3's, */
-    NULL, /* not on this device yet (rf_model_kernels_missing_for names them) */
-    NULL,
-    NULL,
-    NULL,
+    rf_mla_cuda_entry_attention_forward, /* mla_cuda.cu: DeepSeek-V3's latent attention */
+    rf_mla_cuda_entry_attention_backward,
+    rf_mla_cuda_entry_rope_apply,
+    rf_mla_cuda_entry_kv_expand,
+    rf_mla_cuda_entry_kv_expand_backward,
     NULL, /* router_group_forward, _backward: DeepSeek-V3's router, not on this device yet */
     NULL,
     cuda_rmsnorm_forward_bf16, /* fused_cuda.cu: the norm's output in bf16 (bf16 compute) */
