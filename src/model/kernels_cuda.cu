@@ -502,6 +502,120 @@ static void cuda_router_backward(float *dlogits, const float *dtopw, const float
   RF_CUDA_LAUNCHED("router backward");
 }
 
+/* ---- DeepSeek-V3's sigmoid group-limited router ---- */
+
+/* A thread per row, moe.c's loops in its order: the sigmoid in f64 rounded once, the biased
+ * choice recomputed from scores (the same f32 add as the host's choice scratch, so no scratch),
+ * a group's score its two best, the kept groups a bit mask (at most 64 groups), the top k
+ * among the kept experts (ties: the lower group, the lower expert, as the host), their
+ * weights in f64. */
+__device__ static float router_group_choice(const float *s, const float *bias, int e) {
+  return __fadd_rn(s[e], bias ? bias[e] : 0.0f);
+}
+
+__device__ static float router_group_score_dev(const float *s, const float *bias, int g, int gs) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int i = 0; i < gs; i++) {
+    float v = router_group_choice(s, bias, g * gs + i);
+    if (v > a) {
+      b = a;
+      a = v;
+    } else if (v > b) {
+      b = v;
+    }
+  }
+  return __fadd_rn(a, b);
+}
+
+__global__ void router_group_forward_kernel(float *scores, int32_t *top, float *topw, const float *logits,
+                                            const float *bias, int n, int ne, int n_group, int topk_group,
+                                            int k, int renorm, float scale) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  int gs = ne / n_group;
+  const float *z = logits + (size_t)r * ne;
+  float *s = scores + (size_t)r * ne;
+  int32_t *tr = top + (size_t)r * k;
+  float *wr = topw + (size_t)r * k;
+  for (int e = 0; e < ne; e++) s[e] = (float)__ddiv_rn(1.0, __dadd_rn(1.0, exp(-(double)z[e])));
+  unsigned long long kept = 0;
+  for (int g = 0; g < n_group; g++) {
+    float mine = router_group_score_dev(s, bias, g, gs);
+    int better = 0;
+    for (int h = 0; h < n_group; h++) {
+      float other = router_group_score_dev(s, bias, h, gs);
+      better += other > mine || (other == mine && h < g);
+    }
+    if (better < topk_group) kept |= 1ull << g;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < k; j++) {
+    int best = -1;
+    float bestc = 0.0f;
+    for (int e = 0; e < ne; e++) {
+      int taken = !((kept >> (e / gs)) & 1ull);
+      for (int i = 0; i < j; i++) taken |= tr[i] == e;
+      float c = router_group_choice(s, bias, e);
+      if (!taken && (best < 0 || c > bestc)) {
+        best = e;
+        bestc = c;
+      }
+    }
+    tr[j] = best;
+    sum = __dadd_rn(sum, (double)s[best]);
+  }
+  for (int j = 0; j < k; j++)
+    wr[j] = renorm ? (float)__ddiv_rn(__dmul_rn((double)scale, (double)s[tr[j]]), __dadd_rn(sum, 1e-20))
+                   : (float)__dmul_rn((double)scale, (double)s[tr[j]]);
+}
+
+__global__ void router_group_backward_kernel(float *dlogits, const float *dtopw, const float *scores,
+                                             const int32_t *top, const float *topw, int n, int ne, int k,
+                                             int renorm, float scale) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  const float *s = scores + (size_t)r * ne;
+  const int32_t *tr = top + (size_t)r * k;
+  const float *g = dtopw + (size_t)r * k, *wr = topw + (size_t)r * k;
+  float *d = dlogits + (size_t)r * ne;
+  double sum = 0.0, dot = 0.0;
+  for (int j = 0; j < k; j++) {
+    sum = __dadd_rn(sum, (double)s[tr[j]]);
+    dot = __dadd_rn(dot, __dmul_rn((double)g[j], (double)wr[j]));
+  }
+  for (int e = 0; e < ne; e++) d[e] = 0.0f;
+  for (int j = 0; j < k; j++) {
+    double se = s[tr[j]];
+    double sg = __dmul_rn((double)scale, (double)g[j]);
+    double ds = renorm ? __ddiv_rn(__dsub_rn(sg, dot), __dadd_rn(sum, 1e-20)) : sg;
+    d[tr[j]] = (float)__dmul_rn(__dmul_rn(ds, se), __dsub_rn(1.0, se));
+  }
+}
+
+static void cuda_router_group_forward(float *scores, int32_t *top, float *topw, const float *logits,
+                                      const float *bias, int n, int n_experts, int n_group, int topk_group,
+                                      int k, int renorm, float scale, void *scratch, size_t scratch_bytes,
+                                      struct rf_device_stream *stream) {
+  (void)scratch, (void)scratch_bytes; /* the choice is recomputed from scores */
+  if (n_group <= 0 || n_group > 64 || n_experts % n_group != 0 || n_experts / n_group < 2 || topk_group < 1 ||
+      topk_group > n_group || k < 1 || k > topk_group * (n_experts / n_group))
+    RF_DIE("group router on cuda: %d experts in %d groups, %d groups kept, top %d (at most 64 groups)",
+           n_experts, n_group, topk_group, k);
+  if (n <= 0) return;
+  router_group_forward_kernel<<<(unsigned)((n + 127) / 128), 128, 0, kc_stream(stream)>>>(
+      scores, top, topw, logits, bias, n, n_experts, n_group, topk_group, k, renorm, scale);
+  RF_CUDA_LAUNCHED("group router forward");
+}
+
+static void cuda_router_group_backward(float *dlogits, const float *dtopw, const float *scores,
+                                       const int32_t *top, const float *topw, int n, int n_experts, int k,
+                                       int renorm, float scale, struct rf_device_stream *stream) {
+  if (n <= 0 || n_experts <= 0 || k <= 0) return;
+  router_group_backward_kernel<<<(unsigned)((n + 127) / 128), 128, 0, kc_stream(stream)>>>(
+      dlogits, dtopw, scores, top, topw, n, n_experts, k, renorm, scale);
+  RF_CUDA_LAUNCHED("group router backward");
+}
+
 /* ---- MoE token movement (moe_cuda.cu) ---- */
 
 /* moe.c's host statistics, grouping, combine and their backward on the device, the same
@@ -645,8 +759,8 @@ extern "C" const struct rf_model_kernels rf_model_kernels_cuda = {
     rf_mla_cuda_entry_rope_apply,
     rf_mla_cuda_entry_kv_expand,
     rf_mla_cuda_entry_kv_expand_backward,
-    NULL, /* router_group_forward, _backward: DeepSeek-V3's router, not on this device yet */
-    NULL,
+    cuda_router_group_forward, /* DeepSeek-V3's router */
+    cuda_router_group_backward,
     cuda_rmsnorm_forward_bf16, /* fused_cuda.cu: the norm's output in bf16 (bf16 compute) */
     cuda_rmsnorm_apply_bf16,
 };

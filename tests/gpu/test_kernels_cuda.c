@@ -345,6 +345,55 @@ static void test_router(int n, int ne, int topk, int renorm) {
       RF_GPU_CK(cudaFree(dt)), RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dd));
 }
 
+/* DeepSeek-V3's group router: the chosen experts exactly the host's (ties: tie != 0 rounds the logits
+ * to a few values, so groups' scores and experts tie), the scores and weights 2 u (f64, rounded once;
+ * the GPU's exp within an ulp of f64 of glibc's), the backward 4 u. bias != 0: a bias that changes
+ * the choice (checked: the host's choice without it differs). */
+static void test_router_group(int n, int ne, int ng, int tg, int k, int renorm, int tie, int with_bias) {
+  size_t nz = (size_t)n * ne, nk = (size_t)n * k;
+  float *z = rf_test_rand_buf(&g_rng, nz, 3.0f), *bias = rf_test_rand_buf(&g_rng, ne, 0.5f);
+  if (tie)
+    for (size_t i = 0; i < nz; i++) z[i] = (float)((int)(z[i] * 2.0f)) * 0.5f;
+  float *s = rf_xmalloc(sizeof(float) * nz), *w = rf_xmalloc(sizeof(float) * nk),
+        *ch = rf_xmalloc(sizeof(float) * ne);
+  int32_t *t = rf_xmalloc(sizeof(int32_t) * nk), *t0 = rf_xmalloc(sizeof(int32_t) * nk),
+          *dt_h = rf_xmalloc(sizeof(int32_t) * nk);
+  const float *hb = with_bias ? bias : NULL;
+  float *dz = rf_gpu_dput(z, sizeof(float) * nz),
+        *dbias = with_bias ? rf_gpu_dput(bias, sizeof(float) * ne) : NULL;
+  float *ds = rf_gpu_dnan(nz), *dw = rf_gpu_dnan(nk), *dch = rf_gpu_dnan((size_t)ne);
+  int32_t *dt = rf_gpu_dalloc(sizeof(int32_t) * nk);
+  float scale = renorm ? 2.5f : 1.0f;
+  H->router_group_forward(s, t, w, z, hb, n, ne, ng, tg, k, renorm, scale, ch, sizeof(float) * ne, KS);
+  D->router_group_forward(ds, dt, dw, dz, dbias, n, ne, ng, tg, k, renorm, scale, dch, sizeof(float) * ne,
+                          KS);
+  if (with_bias) {
+    H->router_group_forward(s, t0, w, z, NULL, n, ne, ng, tg, k, renorm, scale, ch, sizeof(float) * ne, KS);
+    RF_CHECK(memcmp(t0, t, sizeof(int32_t) * nk) != 0, "group router: the bias does not change the choice");
+    H->router_group_forward(s, t, w, z, hb, n, ne, ng, tg, k, renorm, scale, ch, sizeof(float) * ne, KS);
+  }
+  char what[128];
+  snprintf(what, sizeof what, "group router scores %d x %d, %d groups keep %d, top %d%s%s%s", n, ne, ng, tg,
+           k, renorm ? " renorm" : "", tie ? " ties" : "", with_bias ? " bias" : "");
+  check_rel(what, ds, s, nz, 2.0);
+  check_rel("group router weights", dw, w, nk, 2.0);
+  RF_GPU_CK(cudaDeviceSynchronize());
+  RF_GPU_CK(cudaMemcpy(dt_h, dt, sizeof(int32_t) * nk, cudaMemcpyDeviceToHost));
+  RF_CHECK(memcmp(dt_h, t, sizeof(int32_t) * nk) == 0, "%s: the chosen experts differ from the host's", what);
+  /* the backward on the host's forward, compared alone; prefilled with NaN (overwritten) */
+  float *g = rf_test_rand_buf(&g_rng, nk, 1.0f), *d = rf_xmalloc(sizeof(float) * nz);
+  float *dg = rf_gpu_dput(g, sizeof(float) * nk), *dd = rf_gpu_dnan(nz);
+  RF_GPU_CK(cudaMemcpy(ds, s, sizeof(float) * nz, cudaMemcpyHostToDevice));
+  RF_GPU_CK(cudaMemcpy(dw, w, sizeof(float) * nk, cudaMemcpyHostToDevice));
+  H->router_group_backward(d, g, s, t, w, n, ne, k, renorm, scale, KS);
+  D->router_group_backward(dd, dg, ds, dt, dw, n, ne, k, renorm, scale, KS);
+  check_rel("group router backward", dd, d, nz, 4.0);
+  free(z), free(bias), free(s), free(w), free(ch), free(t), free(t0), free(dt_h), free(g), free(d);
+  RF_GPU_CK(cudaFree(dz)), RF_GPU_CK(cudaFree(ds)), RF_GPU_CK(cudaFree(dw)), RF_GPU_CK(cudaFree(dch)),
+      RF_GPU_CK(cudaFree(dt)), RF_GPU_CK(cudaFree(dg)), RF_GPU_CK(cudaFree(dd));
+  if (dbias) RF_GPU_CK(cudaFree(dbias));
+}
+
 /* ---- attention ---- */
 
 static void test_attention(int b, int t, int nh, int nkv, int hd) {
@@ -612,8 +661,14 @@ int main(void) {
   test_cross_entropy(8, 32001);
   test_cross_entropy(6, 128256);
   test_cross_entropy(4, 151936);
-  test_router(1000, 8, 2, 1);  /* Mixtral */
-  test_router(300, 128, 8, 0); /* Qwen3-MoE without norm_topk_prob */
+  test_router(1000, 8, 2, 1);                   /* Mixtral */
+  test_router(300, 128, 8, 0);                  /* Qwen3-MoE without norm_topk_prob */
+  test_router_group(500, 8, 4, 2, 2, 1, 0, 1);  /* DeepSeek-V3's router, small */
+  test_router_group(300, 64, 8, 3, 6, 1, 0, 1); /* 8 groups of 8, keep 3, top 6 */
+  test_router_group(200, 64, 8, 3, 6, 0, 0, 0); /* without norm_topk_prob, no bias */
+  test_router_group(200, 16, 1, 1, 4, 1, 0, 1); /* one group */
+  test_router_group(400, 64, 8, 3, 6, 1, 1, 0); /* ties among groups and experts */
+  test_router_group(400, 8, 4, 2, 2, 0, 1, 1);  /* ties, bias */
   test_attention(1, 1, 4, 2, 64);
   test_attention(1, 127, 4, 2, 64);
   test_attention(2, 128, 4, 4, 128);
