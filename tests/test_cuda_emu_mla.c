@@ -13,7 +13,11 @@
  *     mscale_all_dim's scale); W = 3 on one emulated GPU at batch 3 x 16; W = 2 with
  *     --compute-dtype bf16, where MLA's attention stays f32
  *     (mla_cuda.h: the tensor-core attention takes neither v's own head dim nor a given scale) and
- *     the GEMMs take bf16 operands on both sides.
+ *     the GEMMs take bf16 operands on both sides;
+ *   - the same with MoE layers (first_k_dense_replace = 1: layer 1 has 8 routed experts in 4 groups,
+ *     2 groups kept, top 2, norm_topk_prob, routed_scaling_factor 2.5, one shared expert): the
+ *     group-limited router on the CUDA table (router_group_*), the balancing bias moved after
+ *     every step (bias_update_speed 1e-3), at W = 1 and at W = 2 on two emulated GPUs.
  * Tolerances: as tests/test_cuda_emu_train.c's dense runs: the GPU sums its products, norms,
  * attention and losses in another order than oneDNN and the host loops, a few f32 units of
  * roundoff per value (test_mla_cuda measures each kernel), which over 3 AdamW steps of lr 1e-3
@@ -33,7 +37,7 @@
 
 static char out[1 << 18];
 static char dir[] = "/tmp/rf_test_cuda_emu_mla.XXXXXX";
-static char data[256], model_lora[256], model_q[256], gpu_log[320];
+static char data[256], model_lora[256], model_q[256], model_moe[256], gpu_log[320];
 
 int main(void) {
   int rc = rf_cuda_emu_build();
@@ -70,6 +74,21 @@ int main(void) {
   RF_ASSERT(rf_file_write_all(model_q, text, strlen(text)) == 0);
   rf_cuda_emu_same_run(dir, data, model_lora, STEPS, "", 1, "--batch 4 --seq 32", "", 1e-5, 1e-4, gpu_log,
                        sizeof gpu_log);
+  /* MoE layers: the CUDA group router and the balancing bias's update */
+  snprintf(model_moe, sizeof model_moe, "%s/deepseek_v3_moe.json", dir);
+  snprintf(text, sizeof text,
+           "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 32, \"intermediate_size\": 48, "
+           "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256, "
+           "\"max_position_embeddings\": 64, \"q_lora_rank\": 24, \"rope_interleave\": true, "
+           "\"kv_lora_rank\": 16, \"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 6, \"v_head_dim\": 10, "
+           "\"first_k_dense_replace\": 1, \"moe_intermediate_size\": 12, \"n_routed_experts\": 8, "
+           "\"n_group\": 4, \"topk_group\": 2, \"n_shared_experts\": 1, \"num_experts_per_tok\": 2, "
+           "\"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5}");
+  RF_ASSERT(rf_file_write_all(model_moe, text, strlen(text)) == 0);
+  rf_cuda_emu_same_run(dir, data, model_moe, STEPS, "", 1, "--batch 4 --seq 32", "", 1e-5, 1e-4, gpu_log,
+                       sizeof gpu_log);
+  rf_cuda_emu_same_run(dir, data, model_moe, STEPS, "RF_EMU_DEVICES=2", 2, "--batch 2 --seq 16", "", 1e-5,
+                       1e-4, gpu_log, sizeof gpu_log);
   rf_cuda_emu_same_run(dir, data, model_q, STEPS, "RF_EMU_DEVICES=2", 2, "--batch 2 --seq 16", "", 1e-5, 1e-4,
                        gpu_log, sizeof gpu_log);
   rf_cuda_emu_same_run(dir, data, model_lora, STEPS, "", 3, "--batch 3 --seq 16", "", 1e-5, 1e-4, gpu_log,
