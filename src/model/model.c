@@ -453,6 +453,7 @@ static int fp8_device_stage(struct rf_model_ws *ws, struct rf_model_fp8_stage *q
   compute_sizes(&ws->cfg, ws->cap_b, ws->cap_t, &act, &weight);
   size_t n = (size_t)ws->cap_b * ws->cap_t,
          rows = (size_t)moe_rows(&ws->cfg, n) > n ? (size_t)moe_rows(&ws->cfg, n) : n;
+  RF_ASSERT(rows > 0 && ws->cap_t > 0); /* a workspace holds at least one token */
   size_t wide = act / rows, rows16 = (size_t)rf_round_up((int64_t)rows, 16);
   size_t wide16 = (size_t)rf_round_up((int64_t)wide, 16),
          wide128 = (size_t)rf_round_up((int64_t)wide, RF_FP8_TILE);
