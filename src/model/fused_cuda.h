@@ -118,7 +118,7 @@ void rf_fused_clip_factor(float *factor, double *norm, const double *sumsq, doub
  * launch, each gradient first multiplied by *gscale (device; NULL: not scaled), as
  * rf_fsdp_clip_grads then the host step do; a NaN *gscale (rf_device_clip_factor's for a
  * non-finite norm) changes nothing. h: struct rf_optim_hyper (optim.h). The CUDA
- * training step's AdamW (the backend's shard_adamw, src/optim/shard_cuda.c). */
+ * training step's AdamW (the backend's shard_adamw, src/backend/backend_cuda.c). */
 struct rf_optim_hyper;
 void rf_fused_adamw(const struct rf_optim_hyper *h, float *p, const float *g, float *m, float *v,
                     const float *gscale, const struct rf_fused_piece *pieces, int n_pieces, int64_t n_chunks,

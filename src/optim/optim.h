@@ -171,18 +171,6 @@ void rf_optim_adamw_launch_piece(const struct rf_optim_hyper *h, int decay, floa
  * operations in their order without FMA contraction, so the host's bits. */
 void rf_optim_adamw_cuda_piece(const struct rf_optim_hyper *h, int decay, float *p, const float *g, float *m,
                                float *v, int64_t len, struct rf_device_stream *stream);
-/* The CUDA backend's shard entries (shard_cuda.c, BACKEND=cuda builds only; backend.h): a unit's
- * pieces in one launch of fused_cuda.cu's kernels. */
-struct rf_shard_piece;
-struct rf_shard_plan;
-void rf_shard_cuda_plan(struct rf_device *dev, struct rf_shard_plan *out, const struct rf_shard_piece *pieces,
-                        int n, struct rf_device_stream *stream);
-void rf_shard_cuda_plan_free(struct rf_device *dev, struct rf_shard_plan *plan);
-void rf_shard_cuda_sum_squares_add(double *acc, const float *g, const struct rf_shard_plan *plan,
-                                   struct rf_device_stream *stream);
-void rf_shard_cuda_adamw(const struct rf_optim_hyper *h, float *p, const float *g, float *m, float *v,
-                         const struct rf_shard_plan *plan, struct rf_device_stream *stream);
-
 /* 8-bit AdamW on a device that runs kernels, not host code (CUDA: adamw8bit_cuda.cu, the backend's
  * adamw8bit_step): adamw8bit.c's step as one launch, a thread block per 8-bit block (a 32 x 32 tile of
  * a matrix or a run of 256 of a vector, intersected with this rank's piece), from a plan made at create.
